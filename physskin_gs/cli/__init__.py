@@ -1,0 +1,55 @@
+"""``physskin-gs`` command-line entry point.
+
+Each subcommand lives in its own module in this package and exposes ``register(subparsers)``, which
+adds its parser and sets ``func`` (a callable taking the parsed args and returning an exit code).
+Errors: any :class:`physskin_gs.errors.PhysSkinError`, or a missing input file, is printed as
+``error: ...`` on stderr with exit code 2 (no traceback).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from typing import List, Optional
+
+from physskin_gs.errors import PhysSkinError
+
+#: Subcommand modules, in help order.
+COMMANDS = ["info", "convert", "render", "skin", "train", "evaluate", "animate"]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="physskin-gs",
+        description="Physics-based animation of 3D Gaussian Splatting scenes with PhysSkin neural skinning fields.",
+    )
+    from physskin_gs import __version__
+
+    parser.add_argument("--version", action="version", version=f"physskin-gs {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for name in COMMANDS:
+        importlib.import_module(f"physskin_gs.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code = args.func(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (PhysSkinError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        msg = str(exc)
+        if isinstance(exc, FileNotFoundError) and exc.filename and str(exc.filename) not in msg:
+            msg = f"{msg}: {exc.filename}"
+        print(f"error: {msg}", file=sys.stderr)
+        return 2
+    return int(code or 0)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,12 @@
+"""`physskin-gs animate` (placeholder: being built)."""
+
+from physskin_gs.errors import PhysSkinError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("animate", help="(not available yet)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    raise PhysSkinError("'animate' is not available yet")

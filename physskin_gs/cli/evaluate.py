@@ -1,0 +1,12 @@
+"""`physskin-gs evaluate` (placeholder: being built)."""
+
+from physskin_gs.errors import PhysSkinError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("evaluate", help="(not available yet)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    raise PhysSkinError("'evaluate' is not available yet")

@@ -1,0 +1,12 @@
+"""`physskin-gs render` (placeholder: being built)."""
+
+from physskin_gs.errors import PhysSkinError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("render", help="(not available yet)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    raise PhysSkinError("'render' is not available yet")
