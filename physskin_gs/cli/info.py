@@ -1,12 +1,119 @@
-"""`physskin-gs info` (placeholder: being built)."""
+"""``physskin-gs info PATH [--json]``: format, counts, SH degree, bounds and a sanitising report."""
 
-from physskin_gs.errors import PhysSkinError
+from __future__ import annotations
+
+import json
+import warnings
+
+from physskin_gs.errors import SceneFormatError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("info", help="(not available yet)")
+    p = sub.add_parser(
+        "info",
+        help="describe a Gaussian scene (or mesh) file: format, counts, SH degree, bounds, problems",
+        description="Describe a Gaussian scene (INRIA PLY, .splat, compressed PLY) or a mesh file.",
+    )
+    p.add_argument("path", help="scene or mesh file")
+    p.add_argument("--json", action="store_true", help="print a JSON object instead of text")
+    p.add_argument(
+        "--quat-order", choices=["wxyz", "xyzw"], default="wxyz",
+        help="component order of stored quaternions (default wxyz, as INRIA and .splat)",
+    )
     p.set_defaults(func=run)
 
 
+def scene_info(path: str, quat_order: str = "wxyz") -> dict:
+    """Info dict for a scene or mesh file (keys: format, num_gaussians, sh_degree, bbox_min, bbox_max,
+    warnings, plus the :func:`physskin_gs.io.validate` counts; for meshes num_vertices/num_faces instead).
+
+    Raises:
+        SceneFormatError / FileNotFoundError: unreadable file (see :func:`physskin_gs.io.load_scene`).
+    """
+    from physskin_gs.io import detect_format, finite_bbox, load_scene, validate
+
+    fmt = detect_format(path)
+    if fmt in ("mesh", "mesh-ply"):
+        return _mesh_info(path, fmt)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        scene = load_scene(path, quat_order=quat_order)
+    rep = validate(scene)
+    lo, hi = finite_bbox(scene)
+    info = {
+        "path": path,
+        "format": scene.format,
+        "num_gaussians": scene.num_gaussians,
+        "sh_degree": scene.sh_degree,
+        "bbox_min": lo,
+        "bbox_max": hi,
+        "extra_properties": list(scene.extra),
+        "warnings": [str(w.message) for w in caught] + rep.pop("warnings"),
+    }
+    info.update({k: v for k, v in rep.items() if k != "num_gaussians"})
+    return info
+
+
+def _mesh_info(path: str, fmt: str) -> dict:
+    try:
+        from physskin_gs.io import load_mesh
+
+        mesh = load_mesh(path)
+    except SceneFormatError:
+        raise
+    except Exception as exc:  # mesh loader missing or failing: describe what we can from the header
+        if fmt == "mesh-ply":
+            from physskin_gs.io.inria_ply import missing_fields
+            from physskin_gs.io.ply_header import read_ply_header
+
+            h = read_ply_header(path)
+            v, fc = h.element("vertex"), h.element("face")
+            return {
+                "path": path, "format": "mesh-ply", "num_gaussians": 0, "sh_degree": None,
+                "num_vertices": v.count if v else 0, "num_faces": fc.count if fc else 0,
+                "bbox_min": None, "bbox_max": None,
+                "warnings": [f"not a 3DGS PLY: missing {', '.join(missing_fields(v.names if v else []))}",
+                             f"mesh loader unavailable: {exc}"],
+            }
+        raise SceneFormatError(f"{path}: cannot read mesh: {exc}") from None
+    verts = getattr(mesh, "vertices", None)
+    faces = getattr(mesh, "faces", None)
+    import numpy as np
+
+    v = np.asarray(verts if verts is not None else mesh[0])
+    f = np.asarray(faces if faces is not None else mesh[1])
+    warn = ["this is a mesh, not a Gaussian scene: commands that accept meshes sample Gaussians from it"]
+    return {
+        "path": path, "format": "mesh" if fmt == "mesh" else "mesh-ply", "num_gaussians": 0, "sh_degree": None,
+        "num_vertices": int(v.shape[0]), "num_faces": int(f.shape[0]),
+        "bbox_min": v.min(0).tolist() if len(v) else None, "bbox_max": v.max(0).tolist() if len(v) else None,
+        "warnings": warn,
+    }
+
+
+def _fmt_vec(v) -> str:
+    return "[" + ", ".join("n/a" if x is None else f"{x:.4g}" for x in v) + "]" if v is not None else "n/a"
+
+
 def run(args) -> int:
-    raise PhysSkinError("'info' is not available yet")
+    info = scene_info(args.path, quat_order=args.quat_order)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    print(f"file:          {info['path']}")
+    print(f"format:        {info['format']}")
+    if info["format"] in ("mesh", "mesh-ply"):
+        print(f"vertices:      {info['num_vertices']}")
+        print(f"faces:         {info['num_faces']}")
+    else:
+        print(f"gaussians:     {info['num_gaussians']}")
+        print(f"sh degree:     {info['sh_degree']}")
+        if info.get("extra_properties"):
+            print(f"extra props:   {', '.join(info['extra_properties'])}")
+    print(f"bbox min:      {_fmt_vec(info['bbox_min'])}")
+    print(f"bbox max:      {_fmt_vec(info['bbox_max'])}")
+    if "num_invalid" in info:
+        print(f"invalid:       {info['num_invalid']}")
+    for w in info["warnings"]:
+        print(f"warning:       {w}")
+    return 0

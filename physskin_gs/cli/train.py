@@ -1,12 +1,252 @@
-"""`physskin-gs train` (placeholder: being built)."""
+"""``physskin-gs train``: self-supervised training of the PhysSkin network (method.md 6).
 
-from physskin_gs.errors import PhysSkinError
+Writes into ``--out DIR``: ``model.safetensors`` (latest weights, a regular physskin_gs checkpoint),
+``train_state.safetensors`` (Adam moments, RNG, step; for ``--resume``), ``config.json``, ``metrics.jsonl``
+(one JSON object per logged step; ``"val"`` records hold held-out metrics) and ``snapshots/step_NNNNNN.safetensors``.
+Runs unchanged under ``torchrun --nproc_per_node=K`` (gloo, CPU): every rank draws its own shape, the per-loss
+gradients are averaged across ranks before the ConFIG combination, rank 0 writes the files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+from physskin_gs.errors import OptionError
+
+DEFAULT_HELD_OUT = ("c3d_spot", "pybullet_duck", "pyvista_airplane", "pybullet_torus", "robosuite_milk")
+
+
+def held_out_names():
+    """Names (file stems) kept out of training: geometry.dataset.HELD_OUT_MESHES when present."""
+    try:
+        from physskin_gs.geometry.dataset import HELD_OUT_MESHES  # type: ignore
+
+        return tuple(Path(str(n)).stem for n in HELD_OUT_MESHES)
+    except Exception:  # noqa: BLE001
+        return DEFAULT_HELD_OUT
 
 
 def register(sub) -> None:
-    p = sub.add_parser("train", help="(not available yet)")
+    p = sub.add_parser("train", help="train the PhysSkin skinning network (self-supervised, CPU)")
+    p.add_argument("--data", nargs="+", default=None, help="mesh/splat files or folders (default: /work/shared/data/meshes)")
+    p.add_argument("--synthetic", action="store_true", help="train on built-in synthetic shapes (tests, smoke runs)")
+    p.add_argument("--out", required=True, help="output folder (checkpoints, config.json, metrics.jsonl)")
+    p.add_argument("--steps", type=int, default=20000, help="schedule length T (steps)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/model.safetensors + train_state")
+    p.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this wall time")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None, help="torch threads per process (default 2 / world size)")
+    p.add_argument("--ckpt-every", type=float, default=180.0, help="seconds between checkpoints")
+    p.add_argument("--snapshot-every", type=int, default=2000, help="steps between kept snapshots")
+    p.add_argument("--log-every", type=int, default=20)
+    p.add_argument("--val-every", type=float, default=300.0, help="seconds between held-out evaluations (0: off)")
+    p.add_argument("--include-held-out", action="store_true", help="do not exclude HELD_OUT_MESHES")
+    # model
+    p.add_argument("--handles", type=int, default=16)
+    p.add_argument("--width", type=int, default=128)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--latents", type=int, default=64)
+    p.add_argument("--enc-layers", type=int, default=2)
+    p.add_argument("--handle-tokens", type=int, default=32)
+    p.add_argument("--n-freq", type=int, default=4)
+    p.add_argument("--head-hidden", type=int, default=256)
+    p.add_argument("--no-oni", action="store_true")
+    # losses
+    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--lr-min", type=float, default=5e-5)
+    p.add_argument("--cubature", type=int, default=1000)
+    p.add_argument("--transforms", type=int, default=128)
+    p.add_argument("--sigma", type=float, default=0.02)
+    p.add_argument("--surface-points", type=int, default=2048)
+    p.add_argument("--no-smooth", action="store_true")
+    p.add_argument("--combine", choices=["config", "sum"], default="config")
+    p.add_argument("--orth-only-frac", type=float, default=0.0)
+    p.add_argument("--no-augment", action="store_true")
     p.set_defaults(func=run)
 
 
+def _val_shapes(args, names):
+    from physskin_gs.model.data import load_shapes
+
+    if args.synthetic or not names:
+        return []
+    paths = args.data or ["/work/shared/data/meshes"]
+    files = []
+    for p in paths:
+        p = Path(p)
+        files += [q for q in (p.iterdir() if p.is_dir() else [p]) if q.stem in names]
+    if not files:
+        return []
+    try:
+        return load_shapes([str(f) for f in files], seed=1, log=lambda *_: None)
+    except Exception:  # noqa: BLE001
+        return []
+
+
+def _validate(model, shapes, n_points=5000):
+    import torch
+
+    from physskin_gs.model.losses import skinning_metrics
+
+    out = {}
+    with torch.no_grad():
+        for s in shapes:
+            g = torch.Generator().manual_seed(0)
+            X = s.volume[torch.randperm(s.volume.shape[0], generator=g)[:n_points]]
+            surf = s.surface[torch.randperm(s.surface.shape[0], generator=g)[:2048]]
+            W = model.decode_chunked(X, model.encode(surf))
+            out[s.name] = skinning_metrics(W)
+    keys = ["omega_orth_x1e2", "kappa_log", "h_spec"]
+    mean = {k: sum(v[k] for v in out.values()) / max(len(out), 1) for k in keys}
+    return mean, out
+
+
 def run(args) -> int:
-    raise PhysSkinError("'train' is not available yet")
+    import torch
+    import torch.distributed as dist
+    from tqdm import tqdm
+
+    from physskin_gs.model.checkpoint import load_train_state, save_checkpoint, save_train_state, read_checkpoint
+    from physskin_gs.model.data import augment, load_shapes, synthetic_shape
+    from physskin_gs.model.network import NetConfig, PhysSkinNet
+    from physskin_gs.model.trainer import TrainConfig, train_step
+
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("gloo")
+    torch.set_num_threads(args.threads or max(1, 2 // world))
+    if args.steps < 1:
+        raise OptionError("--steps must be >= 1")
+    out = Path(args.out)
+    is_main = rank == 0
+    if is_main:
+        out.mkdir(parents=True, exist_ok=True)
+    log = print if is_main else (lambda *a, **k: None)
+
+    tcfg = TrainConfig(
+        steps=args.steps, lr=args.lr, lr_min=args.lr_min, cubature=args.cubature, transforms=args.transforms,
+        sigma=args.sigma, surface_points=args.surface_points, smooth=not args.no_smooth,
+        orth_only_frac=args.orth_only_frac, combine=args.combine, augment=not args.no_augment, seed=args.seed,
+    )
+    ncfg = NetConfig(
+        num_handles=args.handles, width=args.width, heads=args.heads, latents=args.latents,
+        enc_layers=args.enc_layers, handle_tokens=args.handle_tokens, n_freq=args.n_freq,
+        head_hidden=args.head_hidden, oni=not args.no_oni,
+    )
+    model_path, state_path = out / "model.safetensors", out / "train_state.safetensors"
+    if args.resume:
+        if not (model_path.is_file() and state_path.is_file()):
+            raise OptionError(f"--resume: no checkpoint to resume in {out}")
+        saved = json.loads((out / "config.json").read_text())
+        ncfg = NetConfig.from_dict(saved["model"])
+        keep_steps = tcfg.steps
+        tcfg = TrainConfig.from_dict(saved["train"])
+        tcfg.steps = keep_steps  # the schedule length may be changed on resume
+        args.data = saved.get("data", args.data)
+        args.synthetic = saved.get("synthetic", args.synthetic)
+
+    torch.manual_seed(tcfg.seed)
+    model = PhysSkinNet(ncfg)
+    if world > 1:
+        for p in model.parameters():
+            dist.broadcast(p.data, 0)
+    opt = torch.optim.Adam(model.parameters(), lr=tcfg.lr)
+    gen = torch.Generator().manual_seed(tcfg.seed * 1000 + rank)
+
+    held = () if args.include_held_out else held_out_names()
+    if args.synthetic:
+        shapes = [synthetic_shape(k, seed=i) for i, k in enumerate(["sphere", "box", "ellipsoid"])]
+    else:
+        shapes = load_shapes(args.data or ["/work/shared/data/meshes"], exclude=held, seed=tcfg.seed, log=log)
+    val = _val_shapes(args, held) if (is_main and args.val_every > 0) else []
+
+    start = 0
+    if args.resume:
+        tensors, _ = read_checkpoint(model_path)
+        model.load_state_dict(tensors)
+        start, _ = load_train_state(state_path, opt, gen)  # Adam state is identical on every rank
+        if rank:
+            gen.manual_seed(tcfg.seed * 1000 + rank + 7919 * start)
+    if is_main:
+        (out / "config.json").write_text(json.dumps({
+            "model": ncfg.to_dict(), "train": tcfg.to_dict(), "data": args.data, "synthetic": args.synthetic,
+            "held_out": list(held), "train_shapes": [s.name for s in shapes], "world_size": world,
+            "threads": torch.get_num_threads(),
+        }, indent=2))
+        log(f"training on {len(shapes)} shapes ({', '.join(s.name for s in shapes)}); held out: {', '.join(held)}")
+        log(f"model: {sum(p.numel() for p in model.parameters())} parameters; steps {start} -> {tcfg.steps}")
+
+    def save(step):
+        if not is_main:
+            return
+        meta = {"step": step, "elapsed_s": elapsed_total()}
+        save_checkpoint(model, model_path, {"train": tcfg.to_dict(), "data": args.data}, meta)
+        save_train_state(state_path, opt, gen, step, {"elapsed_s": elapsed_total()})
+        if step % args.snapshot_every == 0 or step == tcfg.steps:
+            save_checkpoint(model, out / "snapshots" / f"step_{step:06d}.safetensors", {"train": tcfg.to_dict()}, meta)
+
+    prev_elapsed = 0.0
+    if args.resume and (out / "metrics.jsonl").is_file():
+        for line in (out / "metrics.jsonl").read_text().splitlines():
+            try:
+                prev_elapsed = max(prev_elapsed, float(json.loads(line).get("elapsed_s", 0.0)))
+            except ValueError:
+                pass
+    t_start = time.time()
+
+    def elapsed_total():
+        return prev_elapsed + time.time() - t_start
+
+    metrics_f = open(out / "metrics.jsonl", "a") if is_main else None
+    last_ckpt = last_val = time.time()
+    if is_main and val and start == 0:
+        mean, _ = _validate(model, val)
+        metrics_f.write(json.dumps({"val": True, "step": 0, "elapsed_s": 0.0, **mean}) + "\n")
+    pbar = tqdm(range(start, tcfg.steps), initial=start, total=tcfg.steps, disable=not is_main, mininterval=5.0,
+                dynamic_ncols=True, desc="train")
+    step = start
+    model.train()
+    for step in pbar:
+        shape = shapes[int(torch.randint(0, len(shapes), (1,), generator=gen))]
+        if tcfg.augment:
+            shape = augment(shape, gen)
+        rec = train_step(model, opt, shape, tcfg, step, gen, world)
+        if is_main and (step % args.log_every == 0 or step == tcfg.steps - 1):
+            rec.update(step=step, shape=shape.name, elapsed_s=round(elapsed_total(), 2))
+            metrics_f.write(json.dumps(rec) + "\n")
+            metrics_f.flush()
+            pbar.set_postfix(pot=f"{rec['pot']:.3g}", orth=f"{rec['orth']:.2e}", H=f"{rec['h_spec']:.3f}")
+        done = step + 1
+        now = time.time()
+        stop = args.max_minutes is not None and (now - t_start) > 60 * args.max_minutes
+        if is_main and val and now - last_val > args.val_every:
+            mean, _ = _validate(model, val)
+            model.train()
+            metrics_f.write(json.dumps({"val": True, "step": done, "elapsed_s": round(elapsed_total(), 2), **mean}) + "\n")
+            metrics_f.flush()
+            last_val = now
+        if now - last_ckpt > args.ckpt_every or done % args.snapshot_every == 0 or done == tcfg.steps or stop:
+            save(done)
+            last_ckpt = now
+        if world > 1:
+            flag = torch.tensor([1.0 if stop else 0.0])
+            dist.all_reduce(flag)
+            stop = bool(flag.item() > 0)
+        if stop:
+            log(f"stopping after {args.max_minutes} min at step {done}")
+            break
+    if is_main:
+        if val:
+            mean, _ = _validate(model, val)
+            metrics_f.write(json.dumps({"val": True, "step": step + 1, "elapsed_s": round(elapsed_total(), 2), **mean}) + "\n")
+        metrics_f.close()
+        log(f"done: {model_path} (elapsed {elapsed_total():.0f} s)")
+    if world > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+    return 0

@@ -1,0 +1,105 @@
+"""Reading and writing Gaussian scenes and meshes (the lowest layer; formats.md sections 1-4, 7).
+
+- :func:`load_scene`: INRIA 3DGS PLY (ascii / binary LE / binary BE), antimatter15 ``.splat``, PlayCanvas
+  compressed PLY; detected by content (:func:`detect_format`).
+- :func:`save_scene`: INRIA binary little-endian float32 PLY, raw values, atomic write.
+- :func:`validate` / :func:`drop_invalid`: sanitising report and removal of unusable rows.
+- :func:`load_mesh`: meshes via trimesh (implemented in :mod:`physskin_gs.io.mesh`).
+"""
+
+from __future__ import annotations
+
+import os
+
+from physskin_gs.errors import OptionError, SceneFormatError
+from physskin_gs.io.detect import CONVERT_HINT, UNSUPPORTED_CONTAINERS, detect_format
+from physskin_gs.io.ply_header import SceneWarning
+from physskin_gs.io.validate import drop_invalid, finite_bbox, invalid_mask, validate
+from physskin_gs.scene import GaussianScene
+
+__all__ = [
+    "load_scene",
+    "save_scene",
+    "detect_format",
+    "validate",
+    "drop_invalid",
+    "invalid_mask",
+    "finite_bbox",
+    "load_mesh",
+    "SceneWarning",
+]
+
+
+def load_scene(path, quat_order: str = "wxyz") -> GaussianScene:
+    """Load a Gaussian scene, detecting the format from the file content.
+
+    Supported: INRIA 3DGS PLY (SH degree 0-4, with or without normals, extra vertex properties kept in
+    ``scene.extra``, extra elements ignored with a :class:`SceneWarning`; ascii, binary little- and big-endian;
+    double properties cast to float32), antimatter15 ``.splat`` and PlayCanvas/SuperSplat compressed PLY
+    (decoded).
+
+    Args:
+        path: file path (str or PathLike).
+        quat_order: component order of the stored quaternion, ``"wxyz"`` (default; INRIA, .splat) or
+            ``"xyzw"`` (some third-party exporters). Never guessed.
+
+    Returns:
+        GaussianScene with raw values (log-scales, opacity logits, unnormalised wxyz quats), float32 tensors,
+        ``scene.source`` = absolute path, ``scene.format`` = detected format.
+
+    Raises:
+        FileNotFoundError: missing file.
+        SceneFormatError: empty file, mesh or point-cloud PLY (names the missing 3DGS fields), mesh file,
+            2DGS PLY, bad f_rest count, truncated file, short compressed chunk table, unsupported container
+            (.ksplat/.spz/.sog/.lcc), unrecognised content. The message names the file and the problem.
+        OptionError: unknown ``quat_order``.
+    """
+    path = os.fspath(path)
+    if quat_order not in ("wxyz", "xyzw"):
+        raise OptionError(f"quat_order must be 'wxyz' or 'xyzw', got {quat_order!r}")
+    fmt = detect_format(path)
+    if fmt == "inria-ply" or fmt == "mesh-ply" or fmt == "2dgs-ply":
+        from physskin_gs.io.inria_ply import load_inria_ply
+
+        return load_inria_ply(path, quat_order=quat_order)  # mesh / 2DGS raise a specific SceneFormatError
+    if fmt == "compressed-ply":
+        from physskin_gs.io.compressed_ply import load_compressed_ply
+
+        return load_compressed_ply(path, quat_order=quat_order)
+    if fmt == "splat":
+        from physskin_gs.io.splat import load_splat
+
+        return load_splat(path, quat_order=quat_order)
+    if fmt == "mesh":
+        raise SceneFormatError(
+            f"{path}: this is a mesh file, not a Gaussian scene; load it with physskin_gs.io.load_mesh "
+            "(commands that accept meshes sample Gaussians from it)"
+        )
+    if fmt in UNSUPPORTED_CONTAINERS:
+        raise SceneFormatError(f"{path}: {UNSUPPORTED_CONTAINERS[fmt]} files are not supported; {CONVERT_HINT}")
+    raise SceneFormatError(f"{path}: unsupported format {fmt!r}")  # pragma: no cover
+
+
+def save_scene(scene: GaussianScene, path) -> str:
+    """Write ``scene`` as an INRIA 3DGS PLY (binary little-endian float32, raw values, atomic write).
+
+    Property order: x y z nx ny nz (zeros) f_dc_0..2 f_rest_* (channel-major) opacity scale_0..2 rot_0..3,
+    then ``scene.extra`` in insertion order. Load -> save -> load reproduces every raw array bit for bit.
+
+    Returns:
+        The absolute output path.
+
+    Raises:
+        OptionError: ``path`` is the scene's input file (``scene.source``) or a directory.
+        SceneFormatError: inconsistent scene (SH size, extra names clashing with INRIA names).
+    """
+    from physskin_gs.io.inria_ply import save_inria_ply
+
+    return save_inria_ply(scene, path)
+
+
+def load_mesh(*args, **kwargs):
+    """Load a mesh (.obj/.ply/.stl/.glb via trimesh); see :func:`physskin_gs.io.mesh.load_mesh`."""
+    from physskin_gs.io.mesh import load_mesh as _load_mesh
+
+    return _load_mesh(*args, **kwargs)

@@ -1,0 +1,283 @@
+"""INRIA 3DGS PLY reader and writer (formats.md section 1).
+
+Properties are read by *name*: ``x y z``, optional ``nx ny nz``, ``f_dc_0..2``, ``f_rest_*`` (channel-major,
+sorted by integer suffix), ``opacity``, ``scale_0..2``, ``rot_0..3`` (wxyz, not normalised). Any other scalar
+vertex property is kept in ``scene.extra`` (float32) and written back after the INRIA ones.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+import torch
+
+from physskin_gs.errors import OptionError, SceneFormatError
+from physskin_gs.io.ply_header import PlyHeader, read_elements, read_ply_header, warn
+from physskin_gs.scene import GaussianScene
+
+_F_REST = re.compile(r"^f_rest_(\d+)$")
+NORMALS = ("nx", "ny", "nz")
+REQUIRED_GROUPS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
+    ("x, y, z", ("x", "y", "z")),
+    ("f_dc_0..2", ("f_dc_0", "f_dc_1", "f_dc_2")),
+    ("opacity", ("opacity",)),
+    ("scale_0..2", ("scale_0", "scale_1", "scale_2")),
+    ("rot_0..3", ("rot_0", "rot_1", "rot_2", "rot_3")),
+)
+QUAT_ORDERS = ("wxyz", "xyzw")
+
+
+def missing_fields(names) -> List[str]:
+    """Human-readable list of the required INRIA vertex properties absent from ``names`` (groups kept compact)."""
+    have = set(names)
+    out: List[str] = []
+    for label, group in REQUIRED_GROUPS:
+        miss = [g for g in group if g not in have]
+        if len(miss) == len(group) and len(group) > 1:
+            out.append(label)
+        else:
+            out.extend(miss)
+    return out
+
+
+def sh_degree_from_rest_count(n: int) -> Optional[int]:
+    """SH degree d with n = 3((d+1)^2 - 1), or None when ``n`` is not such a count (formats.md 1)."""
+    if n < 0 or n % 3:
+        return None
+    k = n // 3 + 1
+    r = int(round(k ** 0.5))
+    return r - 1 if r * r == k else None
+
+
+def rest_names(names, path: str) -> List[str]:
+    """The ``f_rest_*`` names sorted by integer suffix; checks they are f_rest_0..f_rest_{n-1} with a valid n.
+
+    Raises:
+        SceneFormatError: gaps/duplicates in the indices, or a count that is not 3((d+1)^2 - 1).
+    """
+    idx = sorted((int(m.group(1)), nm) for nm in names if (m := _F_REST.match(nm)))
+    n = len(idx)
+    if [i for i, _ in idx] != list(range(n)):
+        raise SceneFormatError(
+            f"{path}: f_rest_* properties are not numbered 0..{n - 1} (found indices {[i for i, _ in idx][:10]}...)"
+        )
+    if sh_degree_from_rest_count(n) is None:
+        raise SceneFormatError(
+            f"{path}: bad f_rest count {n}: must be 3((d+1)^2 - 1) for an SH degree d, i.e. one of 0, 9, 24, 45, 72"
+        )
+    return [nm for _, nm in idx]
+
+
+def check_inria_header(header: PlyHeader) -> None:
+    """Raise a SceneFormatError naming what makes ``header`` unreadable as INRIA 3DGS (2DGS, mesh, missing fields)."""
+    path = header.path
+    vertex = header.element("vertex")
+    if vertex is None:
+        raise SceneFormatError(
+            f"{path}: not a 3DGS PLY: no 'vertex' element (elements: {[e.name for e in header.elements]})"
+        )
+    names = vertex.names
+    if "scale_0" in names and "scale_1" in names and "scale_2" not in names:
+        raise SceneFormatError(f"{path}: 2D Gaussian (surfel) PLY is not supported (two scales: scale_0, scale_1)")
+    miss = missing_fields(names)
+    if miss:
+        if not any(n in names for n in ("f_dc_0", "opacity", "scale_0", "rot_0")):
+            faces = header.element("face")
+            kind = f"a mesh with {faces.count} faces" if faces is not None else "a plain point cloud"
+            raise SceneFormatError(
+                f"{path}: not a 3DGS PLY (looks like {kind}, {vertex.count} vertices): missing {', '.join(miss)}; "
+                "load meshes with physskin_gs.io.load_mesh"
+            )
+        raise SceneFormatError(f"{path}: incomplete 3DGS PLY: missing {', '.join(miss)}")
+    lists = [p.name for p in vertex.properties if p.is_list and p.name in _all_required(names)]
+    if lists:
+        raise SceneFormatError(f"{path}: 3DGS vertex properties must be scalars, found list properties {lists}")
+
+
+def _all_required(names) -> List[str]:
+    out = [n for _, g in REQUIRED_GROUPS for n in g]
+    return out + [n for n in names if _F_REST.match(n)]
+
+
+def _column(rec: np.ndarray, name: str) -> np.ndarray:
+    """A column of a structured array as native float32 (byte-swapped / cast from double as needed)."""
+    return np.ascontiguousarray(rec[name], dtype=np.float32)
+
+
+def _columns(rec: np.ndarray, names: List[str]) -> np.ndarray:
+    """Stack structured-array columns into a (N, len(names)) native float32 array."""
+    out = np.empty((len(rec), len(names)), dtype=np.float32)
+    for j, n in enumerate(names):
+        out[:, j] = rec[n]  # casts big-endian / double to native float32
+    return out
+
+
+def load_inria_ply(path: str, quat_order: str = "wxyz", header: Optional[PlyHeader] = None) -> GaussianScene:
+    """Load an INRIA 3DGS PLY (ascii, binary little- or big-endian) by property name.
+
+    Args:
+        path: file path.
+        quat_order: order of ``rot_0..3`` in the file, ``"wxyz"`` (INRIA, default) or ``"xyzw"``.
+        header: an already parsed header (optional).
+
+    Returns:
+        GaussianScene with raw values: means (N, 3), quats (N, 4) wxyz, log_scales (N, 3), opacity_logits (N,),
+        sh_dc (N, 3), sh_rest (N, K, 3) with K = (d+1)^2 - 1, extra {name: (N,)}; all float32.
+
+    Raises:
+        SceneFormatError: mesh / point-cloud PLY (names the missing fields), 2DGS PLY, bad f_rest count,
+            truncated or malformed file.
+        OptionError: unknown ``quat_order``.
+    """
+    if quat_order not in QUAT_ORDERS:
+        raise OptionError(f"quat_order must be one of {QUAT_ORDERS}, got {quat_order!r}")
+    header = header or read_ply_header(path)
+    check_inria_header(header)
+    vertex = header.element("vertex")
+    names = vertex.names
+    rest = rest_names(names, path)
+    if vertex.count == 0:
+        raise SceneFormatError(f"{path}: the PLY holds no Gaussians (element vertex 0)")
+    others = [e.name for e in header.elements if e.name != "vertex"]
+    if others:
+        warn(f"{path}: ignoring extra PLY element(s) {others}; only 'vertex' is read")
+    rec = read_elements(header, ("vertex",))["vertex"]
+    n = len(rec)
+
+    means = _columns(rec, ["x", "y", "z"])
+    sh_dc = _columns(rec, ["f_dc_0", "f_dc_1", "f_dc_2"])
+    k = len(rest) // 3
+    # channel-major: field c*K + k holds channel c, coefficient k -> [N, 3, K] -> [N, K, 3]
+    sh_rest = np.ascontiguousarray(_columns(rec, rest).reshape(n, 3, k).transpose(0, 2, 1))
+    opac = _column(rec, "opacity")
+    log_scales = _columns(rec, ["scale_0", "scale_1", "scale_2"])
+    q = _columns(rec, ["rot_0", "rot_1", "rot_2", "rot_3"])
+    if quat_order == "xyzw":
+        q = np.ascontiguousarray(q[:, [3, 0, 1, 2]])
+
+    known = set(_all_required(names)) | set(NORMALS)
+    extra: Dict[str, torch.Tensor] = {}
+    skipped = []
+    for p in vertex.properties:
+        if p.name in known:
+            continue
+        if p.is_list:
+            skipped.append(p.name)
+            continue
+        extra[p.name] = torch.from_numpy(_column(rec, p.name))
+    if skipped:
+        warn(f"{path}: ignoring list vertex properties {skipped}")
+    if extra:
+        import logging
+
+        logging.getLogger(__name__).info("%s: keeping extra vertex properties %s", path, list(extra))
+
+    return GaussianScene(
+        means=torch.from_numpy(means),
+        quats=torch.from_numpy(q),
+        log_scales=torch.from_numpy(log_scales),
+        opacity_logits=torch.from_numpy(opac),
+        sh_dc=torch.from_numpy(sh_dc),
+        sh_rest=torch.from_numpy(sh_rest),
+        extra=extra,
+        source=os.path.abspath(path),
+        format="inria-ply",
+    )
+
+
+def inria_property_names(sh_degree: int, extra_names=()) -> List[str]:
+    """Vertex property names our writer emits, in order (formats.md 1 "Our writer")."""
+    k = (sh_degree + 1) ** 2 - 1
+    return (
+        ["x", "y", "z", "nx", "ny", "nz", "f_dc_0", "f_dc_1", "f_dc_2"]
+        + [f"f_rest_{i}" for i in range(3 * k)]
+        + ["opacity", "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"]
+        + list(extra_names)
+    )
+
+
+def _np(t) -> np.ndarray:
+    if isinstance(t, torch.Tensor):
+        t = t.detach().cpu().numpy()
+    return np.asarray(t, dtype=np.float32)
+
+
+def scene_to_inria_array(scene: GaussianScene) -> Tuple[List[str], np.ndarray]:
+    """(names, (N, P) float32 array) of the INRIA record layout for ``scene``; normals are zeros."""
+    n = scene.num_gaussians
+    k = scene.sh_rest.shape[1]
+    names = inria_property_names(scene.sh_degree, scene.extra.keys())
+    clash = set(scene.extra) & set(names[: len(names) - len(scene.extra)])
+    if clash:
+        raise SceneFormatError(f"extra property names clash with INRIA properties: {sorted(clash)}")
+    if (scene.sh_degree + 1) ** 2 - 1 != k:
+        raise SceneFormatError(f"sh_rest has {k} coefficients per channel, which is not (d+1)^2-1 for any degree")
+    arr = np.empty((n, len(names)), dtype=np.float32)
+    arr[:, 0:3] = _np(scene.means)
+    arr[:, 3:6] = 0.0
+    arr[:, 6:9] = _np(scene.sh_dc)
+    c = 9 + 3 * k
+    arr[:, 9:c] = _np(scene.sh_rest).transpose(0, 2, 1).reshape(n, 3 * k)  # [N, K, 3] -> channel-major [N, 3K]
+    arr[:, c] = _np(scene.opacity_logits)
+    arr[:, c + 1:c + 4] = _np(scene.log_scales)
+    arr[:, c + 4:c + 8] = _np(scene.quats)
+    for j, v in enumerate(scene.extra.values()):
+        arr[:, c + 8 + j] = _np(v).reshape(n)
+    return names, arr
+
+
+def _same_file(a: str, b: str) -> bool:
+    if os.path.abspath(a) == os.path.abspath(b) or os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def save_inria_ply(scene: GaussianScene, path, *, overwrite_source: bool = False) -> str:
+    """Write ``scene`` as a binary little-endian float32 INRIA 3DGS PLY with raw values.
+
+    Layout: x y z nx ny nz f_dc_0..2 f_rest_* (channel-major) opacity scale_0..2 rot_0..3, then
+    ``scene.extra`` in insertion order; normals are written as zeros. The file is written to a temporary
+    file in the same directory and renamed into place (atomic on POSIX).
+
+    Returns the absolute output path.
+
+    Raises:
+        OptionError: ``path`` is the scene's input file (``scene.source``) or a directory.
+        SceneFormatError: inconsistent scene (SH count, clashing extra names).
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise OptionError(f"{path}: output path is a directory")
+    if scene.source and not overwrite_source and os.path.exists(path) and _same_file(path, scene.source):
+        raise OptionError(f"{path}: refusing to overwrite the input file; choose another output path")
+    names, arr = scene_to_inria_array(scene)
+    head = ["ply", "format binary_little_endian 1.0", f"element vertex {arr.shape[0]}"]
+    head += [f"property float {nm}" for nm in names]
+    head += ["end_header"]
+    header_bytes = ("\n".join(head) + "\n").encode("ascii")
+    out_dir = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=out_dir)
+    try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
+        with os.fdopen(fd, "wb") as f:
+            f.write(header_bytes)
+            f.write(arr.astype("<f4", copy=False).tobytes())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return os.path.abspath(path)

@@ -1,0 +1,204 @@
+"""Triangle-mesh input (.obj, .ply, .stl, .glb/.gltf, .off) for training shapes and mesh-driven commands.
+
+Meshes are read with trimesh, flattened to one mesh (``force='mesh'``), and welded: vertices at the same
+position are merged even when their UVs or normals differ (UV seams) and STL triangle soups become indexed
+meshes. Non-finite vertices and the faces that use them are dropped. OBJ files whose ``mtllib`` is missing
+load normally (geometry only).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+import torch
+
+from physskin_gs.errors import SceneFormatError
+
+#: File extensions accepted by :func:`load_mesh`.
+MESH_EXTENSIONS = (".obj", ".ply", ".stl", ".glb", ".gltf", ".off")
+
+#: PLY vertex properties that mark a 3D Gaussian Splatting file (formats.md 1).
+_GAUSSIAN_PLY_PROPS = ("f_dc_0", "opacity", "scale_0", "rot_0")
+
+
+@dataclass
+class Mesh:
+    """An indexed triangle mesh.
+
+    Attributes:
+        vertices: (V, 3) float32 np.ndarray, file units.
+        faces: (F, 3) int64 np.ndarray, indices into ``vertices``; F >= 1.
+        source: the file it was read from (informational), or None.
+    """
+
+    vertices: np.ndarray
+    faces: np.ndarray
+    source: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        self.vertices = np.ascontiguousarray(self.vertices, dtype=np.float32)
+        self.faces = np.ascontiguousarray(self.faces, dtype=np.int64)
+        if self.vertices.ndim != 2 or self.vertices.shape[1] != 3:
+            raise ValueError(f"Mesh.vertices has shape {self.vertices.shape}, expected (V, 3)")
+        if self.faces.ndim != 2 or self.faces.shape[1] != 3:
+            raise ValueError(f"Mesh.faces has shape {self.faces.shape}, expected (F, 3)")
+        if self.faces.size and (self.faces.min() < 0 or self.faces.max() >= self.vertices.shape[0]):
+            raise ValueError("Mesh.faces index outside the vertex array")
+
+    @property
+    def num_vertices(self) -> int:
+        return int(self.vertices.shape[0])
+
+    @property
+    def num_faces(self) -> int:
+        return int(self.faces.shape[0])
+
+    @property
+    def name(self) -> str:
+        """File name of the source (e.g. ``c3d_spot.obj``), or ``"mesh"``."""
+        return os.path.basename(self.source) if self.source else "mesh"
+
+    def triangles(self) -> np.ndarray:
+        """(F, 3, 3) float64 corner positions of every face."""
+        return self.vertices.astype(np.float64)[self.faces]
+
+    def vertices_torch(self) -> torch.Tensor:
+        """(V, 3) float32 tensor copy of the vertices."""
+        return torch.from_numpy(self.vertices.copy())
+
+    def faces_torch(self) -> torch.Tensor:
+        """(F, 3) int64 tensor copy of the faces."""
+        return torch.from_numpy(self.faces.copy())
+
+    def to_trimesh(self):
+        """A ``trimesh.Trimesh`` view (no processing)."""
+        import trimesh
+
+        return trimesh.Trimesh(vertices=self.vertices, faces=self.faces, process=False)
+
+
+def _ply_vertex_properties(path: str) -> Optional[tuple]:
+    """(vertex property names, element names) from a PLY header, or None when the header is unreadable."""
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(1 << 16)
+    except OSError:
+        return None
+    if not head.startswith(b"ply"):
+        return None
+    end = head.find(b"end_header")
+    if end < 0:
+        return None
+    props, elements, current = [], [], None
+    for line in head[:end].decode("ascii", errors="replace").splitlines():
+        tok = line.split()
+        if len(tok) >= 2 and tok[0] == "element":
+            current = tok[1]
+            elements.append(current)
+        elif len(tok) >= 3 and tok[0] == "property" and current == "vertex":
+            props.append(tok[-1])
+    return props, elements
+
+
+def load_mesh(path: str, *, weld: bool = True) -> Mesh:
+    """Read a triangle mesh file into a welded :class:`Mesh`.
+
+    Args:
+        path: a .obj, .ply, .stl, .glb/.gltf or .off file. Scenes with several parts are concatenated.
+        weld: merge vertices at identical positions, ignoring UV and normal differences (UV seams, STL
+            triangle soups). Degenerate (repeated-index) faces are then dropped.
+
+    Returns:
+        Mesh with (V, 3) float32 vertices in file units and (F, 3) int64 faces.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+        SceneFormatError: unknown extension, unreadable or empty file, no faces (a point cloud), a 3D Gaussian
+            Splatting PLY or ``.splat`` file (use ``physskin_gs.io.load_scene``), or no finite vertices left.
+            The message names the file.
+    """
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path}: mesh file not found")
+    if os.path.isdir(path):
+        raise SceneFormatError(f"{path}: is a directory, not a mesh file")
+    ext = os.path.splitext(path)[1].lower()
+    if ext == ".splat" or ext in (".ksplat", ".spz", ".sog", ".lcc"):
+        raise SceneFormatError(f"{path}: is a Gaussian splat file, not a mesh; use physskin_gs.io.load_scene")
+    if ext not in MESH_EXTENSIONS:
+        raise SceneFormatError(
+            f"{path}: unsupported mesh extension {ext!r}; expected one of {', '.join(MESH_EXTENSIONS)}"
+        )
+    if os.path.getsize(path) == 0:
+        raise SceneFormatError(f"{path}: empty file")
+    if ext == ".ply":
+        info = _ply_vertex_properties(path)
+        if info is not None:
+            props, elements = info
+            if "chunk" in elements or any(p.startswith("packed_") for p in props):
+                raise SceneFormatError(
+                    f"{path}: is a compressed Gaussian splat PLY, not a mesh; use physskin_gs.io.load_scene"
+                )
+            if any(p in props for p in _GAUSSIAN_PLY_PROPS):
+                raise SceneFormatError(
+                    f"{path}: is a 3D Gaussian Splatting PLY (has {', '.join(p for p in _GAUSSIAN_PLY_PROPS if p in props)}),"
+                    " not a mesh; use physskin_gs.io.load_scene"
+                )
+            if "face" not in elements:
+                raise SceneFormatError(f"{path}: PLY has no 'face' element: a point cloud, not a triangle mesh")
+
+    import trimesh
+
+    # trimesh logs (does not raise) a missing OBJ mtllib / texture; keep that quiet.
+    logger = logging.getLogger("trimesh")
+    old_level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        loaded = trimesh.load(path, force="mesh", process=False)
+    except Exception as exc:  # trimesh raises many types on malformed files
+        raise SceneFormatError(f"{path}: could not read as a mesh ({type(exc).__name__}: {exc})") from exc
+    finally:
+        logger.setLevel(old_level)
+
+    if isinstance(loaded, trimesh.PointCloud):
+        raise SceneFormatError(f"{path}: contains a point cloud with no faces, not a triangle mesh")
+    if not isinstance(loaded, trimesh.Trimesh):
+        raise SceneFormatError(f"{path}: no triangle mesh found (got {type(loaded).__name__})")
+    vertices = np.asarray(loaded.vertices, dtype=np.float64)
+    faces = np.asarray(loaded.faces, dtype=np.int64).reshape(-1, 3)
+    if vertices.shape[0] == 0:
+        raise SceneFormatError(f"{path}: mesh has no vertices (empty or unreadable file)")
+    if faces.shape[0] == 0:
+        raise SceneFormatError(f"{path}: has {vertices.shape[0]} vertices but no faces: a point cloud, not a mesh")
+
+    vertices, faces = _clean(vertices, faces, weld=weld)
+    if vertices.shape[0] == 0 or faces.shape[0] == 0:
+        raise SceneFormatError(f"{path}: no valid faces left after dropping non-finite vertices and degenerate faces")
+    return Mesh(vertices=vertices.astype(np.float32), faces=faces, source=path)
+
+
+def _clean(vertices: np.ndarray, faces: np.ndarray, *, weld: bool) -> tuple:
+    """Drop non-finite vertices (and their faces), optionally weld identical positions, drop repeated-index
+    faces, and remove unreferenced vertices. Returns (vertices (V', 3) float64, faces (F', 3) int64)."""
+    ok = np.isfinite(vertices).all(axis=1)  # [V]
+    faces = faces[(faces >= 0).all(axis=1) & (faces < vertices.shape[0]).all(axis=1)]
+    faces = faces[ok[faces].all(axis=1)]
+    if weld:
+        # Merge exactly coincident positions (UV/normal seams, STL soups). Non-finite rows are unreferenced.
+        v = np.where(ok[:, None], vertices, 0.0)
+        _, inverse = np.unique(v, axis=0, return_inverse=True)
+        faces = inverse.reshape(-1)[faces]
+    faces = faces[(faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 0] != faces[:, 2])]
+    used = np.unique(faces.reshape(-1))
+    remap = np.full(vertices.shape[0], -1, dtype=np.int64)
+    remap[used] = np.arange(used.shape[0])
+    if weld:
+        # Representative position for each welded id: any vertex mapped to it (all are identical).
+        rep = np.zeros((int(inverse.max()) + 1 if inverse.size else 0, 3))
+        rep[inverse.reshape(-1)] = np.where(ok[:, None], vertices, 0.0)
+        return rep[used], remap[faces]
+    return vertices[used], remap[faces]

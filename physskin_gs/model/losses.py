@@ -1,0 +1,189 @@
+"""Self-supervised PhysSkin losses, column normalisation, metrics and the ConFIG update (pure math).
+
+Sources: method.md 5 (normalisation), 6.1-6.6 (sampling, potential energy, orthogonality, smoothness,
+finite-difference F, ConFIG) and 11 (metrics). Units: weights are in the "RMS-1" frame of
+:class:`physskin_gs.model.field.SkinningField` (each learned column divided by its L2 norm over the
+normalisation set and multiplied by sqrt(N_set); constant handle exactly 1, last).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from physskin_gs.elastic import blended_energy_density, lame_parameters
+from physskin_gs.lbs import deformation_gradient
+
+#: Central-difference step (method.md 6.5: sqrt(1e-7)).
+FD_DELTA = math.sqrt(1e-7)
+#: Training material (method.md 6.2, [C]): E = 5e5 Pa, nu = 0.45, approximate volume 0.5.
+TRAIN_E = 5e5
+TRAIN_NU = 0.45
+TRAIN_VOLUME = 0.5
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Normalisation (method.md 5)
+
+
+def column_norms(W_raw: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """L2 norms c (m,) of the columns of W_raw (N, m), plus eps (method.md 5)."""
+    return W_raw.norm(dim=0) + eps
+
+
+def normalize_with_norms(W_raw: torch.Tensor, norms: torch.Tensor, n_ref: int) -> torch.Tensor:
+    """RMS-1 learned columns with FIXED norms: ``W_raw / c * sqrt(n_ref)``, then the constant column 1 appended.
+
+    Args:
+        W_raw: (N, m) raw network outputs at any query points.
+        norms: (m,) column norms c computed once on a reference set of ``n_ref`` points.
+    Returns:
+        (N, m + 1) weights; learned columns have RMS 1 over the reference set, the last column is exactly 1.
+    """
+    W = W_raw / norms * math.sqrt(n_ref)
+    return torch.cat([W, torch.ones_like(W[:, :1])], dim=1)
+
+
+def normalize_columns(W_raw: torch.Tensor) -> torch.Tensor:
+    """On-the-fly normalisation over the given points: (N, m) -> (N, m + 1), learned columns RMS 1."""
+    return normalize_with_norms(W_raw, column_norms(W_raw), W_raw.shape[0])
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Finite differences (method.md 6.5)
+
+
+def fd_stencil(X: torch.Tensor, delta: float = FD_DELTA) -> torch.Tensor:
+    """Query points for central differences: (N, 3) -> (7N, 3) = [X; X+d e0; X-d e0; X+d e1; ...; X-d e2]."""
+    eye = torch.eye(3, dtype=X.dtype, device=X.device) * delta
+    offs = torch.stack([eye[0], -eye[0], eye[1], -eye[1], eye[2], -eye[2]])  # [6, 3]
+    return torch.cat([X, (X[None] + offs[:, None]).reshape(-1, 3)], dim=0)
+
+
+def fields_from_stencil(W_all: torch.Tensor, n: int, delta: float = FD_DELTA) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Split stencil outputs (7N, H) into W (N, H) at X and the central-difference gradient dW/dX (N, H, 3)."""
+    W = W_all[:n]
+    P = W_all[n:].reshape(6, n, -1)  # [6, N, H]
+    grad = torch.stack([P[0] - P[1], P[2] - P[3], P[4] - P[5]], dim=-1) / (2.0 * delta)  # [N, H, 3]
+    return W, grad
+
+
+def network_fields(model, cache, X: torch.Tensor, delta: float = FD_DELTA) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Normalised training fields at points X (N, 3): W (N, m+1) and dW/dX (N, m+1, 3) by central differences.
+
+    One network call on the 7N stencil points; the column norms come from the N unperturbed points and are
+    reused for the neighbours (method.md 5 protocol, applied to training), so the FD gradient is the gradient
+    of exactly the normalised field.
+    """
+    n = X.shape[0]
+    raw = model.decode(fd_stencil(X, delta), cache)  # [7N, m]
+    c = column_norms(raw[:n])
+    W_all = normalize_with_norms(raw, c, n)
+    return fields_from_stencil(W_all, n, delta)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Losses (method.md 6)
+
+
+def sample_transforms(
+    batch: int, num_handles: int, sigma: float, generator: Optional[torch.Generator] = None, dtype=torch.float32
+) -> torch.Tensor:
+    """Random rest-relative handle transforms Z = sigma * N(0, 1), shape (B, H, 3, 4) (method.md 6.1)."""
+    return sigma * torch.randn(batch, num_handles, 3, 4, generator=generator, dtype=dtype)
+
+
+def elastic_loss(
+    X: torch.Tensor,
+    W: torch.Tensor,
+    gradW: torch.Tensor,
+    Z: torch.Tensor,
+    blend: float = 1.0,
+    E: float = TRAIN_E,
+    nu: float = TRAIN_NU,
+    volume: float = TRAIN_VOLUME,
+) -> torch.Tensor:
+    """Potential-energy loss (PhysSkin Eq. 8, method.md 6.2): ``volume * mean_{b, p} psi(F_bp)``.
+
+    F is the exact LBS deformation gradient (method.md 3) from W (N, H) and dW/dX (N, H, 3) for the B transforms
+    Z (B, H, 3, 4); psi = (1 - blend) psi_lin + blend psi_NH with Lame parameters from (E, nu). Returns a scalar
+    (energy density units x volume). Zero at Z = 0 and (for blend = 1) for rigid motions.
+    """
+    mu, lam = lame_parameters(E, nu)
+    F = deformation_gradient(X, W, gradW, Z)  # [B, N, 3, 3]
+    return volume * blended_energy_density(F, mu, lam, blend).mean()
+
+
+def orthogonality_loss(W_learned: torch.Tensor) -> torch.Tensor:
+    """``MSE(What^T What, I)`` over the learned columns (N, m), each scaled to unit L2 norm (method.md 6.3)."""
+    Wh = W_learned / (W_learned.norm(dim=0, keepdim=True) + 1e-8)
+    G = Wh.t() @ Wh
+    I = torch.eye(G.shape[0], dtype=G.dtype, device=G.device)
+    return ((G - I) ** 2).mean()
+
+
+def smoothness_loss(grad_learned: torch.Tensor) -> torch.Tensor:
+    """``mean_X sum_i |grad W_i(X)|^2`` over the learned fields, gradients (N, m, 3) (PhysSkin Eq. 9)."""
+    return (grad_learned**2).sum((-1, -2)).mean()
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Metrics (method.md 11)
+
+
+def skinning_metrics(W: torch.Tensor, include_constant: bool = False) -> Dict[str, float]:
+    """Omega_orth (x1e-2), kappa_log and H_spec of a weight matrix (method.md 11).
+
+    Args:
+        W: (N, K) or (N, m + 1) weights. If ``include_constant`` is False and W has a last column that is
+            constant, pass only the learned columns (callers use ``W[:, :-1]``); this function uses all given
+            columns, each L2-normalised over the N points.
+    Returns:
+        dict ``omega_orth_x1e2`` = 100 ||What^T What - I||_F^2 / (K (K - 1)); ``kappa_log`` = log2(1 + lmax/lmin);
+        ``h_spec`` = -sum p ln p / ln K with p = lambda / sum lambda (0 ln 0 = 0). lmin <= 0 gives kappa inf.
+    """
+    W = W.detach().double()
+    K = W.shape[1]
+    Wh = W / (W.norm(dim=0, keepdim=True) + 1e-12)
+    G = Wh.t() @ Wh
+    I = torch.eye(K, dtype=G.dtype)
+    omega = float(((G - I) ** 2).sum() / (K * (K - 1))) * 100.0
+    lam = torch.linalg.eigvalsh(G).clamp_min(0.0)
+    lmax, lmin = float(lam.max()), float(lam.min())
+    kappa = math.log2(1.0 + lmax / lmin) if lmin > 0 else float("inf")
+    p = lam / lam.sum()
+    ent = -(torch.where(p > 0, p * torch.log(p.clamp_min(1e-300)), torch.zeros_like(p))).sum()
+    h = float(ent / math.log(K))
+    return {"omega_orth_x1e2": omega, "kappa_log": kappa, "h_spec": h}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# ConFIG (method.md 6.6)
+
+
+def per_loss_gradients(losses: Sequence[torch.Tensor], params: List[torch.nn.Parameter]) -> torch.Tensor:
+    """Flattened gradient of each loss w.r.t. ``params`` (zeros where a parameter is unused): (k, P)."""
+    rows = []
+    for i, loss in enumerate(losses):
+        gs = torch.autograd.grad(loss, params, retain_graph=i < len(losses) - 1, allow_unused=True)
+        rows.append(torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1) for p, g in zip(params, gs)]))
+    return torch.stack(rows)
+
+
+def config_direction(grads: torch.Tensor) -> torch.Tensor:
+    """ConFIG conflict-free update (k, P) -> (P,) via ``conflictfree.grad_operator.ConFIG_update`` (least squares,
+    equal weights, projection length): every loss gradient has the same positive cosine with the result."""
+    from conflictfree.grad_operator import ConFIG_update
+
+    return ConFIG_update(grads)
+
+
+def write_gradient(params: List[torch.nn.Parameter], vec: torch.Tensor) -> None:
+    """Write a flat gradient vector (P,) into ``p.grad`` for each parameter, in order."""
+    i = 0
+    for p in params:
+        n = p.numel()
+        p.grad = vec[i : i + n].view_as(p).clone()
+        i += n

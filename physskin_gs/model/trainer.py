@@ -1,0 +1,134 @@
+"""One self-supervised training step and the learning-rate / material-blend schedules (method.md 6).
+
+Shared by ``physskin-gs train`` (many shapes) and the per-object fit (one shape).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, fields
+from typing import Dict, List, Optional
+
+import torch
+
+from physskin_gs.model import losses as L
+from physskin_gs.model.data import TrainShape
+
+
+@dataclass
+class TrainConfig:
+    """Training hyper-parameters (method.md 6; defaults for 2 CPU cores)."""
+
+    steps: int = 20000
+    lr: float = 5e-4
+    lr_min: float = 5e-5
+    warmup_frac: float = 0.01
+    cubature: int = 1000  # points per step (method.md 6.1)
+    transforms: int = 128  # B
+    sigma: float = 0.02  # Z ~ sigma N(0,1), weights in RMS-1 units
+    surface_points: int = 2048  # encoder input
+    smooth: bool = True
+    orth_only_frac: float = 0.0  # first fraction of steps with the orthogonality loss only (fit: 0.1)
+    combine: str = "config"  # 'config' (ConFIG) or 'sum'
+    augment: bool = True
+    seed: int = 0
+
+    @classmethod
+    def from_dict(cls, d: Dict) -> "TrainConfig":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
+
+    def to_dict(self) -> Dict:
+        return asdict(self)
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warm-up over warmup_frac * T, then cosine from lr to lr_min (method.md 6.7)."""
+    T = max(cfg.steps, 1)
+    Tw = max(int(cfg.warmup_frac * T), 1)
+    if step < Tw:
+        return cfg.lr * (step + 1) / Tw
+    t = min((step - Tw) / max(T - Tw, 1), 1.0)
+    r = cfg.lr_min / cfg.lr
+    return cfg.lr * (r + (1 - r) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+def blend_at(step: int, cfg: TrainConfig) -> float:
+    """Linear -> Neo-Hookean blend factor s = step / T (method.md 6.2)."""
+    return min(step / max(cfg.steps, 1), 1.0)
+
+
+def compute_losses(
+    model, shape: TrainShape, cfg: TrainConfig, step: int, g: torch.Generator
+) -> Dict[str, torch.Tensor]:
+    """The three losses on one shape: ``pot`` (Eq. 8), ``orth`` (6.3), ``smooth`` (Eq. 9), plus ``W`` (N, H)."""
+    S = shape.surface.shape[0]
+    if S > cfg.surface_points:
+        surf = shape.surface[torch.randperm(S, generator=g)[: cfg.surface_points]]
+    else:
+        surf = shape.surface
+    X = shape.volume[torch.randint(0, shape.volume.shape[0], (cfg.cubature,), generator=g)]  # [N, 3]
+    cache = model.encode(surf)
+    W, G = L.network_fields(model, cache, X)  # [N, H], [N, H, 3]
+    Z = L.sample_transforms(cfg.transforms, W.shape[1], cfg.sigma, g)
+    out = {
+        "pot": L.elastic_loss(X, W, G, Z, blend=blend_at(step, cfg)),
+        "orth": L.orthogonality_loss(W[:, :-1]),
+        "smooth": L.smoothness_loss(G[:, :-1]),
+        "W": W,
+    }
+    return out
+
+
+def active_losses(cfg: TrainConfig, step: int) -> List[str]:
+    if step < int(cfg.orth_only_frac * cfg.steps):
+        return ["orth"]
+    names = ["pot", "orth"]
+    if cfg.smooth:
+        names.append("smooth")
+    return names
+
+
+def train_step(
+    model,
+    optimizer: torch.optim.Optimizer,
+    shape: TrainShape,
+    cfg: TrainConfig,
+    step: int,
+    g: torch.Generator,
+    world_size: int = 1,
+) -> Dict[str, float]:
+    """One ConFIG step (method.md 6.6): per-loss gradients, (all-reduce across ranks), combine, Adam step.
+
+    Returns floats: losses, lr, blend, the cosine of the update with each loss gradient, H_spec of the batch.
+    """
+    t0 = time.perf_counter()
+    lr = lr_at(step, cfg)
+    for grp in optimizer.param_groups:
+        grp["lr"] = lr
+    params = [p for p in model.parameters() if p.requires_grad]
+    out = compute_losses(model, shape, cfg, step, g)
+    names = active_losses(cfg, step)
+    grads = L.per_loss_gradients([out[n] for n in names], params)  # [k, P]
+    if world_size > 1:
+        import torch.distributed as dist
+
+        dist.all_reduce(grads)
+        grads /= world_size
+    if len(names) == 1:
+        d = grads[0]
+    elif cfg.combine == "config":
+        d = L.config_direction(grads)
+    else:
+        d = grads.sum(0)
+    L.write_gradient(params, d)
+    optimizer.step()
+    rec = {n: float(out[n].detach()) for n in ("pot", "orth", "smooth")}
+    gn = grads.norm(dim=1).clamp_min(1e-30)
+    cos = (grads @ d) / (gn * d.norm().clamp_min(1e-30))
+    for n, c in zip(names, cos.tolist()):
+        rec[f"cos_{n}"] = c
+    rec.update(lr=lr, blend=blend_at(step, cfg), step_s=time.perf_counter() - t0)
+    rec["h_spec"] = L.skinning_metrics(out["W"][:, :-1])["h_spec"]
+    return rec

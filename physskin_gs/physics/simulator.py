@@ -1,0 +1,565 @@
+"""Subspace backward-Euler simulator over skinning handles (PhysSkin Eq. 3; Simplicits; method.md section 9).
+
+State: the handle transforms z (12 H entries, H = m + 1 handles) and their velocity. Everything lives in the
+*simulation frame* (metres, seconds, kg): cubature positions X (n_c, 3), weights W (n_c, H) and weight gradients
+dW/dX (n_c, H, 3) already carry the frame-scale chain rule (``grad_sim W = grad_norm W / s``, method.md 3).
+
+Layout. Internally the coordinates are ordered q[a, h, c] (output axis a, handle h, homogeneous input c), i.e.
+a (3, 4H) matrix Q with ``x_p = X_p + Q phi_p`` where ``phi_p = W_p (x) [X_p; 1]`` (4H,), and
+``F_p = I + Q G_p^T`` with ``G_p[b, (h, c)] = W_ph delta_bc + dW_ph/dX_b X~_pc`` (3, 4H). Then
+B = I_3 (x) phi^T and dvec(F)/dq = I_3 (x) G, so the mass matrix is block diagonal and the elastic Hessian
+``sum_c v_c J_c^T H_c J_c`` is ONE GEMM ``G_all^T [4H, 3 n_c] @ Y [3 n_c, 9 * 4H]`` (method.md 9.2).
+The public handle transforms are Z (H, 3, 4) with ``Z[h, a, c] = q[a, h, c]`` mapped back to the caller's basis.
+
+Handle basis conditioning (documented choice). Learned weight columns can be far from orthogonal, which makes
+the 12H x 12H Newton systems ill-conditioned. By default the simulator replaces W by W T, where T (H, H') whitens
+the columns under the lumped-mass inner product over the cubature points (eigen-decomposition of the Gram
+matrix, directions with eigenvalue < 1e-9 of the largest dropped). The span is unchanged, so the dynamics are the
+same in exact arithmetic (the constant column stays in the span: rigid motion remains exact); transforms are
+mapped back with ``Z_h = sum_j T_hj Z'_j`` so deformers use the original field.
+
+One step (method.md 9.2): minimise
+``E(q) = 1/2 (q - q_t - h qdot_t)^T M (q - q_t - h qdot_t) + h^2 [elastic + gravity + floor + pins + drags]
++ (h beta / 2) (q - q_t)^T K0 (q - q_t)`` (Rayleigh stiffness damping with beta = damping * h, K0 the elastic
+Hessian at rest; rigid motions are not damped) by Newton with the analytic PSD-projected Neo-Hookean Hessian,
+a Cholesky solve (more regularisation on failure) and Armijo backtracking (alpha = 1e-3, t <- 0.3 t, <= 10 tries).
+Stability guard: a step whose result is non-finite, or whose deformation gradients leave a sane range, is
+rejected and redone as two half steps (up to 3 levels); if it still fails, the state is kept and the velocity
+zeroed. The state never becomes NaN.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Dict, Optional
+
+import torch
+
+from physskin_gs.elastic import lame_parameters
+from physskin_gs.errors import OptionError
+from physskin_gs.physics import neohookean as nh
+
+__all__ = ["SubspaceSimulator", "StepStats", "orthonormal_handle_basis", "single_thread"]
+
+
+@contextmanager
+def single_thread():
+    """Run small per-point kernels on one intra-op thread (torch's 2-thread pool is far slower for n ~ 1e3
+    on a shared, oversubscribed CPU). Restores the previous setting."""
+    old = torch.get_num_threads()
+    if old != 1:
+        torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        if old != 1:
+            torch.set_num_threads(old)
+
+
+def orthonormal_handle_basis(W: torch.Tensor, mass: torch.Tensor, rel_tol: float = 1e-9) -> torch.Tensor:
+    """Whitening transform T (H, H') with ``(W T)^T diag(mass) (W T) / sum(mass) = I`` (H' <= H).
+
+    W: (n, H) weights at the cubature points; mass: (n,) lumped masses (kg). Directions of the Gram matrix with
+    eigenvalue below ``rel_tol * max`` (linearly dependent columns) are dropped. float64.
+    """
+    Wd = W.to(torch.float64)
+    m = mass.to(torch.float64)
+    gram = (Wd * m[:, None]).T @ Wd / m.sum()
+    gram = 0.5 * (gram + gram.T)
+    lam, U = torch.linalg.eigh(gram)
+    keep = lam > rel_tol * lam.max().clamp_min(1e-300)
+    return U[:, keep] / lam[keep].sqrt()[None, :]
+
+
+@dataclass
+class StepStats:
+    """Statistics of one :meth:`SubspaceSimulator.step` call (wall-clock ms, Newton iterations summed over
+    substeps, final objective gradient norm, number of rejected (sub)steps, energies in J)."""
+
+    ms: float = 0.0
+    newton_iters: int = 0
+    grad_norm: float = 0.0
+    substeps: int = 1
+    rejected: int = 0
+    energy: Dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"ms": self.ms, "newton_iters": self.newton_iters, "grad_norm": self.grad_norm,
+                "substeps": self.substeps, "rejected": self.rejected, "energy": dict(self.energy)}
+
+
+@dataclass
+class _Spring:
+    idx: torch.Tensor  # (k,) cubature indices
+    target: torch.Tensor  # (k, 3) float64 target positions
+    k: float  # stiffness per unit mass (1/s^2)
+    hess: torch.Tensor  # (4H', 4H') Phi_P^T diag(m k) Phi_P (times 2 applied in use)
+
+
+class SubspaceSimulator:
+    """Reduced-coordinate elastodynamics on skinning handles (see the module docstring).
+
+    Args:
+        points: (n_c, 3) cubature points, simulation frame, metres.
+        weights: (n_c, H) skinning weights (constant handle last, any signs).
+        weight_grads: (n_c, H, 3) dW/dX in the simulation frame (1/m).
+        volume: object volume V in m^3 (mass = density * V, split evenly over the cubature points).
+        E, nu, density: Young's modulus (Pa), Poisson ratio in (-1, 0.5), density (kg/m^3).
+        dt: time step h (s). gravity: |g| in m/s^2, applied along ``-up``. up: (3,) up vector (normalised here).
+        floor_height: floor position along ``up`` (metres, simulation frame) or None for no floor.
+        damping: Rayleigh coefficient c >= 0, beta = c * dt (fraction of velocity removed per step for a mode
+            with omega h = 1; rigid motion is not damped).
+        newton_iters: maximum Newton iterations per step (3-5 recommended).
+        orthonormalize: whiten the handle basis (module docstring).
+        project_psd: project per-point Hessians to PSD (analytic eigensystem); False gives the exact Hessian
+            (used to test against autograd).
+    Raises OptionError for invalid material or shapes.
+    """
+
+    FLOOR_K = 1e5  # penalty stiffness per unit mass, 1/s^2 (penetration ~ g / (2 k) = 0.05 mm)
+    PIN_K = 1e5
+    DRAG_K = 2e3
+    HESS_EPS = 1e-4  # method.md 9.2 regulariser, relative to mean mass (kg)
+
+    def __init__(self, points: torch.Tensor, weights: torch.Tensor, weight_grads: torch.Tensor, volume: float,
+                 E: float = 2e4, nu: float = 0.45, density: float = 100.0, dt: float = 0.03, gravity: float = 9.8,
+                 up=(0.0, 0.0, 1.0), floor_height: Optional[float] = None, damping: float = 0.02,
+                 newton_iters: int = 5, orthonormalize: bool = True, project_psd: bool = True,
+                 tol: float = 1e-7) -> None:
+        if points.ndim != 2 or points.shape[1] != 3:
+            raise OptionError(f"cubature points must be (n, 3), got {tuple(points.shape)}")
+        n = points.shape[0]
+        if weights.shape[0] != n or weight_grads.shape[:2] != weights.shape or weight_grads.shape[2] != 3:
+            raise OptionError(f"weights {tuple(weights.shape)} / grads {tuple(weight_grads.shape)} do not match "
+                              f"{n} cubature points")
+        if not (volume > 0 and math.isfinite(volume)):
+            raise OptionError(f"object volume must be positive and finite, got {volume}")
+        dd = torch.float64
+        self.n = n
+        self.X = points.to(dd)
+        W = torch.nan_to_num(weights.to(dd))
+        dW = torch.nan_to_num(weight_grads.to(dd))
+        self.H_orig = W.shape[1]
+        self.volume = float(volume)
+        self.dt = float(dt)
+        self.newton_iters = int(newton_iters)
+        self.project_psd = project_psd
+        self.tol = tol
+        self._density = float(density)
+        self.set_material(E=E, nu=nu, density=density)
+        if orthonormalize:
+            T = orthonormal_handle_basis(W, torch.ones(n, dtype=dd))
+        else:
+            T = torch.eye(self.H_orig, dtype=dd)
+        self.T = T  # (H, H')
+        W = W @ T
+        dW = torch.einsum("nhb,hj->njb", dW, T)
+        self.H = W.shape[1]
+        self.K4 = 4 * self.H
+        Xh = torch.cat([self.X, torch.ones(n, 1, dtype=dd)], dim=1)  # [n, 4]
+        self.Phi = (W[:, :, None] * Xh[:, None, :]).reshape(n, self.K4)  # [n, 4H]
+        eye34 = torch.zeros(3, 4, dtype=dd)
+        eye34[:, :3] = torch.eye(3, dtype=dd)
+        # G[n, b, h, c] = W[n,h] delta(b,c) + dW[n,h,b] Xh[n,c]
+        G = W[:, None, :, None] * eye34[None, :, None, :] + dW.permute(0, 2, 1)[:, :, :, None] * Xh[:, None, None, :]
+        self.G = G.reshape(n, 3, self.K4).contiguous()  # [n, 3, 4H] float64
+        self.G32 = self.G.float()
+        self.G_all = self.G.reshape(n * 3, self.K4)  # [3n, 4H]
+        self.G_all32T = self.G32.reshape(n * 3, self.K4).T.contiguous()  # [4H, 3n]
+        self.pin = None
+        self.drags = {}
+        self._rebuild_mass()
+        self.up = torch.tensor([0.0, 0.0, 1.0], dtype=dd)
+        self.gravity = float(gravity)
+        self.set_up(up)
+        self.floor_height = floor_height
+        self.damping = float(damping)
+        self.pin: Optional[_Spring] = None
+        self.drags: Dict[int, _Spring] = {}
+        self.set_up(up)
+        self._next_drag = 0
+        self._K0: Optional[torch.Tensor] = None
+        self.reset()
+
+    # ------------------------------------------------------------------------------------------ parameters
+    def set_material(self, E: Optional[float] = None, nu: Optional[float] = None,
+                     density: Optional[float] = None) -> None:
+        """Change Young's modulus E (Pa), Poisson ratio nu, density (kg/m^3) at any time. Raises OptionError."""
+        E = self.E if E is None else float(E)
+        nu = self.nu if nu is None else float(nu)
+        density = self._density if density is None else float(density)
+        try:
+            mu, lam = lame_parameters(E, nu)
+        except ValueError as exc:
+            raise OptionError(str(exc)) from None
+        if not (density > 0 and math.isfinite(density)):
+            raise OptionError(f"density must be positive, got {density}")
+        self.E, self.nu, self.mu, self.lam = E, nu, mu, lam
+        self._density = density
+        self.total_mass = density * self.volume
+        self.m_p = self.total_mass / self.n  # kg per cubature point
+        self.v_p = self.volume / self.n  # m^3 per cubature point
+        self._K0 = None
+        if hasattr(self, "Phi"):
+            self._rebuild_mass()
+
+    @property
+    def density(self) -> float:
+        return self._density
+
+    def _rebuild_mass(self) -> None:
+        self.Mblk = self.m_p * (self.Phi.T @ self.Phi)  # [4H, 4H]; full M = I_3 (x) Mblk
+        self._phi_sum = self.m_p * self.Phi.sum(0)  # [4H]
+        for s in ([self.pin] if self.pin else []) + list(self.drags.values()):
+            P = self.Phi[s.idx]
+            s.hess = self.m_p * s.k * (P.T @ P)
+
+    def set_gravity(self, g: float, direction=None) -> None:
+        """Gravity magnitude g (m/s^2) along ``direction`` (3,) if given, else along -up."""
+        self.gravity = float(g)
+        if direction is not None:
+            d = torch.as_tensor(direction, dtype=torch.float64).reshape(3)
+            d = d / d.norm().clamp_min(1e-30)
+            self.g_vec = self.gravity * d
+        else:
+            self.g_vec = -self.gravity * self.up
+
+    def set_up(self, up) -> None:
+        u = torch.as_tensor(up, dtype=torch.float64).reshape(3)
+        if not torch.isfinite(u).all() or u.norm() == 0:
+            raise OptionError(f"up vector must be non-zero and finite, got {up}")
+        self.up = u / u.norm()
+        self.g_vec = -self.gravity * self.up
+
+    def set_floor(self, height: Optional[float]) -> None:
+        """Floor plane at ``height`` along up (metres, simulation frame), or None to remove it."""
+        self.floor_height = None if height is None else float(height)
+
+    def set_damping(self, c: float) -> None:
+        if not (c >= 0 and math.isfinite(c)):
+            raise OptionError(f"damping must be >= 0, got {c}")
+        self.damping = float(c)
+
+    def _make_spring(self, idx: torch.Tensor, target: Optional[torch.Tensor], k: float) -> _Spring:
+        idx = torch.as_tensor(idx, dtype=torch.long).reshape(-1)
+        if idx.numel() == 0:
+            raise OptionError("a pin or drag must select at least one cubature point")
+        tgt = self.positions()[idx].clone() if target is None else torch.as_tensor(target, dtype=torch.float64).reshape(-1, 3).clone()
+        P = self.Phi[idx]
+        return _Spring(idx=idx, target=tgt, k=float(k), hess=self.m_p * float(k) * (P.T @ P))
+
+    def set_pins(self, idx: Optional[torch.Tensor], targets: Optional[torch.Tensor] = None) -> None:
+        """Pin cubature points ``idx`` to ``targets`` (k, 3) (default: their rest positions); None removes pins."""
+        if idx is None:
+            self.pin = None
+            return
+        if targets is None:
+            targets = self.X[torch.as_tensor(idx, dtype=torch.long)]
+        self.pin = self._make_spring(idx, targets, self.PIN_K)
+
+    def add_drag(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None, k: Optional[float] = None) -> int:
+        """Start a drag spring on cubature points ``idx`` (targets default to their current positions). Returns id."""
+        s = self._make_spring(idx, targets, self.DRAG_K if k is None else k)
+        did = self._next_drag
+        self._next_drag += 1
+        self.drags[did] = s
+        return did
+
+    def update_drag(self, drag_id: int, targets: torch.Tensor) -> None:
+        """Move the targets (k, 3) of drag ``drag_id`` (simulation frame). Raises OptionError for an unknown id."""
+        if drag_id not in self.drags:
+            raise OptionError(f"unknown drag id {drag_id}")
+        t = torch.as_tensor(targets, dtype=torch.float64).reshape(-1, 3)
+        if t.shape[0] not in (1, self.drags[drag_id].idx.numel()):
+            raise OptionError("drag targets must have one row per selected point")
+        if torch.isfinite(t).all():
+            self.drags[drag_id].target = t.expand(self.drags[drag_id].idx.numel(), 3).clone()
+
+    def remove_drag(self, drag_id: int) -> None:
+        self.drags.pop(drag_id, None)
+
+    # ------------------------------------------------------------------------------------------ state
+    def reset(self) -> None:
+        """Back to rest (q = 0) with zero velocity."""
+        self.q = torch.zeros(3, self.K4, dtype=torch.float64)
+        self.qdot = torch.zeros_like(self.q)
+        self.time = 0.0
+
+    def positions(self, q: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """(n_c, 3) current cubature positions x = X + B z (metres)."""
+        q = self.q if q is None else q
+        return self.X + self.Phi @ q.T
+
+    def deformation_gradients(self, q: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """(n_c, 3, 3) F at the cubature points (F = I + J z, method.md 3)."""
+        q = self.q if q is None else q
+        Ft = (self.G_all @ q.T).reshape(self.n, 3, 3)  # [n, b, a] = (F - I)^T
+        return Ft.transpose(1, 2) + torch.eye(3, dtype=q.dtype)
+
+    def handle_transforms(self, q: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """(H, 3, 4) float64 handle transforms Z in the caller's (un-whitened) basis, simulation frame."""
+        q = self.q if q is None else q
+        Zp = q.reshape(3, self.H, 4).permute(1, 0, 2)  # [H', 3, 4]
+        return torch.einsum("hj,jac->hac", self.T, Zp)
+
+    # ------------------------------------------------------------------------------------------ energies
+    def _potential(self, q: torch.Tensor) -> Dict[str, torch.Tensor]:
+        x = self.positions(q)
+        F = self.deformation_gradients(q)
+        out = {
+            "elastic": self.v_p * nh.energy_density(F, self.mu, self.lam).sum(),
+            "gravity": -self.m_p * (x @ self.g_vec).sum(),
+        }
+        if self.floor_height is not None:
+            d = (x @ self.up - self.floor_height).clamp_max(0.0)
+            out["floor"] = self.m_p * self.FLOOR_K * (d * d).sum()
+        for name, s in ([("pin", self.pin)] if self.pin else []) + [(f"drag{k}", v) for k, v in self.drags.items()]:
+            r = x[s.idx] - s.target
+            out[name] = out.get(name, 0.0) + self.m_p * s.k * (r * r).sum()
+        return out
+
+    def kinetic_energy(self) -> float:
+        """1/2 qdot^T M qdot (J)."""
+        return float(0.5 * (self.qdot * (self.qdot @ self.Mblk)).sum())
+
+    def energies(self) -> Dict[str, float]:
+        """Kinetic, elastic, gravity (relative to rest), penalty energies and their total, in J."""
+        pe = {k: float(v) for k, v in self._potential(self.q).items()}
+        pe["kinetic"] = self.kinetic_energy()
+        pe["total"] = sum(pe.values())
+        return pe
+
+    def _rest_stiffness(self) -> torch.Tensor:
+        if self._K0 is None:
+            F0 = torch.eye(3, dtype=torch.float64).expand(self.n, 3, 3)
+            self._K0 = self._assemble(nh.hessian(F0.contiguous(), self.mu, self.lam) * self.v_p)
+        return self._K0
+
+    def _assemble(self, Hc: torch.Tensor) -> torch.Tensor:
+        """sum_c J_c^T Hc_c J_c for per-point (n, 9, 9) Hessians (volume weights included) -> (12H', 12H') in
+        q order, float64. One bmm for Y and one GEMM G_all^T Y (module docstring)."""
+        n, K4 = self.n, self.K4
+        H5 = Hc.to(torch.float32).reshape(n, 3, 3, 3, 3)  # [n, a, b, a', b']
+        Hb = H5.permute(0, 2, 1, 3, 4).reshape(n, 27, 3)  # [n, (b, a, a'), b']
+        Y = torch.bmm(Hb, self.G32)  # [n, 27, 4H] = [n, b, (a a'), k']
+        R = self.G_all32T @ Y.reshape(n * 3, 9 * K4)  # [4H, (a a' k')]
+        R = R.reshape(K4, 3, 3, K4).permute(1, 0, 2, 3).reshape(3 * K4, 3 * K4)
+        R = R.to(torch.float64)
+        return 0.5 * (R + R.T)
+
+    def _objective(self, q, q_pred, q_prev, beta_h, with_derivs: bool):
+        """Backward-Euler objective E(q) (method.md 9.2), optionally with gradient (3, 4H) and Hessian."""
+        dq = q - q_pred
+        inert = 0.5 * (dq * (dq @ self.Mblk)).sum()
+        h2 = self.dt * self.dt
+        x = self.positions(q)
+        F = self.deformation_gradients(q)
+        with single_thread():
+            psi = nh.energy_density(F, self.mu, self.lam)
+        pe = self.v_p * psi.sum() - self.m_p * (x @ self.g_vec).sum()
+        d = None
+        if self.floor_height is not None:
+            d = (x @ self.up - self.floor_height).clamp_max(0.0)
+            pe = pe + self.m_p * self.FLOOR_K * (d * d).sum()
+        springs = ([self.pin] if self.pin else []) + list(self.drags.values())
+        for s in springs:
+            r = x[s.idx] - s.target
+            pe = pe + self.m_p * s.k * (r * r).sum()
+        damp = 0.0
+        if beta_h > 0:
+            K0 = self._rest_stiffness()
+            v = (q - q_prev).reshape(-1)
+            damp = 0.5 * beta_h * (v @ (K0 @ v))
+        Eval = inert + h2 * pe + damp
+        if not with_derivs:
+            return Eval
+        # gradient
+        with single_thread():
+            P = nh.first_piola(F, self.mu, self.lam)  # [n, 3, 3] (a, b)
+        gq = dq @ self.Mblk  # [3, 4H]
+        # elastic: dE/dQ[a, k] = v sum_c sum_b P[c, a, b] G[c, b, k]
+        g_el = self.v_p * (P.permute(1, 0, 2).reshape(3, self.n * 3) @ self.G_all)
+        f_ext = torch.zeros(3, self.n, dtype=torch.float64)  # d(penalties)/dx, transposed
+        f_ext -= self.m_p * self.g_vec[:, None]
+        if d is not None:
+            f_ext += 2.0 * self.m_p * self.FLOOR_K * self.up[:, None] * d[None, :]
+        for s in springs:
+            r = x[s.idx] - s.target
+            f_ext.index_add_(1, s.idx, (2.0 * self.m_p * s.k) * r.T)
+        g_pe = g_el + f_ext @ self.Phi
+        grad = gq + h2 * g_pe
+        # Hessian
+        with single_thread():
+            if self.project_psd:
+                Hc = nh.projected_hessian(F, self.mu, self.lam)
+            else:
+                Hc = nh.hessian(F, self.mu, self.lam)
+        Hel = self._assemble(Hc * self.v_p)
+        K4 = self.K4
+        Hmat = h2 * Hel
+        blk = self.Mblk.clone()
+        for s in springs:
+            blk += h2 * 2.0 * s.hess
+        for a in range(3):
+            Hmat[a * K4:(a + 1) * K4, a * K4:(a + 1) * K4] += blk
+        if d is not None:
+            act = d < 0
+            if act.any():
+                Pa = self.Phi[act]
+                Hf = (2.0 * self.m_p * self.FLOOR_K * h2) * torch.kron(torch.outer(self.up, self.up), Pa.T @ Pa)
+                Hmat += Hf
+        if beta_h > 0:
+            K0 = self._rest_stiffness()
+            grad = grad + beta_h * (K0 @ (q - q_prev).reshape(-1)).reshape(3, K4)
+            Hmat = Hmat + beta_h * K0
+        return Eval, grad, Hmat
+
+    # ------------------------------------------------------------------------------------------ stepping
+    def _newton(self, q0: torch.Tensor, qdot0: torch.Tensor, h: float):
+        """One backward-Euler step of size h from (q0, qdot0). Returns (q, iters, grad_norm, ok)."""
+        old_dt = self.dt
+        self.dt = h
+        try:
+            q_pred = q0 + h * qdot0
+            beta_h = self.damping * h * h  # beta = c * h, times h from the potential form
+            q = q_pred.clone()
+            eps = self.HESS_EPS * self.m_p * self.n
+            gnorm = float("inf")
+            iters = 0
+            for it in range(self.newton_iters):
+                Eval, grad, Hm = self._objective(q, q_pred, q0, beta_h, True)
+                gnorm = float(grad.norm())
+                if not math.isfinite(gnorm) or not torch.isfinite(Hm).all():
+                    return q, iters, gnorm, False
+                iters = it + 1
+                g = grad.reshape(-1)
+                reg = eps
+                eye = torch.eye(Hm.shape[0], dtype=Hm.dtype)
+                for _ in range(6):
+                    L, info = torch.linalg.cholesky_ex(Hm + reg * eye)
+                    if int(info) == 0:
+                        break
+                    reg *= 100.0
+                else:
+                    return q, iters, gnorm, False
+                delta = -torch.cholesky_solve(g[:, None], L)[:, 0]
+                slope = float(g @ delta)
+                if -slope < self.tol * self.tol * max(1.0, self.m_p * self.n):
+                    break
+                t = 1.0
+                E0 = float(Eval)
+                D = delta.reshape(3, self.K4)
+                accepted = False
+                for _ in range(10):
+                    qn = q + t * D
+                    En = float(self._objective(qn, q_pred, q0, beta_h, False))
+                    if math.isfinite(En) and En <= E0 + 1e-3 * t * slope:
+                        accepted = True
+                        break
+                    t *= 0.3
+                if not accepted:
+                    break
+                q = qn
+            return q, iters, gnorm, bool(torch.isfinite(q).all())
+        finally:
+            self.dt = old_dt
+
+    def _sane(self, q: torch.Tensor) -> bool:
+        if not torch.isfinite(q).all():
+            return False
+        F = self.deformation_gradients(q)
+        # bounded handle transforms: singular values of F within a generous range, displacement bounded
+        fro = F.reshape(self.n, 9).norm(dim=1)
+        if not torch.isfinite(fro).all() or float(fro.max()) > 50.0:
+            return False
+        return True
+
+    def _advance(self, h: float, depth: int, stats: StepStats) -> bool:
+        q, iters, gnorm, ok = self._newton(self.q, self.qdot, h)
+        stats.newton_iters += iters
+        stats.grad_norm = gnorm
+        if ok and self._sane(q):
+            self.qdot = (q - self.q) / h
+            self.q = q
+            self.time += h
+            return True
+        stats.rejected += 1
+        if depth >= 3:
+            return False
+        stats.substeps += 1
+        return self._advance(0.5 * h, depth + 1, stats) and self._advance(0.5 * h, depth + 1, stats)
+
+    def step(self, n: int = 1) -> StepStats:
+        """Advance n steps of size dt. Returns StepStats (wall-clock ms for all n steps). Never produces NaN:
+        a failed step is retried as half steps; if that fails too the velocity is zeroed."""
+        stats = StepStats()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            q_save, qd_save = self.q.clone(), self.qdot.clone()
+            if not self._advance(self.dt, 0, stats):
+                self.q, self.qdot = q_save, torch.zeros_like(qd_save)
+                self.time += self.dt
+        stats.ms = (time.perf_counter() - t0) * 1e3
+        return stats
+
+    # ------------------------------------------------------------------------------------------ reference
+    def objective_autograd(self, q: torch.Tensor, q_pred: torch.Tensor, q_prev: torch.Tensor, beta_h: float):
+        """Plain reference: the same objective value from generic torch ops (elastic energy through
+        :func:`physskin_gs.elastic.neohookean_energy_density`), for autograd gradient/Hessian checks."""
+        from physskin_gs.elastic import neohookean_energy_density
+        from physskin_gs.lbs import deformation_gradient, lbs_points
+
+        Zp = q.reshape(3, self.H, 4).permute(1, 0, 2)
+        W = self.Phi.reshape(self.n, self.H, 4)[:, :, 3]
+        dW = self.G.reshape(self.n, 3, self.H, 4)[:, :, :, 3].permute(0, 2, 1)
+        x = lbs_points(self.X, W, Zp)
+        F = deformation_gradient(self.X, W, dW, Zp)
+        dq = q - q_pred
+        inert = 0.5 * (dq * (dq @ self.Mblk)).sum()
+        pe = self.v_p * neohookean_energy_density(F, self.mu, self.lam).sum() - self.m_p * (x @ self.g_vec).sum()
+        if self.floor_height is not None:
+            d = (x @ self.up - self.floor_height).clamp_max(0.0)
+            pe = pe + self.m_p * self.FLOOR_K * (d * d).sum()
+        for s in ([self.pin] if self.pin else []) + list(self.drags.values()):
+            r = x[s.idx] - s.target
+            pe = pe + self.m_p * s.k * (r * r).sum()
+        E = inert + self.dt ** 2 * pe
+        if beta_h > 0:
+            v = (q - q_prev).reshape(-1)
+            E = E + 0.5 * beta_h * (v @ (self._rest_stiffness() @ v))
+        return E
+
+    def newton_step_autograd(self) -> None:
+        """Reference step: the same Newton/line-search loop with the Hessian from autograd (torch.func.hessian)
+        of :meth:`objective_autograd` and no per-point projection. Slow; for benchmarks and tests only."""
+        h = self.dt
+        q0, qd0 = self.q, self.qdot
+        q_pred = q0 + h * qd0
+        beta_h = self.damping * h * h
+        q = q_pred.clone()
+        eps = self.HESS_EPS * self.m_p * self.n
+        f = lambda v: self.objective_autograd(v.reshape(3, self.K4), q_pred, q0, beta_h)  # noqa: E731
+        for _ in range(self.newton_iters):
+            v = q.reshape(-1)
+            g = torch.func.grad(f)(v)
+            Hm = torch.func.hessian(f)(v)
+            eye = torch.eye(Hm.shape[0], dtype=Hm.dtype)
+            L, info = torch.linalg.cholesky_ex(Hm + eps * eye)
+            if int(info) != 0:
+                L, info = torch.linalg.cholesky_ex(Hm + 1e3 * eps * eye)
+            delta = -torch.cholesky_solve(g[:, None], L)[:, 0]
+            slope = float(g @ delta)
+            if -slope < self.tol * self.tol * max(1.0, self.m_p * self.n):
+                break
+            t, E0 = 1.0, float(f(v))
+            for _ in range(10):
+                if float(f(v + t * delta)) <= E0 + 1e-3 * t * slope:
+                    break
+                t *= 0.3
+            q = (v + t * delta).reshape(3, self.K4)
+        self.qdot = (q - q0) / h
+        self.q = q
+        self.time += h

@@ -1,0 +1,470 @@
+"""Gaussian splatting rasterisation: gsplat on CUDA, our own pure-torch EWA splatting on CPU.
+
+Public entry point: :func:`rasterize`. It takes full 3x3 covariances (deformed Gaussians carry
+``Sigma' = F Sigma F^T``, method.md section 10) and either per-Gaussian colours or SH coefficients.
+
+The torch backend reproduces gsplat 1.5.3's forward semantics (rendering.md section 2):
+
+* EWA projection ``cov2d = J W Sigma W^T J^T + eps2d I`` with eps2d = 0.3 px (the low-pass filter),
+  J evaluated at the camera-space mean with tx/tz, ty/tz clamped 30 % of the half-fov beyond the
+  image border, ``radius = ceil(3.33 sqrt(diag cov2d))``; Gaussians with det <= 0, depth outside
+  (near, far) or an off-screen box are culled.
+* Per pixel, Gaussians in increasing depth: ``sigma = 0.5 (a dx^2 + c dy^2) + b dx dy`` (conic
+  a, b, c = inverse cov2d), ``alpha = min(0.999, o exp(-sigma))``; skipped if sigma < 0 or
+  alpha < 1/255; compositing stops (exclusively) at the first Gaussian whose next transmittance
+  ``T (1 - alpha)`` would be <= 1e-4. Pixel centres are at integer + 0.5.
+
+Fast path (:func:`rasterize_tiles`): Gaussians are depth-sorted once, binned to ts x ts pixel tiles
+(a stable sort of (Gaussian, tile) intersections by tile keeps depth order), and evaluated densely
+as a [rows, ts*ts] block per chunk of intersections. Front-to-back compositing becomes a segmented
+cumulative sum of log(1 - alpha) in float64 along each tile's list, with the per-pixel
+log-transmittance carried between chunks, so the result does not depend on the chunk size.
+Reference (:func:`rasterize_pairs_reference`): the straightforward (Gaussian, pixel) pair version,
+stable-sorted by pixel; kept as the baseline and as a test oracle.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple, Optional
+
+import torch
+
+from physskin_gs.errors import OptionError
+from physskin_gs.render.cameras import camera_center, validate_camera
+from physskin_gs.render.sh import sh_degree_from_coeffs, sh_to_rgb
+
+#: gsplat's constants (RasterizeToPixels3DGSFwd.cu in gsplat 1.5.3).
+ALPHA_MIN = 1.0 / 255.0
+ALPHA_MAX = 0.999
+T_STOP = 1e-4
+EPS2D = 0.3
+RADIUS_SIGMA = 3.33
+NEAR_PLANE = 0.01
+FAR_PLANE = 1e10
+
+_LOG_T_STOP = math.log(T_STOP)
+
+
+class RenderOutput(NamedTuple):
+    """Result of :func:`rasterize`.
+
+    rgb: (H, W, C) float32 composited colour (background blended in if given).
+    alpha: (H, W, 1) float32 accumulated opacity ``1 - T_final``.
+    depth: (H, W, 1) float32 expected camera-space depth ``sum w z / sum w`` (0 where alpha = 0).
+    """
+
+    rgb: torch.Tensor
+    alpha: torch.Tensor
+    depth: torch.Tensor
+
+
+class Projection(NamedTuple):
+    """Per-Gaussian screen-space data, for all N inputs (culled ones have radii 0).
+
+    radii: (N, 2) int32 pixel half-extents of the 3.33 sigma box; (0, 0) means culled.
+    means2d: (N, 2) pixel coordinates of the projected centres.
+    depths: (N,) camera-space z.
+    conics: (N, 3) (a, b, c): inverse 2D covariance [[a, b], [b, c]].
+    """
+
+    radii: torch.Tensor
+    means2d: torch.Tensor
+    depths: torch.Tensor
+    conics: torch.Tensor
+
+
+# ------------------------------------------------------------------------------------------------
+# projection
+# ------------------------------------------------------------------------------------------------
+
+
+def project_gaussians(
+    means: torch.Tensor,
+    covars: torch.Tensor,
+    viewmat: torch.Tensor,
+    K: torch.Tensor,
+    width: int,
+    height: int,
+    eps2d: float = EPS2D,
+    near_plane: float = NEAR_PLANE,
+    far_plane: float = FAR_PLANE,
+) -> Projection:
+    """EWA projection of 3D Gaussians to the image (Zwicker et al. 2002; gsplat's pinhole model).
+
+    Args:
+        means: (N, 3) world-space centres. covars: (N, 3, 3) world-space covariances.
+        viewmat: (4, 4) world-to-camera, OpenCV. K: (3, 3) intrinsics in pixels. width, height: pixels.
+        eps2d: low-pass variance added to the 2D covariance (pixels^2).
+    Returns:
+        :class:`Projection`, in the dtype of ``means``; matches gsplat's ``_fully_fused_projection``.
+    """
+    dt = means.dtype
+    Rv = viewmat[:3, :3].to(dt)
+    tv = viewmat[:3, 3].to(dt)
+    p = means @ Rv.T + tv  # [N, 3] camera space
+    tx, ty, tz = p.unbind(-1)
+    fx, fy, cx, cy = (K[0, 0].to(dt), K[1, 1].to(dt), K[0, 2].to(dt), K[1, 2].to(dt))
+    tan_x = 0.5 * width / fx
+    tan_y = 0.5 * height / fy
+    lim_xp = (width - cx) / fx + 0.3 * tan_x
+    lim_xn = cx / fx + 0.3 * tan_x
+    lim_yp = (height - cy) / fy + 0.3 * tan_y
+    lim_yn = cy / fy + 0.3 * tan_y
+    tzs = torch.where(tz == 0, torch.full_like(tz, 1e-12), tz)
+    u = torch.minimum(torch.maximum(tx / tzs, -lim_xn), lim_xp)  # clamped tx / tz
+    v = torch.minimum(torch.maximum(ty / tzs, -lim_yn), lim_yp)
+    inv_z = 1.0 / tzs
+    zero = torch.zeros_like(tz)
+    # J = [[fx/z, 0, -fx u/z], [0, fy/z, -fy v/z]]; T = J Rv maps world offsets to pixels  [N, 2, 3]
+    J = torch.stack([fx * inv_z, zero, -fx * u * inv_z, zero, fy * inv_z, -fy * v * inv_z], -1).reshape(-1, 2, 3)
+    T = J @ Rv
+    cov2d = T @ covars.to(dt) @ T.transpose(1, 2)  # [N, 2, 2]
+    c00 = cov2d[:, 0, 0] + eps2d
+    c11 = cov2d[:, 1, 1] + eps2d
+    c01 = 0.5 * (cov2d[:, 0, 1] + cov2d[:, 1, 0])
+    det = c00 * c11 - c01 * c01
+    detc = det.clamp_min(1e-10)
+    conics = torch.stack([c11 / detc, -c01 / detc, c00 / detc], -1)  # [N, 3]
+    means2d = torch.stack([fx * tx * inv_z + cx, fy * ty * inv_z + cy], -1)  # [N, 2]
+    radius = torch.stack(
+        [torch.ceil(RADIUS_SIGMA * torch.sqrt(c00.clamp_min(0))), torch.ceil(RADIUS_SIGMA * torch.sqrt(c11.clamp_min(0)))], -1
+    )
+    valid = (det > 0) & (tz > near_plane) & (tz < far_plane)
+    inside = (
+        (means2d[:, 0] + radius[:, 0] > 0)
+        & (means2d[:, 0] - radius[:, 0] < width)
+        & (means2d[:, 1] + radius[:, 1] > 0)
+        & (means2d[:, 1] - radius[:, 1] < height)
+    )
+    keep = valid & inside & torch.isfinite(means2d).all(-1) & torch.isfinite(conics).all(-1)
+    radius = torch.where(keep[:, None], radius, torch.zeros_like(radius))
+    return Projection(radius.int(), means2d, tz, conics)
+
+
+# ------------------------------------------------------------------------------------------------
+# compositing kernels (torch)
+# ------------------------------------------------------------------------------------------------
+
+
+def _visible_sorted(proj: Projection):
+    """Indices of visible Gaussians sorted by depth (stable), as int64 (M,)."""
+    vis = torch.nonzero((proj.radii > 0).all(-1), as_tuple=False).squeeze(1)
+    order = torch.sort(proj.depths[vis], stable=True).indices
+    return vis[order]
+
+
+def rasterize_tiles(
+    means2d: torch.Tensor,
+    conics: torch.Tensor,
+    opacities: torch.Tensor,
+    radii: torch.Tensor,
+    depths: torch.Tensor,
+    features: torch.Tensor,
+    width: int,
+    height: int,
+    tile_size: int = 8,
+    max_evals: int = 1 << 22,
+) -> torch.Tensor:
+    """Tile-binned front-to-back compositing (fast path); see the module docstring.
+
+    Args:
+        means2d: (N, 2) float32 pixels. conics: (N, 3). opacities: (N,) in [0, 1].
+        radii: (N, 2) int; (0, 0) = culled. depths: (N,) sort keys (camera z).
+        features: (N, D) float32 per-Gaussian values to composite (colour, depth, ...).
+        width, height: image size. tile_size: tile side in pixels.
+        max_evals: bound on (intersection, pixel) evaluations per chunk (memory ~ 40 B each).
+    Returns:
+        (H, W, D + 1) float32: composited features and, last, the accumulated alpha.
+    """
+    dev = means2d.device
+    D = features.shape[1]
+    ts = int(tile_size)
+    P = ts * ts
+    tw, th = (width + ts - 1) // ts, (height + ts - 1) // ts
+    n_tiles = tw * th
+    out = torch.zeros(n_tiles, P, D + 1, dtype=torch.float32, device=dev)
+    ids = _visible_sorted(Projection(radii, means2d, depths, conics))
+    if ids.numel() > 0:
+        m2 = means2d[ids].float()
+        r = radii[ids].float()
+        # tiles whose pixel centres (i + 0.5) may fall in [m - r, m + r]
+        x0 = torch.floor((m2[:, 0] - r[:, 0] - 0.5) / ts).clamp(0, tw).long()
+        x1 = (torch.floor((m2[:, 0] + r[:, 0] - 0.5) / ts) + 1).clamp(0, tw).long()
+        y0 = torch.floor((m2[:, 1] - r[:, 1] - 0.5) / ts).clamp(0, th).long()
+        y1 = (torch.floor((m2[:, 1] + r[:, 1] - 0.5) / ts) + 1).clamp(0, th).long()
+        nx = (x1 - x0).clamp_min(0)
+        ny = (y1 - y0).clamp_min(0)
+        counts = nx * ny  # [M]
+        total = int(counts.sum())
+        if total > 0:
+            rank = torch.repeat_interleave(torch.arange(ids.numel(), device=dev), counts)  # [I] depth rank
+            starts = torch.cumsum(counts, 0) - counts
+            local = torch.arange(total, device=dev) - starts[rank]
+            nxr = nx[rank]
+            tile = (y0[rank] + local // nxr) * tw + (x0[rank] + local % nxr)  # [I]
+            tile, order = torch.sort(tile, stable=True)  # by tile, depth order kept within a tile
+            rank = rank[order]
+            del local, nxr, order, starts
+            _composite_tiles(
+                out, tile, rank, m2, conics[ids].float(), opacities[ids].float(), features[ids].float(),
+                ts, tw, max(1, int(max_evals) // P),
+            )
+    img = out.reshape(th, tw, ts, ts, D + 1).permute(0, 2, 1, 3, 4).reshape(th * ts, tw * ts, D + 1)
+    return img[:height, :width].contiguous()
+
+
+def _composite_tiles(out, tile, rank, m2, conics, opac, feats, ts, tw, rows_per_chunk) -> None:
+    """Composite intersections (sorted by tile, then depth) into ``out`` [n_tiles, P, D+1] in chunks."""
+    dev = out.device
+    P = ts * ts
+    lin = torch.arange(P, device=dev)
+    lx = (lin % ts).float()  # [P]
+    ly = (lin // ts).float()
+    carry = torch.zeros(out.shape[0], P, dtype=torch.float64, device=dev)  # log T per tile pixel
+    n = tile.numel()
+    for r0 in range(0, n, rows_per_chunk):
+        r1 = min(n, r0 + rows_per_chunk)
+        t = tile[r0:r1]
+        g = rank[r0:r1]
+        ox = (t % tw).float() * ts + 0.5 - m2[g, 0]  # [R]
+        oy = (t // tw).float() * ts + 0.5 - m2[g, 1]
+        cg = conics[g]
+        dx = ox[:, None] + lx[None, :]  # [R, P]
+        dy = oy[:, None] + ly[None, :]
+        sigma = (0.5 * cg[:, 0:1]) * dx * dx
+        sigma += (0.5 * cg[:, 2:3]) * dy * dy
+        sigma += cg[:, 1:2] * dx * dy
+        del dx, dy
+        alpha = (opac[g][:, None] * torch.exp(-sigma)).clamp_max_(ALPHA_MAX)
+        valid = (sigma >= 0) & (alpha >= ALPHA_MIN)
+        del sigma
+        alpha = torch.where(valid, alpha, torch.zeros((), device=dev))
+        la = torch.log1p(-alpha).double()  # [R, P] log(1 - alpha), 0 where skipped
+        cs = torch.cumsum(la, 0)
+        # segments = runs of equal tile within the chunk
+        seg_tiles, seg_counts = torch.unique_consecutive(t, return_counts=True)
+        seg_first = torch.cumsum(seg_counts, 0) - seg_counts
+        seg_id = torch.repeat_interleave(torch.arange(seg_tiles.numel(), device=dev), seg_counts)
+        # incl = carry_in + (cs - cs_before_segment)
+        offset = carry[seg_tiles] - (cs[seg_first] - la[seg_first])  # [S, P]
+        incl = cs + offset[seg_id]  # [R, P] inclusive log T after this Gaussian
+        seg_last = seg_first + seg_counts - 1
+        carry[seg_tiles] = incl[seg_last]
+        del cs, offset
+        keep = valid & (incl > _LOG_T_STOP)
+        w = torch.exp(incl - la).float() * alpha  # alpha * T_exclusive
+        w = torch.where(keep, w, torch.zeros((), device=dev))
+        del incl, la, alpha, keep, valid
+        f = feats[g]  # [R, D]
+        contrib = torch.cat([w[:, :, None] * f[:, None, :], w[:, :, None]], dim=2)  # [R, P, D+1]
+        out.index_add_(0, t, contrib)
+
+
+def rasterize_pairs_reference(
+    means2d: torch.Tensor,
+    conics: torch.Tensor,
+    opacities: torch.Tensor,
+    radii: torch.Tensor,
+    depths: torch.Tensor,
+    features: torch.Tensor,
+    width: int,
+    height: int,
+    max_pairs: int = 1 << 20,
+) -> torch.Tensor:
+    """Straightforward reference compositing over (Gaussian, pixel) pairs (rendering.md section 2).
+
+    Enumerates every pixel of each visible Gaussian's radius box in depth order, drops pairs with
+    sigma < 0 or alpha < 1/255, stable-sorts by pixel and composites with a segmented exclusive
+    cumulative sum of log(1 - alpha) in float64, carrying log T per pixel across chunks. Same
+    arguments and output as :func:`rasterize_tiles`; slower (the sort over pairs dominates).
+    """
+    dev = means2d.device
+    D = features.shape[1]
+    npix = width * height
+    out = torch.zeros(npix, D + 1, dtype=torch.float32, device=dev)
+    logT = torch.zeros(npix, dtype=torch.float64, device=dev)
+    ids = _visible_sorted(Projection(radii, means2d, depths, conics))
+    if ids.numel() == 0:
+        return out.reshape(height, width, D + 1)
+    m2 = means2d[ids].float()
+    r = radii[ids].long()
+    con = conics[ids].float()
+    op = opacities[ids].float()
+    ft = features[ids].float()
+    # pixel index box: centres i + 0.5 within [m - r, m + r]
+    x0 = torch.ceil(m2[:, 0] - r[:, 0] - 0.5).clamp(0, width).long()
+    x1 = (torch.floor(m2[:, 0] + r[:, 0] - 0.5) + 1).clamp(0, width).long()
+    y0 = torch.ceil(m2[:, 1] - r[:, 1] - 0.5).clamp(0, height).long()
+    y1 = (torch.floor(m2[:, 1] + r[:, 1] - 0.5) + 1).clamp(0, height).long()
+    nx = (x1 - x0).clamp_min(0)
+    counts = nx * (y1 - y0).clamp_min(0)
+    csum = torch.cumsum(counts, 0)
+    total = int(csum[-1])
+    start = 0
+    while start < total:
+        # chunk boundary at a whole number of Gaussians (at least one)
+        g_lo = int(torch.searchsorted(csum, torch.tensor(start, device=dev), right=True))
+        g_hi = int(torch.searchsorted(csum, torch.tensor(start + max_pairs, device=dev), right=True))
+        g_hi = max(g_hi, g_lo + 1)
+        cnt = counts[g_lo:g_hi]
+        n = int(cnt.sum())
+        g = torch.repeat_interleave(torch.arange(g_lo, g_hi, device=dev), cnt)
+        local = torch.arange(n, device=dev) - (torch.cumsum(cnt, 0) - cnt)[g - g_lo]
+        px = x0[g] + local % nx[g]
+        py = y0[g] + local // nx[g]
+        dx = px.float() + 0.5 - m2[g, 0]
+        dy = py.float() + 0.5 - m2[g, 1]
+        c = con[g]
+        sigma = 0.5 * (c[:, 0] * dx * dx + c[:, 2] * dy * dy) + c[:, 1] * dx * dy
+        alpha = (op[g] * torch.exp(-sigma)).clamp_max(ALPHA_MAX)
+        ok = (sigma >= 0) & (alpha >= ALPHA_MIN)
+        g, alpha, pix = g[ok], alpha[ok], (py * width + px)[ok]
+        pix, order = torch.sort(pix, stable=True)
+        g, alpha = g[order], alpha[order]
+        la = torch.log1p(-alpha).double()
+        cs = torch.cumsum(la, 0)
+        upix, ucnt = torch.unique_consecutive(pix, return_counts=True)
+        first = torch.cumsum(ucnt, 0) - ucnt
+        seg = torch.repeat_interleave(torch.arange(upix.numel(), device=dev), ucnt)
+        incl = cs + (logT[upix] - (cs[first] - la[first]))[seg]
+        logT[upix] = incl[first + ucnt - 1]
+        w = (torch.exp(incl - la).float() * alpha) * (incl > _LOG_T_STOP)
+        out.index_add_(0, pix, torch.cat([w[:, None] * ft[g], w[:, None]], 1))
+        start = int(csum[g_hi - 1])
+    return out.reshape(height, width, D + 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# public entry point
+# ------------------------------------------------------------------------------------------------
+
+
+def _check_inputs(means, covars, opacities, colors, view_rotations):
+    if not isinstance(means, torch.Tensor) or means.ndim != 2 or means.shape[1] != 3:
+        raise OptionError(f"means must be an (N, 3) tensor, got {tuple(getattr(means, 'shape', ()))}")
+    n = means.shape[0]
+    if not isinstance(covars, torch.Tensor) or tuple(covars.shape) != (n, 3, 3):
+        raise OptionError(f"covars must be ({n}, 3, 3), got {tuple(getattr(covars, 'shape', ()))}")
+    if not isinstance(opacities, torch.Tensor) or tuple(opacities.shape) != (n,):
+        raise OptionError(f"opacities must be ({n},), got {tuple(getattr(opacities, 'shape', ()))}")
+    if not isinstance(colors, torch.Tensor) or colors.shape[0] != n or colors.ndim not in (2, 3):
+        raise OptionError(f"colors must be ({n}, C) colours or ({n}, K+1, 3) SH, got {tuple(getattr(colors, 'shape', ()))}")
+    if colors.ndim == 3:
+        if colors.shape[2] != 3:
+            raise OptionError(f"SH coefficients must be ({n}, K+1, 3), got {tuple(colors.shape)}")
+        sh_degree_from_coeffs(colors.shape[1])
+    if view_rotations is not None and tuple(view_rotations.shape) != (n, 3, 3):
+        raise OptionError(f"view_rotations must be ({n}, 3, 3), got {tuple(view_rotations.shape)}")
+
+
+def gaussian_colors(
+    means: torch.Tensor,
+    colors: torch.Tensor,
+    viewmat: torch.Tensor,
+    view_rotations: Optional[torch.Tensor] = None,
+) -> torch.Tensor:
+    """Per-Gaussian colours for one camera: ``colors`` as given if (N, C), else SH (N, K+1, 3)
+    evaluated along ``R^T (mu - c)`` and mapped to ``max(SH + 0.5, 0)`` (method.md section 10)."""
+    if colors.ndim == 2:
+        return colors
+    return sh_to_rgb(colors, means, camera_center(viewmat.to(means.dtype)), view_rotations)
+
+
+def _gsplat_available_for(*tensors) -> bool:
+    return torch.cuda.is_available() and all(t.is_cuda for t in tensors if isinstance(t, torch.Tensor))
+
+
+def rasterize(
+    means: torch.Tensor,
+    covars: torch.Tensor,
+    opacities: torch.Tensor,
+    colors: torch.Tensor,
+    viewmat: torch.Tensor,
+    K: torch.Tensor,
+    width: int,
+    height: int,
+    background: Optional[torch.Tensor] = None,
+    backend: str = "auto",
+    view_rotations: Optional[torch.Tensor] = None,
+) -> RenderOutput:
+    """Render 3D Gaussians given by full covariances.
+
+    Args:
+        means: (N, 3) float32 world-space centres, scene units.
+        covars: (N, 3, 3) float32 world-space covariances (e.g. deformed ``F Sigma F^T``).
+        opacities: (N,) float32 in [0, 1] (activated, not logits).
+        colors: (N, C) colours (any C; 3 for RGB), or (N, K+1, 3) SH coefficients (DC first, degree
+            <= 4) evaluated per camera as ``max(SH(d) + 0.5, 0)`` (formats.md 1).
+        viewmat: (4, 4) world-to-camera transform, OpenCV convention (formats.md 5).
+        K: (3, 3) pinhole intrinsics in pixels.
+        width, height: image size in pixels.
+        background: optional (C,) colour blended behind: ``rgb + (1 - alpha) * background``.
+        backend: ``"auto"`` (gsplat only if CUDA is available and every tensor is on CUDA, else torch),
+            ``"gsplat"`` (raises OptionError if that is impossible) or ``"torch"``.
+        view_rotations: optional (N, 3, 3) rotation R_F of each Gaussian's local deformation; SH are
+            evaluated along ``R_F^T d`` (method.md section 10). Ignored for plain colours.
+    Returns:
+        :class:`RenderOutput` with rgb (H, W, C), alpha (H, W, 1), depth (H, W, 1) (expected depth).
+    Raises:
+        OptionError for bad shapes, a bad camera (see :func:`validate_camera`) or an unknown backend.
+    """
+    _check_inputs(means, covars, opacities, colors, view_rotations)
+    validate_camera(viewmat, K, width, height)
+    width, height = int(width), int(height)
+    if backend not in ("auto", "gsplat", "torch"):
+        raise OptionError(f"unknown render backend {backend!r}; use auto, gsplat or torch")
+    tensors = (means, covars, opacities, colors, viewmat, K)
+    if backend == "gsplat" and not _gsplat_available_for(*tensors):
+        raise OptionError("backend 'gsplat' needs CUDA and all input tensors on a CUDA device")
+    use_gsplat = backend == "gsplat" or (backend == "auto" and _gsplat_available_for(*tensors))
+    feats = gaussian_colors(means, colors, viewmat, view_rotations).float()  # [N, C]
+    C = feats.shape[1]
+    if background is not None:
+        background = torch.as_tensor(background, dtype=torch.float32, device=means.device).reshape(-1)
+        if background.numel() != C:
+            raise OptionError(f"background has {background.numel()} values, expected {C}")
+    if use_gsplat:
+        return _rasterize_gsplat(means, covars, opacities, feats, viewmat, K, width, height, background)
+    proj = project_gaussians(means.float(), covars.float(), viewmat.float(), K.float(), width, height)
+    img = rasterize_tiles(
+        proj.means2d, proj.conics, opacities.float(), proj.radii, proj.depths,
+        torch.cat([feats, proj.depths[:, None].float()], 1), width, height,
+    )
+    return _finish(img, C, background)
+
+
+def _finish(img: torch.Tensor, C: int, background: Optional[torch.Tensor]) -> RenderOutput:
+    """Split (H, W, C + 2) [features, depth-sum, alpha] into a RenderOutput."""
+    rgb = img[..., :C]
+    alpha = img[..., C + 1 : C + 2]
+    depth = torch.where(alpha > 0, img[..., C : C + 1] / alpha.clamp_min(1e-10), torch.zeros_like(alpha))
+    if background is not None:
+        rgb = rgb + (1.0 - alpha) * background
+    return RenderOutput(rgb.contiguous(), alpha.contiguous(), depth.contiguous())
+
+
+def _rasterize_gsplat(means, covars, opacities, feats, viewmat, K, width, height, background) -> RenderOutput:
+    """gsplat backend (CUDA only): per-camera precomputed colours, ``covars=``, ``packed=False``."""
+    import gsplat  # lazy: never imported on the CPU path (rendering.md 1)
+
+    colors, alphas, _ = gsplat.rasterization(
+        means.float(),
+        None,
+        None,
+        opacities.float(),
+        feats[None].float(),
+        viewmat[None].float(),
+        K[None].float(),
+        width,
+        height,
+        near_plane=NEAR_PLANE,
+        far_plane=FAR_PLANE,
+        eps2d=EPS2D,
+        sh_degree=None,
+        packed=False,
+        backgrounds=None if background is None else background[None],
+        render_mode="RGB+ED",
+        covars=covars.float(),
+    )
+    return RenderOutput(colors[0, ..., :-1].contiguous(), alphas[0].contiguous(), colors[0, ..., -1:].contiguous())

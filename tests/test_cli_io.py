@@ -1,0 +1,119 @@
+"""`physskin-gs info` and `physskin-gs convert` through the dispatcher (in-process: no subprocess start-up cost)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from plyfile import PlyData, PlyElement
+
+from physskin_gs.cli import main
+from physskin_gs.io import load_scene
+
+INFO_KEYS = {"format", "num_gaussians", "sh_degree", "bbox_min", "bbox_max", "warnings", "num_invalid",
+             "nan_inf_means", "nan_inf_scales", "zero_norm_quats", "log_scale_below_min", "log_scale_above_max",
+             "opacities_look_activated", "scales_look_exponentiated"}
+
+
+def _info(capsys, path, *extra):
+    code = main(["info", str(path), "--json", *extra])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    return json.loads(out)
+
+
+@pytest.mark.parametrize("name,fmt,count,deg", [
+    ("lego_gsplat_sh3.ply", "inria-ply", 12828, 3),
+    ("plant_capture.splat", "splat", 113648, 0),
+    ("spot_mesh2splat_10k.splat", "splat", 10000, 0),
+    ("guitar_playcanvas.compressed.ply", "compressed-ply", 90854, 0),
+    ("playcanvas_test_sh.compressed.ply", "compressed-ply", 64, 3),
+    ("scene_tile_lod3_sh3.ply", "inria-ply", 1971, 3),
+])
+def test_info_json(capsys, splats_dir, name, fmt, count, deg):
+    info = _info(capsys, splats_dir / name)
+    assert INFO_KEYS <= set(info)
+    assert (info["format"], info["num_gaussians"], info["sh_degree"]) == (fmt, count, deg)
+    s = load_scene(splats_dir / name)
+    np.testing.assert_allclose(info["bbox_min"], s.means.min(0).values.numpy())
+    np.testing.assert_allclose(info["bbox_max"], s.means.max(0).values.numpy())
+
+
+def test_info_reports_problems_and_warnings(capsys, splats_dir, tmp_path):
+    v = PlyData.read(str(splats_dir / "scene_tile_lod3_sh3.ply"))["vertex"].data.copy()
+    v["x"][0] = np.nan
+    cam = PlyElement.describe(np.zeros(1, dtype=[("k", "<f4")]), "camera")
+    p = tmp_path / "t.ply"
+    PlyData([PlyElement.describe(v, "vertex"), cam]).write(str(p))
+    info = _info(capsys, p)
+    assert info["nan_inf_means"] == 1 and info["num_invalid"] == 1 and info["log_scale_below_min"] == 26
+    assert any("camera" in w for w in info["warnings"])
+    assert all(np.isfinite(info["bbox_min"]))
+
+
+def test_info_text(capsys, splats_dir):
+    assert main(["info", str(splats_dir / "lego_gsplat_sh3.ply")]) == 0
+    out = capsys.readouterr().out
+    assert "gaussians:     12828" in out and "sh degree:     3" in out
+
+
+def test_info_on_mesh(capsys, meshes_dir):
+    info = _info(capsys, meshes_dir / "pyvista_ant.ply")
+    assert info["format"] == "mesh-ply" and info["num_gaussians"] == 0 and info["num_faces"] == 912
+
+
+def _error(capsys, argv):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    assert code == 2
+    assert err.startswith("error: ") and "Traceback" not in err
+    return err
+
+
+def test_bad_files_exit_2(capsys, splats_dir, tmp_path):
+    empty = tmp_path / "empty.ply"
+    empty.write_bytes(b"")
+    assert "empty file" in _error(capsys, ["info", str(empty)])
+    assert "No such file" in _error(capsys, ["info", str(tmp_path / "missing.ply")])
+    cut = tmp_path / "cut.ply"
+    cut.write_bytes((splats_dir / "scene_tile_lod5_sh3.ply").read_bytes()[:-7])
+    assert "truncated" in _error(capsys, ["info", str(cut)])
+    spz = tmp_path / "x.spz"
+    spz.write_bytes(b"\x01" * 64)
+    assert "not supported" in _error(capsys, ["info", str(spz)])
+    v = PlyData.read(str(splats_dir / "scene_tile_lod5_sh3.ply"))["vertex"].data
+    arr = np.empty(len(v), dtype=[(n, "<f4") for n in v.dtype.names if n != "f_rest_44"])
+    for n in arr.dtype.names:
+        arr[n] = v[n]
+    bad = tmp_path / "rest44.ply"
+    PlyData([PlyElement.describe(arr, "vertex")]).write(str(bad))
+    assert "bad f_rest count 44" in _error(capsys, ["info", str(bad)])
+
+
+def test_convert_any_to_inria(capsys, splats_dir, tmp_path):
+    out = tmp_path / "plant.ply"
+    assert main(["convert", str(splats_dir / "plant_capture.splat"), str(out)]) == 0
+    capsys.readouterr()
+    a, b = load_scene(splats_dir / "plant_capture.splat"), load_scene(out)
+    assert b.format == "inria-ply" and b.num_gaussians == 113648
+    for f in ("means", "quats", "log_scales", "opacity_logits", "sh_dc"):
+        assert torch.equal(getattr(a, f), getattr(b, f))
+
+
+def test_convert_drop_invalid_and_refusals(capsys, splats_dir, tmp_path):
+    v = PlyData.read(str(splats_dir / "scene_tile_lod5_sh3.ply"))["vertex"].data.copy()
+    v["scale_0"][[1, 2]] = -np.inf
+    src = tmp_path / "in.ply"
+    PlyData([PlyElement.describe(v, "vertex")]).write(str(src))
+    out = tmp_path / "out.ply"
+    assert main(["convert", str(src), str(out), "--drop-invalid"]) == 0
+    assert "dropped 2 invalid Gaussians" in capsys.readouterr().err
+    assert load_scene(out).num_gaussians == 109
+    before = src.read_bytes()
+    assert "refusing to overwrite the input" in _error(capsys, ["convert", str(src), str(src)])
+    assert src.read_bytes() == before
+    assert ".ply" in _error(capsys, ["convert", str(src), str(tmp_path / "out.splat")])
+    assert "not a 3DGS PLY" in _error(capsys, ["convert", str(splats_dir.parent / "meshes" / "pyvista_ant.ply"),
+                                               str(tmp_path / "ant.ply")])

@@ -1,0 +1,385 @@
+"""Viewer tests without a browser: helpers, the simulation worker, and the live app over viser's websocket.
+
+The websocket client (physskin_gs_viewer.testing.ViserWsClient) speaks the same messages a browser sends
+(rendering.md section 5). The AnimatedScene is the toy FakeAnimatedScene here; tests/test_viewer_pipeline.py
+runs the real pipeline. Every wait is bounded; servers bind 127.0.0.1 on a free port.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+viser = pytest.importorskip("viser")
+pytest.importorskip("websockets")
+pytest.importorskip("msgspec")
+
+from physskin_gs.errors import SceneFormatError  # noqa: E402
+from physskin_gs_viewer import app as appmod  # noqa: E402
+from physskin_gs_viewer.app import DISPLAY_CLIENT, DISPLAY_TORCH, ViewerApp, run_viewer  # noqa: E402
+from physskin_gs_viewer.camera import CameraState, look_at_wxyz, quat_wxyz_to_rotmat, viewmat_and_K  # noqa: E402
+from physskin_gs_viewer.recorder import Recorder  # noqa: E402
+from physskin_gs_viewer.sim import SimWorker  # noqa: E402
+from physskin_gs_viewer.splats import pick_point, to_wire, weight_colors  # noqa: E402
+from physskin_gs_viewer.testing import FakeAnimatedScene, ViserWsClient, make_blob_scene  # noqa: E402
+
+
+def wait_until(pred, timeout=10.0, interval=0.02) -> bool:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if pred():
+            return True
+        time.sleep(interval)
+    return bool(pred())
+
+
+# ------------------------------------------------------------------------------------------- helpers
+def test_pick_point_returns_front_surface_point_under_ray():
+    # Two points on the ray at depths 2 and 5, one off-ray point nearer the camera.
+    pts = np.array([[0.0, 0.0, 5.0], [0.001, 0.0, 2.0], [1.0, 0.0, 1.0]])
+    pick = pick_point(pts, origin=[0, 0, 0], direction=[0, 0, 2.0], radius=0.01)
+    assert pick is not None and pick.index == 1
+    assert pick.depth == pytest.approx(2.0)
+    # Behind the camera or too far from the ray: no pick.
+    assert pick_point(pts, origin=[0, 0, 10], direction=[0, 0, 1], radius=0.01) is None
+    assert pick_point(pts, origin=[0, 0, 0], direction=[0, 1, 0], radius=0.01) is None
+
+
+def test_wire_scaling_keeps_small_covariances_through_float16():
+    # A splat with sigma = 1e-4 (variance 1e-8, as in trained scenes) in a unit-size scene.
+    var = 1e-8
+    cov = np.diag([var, 4 * var, 9 * var])[None].astype(np.float32)
+    naive = cov.astype(np.float16).astype(np.float32)
+    assert abs(naive[0, 0, 0] - var) / var > 0.1  # float16 alone loses it (subnormal)
+    s = appmod.display_scale(1.0)
+    _, v = to_wire(np.zeros((1, 3)), cov, s)
+    back = v.astype(np.float16).astype(np.float32) / (s * s)
+    np.testing.assert_allclose(np.diagonal(back[0]), [var, 4 * var, 9 * var], rtol=2e-3)
+    # Huge covariances are clipped to the float16 range instead of becoming inf.
+    _, v = to_wire(np.zeros((1, 3)), np.eye(3)[None] * 1e6, s)
+    assert np.isfinite(v.astype(np.float16)).all()
+
+
+def test_camera_conversion_projects_look_at_to_image_centre():
+    pos, target, up = np.array([2.0, -3.0, 1.5]), np.array([0.1, 0.2, 0.3]), np.array([0.0, 0.0, 1.0])
+    wxyz = look_at_wxyz(pos, target, up)
+    R = quat_wxyz_to_rotmat(wxyz)
+    np.testing.assert_allclose(R @ R.T, np.eye(3), atol=1e-9)
+    assert np.linalg.det(R) == pytest.approx(1.0)
+    cam = CameraState(tuple(wxyz), tuple(pos), fov=0.8, aspect=4 / 3)
+    viewmat, K = viewmat_and_K(cam, 320, 240)
+    p = viewmat @ np.append(target, 1.0)
+    assert p[2] == pytest.approx(np.linalg.norm(target - pos), rel=1e-5)  # +z forward
+    uv = (K @ p[:3])[:2] / p[2]
+    np.testing.assert_allclose(uv, [160.0, 120.0], atol=1e-3)
+    # A point above the target (world up) lands above the centre (smaller v): OpenCV +y is down.
+    q = viewmat @ np.append(target + 0.1 * up, 1.0)
+    assert (K @ q[:3])[1] / q[2] < 120.0
+    assert K[1, 1] == pytest.approx(240 / (2 * np.tan(0.4)))
+
+
+def test_weight_colors_argmax_and_single_handle():
+    w = np.array([[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]], dtype=np.float32)
+    allc = weight_colors(w, None)
+    assert allc.shape == (3, 3)
+    assert not np.allclose(allc[0], allc[1])  # different argmax handles get different colours
+    one = weight_colors(w, 1)
+    assert one[1].sum() > one[0].sum()  # bigger weight is brighter along viridis (dark purple -> yellow)
+
+
+# ------------------------------------------------------------------------------------------- sim worker
+def test_sim_worker_drag_moves_toward_target_and_release_springs_back():
+    anim = FakeAnimatedScene(make_blob_scene(500), num_handles=3)
+    w = SimWorker(anim, realtime=False).start()
+    try:
+        h0 = anim.handle_positions()[2].copy()
+        target = h0 + np.array([0.0, 0.0, 0.3])
+        w.begin_handle_drag(("c", "/handles/h2"), 2, target=h0)
+        w.move_drag(("c", "/handles/h2"), target)
+        w.set_playing(True)
+        assert wait_until(lambda: anim.frame > 60, 10)
+        h1 = anim.handle_positions()[2]
+        assert np.linalg.norm(h1 - target) < 0.5 * np.linalg.norm(h0 - target)
+        frame = w.slot.get()
+        assert frame.means.shape == (500, 3) and frame.covars.shape == (500, 3, 3)
+        w.end_drag(("c", "/handles/h2"))
+        assert wait_until(lambda: anim.num_drags == 0, 5)
+        f0 = anim.frame
+        assert wait_until(lambda: anim.frame > f0 + 150, 10)
+        assert np.linalg.norm(anim.handle_positions()[2] - h0) < 0.3 * np.linalg.norm(h1 - h0)
+    finally:
+        w.stop()
+
+
+def test_sim_worker_survives_step_exception_and_reports_it():
+    anim = FakeAnimatedScene(make_blob_scene(200), num_handles=2)
+    errors = []
+    w = SimWorker(anim, realtime=False, on_error=lambda where, exc, tb: errors.append((where, str(exc)))).start()
+    try:
+        anim.fail_next_step = True
+        w.set_playing(True)
+        assert wait_until(lambda: errors, 5)
+        assert errors[0][0] == "simulation step" and "fake solver failure" in errors[0][1]
+        assert not w.playing and w.alive
+        f = anim.frame
+        w.set_playing(True)
+        assert wait_until(lambda: anim.frame > f + 5, 5)
+    finally:
+        w.stop()
+
+
+# ------------------------------------------------------------------------------------------- live app over websocket
+@pytest.fixture
+def live_app():
+    anim = FakeAnimatedScene(make_blob_scene(1500), num_handles=4)
+    app = ViewerApp(anim, None, host="127.0.0.1", port=0)
+    app.start()
+    clients = []
+    try:
+        assert app.wait_ready(20), app.failed
+        yield app, anim, clients
+    finally:
+        for c in clients:
+            c.close()
+        app.stop()
+
+
+def connect(app, clients, position=(2.0, 2.0, 1.0)) -> ViserWsClient:
+    c = ViserWsClient(app.port)
+    clients.append(c)
+    n = len(app.server.get_clients())
+    c.send_camera(position, (0.0, 0.0, 0.0))
+    assert wait_until(lambda: len(app.server.get_clients()) > n, 10)
+    return c
+
+
+def splat_centres(msg, s) -> np.ndarray:
+    buf = np.asarray(msg["updates"]["buffer"]).view(np.uint32).reshape(-1, 8)
+    return buf[:, 0:3].copy().view(np.float32) / s
+
+
+def test_server_binds_localhost_and_serves_page(live_app):
+    import urllib.request
+
+    app, _, _ = live_app
+    assert app.server.get_host() == "127.0.0.1"
+    with urllib.request.urlopen(app.url, timeout=10) as r:
+        assert r.status == 200 and b"<html" in r.read(2000).lower()
+
+
+def test_websocket_drag_handle_moves_simulation_and_release_springs_back(live_app):
+    app, anim, clients = live_app
+    c = connect(app, clients)
+    name = "/handles/h3"
+    assert wait_until(lambda: c.get("TransformControlsMessage", name) is not None, 5)
+    h0 = anim.handle_positions()[3].copy()
+    target = h0 + np.array([0.0, 0.0, 0.4])
+    c.drag_start(name)
+    for k in range(1, 6):
+        c.drag_to(name, h0 + k / 5 * (target - h0))
+        time.sleep(0.02)
+    assert wait_until(lambda: np.linalg.norm(anim.handle_positions()[3] - target) < 0.4 * 0.4, 10)
+    assert anim.num_drags == 1
+    # The client receives splat buffers whose centres moved toward the target.
+    s = app.live.s
+    rest_z = anim.x0[:, 2]
+
+    def moved_on_wire():
+        m = c.get("SceneNodeUpdateMessage", "/scene/moving")
+        return m is not None and "buffer" in m["updates"] and (splat_centres(m, s)[:, 2] - rest_z).max() > 0.1
+
+    assert wait_until(moved_on_wire, 10)
+    c.drag_end(name)
+    assert wait_until(lambda: anim.num_drags == 0 and app.live.worker.open_drags() == 0, 5)
+    # Released: the handle springs back toward rest (the fake's spring + damping).
+    assert wait_until(lambda: np.linalg.norm(anim.handle_positions()[3] - h0) < 0.05, 10)
+    assert app.error_log == []
+
+
+def test_closing_tab_mid_drag_leaves_no_spring(live_app):
+    app, anim, clients = live_app
+    c = connect(app, clients)
+    name = "/handles/h0"
+    assert wait_until(lambda: c.get("TransformControlsMessage", name) is not None, 5)
+    h0 = anim.handle_positions()[0]
+    c.drag_start(name)
+    c.drag_to(name, h0 + np.array([0.0, 0.3, 0.0]))
+    assert wait_until(lambda: anim.num_drags == 1, 5)
+    c.close()  # the tab goes away mid-drag, no drag-end message
+    assert wait_until(lambda: len(app.server.get_clients()) == 0, 10)
+    assert wait_until(lambda: anim.num_drags == 0 and app.live.worker.open_drags() == 0, 5)
+
+
+def test_several_tabs_get_updates_and_drag_independently(live_app):
+    app, anim, clients = live_app
+    a = connect(app, clients, (2.0, 2.0, 1.0))
+    b = connect(app, clients, (-2.0, 1.0, 0.5))
+    assert len(app.server.get_clients()) == 2
+    for c, h in ((a, "/handles/h0"), (b, "/handles/h3")):
+        c.drag_start(h)
+        c.drag_to(h, np.array([0.0, 0.0, 0.3]))
+    assert wait_until(lambda: anim.num_drags == 2, 5)
+    # Both tabs see the object move (an unchanged buffer sends nothing, so updates mean motion).
+    for c in (a, b):
+        assert wait_until(lambda c=c: c.count("SceneNodeUpdateMessage") > 3, 10)
+    b.close()
+    assert wait_until(lambda: anim.num_drags == 1, 10)  # only b's drag went away
+    a.drag_end("/handles/h0")
+    assert wait_until(lambda: anim.num_drags == 0, 5)
+
+
+def test_gui_messages_reach_the_simulation(live_app):
+    app, anim, clients = live_app
+    c = connect(app, clients)
+    c.gui_set(app.gui["E"], 5e4)
+    c.gui_set(app.gui["nu"], 0.3)
+    c.gui_set(app.gui["dt"], 0.01)
+    assert wait_until(lambda: anim.material["E"] == 5e4 and anim.material["nu"] == 0.3 and anim.dt == 0.01, 5)
+    c.gui_set(app.gui["gravity_dir"], "+x")
+    c.gui_set(app.gui["floor"], False)
+    assert wait_until(lambda: anim.floor[0] is False, 5)
+    # Pause: frames stop advancing.
+    app.gui["play"]._impl  # noqa: B018 - the handle exists
+    app.live.worker.set_playing(False)
+    time.sleep(0.1)
+    f = anim.frame
+    time.sleep(0.2)
+    assert anim.frame == f
+    app.live.worker.step_once()
+    assert wait_until(lambda: anim.frame == f + 1, 5)
+
+
+def test_step_exception_is_shown_in_page_and_server_keeps_running(live_app):
+    app, anim, clients = live_app
+    c = connect(app, clients)
+    anim.fail_next_step = True
+    assert wait_until(lambda: app.gui["error"].visible, 5)
+    assert "fake solver failure" in app.gui["error"].content
+    assert wait_until(lambda: c.count("NotificationMessage") >= 1, 5)
+    # Still serving: a new tab connects, and play resumes the simulation.
+    connect(app, clients)
+    f = anim.frame
+    app.live.worker.set_playing(True)
+    assert wait_until(lambda: anim.frame > f + 3, 5)
+
+
+def test_click_to_grab_places_gizmo_and_pulls(live_app):
+    app, anim, clients = live_app
+    c = connect(app, clients)
+    cid = next(iter(app.server.get_clients()))
+    # Ray from above straight down through the bar's right end.
+    x_end = anim.x0[:, 0].max() - 0.05
+    c.click(origin=[x_end, 0.0, 3.0], direction=[0.0, 0.0, -1.0])
+    assert wait_until(lambda: cid in app._grabs, 5)
+    g = app._grabs[cid]
+    p = np.asarray(g.position)
+    assert abs(p[0] - x_end) < 0.05 and p[2] > anim.x0[:, 2].max() - 0.05  # top surface under the ray
+    owner = str(cid)
+    c.drag_start("/grab", owner=owner)
+    c.drag_to("/grab", p + np.array([0.0, 0.0, 0.5]), owner=owner)
+    assert wait_until(lambda: anim.num_drags == 1, 5)
+    assert wait_until(lambda: anim._positions()[:, 2].max() > anim.x0[:, 2].max() + 0.1, 10)
+    c.drag_end("/grab", owner=owner)
+    assert wait_until(lambda: anim.num_drags == 0 and cid not in app._grabs, 5)
+    # A click that misses the object grabs nothing.
+    c.click(origin=[0.0, 5.0, 3.0], direction=[0.0, 0.0, -1.0])
+    time.sleep(0.3)
+    assert cid not in app._grabs
+
+
+def test_server_render_mode_sends_background_images(live_app, monkeypatch):
+    app, anim, clients = live_app
+    calls = []
+
+    def fake_render(frame, cam, w, h, colors, opac, backend):
+        calls.append((w, h, backend))
+        return np.full((h, w, 3), 128, np.uint8)
+
+    monkeypatch.setattr(appmod, "ClientRenderThread", _with_render(appmod.ClientRenderThread, fake_render))
+    c = connect(app, clients)
+    app.set_display_mode(DISPLAY_TORCH)
+    assert wait_until(lambda: c.count("BackgroundImageMessage") >= 3, 10)
+    assert calls and calls[0][2] == "torch"
+    assert not app.live.moving_node.visible
+    app.set_display_mode(DISPLAY_CLIENT)
+    assert app.live.moving_node.visible and not app._renderers
+
+
+def _with_render(cls, fn):
+    def make(*args, **kwargs):
+        kwargs["render_fn"] = fn
+        return cls(*args, **kwargs)
+
+    return make
+
+
+def test_field_dropdown_recolours_splats(live_app):
+    app, anim, clients = live_app
+    before = app.live.live_rgb.copy()
+    app._apply_field("all handles (argmax)")
+    assert wait_until(lambda: not np.allclose(app.live.live_rgb, before), 5)
+    argmax = np.argmax(anim.W, axis=1)
+    rgb = app.live.live_rgb
+    assert np.allclose(rgb[argmax == 0].std(0), rgb[argmax == 0].std(0))  # well-defined
+    assert not np.allclose(rgb[argmax == 0].mean(0), rgb[argmax == 3].mean(0))
+    app._apply_field("scene colours")
+    assert wait_until(lambda: np.allclose(app.live.live_rgb, before), 5)
+
+
+# ------------------------------------------------------------------------------------------- recording
+def test_recorder_writes_sequence_and_refuses_to_overwrite(tmp_path):
+    anim = FakeAnimatedScene(make_blob_scene(100), num_handles=2)
+    saved = []
+    rec = Recorder(tmp_path / "rec", dt=0.02, up=[0, 0, 1], source="x.ply", save_fn=lambda s, p: (saved.append(p), p.write_bytes(b"ply")))
+    for _ in range(3):
+        anim.step()
+        rec.add(anim)
+    out = rec.stop()
+    meta = json.loads((out / "sequence.json").read_text())
+    assert [p.name for p in saved] == ["frame0001.ply", "frame0002.ply", "frame0003.ply"]
+    assert meta["num_frames"] == 3 and meta["fps"] == pytest.approx(50.0) and meta["pattern"] == "frame%04d.ply"
+    with pytest.raises(Exception, match="already holds a recording"):
+        Recorder(tmp_path / "rec", dt=0.02)
+
+
+def test_record_button_flow_writes_reloadable_frames(live_app, tmp_path):
+    io = pytest.importorskip("physskin_gs.io")
+    if not hasattr(io, "save_scene") or not hasattr(io, "load_scene"):
+        pytest.skip("physskin_gs.io.save_scene/load_scene not available yet")
+    app, anim, clients = live_app
+    out = app.start_recording(out_dir=tmp_path / "rec")
+    assert wait_until(lambda: app._recorder is not None and app._recorder.written >= 3, 10)
+    app.stop_recording()
+    frames = sorted(out.glob("frame*.ply"))
+    meta = json.loads((out / "sequence.json").read_text())
+    assert len(frames) == meta["num_frames"] >= 3
+    back = io.load_scene(frames[-1])
+    assert back.num_gaussians == anim.scene.num_gaussians
+
+
+# ------------------------------------------------------------------------------------------- bad input
+def test_bad_path_fails_before_any_server_starts(tmp_path, monkeypatch):
+    started = []
+    monkeypatch.setattr(viser, "ViserServer", lambda *a, **k: started.append(1))
+    with pytest.raises(FileNotFoundError, match="missing.ply"):
+        ViewerApp(tmp_path / "missing.ply")
+    with pytest.raises(SceneFormatError, match="folder"):
+        ViewerApp(tmp_path)
+    bad = tmp_path / "bad.ply"
+    bad.write_bytes(b"this is not a ply file\n")
+    with pytest.raises(Exception) as info:
+        ViewerApp(bad)
+    assert "bad.ply" in str(info.value)
+
+    class Args:
+        path = str(tmp_path / "missing.ply")
+        host = "127.0.0.1"
+        port = 0
+
+    with pytest.raises(FileNotFoundError):
+        run_viewer(Args())
+    assert started == []

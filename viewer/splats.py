@@ -1,0 +1,183 @@
+"""Turning (deformed) Gaussians into what viser's client-side splat renderer takes, plus picking.
+
+viser stores each splat in 32 bytes: float32 centre, the covariance upper triangle in **float16**, RGBA uint8
+(rendering.md section 3). float16 loses small variances (1e-7 has a 19% error, below about 6e-8 it is zero),
+and trained scenes go far below that. We therefore send the scene scaled up by ``s`` (centres times ``s``,
+covariances times ``s^2``) and give the splat node ``scale = 1/s``: the client applies the node's world matrix,
+scale included, to both the centre and the covariance, so what it draws is the original scene. ``s`` is chosen
+so that the scene's extent becomes :data:`DISPLAY_EXTENT`; covariance entries are then clipped to the float16
+range.
+
+Everything here is numpy, no viser import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+
+#: Extent (robust bounding-box diagonal) the scene is scaled to on the wire.
+DISPLAY_EXTENT = 100.0
+#: Largest covariance entry kept (float16 max is 65504).
+F16_COV_MAX = 6.0e4
+#: Degree-0 SH basis value 1 / (2 sqrt(pi)).
+SH_C0 = 0.28209479177387814
+
+
+def robust_extent(means: np.ndarray, lo: float = 1.0, hi: float = 99.0) -> float:
+    """Diagonal of the ``lo``..``hi`` percentile bounding box of ``means`` (N, 3); 1.0 for empty/degenerate input."""
+    means = np.asarray(means, dtype=np.float64)
+    if means.shape[0] == 0:
+        return 1.0
+    finite = means[np.all(np.isfinite(means), axis=1)]
+    if finite.shape[0] == 0:
+        return 1.0
+    a, b = np.percentile(finite, [lo, hi], axis=0)
+    ext = float(np.linalg.norm(b - a))
+    if not np.isfinite(ext) or ext <= 1e-12:
+        ext = float(np.abs(finite).max()) * 2 or 1.0
+    return ext
+
+
+def display_scale(extent: float) -> float:
+    """Wire scale factor ``s`` so that a scene of ``extent`` scene units spans :data:`DISPLAY_EXTENT` on the wire."""
+    return DISPLAY_EXTENT / max(float(extent), 1e-12)
+
+
+def to_wire(means: np.ndarray, covars: np.ndarray, s: float) -> Tuple[np.ndarray, np.ndarray]:
+    """Scale centres (N, 3) by ``s`` and covariances (N, 3, 3) by ``s^2`` and clip them to the float16 range.
+
+    Returns float32 arrays (N, 3) and (N, 3, 3). Non-finite entries become 0 (an invisible, degenerate splat
+    rather than a NaN that would poison the client's sort).
+    """
+    c = np.asarray(means, dtype=np.float32) * np.float32(s)
+    v = np.asarray(covars, dtype=np.float32) * np.float32(s * s)
+    np.clip(v, -F16_COV_MAX, F16_COV_MAX, out=v)
+    if not np.all(np.isfinite(c)):
+        c = np.nan_to_num(c, nan=0.0, posinf=0.0, neginf=0.0)
+    if not np.all(np.isfinite(v)):
+        v = np.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0)
+    return c, v
+
+
+def sh_dc_to_rgb(sh_dc: np.ndarray) -> np.ndarray:
+    """(N, 3) degree-0 SH coefficients -> (N, 3) float32 base colour ``clamp(0.5 + C0 * dc, 0, 1)``."""
+    return np.clip(0.5 + SH_C0 * np.asarray(sh_dc, dtype=np.float32), 0.0, 1.0)
+
+
+def subsample_index(n: int, max_count: Optional[int], seed: int = 0) -> Optional[np.ndarray]:
+    """A fixed random subset of ``max_count`` of ``n`` rows (sorted int64), or None when everything fits."""
+    if max_count is None or max_count <= 0 or n <= max_count:
+        return None
+    rng = np.random.default_rng(seed)
+    return np.sort(rng.choice(n, size=int(max_count), replace=False)).astype(np.int64)
+
+
+# ------------------------------------------------------------------------------------------- colour maps
+_VIRIDIS = np.array(
+    [
+        [0.267, 0.005, 0.329],
+        [0.283, 0.141, 0.458],
+        [0.254, 0.265, 0.530],
+        [0.207, 0.372, 0.553],
+        [0.164, 0.471, 0.558],
+        [0.128, 0.567, 0.551],
+        [0.135, 0.659, 0.518],
+        [0.267, 0.749, 0.441],
+        [0.478, 0.821, 0.318],
+        [0.741, 0.873, 0.150],
+        [0.993, 0.906, 0.144],
+    ],
+    dtype=np.float32,
+)
+
+#: Distinct colours for argmax handle colouring (cycled).
+PALETTE = np.array(
+    [
+        [0.90, 0.10, 0.10], [0.10, 0.45, 0.90], [0.15, 0.75, 0.20], [0.95, 0.60, 0.05],
+        [0.60, 0.20, 0.80], [0.05, 0.80, 0.80], [0.95, 0.30, 0.65], [0.55, 0.40, 0.20],
+        [0.50, 0.50, 0.50], [0.75, 0.85, 0.10], [0.10, 0.20, 0.50], [1.00, 0.85, 0.70],
+    ],
+    dtype=np.float32,
+)
+
+
+def colormap(values: np.ndarray) -> np.ndarray:
+    """Viridis-like colour map: values (N,) in [0, 1] (clipped) -> (N, 3) float32 RGB, piecewise linear."""
+    v = np.clip(np.nan_to_num(np.asarray(values, dtype=np.float32)), 0.0, 1.0) * (len(_VIRIDIS) - 1)
+    i0 = np.floor(v).astype(np.int64)
+    i1 = np.minimum(i0 + 1, len(_VIRIDIS) - 1)
+    f = (v - i0)[:, None]
+    return (_VIRIDIS[i0] * (1 - f) + _VIRIDIS[i1] * f).astype(np.float32)
+
+
+def weight_colors(weights: np.ndarray, handle: Optional[int]) -> np.ndarray:
+    """Colour Gaussians by skinning weights.
+
+    Args:
+        weights: (M, H) skinning weights of the moving Gaussians.
+        handle: show handle ``handle``'s weight through :func:`colormap` (scaled by that column's max), or
+            None for all handles: the argmax handle's palette colour, darkened where the max weight is low.
+    Returns:
+        (M, 3) float32 RGB in [0, 1].
+    """
+    w = np.asarray(weights, dtype=np.float32)
+    if handle is not None:
+        col = w[:, handle]
+        top = float(col.max()) if col.size else 1.0
+        return colormap(col / (top if top > 1e-12 else 1.0))
+    idx = np.argmax(w, axis=1)
+    wmax = w[np.arange(w.shape[0]), idx]
+    shade = 0.35 + 0.65 * np.clip(wmax, 0.0, 1.0)
+    return (PALETTE[idx % len(PALETTE)] * shade[:, None]).astype(np.float32)
+
+
+# ------------------------------------------------------------------------------------------- picking
+@dataclass(frozen=True)
+class Pick:
+    """Result of :func:`pick_point`: the row index into the searched points, its position, and ray depth."""
+
+    index: int
+    point: np.ndarray
+    depth: float
+
+
+def pick_point(
+    points: np.ndarray,
+    origin,
+    direction,
+    radius: float,
+    slab: Optional[float] = None,
+) -> Optional[Pick]:
+    """The point nearest the camera among those within ``radius`` of a ray (the object's first surface).
+
+    Args:
+        points: (M, 3) candidate positions (the object's current Gaussian centres), world units.
+        origin, direction: the ray (3,), world units; ``direction`` need not be normalised.
+        radius: how far from the ray a point may be, world units (e.g. 1% of the scene extent).
+        slab: among hits, keep those within ``slab`` of the nearest hit's depth and return the one closest to the
+            ray (the "surface" under the cursor rather than a stray front splat); defaults to ``4 * radius``.
+    Returns:
+        A :class:`Pick`, or None when no point lies within ``radius`` of the ray in front of the camera.
+    """
+    p = np.asarray(points, dtype=np.float64)
+    o = np.asarray(origin, dtype=np.float64)
+    d = np.asarray(direction, dtype=np.float64)
+    n = np.linalg.norm(d)
+    if p.shape[0] == 0 or not np.isfinite(n) or n < 1e-12:
+        return None
+    d = d / n
+    rel = p - o  # [M, 3]
+    t = rel @ d  # [M] depth along the ray
+    perp = np.linalg.norm(rel - t[:, None] * d, axis=1)  # [M] distance to the ray
+    hit = (t > 0) & (perp <= radius)
+    if not np.any(hit):
+        return None
+    idx = np.nonzero(hit)[0]
+    t_front = t[idx].min()
+    slab = 4.0 * radius if slab is None else slab
+    near = idx[t[idx] <= t_front + slab]
+    best = int(near[np.argmin(perp[near])])
+    return Pick(index=best, point=p[best].copy(), depth=float(t[best]))

@@ -1,0 +1,465 @@
+"""Test doubles for the viewer: a small synthetic scene and a fake AnimatedScene.
+
+:class:`FakeAnimatedScene` implements the AnimatedScene interface the viewer uses (physskin_gs/pipeline.py) with
+toy dynamics: each handle carries a translation ``u_h`` with a damped spring back to rest, and a point moves by
+the weight-blended translation ``x = x0 + sum_h w_h u_h`` (translation-only LBS). Drags add a spring pulling the
+dragged Gaussians toward the target, with the force spread over handles by the skinning weights. This is
+enough to test the viewer's plumbing (drag -> state moves toward the target; release -> springs back) without
+the real solver, and it is cheap enough for benchmarks of the viewer alone.
+"""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+from typing import Dict, Optional
+
+import numpy as np
+import torch
+
+from physskin_gs.scene import C0, GaussianScene
+
+
+def make_blob_scene(n: int = 2000, seed: int = 0, size: float = 1.0, log_scale: float = -4.0) -> GaussianScene:
+    """A coloured bar of ``n`` Gaussians (long along x, ``size`` units) for viewer tests; colour varies along x."""
+    g = torch.Generator().manual_seed(seed)
+    u = torch.rand(n, 3, generator=g)
+    means = (u - 0.5) * torch.tensor([size, 0.3 * size, 0.3 * size])
+    t = u[:, 0:1]
+    rgb = torch.cat([t, 0.4 * torch.ones_like(t), 1 - t], dim=1)
+    return GaussianScene(
+        means=means.float(),
+        quats=torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1),
+        log_scales=torch.full((n, 3), float(log_scale)) + 0.3 * torch.rand(n, 3, generator=g),
+        opacity_logits=torch.full((n,), 3.0),
+        sh_dc=((rgb - 0.5) / C0).float(),
+        sh_rest=torch.zeros(n, 0, 3),
+        source="synthetic blob",
+        format="synthetic",
+    )
+
+
+class FakeAnimatedScene:
+    """Toy stand-in for ``physskin_gs.pipeline.AnimatedScene`` (same method names and return types).
+
+    Args:
+        scene: the GaussianScene; every Gaussian is ``moving``.
+        num_handles: handles are spread along the scene's longest axis; weights are a normalised Gaussian
+            kernel of the distance to each handle's rest centre.
+        stiffness: spring constant pulling each handle back to rest (1/s^2).
+        drag_stiffness: spring constant of a drag (1/s^2).
+        step_cost_s: optional sleep per step to imitate a slower solver.
+    """
+
+    def __init__(
+        self,
+        scene: GaussianScene,
+        num_handles: int = 4,
+        stiffness: float = 40.0,
+        drag_stiffness: float = 200.0,
+        dt: float = 0.03,
+        step_cost_s: float = 0.0,
+    ) -> None:
+        self.scene = scene
+        n = scene.num_gaussians
+        self.moving = torch.ones(n, dtype=torch.bool)
+        self.x0 = scene.means.double().numpy()
+        self.cov0 = scene.covariances().float()
+        self.dt = dt
+        self.frame = 0
+        self.up_vector = np.array([0.0, 0.0, 1.0])
+        self.stiffness = stiffness
+        self.drag_stiffness = drag_stiffness
+        self.damping = 4.0
+        self.step_cost_s = step_cost_s
+        axis = int(np.argmax(np.ptp(self.x0, axis=0)))
+        lo, hi = self.x0[:, axis].min(), self.x0[:, axis].max()
+        centres = np.zeros((num_handles, 3))
+        centres[:, axis] = np.linspace(lo, hi, num_handles + 2)[1:-1] if num_handles > 0 else []
+        centres += self.x0.mean(0) * (np.arange(3) != axis)
+        sigma = (hi - lo) / max(num_handles, 1) * 0.6 + 1e-9
+        d2 = ((self.x0[:, None, :] - centres[None]) ** 2).sum(-1)
+        w = np.exp(-0.5 * d2 / sigma**2) + 1e-12
+        self.W = w / w.sum(1, keepdims=True)  # [N, H]
+        self.num_handles = num_handles
+        self.u = np.zeros((num_handles, 3))
+        self.v = np.zeros((num_handles, 3))
+        self._drags: Dict[int, dict] = {}
+        self._next_id = 0
+        self.material = {"E": 2e4, "nu": 0.45, "density": 100.0}
+        self.gravity = 0.0
+        self.floor = (False, None)
+        self.pin = None
+        self.fail_next_step = False  # tests: make the next step raise
+
+    # ------------------------------------------------------------------ simulation
+    def _positions(self) -> np.ndarray:
+        return self.x0 + self.W @ self.u  # [N, 3]
+
+    def step(self, n: int = 1) -> dict:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            if self.fail_next_step:
+                self.fail_next_step = False
+                raise RuntimeError("fake solver failure (test)")
+            force = -self.stiffness * self.u - self.damping * self.v
+            for d in self._drags.values():
+                idx, wd = d["index"], d["weights"]
+                cur = (self._positions()[idx] * wd[:, None]).sum(0)
+                pull = self.drag_stiffness * (d["target"] - cur)  # [3]
+                share = (self.W[idx] * wd[:, None]).sum(0)  # [H] how much each handle moves the dragged points
+                force += share[:, None] * pull[None, :] / max(share.max(), 1e-12)
+            self.v += self.dt * force
+            self.u += self.dt * self.v
+            self.frame += 1
+        if self.step_cost_s:
+            time.sleep(self.step_cost_s)
+        energy = 0.5 * self.stiffness * float((self.u**2).sum())
+        return {"ms": (time.perf_counter() - t0) * 1e3, "newton_iters": 1, "energy": energy}
+
+    def reset(self) -> None:
+        self.u[:] = 0
+        self.v[:] = 0
+        self.frame = 0
+
+    def deformed_gaussians(self):
+        sh = self.scene.sh
+        return SimpleNamespace(
+            means=torch.from_numpy(self._positions()).float(),
+            covars=self.cov0,
+            view_rotations=torch.eye(3).expand(self.scene.num_gaussians, 3, 3),
+            opacities=self.scene.opacities,
+            sh=sh,
+        )
+
+    def deformed_scene(self) -> GaussianScene:
+        from dataclasses import replace
+
+        return replace(self.scene, means=torch.from_numpy(self._positions()).float())
+
+    # ------------------------------------------------------------------ handles and drags
+    def handle_positions(self) -> np.ndarray:
+        x = self._positions()
+        return (self.W.T @ x) / self.W.sum(0)[:, None]  # [H, 3] weight-weighted centroids
+
+    def skinning_weights(self) -> torch.Tensor:
+        return torch.from_numpy(self.W).float()
+
+    def _new_drag(self, index: np.ndarray, weights: np.ndarray, target: np.ndarray) -> int:
+        did = self._next_id
+        self._next_id += 1
+        self._drags[did] = {"index": index, "weights": weights / weights.sum(), "target": np.asarray(target, float)}
+        return did
+
+    def start_drag(self, point, radius: Optional[float] = None) -> int:
+        x = self._positions()
+        p = np.asarray(point, dtype=np.float64)
+        d = np.linalg.norm(x - p, axis=1)
+        r = radius if radius is not None else 0.1 * float(np.ptp(self.x0, axis=0).max())
+        idx = np.nonzero(d <= r)[0]
+        if idx.size == 0:
+            idx = np.array([int(np.argmin(d))])
+        return self._new_drag(idx, np.ones(idx.size), p)
+
+    def start_handle_drag(self, handle: int) -> int:
+        if not 0 <= handle < self.num_handles:
+            raise IndexError(f"handle {handle} out of range (0..{self.num_handles - 1})")
+        idx = np.nonzero(np.argmax(self.W, axis=1) == handle)[0]
+        return self._new_drag(idx, self.W[idx, handle], self.handle_positions()[handle])
+
+    def update_drag(self, drag_id: int, target) -> None:
+        self._drags[drag_id]["target"] = np.asarray(target, dtype=np.float64)
+
+    def end_drag(self, drag_id: int) -> None:
+        self._drags.pop(drag_id, None)
+
+    @property
+    def num_drags(self) -> int:
+        return len(self._drags)
+
+    # ------------------------------------------------------------------ parameters
+    def set_material(self, E=None, nu=None, density=None) -> None:
+        for k, v in (("E", E), ("nu", nu), ("density", density)):
+            if v is not None:
+                self.material[k] = float(v)
+        self.stiffness = 40.0 * self.material["E"] / 2e4
+
+    def set_gravity(self, g, direction=None) -> None:
+        self.gravity = float(g)
+
+    def set_floor(self, enabled, height=None) -> None:
+        self.floor = (bool(enabled), height)
+
+    def set_damping(self, c) -> None:
+        self.damping = 4.0 * float(c) / 0.02
+
+    def set_pin(self, spec) -> None:
+        self.pin = spec
+
+
+# ------------------------------------------------------------------------------------------- websocket client
+class ViserWsClient:
+    """A minimal browser stand-in speaking viser's websocket protocol (rendering.md section 5).
+
+    Sends camera, transform-control and GUI messages as msgpack dicts; a reader thread decodes what the
+    server sends (zstd-compressed msgpack followed by 8-byte-aligned binary buffers) and keeps the latest
+    message of each (type, name) plus counts per type. Every wait is bounded.
+    """
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 10.0) -> None:
+        import threading
+
+        import msgspec
+        import viser
+        import zstandard
+        from websockets.sync.client import connect
+
+        self._msgpack = msgspec.msgpack
+        self._zstd = zstandard.ZstdDecompressor()
+        self.ws = connect(
+            f"ws://{host}:{port}",
+            subprotocols=[f"viser-v{viser.__version__}"],
+            open_timeout=timeout,
+            max_size=None,
+        )
+        self.counts: Dict[str, int] = {}
+        self.latest: Dict[tuple, dict] = {}
+        self.decode_errors: list = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._thread = threading.Thread(target=self._read, name="ws-test-client", daemon=True)
+        self._thread.start()
+
+    # -------------------------------------------------------------- receiving
+    def _decode(self, raw: bytes) -> list:
+        n_inner = int.from_bytes(raw[0:8], "little")
+        n_comp = int.from_bytes(raw[8:16], "little")
+        inner = self._zstd.decompress(raw[16 : 16 + n_comp], max_output_size=n_inner)
+        payload = self._msgpack.decode(inner)
+        offset = 16 + n_comp
+        buffers = []
+        for length in payload.get("binaryBufferLengths", ()):
+            offset += (8 - offset % 8) % 8
+            buffers.append(raw[offset : offset + length])
+            offset += length
+
+        def resolve(v):
+            if isinstance(v, dict):
+                if "__binary_index" in v and "dtype" in v:
+                    return np.frombuffer(buffers[v["__binary_index"]], dtype=np.dtype(v["dtype"]))
+                return {k: resolve(x) for k, x in v.items()}
+            if isinstance(v, list):
+                return [resolve(x) for x in v]
+            return v
+
+        return [resolve(m) for m in payload.get("messages", ())]
+
+    def _read(self) -> None:
+        while not self._closed:
+            try:
+                raw = self.ws.recv(timeout=0.2)
+            except TimeoutError:
+                continue
+            except Exception:  # noqa: BLE001 - connection closed
+                return
+            if isinstance(raw, str):
+                continue
+            try:
+                msgs = self._decode(raw)
+            except Exception as exc:  # noqa: BLE001
+                self.decode_errors.append(repr(exc))
+                continue
+            with self._lock:
+                for m in msgs:
+                    t = m.get("type", "?")
+                    self.counts[t] = self.counts.get(t, 0) + 1
+                    self.latest[(t, m.get("name"))] = m
+
+    def count(self, msg_type: str) -> int:
+        with self._lock:
+            return self.counts.get(msg_type, 0)
+
+    def get(self, msg_type: str, name=None) -> Optional[dict]:
+        with self._lock:
+            return self.latest.get((msg_type, name))
+
+    def wait_for(self, predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            if predicate():
+                return True
+            time.sleep(interval)
+        return bool(predicate())
+
+    # -------------------------------------------------------------- sending
+    def send(self, msg_type: str, **fields) -> None:
+        self.ws.send(self._msgpack.encode({"type": msg_type, **fields}))
+
+    def send_camera(self, position, look_at, up=(0.0, 0.0, 1.0), fov: float = 0.9, width: int = 320, height: int = 240) -> None:
+        from .camera import look_at_wxyz
+
+        wxyz = look_at_wxyz(position, look_at, up)
+        self.send(
+            "ViewerCameraMessage",
+            wxyz=[float(v) for v in wxyz],
+            position=[float(v) for v in position],
+            fov=float(fov),
+            near=0.01,
+            far=1000.0,
+            image_height=int(height),
+            image_width=int(width),
+            look_at=[float(v) for v in look_at],
+            up_direction=[float(v) for v in up],
+        )
+
+    def drag_start(self, name: str, owner: str = "") -> None:
+        self.send("TransformControlsDragStartMessage", name=name, owner=owner)
+
+    def drag_to(self, name: str, position, owner: str = "") -> None:
+        self.send(
+            "TransformControlsUpdateMessage",
+            name=name,
+            wxyz=[1.0, 0.0, 0.0, 0.0],
+            position=[float(v) for v in position],
+            owner=owner,
+        )
+
+    def drag_end(self, name: str, owner: str = "") -> None:
+        self.send("TransformControlsDragEndMessage", name=name, owner=owner)
+
+    def click(self, origin, direction) -> None:
+        self.send(
+            "ScenePointerMessage",
+            event_type="click",
+            ray_origin=[float(v) for v in origin],
+            ray_direction=[float(v) for v in direction],
+            screen_pos=[[0.5, 0.5]],
+            modifier=None,
+        )
+
+    def gui_set(self, gui_handle, value) -> None:
+        """Set a GUI input's value as a browser would (tests only: uses the handle's private uuid)."""
+        self.send("GuiUpdateMessage", uuid=gui_handle._impl.uuid, updates={"value": value})
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self.ws.close()
+        except Exception:  # noqa: BLE001
+            pass
+        self._thread.join(2.0)
+
+
+# ------------------------------------------------------------------------------------------- headless browser
+CHROMIUM = "/usr/bin/chromium"
+
+
+class HeadlessChromium:
+    """Debian's headless Chromium driven over the DevTools protocol (screenshots of the live page).
+
+    WebGL runs on SwiftShader (CPU), which is slow: use tiny scenes, small windows and generous timeouts
+    (rendering.md section 5). Every wait is bounded; :meth:`close` kills the browser and removes its profile.
+    """
+
+    def __init__(self, url: str, width: int = 800, height: int = 600, timeout: float = 60.0, binary: str = CHROMIUM) -> None:
+        import json
+        import shutil
+        import subprocess
+        import tempfile
+        import urllib.request
+        from pathlib import Path
+
+        from websockets.sync.client import connect
+
+        self._shutil = shutil
+        self.profile = tempfile.mkdtemp(prefix="physskin-chromium-")
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--use-angle=swiftshader",
+                "--enable-unsafe-swiftshader",
+                "--hide-scrollbars",
+                "--remote-allow-origins=*",
+                "--remote-debugging-port=0",
+                f"--user-data-dir={self.profile}",
+                f"--window-size={width},{height}",
+                url,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            port_file = Path(self.profile) / "DevToolsActivePort"
+            end = time.monotonic() + timeout
+            while not port_file.exists() or not port_file.read_text().strip():
+                if time.monotonic() > end or self.proc.poll() is not None:
+                    raise RuntimeError("chromium did not start (no DevToolsActivePort)")
+                time.sleep(0.1)
+            port = int(port_file.read_text().split()[0])
+            ws_url = None
+            while ws_url is None:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/json/list", timeout=5) as r:
+                    pages = [p for p in json.loads(r.read()) if p.get("type") == "page"]
+                if pages:
+                    ws_url = pages[0]["webSocketDebuggerUrl"]
+                elif time.monotonic() > end:
+                    raise RuntimeError("chromium has no page target")
+                else:
+                    time.sleep(0.1)
+            self.ws = connect(ws_url, max_size=None, open_timeout=timeout)
+        except BaseException:
+            self.close()
+            raise
+        self._id = 0
+        self.call("Emulation.setDeviceMetricsOverride", width=width, height=height, deviceScaleFactor=1, mobile=False)
+
+    def call(self, method: str, timeout: float = 60.0, **params) -> dict:
+        """Send one DevTools command and wait (bounded) for its result."""
+        import json
+
+        self._id += 1
+        my_id = self._id
+        self.ws.send(json.dumps({"id": my_id, "method": method, "params": params}))
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            if left <= 0:
+                raise TimeoutError(f"DevTools {method} timed out")
+            msg = json.loads(self.ws.recv(timeout=left))
+            if msg.get("id") == my_id:
+                if "error" in msg:
+                    raise RuntimeError(f"DevTools {method}: {msg['error']}")
+                return msg.get("result", {})
+
+    def screenshot(self, timeout: float = 60.0) -> np.ndarray:
+        """The page as an (H, W, 3) uint8 array."""
+        import base64
+        import io
+
+        import imageio.v2 as imageio
+
+        data = self.call("Page.captureScreenshot", timeout=timeout, format="png")["data"]
+        img = imageio.imread(io.BytesIO(base64.b64decode(data)))
+        return np.asarray(img)[..., :3]
+
+    def close(self) -> None:
+        try:
+            if getattr(self, "ws", None) is not None:
+                self.ws.close()
+        except Exception:  # noqa: BLE001
+            pass
+        if getattr(self, "proc", None) is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(5)
+            except Exception:  # noqa: BLE001
+                self.proc.kill()
+                self.proc.wait(5)
+        self._shutil.rmtree(self.profile, ignore_errors=True)
