@@ -351,3 +351,31 @@ def test_save_refuses_input_path_and_is_atomic(splats_dir, tmp_path):
     save_scene(s, other)
     assert_bit_identical(s, load_scene(other))
     assert sorted(os.listdir(tmp_path)) == ["in.ply", "other.ply"]
+
+
+def test_fast_column_gather_matches_reference_path(splats_dir, lego_vertex, tmp_path):
+    """The single-gather fast path equals the per-column reference path (LE, BE, double, mixed types)."""
+    from physskin_gs.io.inria_ply import load_inria_ply
+
+    v = lego_vertex
+    variants = {
+        "le.ply": (v, "<"),
+        "be.ply": (v.astype(v.dtype.newbyteorder(">")), ">"),
+        "f8.ply": (v.astype([(n, "<f8") for n in v.dtype.names]), "<"),
+        "mixed.ply": (v.astype([(n, "<f8" if n == "opacity" else "<f4") for n in v.dtype.names]), "<"),
+    }
+    for name, (arr, bo) in variants.items():
+        path = _write(arr, tmp_path / name, byte_order=bo)
+        assert_bit_identical(load_inria_ply(path, fast=True), load_inria_ply(path, fast=False))
+
+
+def test_zero_gaussians_and_utf8_comment(splats_dir, tmp_path):
+    hdr, body = (splats_dir / "scene_tile_lod5_sh3.ply").read_bytes().split(b"end_header\n", 1)
+    p = tmp_path / "zero.ply"
+    p.write_bytes(hdr.replace(b"element vertex 111", b"element vertex 0") + b"end_header\n")
+    with pytest.raises(SceneFormatError, match=r"zero\.ply: the PLY holds no Gaussians"):
+        load_scene(p)
+    q = tmp_path / "comment.ply"
+    q.write_bytes(hdr.replace(b"ply\n", "ply\ncomment made by caf\u00e9 \u00a9\n".encode("utf-8"), 1)
+                  + b"end_header\n" + body)
+    assert_bit_identical(load_scene(q), load_scene(splats_dir / "scene_tile_lod5_sh3.ply"))

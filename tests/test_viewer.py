@@ -259,7 +259,7 @@ def test_step_exception_is_shown_in_page_and_server_keeps_running(live_app):
     anim.fail_next_step = True
     assert wait_until(lambda: app.gui["error"].visible, 5)
     assert "fake solver failure" in app.gui["error"].content
-    assert wait_until(lambda: c.count("NotificationMessage") >= 1, 5)
+    assert wait_until(lambda: c.count("NotificationShowMessage") >= 1, 5)
     # Still serving: a new tab connects, and play resumes the simulation.
     connect(app, clients)
     f = anim.frame
@@ -383,3 +383,23 @@ def test_bad_path_fails_before_any_server_starts(tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError):
         run_viewer(Args())
     assert started == []
+
+
+def test_render_frame_torch_backend_shows_object_at_image_centre():
+    pytest.importorskip("physskin_gs.render.rasterize")
+    from physskin_gs_viewer.render_server import render_frame
+    from physskin_gs_viewer.sim import Frame, snapshot_tensor, to_numpy
+
+    scene = make_blob_scene(800, log_scale=-3.5)  # colour ramps from blue (x=-0.5) to red (x=+0.5)
+    frame = Frame(1, 0, snapshot_tensor(scene.means), snapshot_tensor(scene.covariances()), np.zeros((0, 3), np.float32))
+    pos, target = np.array([0.0, -2.0, 0.0]), np.zeros(3)
+    cam = CameraState(tuple(look_at_wxyz(pos, target, (0, 0, 1))), tuple(pos), 0.8, 4 / 3)
+    rgb = np.clip(0.5 + 0.28209479177387814 * to_numpy(scene.sh_dc), 0, 1)
+    img = render_frame(frame, cam, 96, 72, rgb, to_numpy(scene.opacities), "torch", background=(1.0, 1.0, 1.0))
+    assert img.shape == (72, 96, 3) and img.dtype == np.uint8
+    assert (img[0, 0] == 255).all()  # corner: background
+    centre = img[36, 48].astype(int)
+    assert centre.sum() < 600  # covered by the object
+    # Camera looks along +y with x to the right: the red end (+x) is on the right, blue on the left.
+    left, right = img[36, 30].astype(int), img[36, 66].astype(int)
+    assert right[0] > right[2] and left[2] > left[0]

@@ -33,7 +33,7 @@ from physskin_gs.errors import OptionError, SceneFormatError
 from .camera import CameraState
 from .recorder import Recorder
 from .render_server import ClientRenderThread, cuda_available, render_frame
-from .sim import Frame, SimWorker, to_numpy
+from .sim import Frame, SimWorker, snapshot_tensor, to_numpy
 from .splats import (
     PALETTE,
     display_scale,
@@ -211,6 +211,7 @@ class ViewerApp:
         self._display_times: List[float] = []
         self.gui: Dict[str, Any] = {}
         self._field_choice = FIELD_NONE
+        self._colors_cache = None
         self._click_enabled = True
         self._show_handles = True
 
@@ -366,6 +367,8 @@ class ViewerApp:
 
     def _setup_live(self, anim) -> None:
         server = self.server
+        if self._recorder is not None:  # a recording belongs to one AnimatedScene
+            self.stop_recording()
         scene = anim.scene
         rest = to_numpy(scene.means)
         n = rest.shape[0]
@@ -408,7 +411,7 @@ class ViewerApp:
             self._teardown_live(old)
 
         server.scene.set_up_direction(tuple(float(v) for v in up))
-        dist = 1.6 * extent
+        dist = 1.25 * extent
         side = np.cross(up, [1.0, 0.0, 0.0]) if abs(up[0]) < 0.9 else np.cross(up, [0.0, 1.0, 0.0])
         side /= np.linalg.norm(side)
         cam_pos = center + dist * (0.8 * side + 0.35 * up) / np.linalg.norm(0.8 * side + 0.35 * up)
@@ -457,6 +460,8 @@ class ViewerApp:
 
         with self._lock:
             self.live = live
+        if self.display_mode != DISPLAY_CLIENT:  # renderers follow the new simulation
+            self.set_display_mode(self.display_mode)
         self._build_controls_gui(anim)
         if self._field_choice != FIELD_NONE:
             self._apply_field(self._field_choice)
@@ -577,11 +582,17 @@ class ViewerApp:
 
     # ================================================================== server-rendered mode
     def _display_colors(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(N, 3) colours and (N,) opacities of every Gaussian as currently displayed (cached per change)."""
         live = self.live
+        key = (id(live), id(live.live_rgb), self._field_choice)
+        cached = self._colors_cache
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
         rgb = live.base_rgb
         if self._field_choice != FIELD_NONE:
             rgb = rgb.copy()
             rgb[live.live_idx] = live.live_rgb
+        self._colors_cache = (key, rgb, live.opac)
         return rgb, live.opac
 
     def _start_renderer(self, client) -> None:
@@ -664,7 +675,7 @@ class ViewerApp:
         live.moving_node.set_gaussians(c, v, live.live_rgb, live.opac[idx, None])
 
     def _move_handle_gizmos(self, live: LiveState, frame: Frame) -> None:
-        dragged = {k[1] for k in list(live.worker._open)}
+        dragged = live.worker.open_drag_names()
         hp = frame.handle_positions
         tol = 1e-4 * live.extent
         for i, g in enumerate(live.handle_gizmos):
@@ -1005,7 +1016,7 @@ class ViewerApp:
         rgb, opac = self._display_colors()
 
         def render(g) -> np.ndarray:
-            f = Frame(0, 0, to_numpy(g.means), to_numpy(g.covars), np.zeros((0, 3), np.float32), raw=g)
+            f = Frame(0, 0, snapshot_tensor(g.means), snapshot_tensor(g.covars), np.zeros((0, 3), np.float32))
             return render_frame(f, cam, w, h, rgb, opac, backend)
 
         return render

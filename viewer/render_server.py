@@ -50,13 +50,11 @@ def render_frame(
     """
     import torch
 
-    from physskin_gs.render import rasterize  # type: ignore[attr-defined]
+    from physskin_gs.render.rasterize import rasterize
 
     viewmat, K = viewmat_and_K(cam, width, height)
     dev = torch.device("cuda") if backend == "gsplat" else torch.device("cpu")
-    raw = frame.raw
-    means = raw.means if hasattr(raw, "means") and torch.is_tensor(raw.means) else torch.from_numpy(frame.means)
-    covars = raw.covars if hasattr(raw, "covars") and torch.is_tensor(raw.covars) else torch.from_numpy(frame.covars)
+    means, covars = frame.means_t, frame.covars_t
     out = rasterize(
         means.to(dev, torch.float32),
         covars.to(dev, torch.float32),
@@ -117,6 +115,7 @@ class ClientRenderThread:
         self.renders = 0
         self.last_ms = 0.0
         self._camera_version = 0
+        self._color_cache = None
         self._stop = threading.Event()
         self._kick = threading.Event()
         self._thread = threading.Thread(target=self._run, name=f"physskin-render-{client.client_id}", daemon=True)
@@ -143,6 +142,19 @@ class ClientRenderThread:
         except Exception:  # noqa: BLE001 - no camera message yet
             return None
 
+    def _device_colors(self):
+        """Display colours as tensors on the render device, converted once per colour change."""
+        colors, opac = self.get_colors()
+        cache = self._color_cache
+        if cache is None or cache[0] is not colors or cache[1] is not opac:
+            import torch
+
+            dev = torch.device("cuda") if self.backend == "gsplat" else torch.device("cpu")
+            cache = (colors, opac, torch.as_tensor(colors, dtype=torch.float32, device=dev),
+                     torch.as_tensor(opac, dtype=torch.float32, device=dev))
+            self._color_cache = cache
+        return cache[2], cache[3]
+
     def _adapt(self, seconds: float, viewport_h: int) -> None:
         target = 1.0 / self.target_fps
         hi = max(self.min_height, min(self.max_height, viewport_h or self.max_height))
@@ -167,7 +179,7 @@ class ClientRenderThread:
             try:
                 t0 = time.perf_counter()
                 w, h = cam.size_at(self.height)
-                colors, opac = self.get_colors()
+                colors, opac = self._device_colors()
                 img = self.render_fn(frame, cam, w, h, colors, opac, self.backend)
                 self.client.scene.set_background_image(img, format="jpeg", jpeg_quality=self.jpeg_quality)
                 dt = time.perf_counter() - t0

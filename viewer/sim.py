@@ -16,7 +16,6 @@ import threading
 import time
 import traceback
 from collections import deque
-from dataclasses import dataclass, field
 from typing import Any, Callable, Deque, Dict, Hashable, Optional, Tuple
 
 import numpy as np
@@ -32,27 +31,55 @@ def to_numpy(x, dtype=np.float32) -> np.ndarray:
     return np.ascontiguousarray(np.asarray(x, dtype=dtype))
 
 
-@dataclass
+def snapshot_tensor(x):
+    """A private copy of ``x`` (torch tensor, detached, same device; numpy/array-like -> CPU tensor).
+
+    The AnimatedScene may reuse its output buffers in place; published frames must not alias them.
+    """
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone()
+    return torch.tensor(np.asarray(x))
+
+
 class Frame:
-    """One published simulation state (numpy, safe to read from any thread).
+    """One published simulation state, safe to read from any thread.
 
     Attributes:
         version: increases by one per publication.
         sim_frame: the AnimatedScene's frame counter.
-        means: (N, 3) float32 deformed centres, world units.
-        covars: (N, 3, 3) float32 deformed covariances, world units squared.
-        handle_positions: (Hd, 3) float32 draggable handle centres, world units.
+        means_t: (N, 3) torch float tensor, deformed centres, world units (a private copy; CPU or CUDA).
+        covars_t: (N, 3, 3) torch float tensor, deformed covariances, world units squared (private copy).
+        handle_positions: (Hd, 3) float32 numpy, draggable handle centres, world units.
         stats: the last step's stats dict (ms, newton_iters, energy, ...) plus ``steps_per_s``.
-        raw: the deformed-Gaussians object itself (torch tensors), for server-side renderers.
+        means, covars: float32 numpy views of the above, converted on first use (so a GPU run that only
+            renders on the server never copies them to the host).
     """
 
-    version: int
-    sim_frame: int
-    means: np.ndarray
-    covars: np.ndarray
-    handle_positions: np.ndarray
-    stats: Dict[str, float] = field(default_factory=dict)
-    raw: Any = None
+    def __init__(self, version, sim_frame, means_t, covars_t, handle_positions, stats=None) -> None:
+        self.version = int(version)
+        self.sim_frame = int(sim_frame)
+        self.means_t = means_t
+        self.covars_t = covars_t
+        self.handle_positions = handle_positions
+        self.stats: Dict[str, float] = dict(stats or {})
+        self._np: Dict[str, np.ndarray] = {}
+
+    def _numpy(self, key: str, t) -> np.ndarray:
+        arr = self._np.get(key)
+        if arr is None:
+            arr = to_numpy(t)
+            self._np[key] = arr
+        return arr
+
+    @property
+    def means(self) -> np.ndarray:
+        return self._numpy("means", self.means_t)
+
+    @property
+    def covars(self) -> np.ndarray:
+        return self._numpy("covars", self.covars_t)
 
 
 class LatestSlot:
@@ -232,6 +259,11 @@ class SimWorker:
         with self._lock:
             return len(self._open)
 
+    def open_drag_names(self) -> set:
+        """Gizmo names with an open drag (any client)."""
+        with self._lock:
+            return {k[1] for k in self._open}
+
     def active_anim_drags(self) -> int:
         """Drags the AnimatedScene currently holds (as started by this worker)."""
         return len(self._drag_ids)
@@ -269,21 +301,18 @@ class SimWorker:
     def _publish(self, stats: Optional[Dict[str, float]] = None) -> None:
         a = self.anim
         g = a.deformed_gaussians()
-        means = to_numpy(g.means)
-        covars = to_numpy(g.covars)
         hp = a.handle_positions()
-        hp = to_numpy(hp).reshape(-1, 3) if hp is not None else np.zeros((0, 3), np.float32)
+        hp = to_numpy(hp).reshape(-1, 3).copy() if hp is not None else np.zeros((0, 3), np.float32)
         self._version += 1
         st = dict(self.last_stats if stats is None else stats)
         self.slot.put(
             Frame(
-                version=self._version,
-                sim_frame=int(getattr(a, "frame", 0)),
-                means=means,
-                covars=covars,
-                handle_positions=hp,
-                stats=st,
-                raw=g,
+                self._version,
+                int(getattr(a, "frame", 0)),
+                snapshot_tensor(g.means),
+                snapshot_tensor(g.covars),
+                hp,
+                st,
             )
         )
 

@@ -81,6 +81,11 @@ class FakeAnimatedScene:
         d2 = ((self.x0[:, None, :] - centres[None]) ** 2).sum(-1)
         w = np.exp(-0.5 * d2 / sigma**2) + 1e-12
         self.W = w / w.sum(1, keepdims=True)  # [N, H]
+        self._W_t = torch.from_numpy(self.W).float()
+        self._x0_t = torch.from_numpy(self.x0).float()
+        self._sh = scene.sh
+        self._opac = scene.opacities
+        self._view_rot = torch.eye(3).expand(n, 3, 3)
         self.num_handles = num_handles
         self.u = np.zeros((num_handles, 3))
         self.v = np.zeros((num_handles, 3))
@@ -94,7 +99,11 @@ class FakeAnimatedScene:
 
     # ------------------------------------------------------------------ simulation
     def _positions(self) -> np.ndarray:
-        return self.x0 + self.W @ self.u  # [N, 3]
+        u = torch.from_numpy(self.u).float()
+        return (self._x0_t + self._W_t @ u).double().numpy()  # [N, 3]
+
+    def _positions_t(self) -> torch.Tensor:
+        return self._x0_t + self._W_t @ torch.from_numpy(self.u).float()  # [N, 3] float32
 
     def step(self, n: int = 1) -> dict:
         t0 = time.perf_counter()
@@ -105,7 +114,7 @@ class FakeAnimatedScene:
             force = -self.stiffness * self.u - self.damping * self.v
             for d in self._drags.values():
                 idx, wd = d["index"], d["weights"]
-                cur = (self._positions()[idx] * wd[:, None]).sum(0)
+                cur = ((self.x0[idx] + self.W[idx] @ self.u) * wd[:, None]).sum(0)
                 pull = self.drag_stiffness * (d["target"] - cur)  # [3]
                 share = (self.W[idx] * wd[:, None]).sum(0)  # [H] how much each handle moves the dragged points
                 force += share[:, None] * pull[None, :] / max(share.max(), 1e-12)
@@ -123,24 +132,24 @@ class FakeAnimatedScene:
         self.frame = 0
 
     def deformed_gaussians(self):
-        sh = self.scene.sh
         return SimpleNamespace(
-            means=torch.from_numpy(self._positions()).float(),
+            means=self._positions_t(),
             covars=self.cov0,
-            view_rotations=torch.eye(3).expand(self.scene.num_gaussians, 3, 3),
-            opacities=self.scene.opacities,
-            sh=sh,
+            view_rotations=self._view_rot,
+            opacities=self._opac,
+            sh=self._sh,
         )
 
     def deformed_scene(self) -> GaussianScene:
         from dataclasses import replace
 
-        return replace(self.scene, means=torch.from_numpy(self._positions()).float())
+        return replace(self.scene, means=self._positions_t())
 
     # ------------------------------------------------------------------ handles and drags
     def handle_positions(self) -> np.ndarray:
-        x = self._positions()
-        return (self.W.T @ x) / self.W.sum(0)[:, None]  # [H, 3] weight-weighted centroids
+        x = self._positions_t().double()
+        W = self._W_t.double()
+        return ((W.T @ x) / W.sum(0)[:, None]).numpy()  # [H, 3] weight-weighted centroids
 
     def skinning_weights(self) -> torch.Tensor:
         return torch.from_numpy(self.W).float()

@@ -108,21 +108,46 @@ def _column(rec: np.ndarray, name: str) -> np.ndarray:
     return np.ascontiguousarray(rec[name], dtype=np.float32)
 
 
-def _columns(rec: np.ndarray, names: List[str]) -> np.ndarray:
-    """Stack structured-array columns into a (N, len(names)) native float32 array."""
+def _as_matrix(rec: np.ndarray) -> Optional[np.ndarray]:
+    """(N, P) plain view of a structured array whose fields all share one dtype and are packed; else None."""
+    fields = [rec.dtype.fields[n] for n in rec.dtype.names]
+    base = fields[0][0]
+    if any(f[0] != base or f[0].shape for f in fields):
+        return None
+    if [f[1] for f in fields] != [i * base.itemsize for i in range(len(fields))] or rec.dtype.itemsize != base.itemsize * len(fields):
+        return None
+    if not rec.flags.c_contiguous:
+        return None
+    return rec.view(base).reshape(len(rec), len(fields))
+
+
+def _columns(rec: np.ndarray, names: List[str], mat: Optional[np.ndarray] = None) -> np.ndarray:
+    """Stack structured-array columns into a (N, len(names)) native float32 array.
+
+    Fast path: when ``mat`` (the (N, P) view from :func:`_as_matrix`) is given, one row-wise gather.
+    Reference path: one strided copy per column. Both cast big-endian / double to native float32 exactly.
+    """
+    if mat is not None:
+        order = list(rec.dtype.names)
+        idx = [order.index(n) for n in names]
+        return np.ascontiguousarray(mat[:, idx], dtype=np.float32)
     out = np.empty((len(rec), len(names)), dtype=np.float32)
     for j, n in enumerate(names):
-        out[:, j] = rec[n]  # casts big-endian / double to native float32
+        out[:, j] = rec[n]
     return out
 
 
-def load_inria_ply(path: str, quat_order: str = "wxyz", header: Optional[PlyHeader] = None) -> GaussianScene:
+def load_inria_ply(
+    path: str, quat_order: str = "wxyz", header: Optional[PlyHeader] = None, *, fast: bool = True
+) -> GaussianScene:
     """Load an INRIA 3DGS PLY (ascii, binary little- or big-endian) by property name.
 
     Args:
         path: file path.
         quat_order: order of ``rot_0..3`` in the file, ``"wxyz"`` (INRIA, default) or ``"xyzw"``.
         header: an already parsed header (optional).
+        fast: use the single-gather column extraction when every property has the same type (the
+            per-column reference path gives identical arrays; see tests/test_io_ply.py).
 
     Returns:
         GaussianScene with raw values: means (N, 3), quats (N, 4) wxyz, log_scales (N, 3), opacity_logits (N,),
@@ -148,14 +173,16 @@ def load_inria_ply(path: str, quat_order: str = "wxyz", header: Optional[PlyHead
     rec = read_elements(header, ("vertex",))["vertex"]
     n = len(rec)
 
-    means = _columns(rec, ["x", "y", "z"])
-    sh_dc = _columns(rec, ["f_dc_0", "f_dc_1", "f_dc_2"])
+    mat = _as_matrix(rec) if fast else None
+    means = _columns(rec, ["x", "y", "z"], mat)
+    sh_dc = _columns(rec, ["f_dc_0", "f_dc_1", "f_dc_2"], mat)
     k = len(rest) // 3
-    # channel-major: field c*K + k holds channel c, coefficient k -> [N, 3, K] -> [N, K, 3]
-    sh_rest = np.ascontiguousarray(_columns(rec, rest).reshape(n, 3, k).transpose(0, 2, 1))
-    opac = _column(rec, "opacity")
-    log_scales = _columns(rec, ["scale_0", "scale_1", "scale_2"])
-    q = _columns(rec, ["rot_0", "rot_1", "rot_2", "rot_3"])
+    # channel-major: field c*K + k holds channel c, coefficient k; gather in (k, c) order -> [N, K, 3]
+    rest_kc = [rest[c * k + j] for j in range(k) for c in range(3)]
+    sh_rest = _columns(rec, rest_kc, mat).reshape(n, k, 3)
+    opac = np.ascontiguousarray(_columns(rec, ["opacity"], mat)[:, 0])
+    log_scales = _columns(rec, ["scale_0", "scale_1", "scale_2"], mat)
+    q = _columns(rec, ["rot_0", "rot_1", "rot_2", "rot_3"], mat)
     if quat_order == "xyzw":
         q = np.ascontiguousarray(q[:, [3, 0, 1, 2]])
 

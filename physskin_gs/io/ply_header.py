@@ -115,10 +115,7 @@ def read_ply_header(path: str) -> PlyHeader:
     if nl < 0:
         raise SceneFormatError(f"{path}: PLY header is truncated after 'end_header'")
     data_offset = nl + 1
-    try:
-        text = buf[:end].decode("ascii")
-    except UnicodeDecodeError:
-        raise SceneFormatError(f"{path}: PLY header contains non-ASCII bytes") from None
+    text = buf[:end].decode("utf-8", errors="replace")  # only comments may hold non-ASCII text
 
     fmt: Optional[str] = None
     elements: List[PlyElement] = []

@@ -55,33 +55,56 @@ def normalize_columns(W_raw: torch.Tensor) -> torch.Tensor:
 # Finite differences (method.md 6.5)
 
 
-def fd_stencil(X: torch.Tensor, delta: float = FD_DELTA) -> torch.Tensor:
-    """Query points for central differences: (N, 3) -> (7N, 3) = [X; X+d e0; X-d e0; X+d e1; ...; X-d e2]."""
+#: Forward-difference step (training default: 4 network points per centre instead of 7).
+FD_DELTA_FORWARD = 1e-3
+
+
+def fd_stencil(X: torch.Tensor, delta: float = FD_DELTA, scheme: str = "central") -> torch.Tensor:
+    """Query points for finite differences (method.md 6.5).
+
+    central: (N, 3) -> (7N, 3) = [X; X+d e0; X-d e0; X+d e1; X-d e1; X+d e2; X-d e2].
+    forward: (N, 3) -> (4N, 3) = [X; X+d e0; X+d e1; X+d e2].
+    """
     eye = torch.eye(3, dtype=X.dtype, device=X.device) * delta
-    offs = torch.stack([eye[0], -eye[0], eye[1], -eye[1], eye[2], -eye[2]])  # [6, 3]
+    if scheme == "central":
+        offs = torch.stack([eye[0], -eye[0], eye[1], -eye[1], eye[2], -eye[2]])  # [6, 3]
+    elif scheme == "forward":
+        offs = eye
+    else:
+        raise ValueError(f"unknown finite-difference scheme {scheme!r}")
     return torch.cat([X, (X[None] + offs[:, None]).reshape(-1, 3)], dim=0)
 
 
-def fields_from_stencil(W_all: torch.Tensor, n: int, delta: float = FD_DELTA) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Split stencil outputs (7N, H) into W (N, H) at X and the central-difference gradient dW/dX (N, H, 3)."""
+def fields_from_stencil(
+    W_all: torch.Tensor, n: int, delta: float = FD_DELTA, scheme: str = "central"
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Split stencil outputs ((7 or 4) N, H) into W (N, H) at X and the finite-difference dW/dX (N, H, 3)."""
     W = W_all[:n]
-    P = W_all[n:].reshape(6, n, -1)  # [6, N, H]
-    grad = torch.stack([P[0] - P[1], P[2] - P[3], P[4] - P[5]], dim=-1) / (2.0 * delta)  # [N, H, 3]
+    if scheme == "central":
+        P = W_all[n:].reshape(6, n, -1)  # [6, N, H]
+        grad = torch.stack([P[0] - P[1], P[2] - P[3], P[4] - P[5]], dim=-1) / (2.0 * delta)  # [N, H, 3]
+    else:
+        P = W_all[n:].reshape(3, n, -1)
+        grad = (P - W[None]).permute(1, 2, 0) / delta
     return W, grad
 
 
-def network_fields(model, cache, X: torch.Tensor, delta: float = FD_DELTA) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Normalised training fields at points X (N, 3): W (N, m+1) and dW/dX (N, m+1, 3) by central differences.
+def network_fields(
+    model, cache, X: torch.Tensor, delta: Optional[float] = None, scheme: str = "central"
+) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Normalised training fields at points X (N, 3): W (N, m+1) and dW/dX (N, m+1, 3) by finite differences.
 
-    One network call on the 7N stencil points; the column norms come from the N unperturbed points and are
+    One network call on the stencil points; the column norms come from the N unperturbed points and are
     reused for the neighbours (method.md 5 protocol, applied to training), so the FD gradient is the gradient
-    of exactly the normalised field.
+    of exactly the normalised field. ``delta`` defaults to FD_DELTA (central) or FD_DELTA_FORWARD (forward).
     """
+    if delta is None:
+        delta = FD_DELTA if scheme == "central" else FD_DELTA_FORWARD
     n = X.shape[0]
-    raw = model.decode(fd_stencil(X, delta), cache)  # [7N, m]
+    raw = model.decode(fd_stencil(X, delta, scheme), cache)  # [(7|4)N, m]
     c = column_norms(raw[:n])
     W_all = normalize_with_norms(raw, c, n)
-    return fields_from_stencil(W_all, n, delta)
+    return fields_from_stencil(W_all, n, delta, scheme)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -177,7 +200,7 @@ def config_direction(grads: torch.Tensor) -> torch.Tensor:
     equal weights, projection length): every loss gradient has the same positive cosine with the result."""
     from conflictfree.grad_operator import ConFIG_update
 
-    return ConFIG_update(grads)
+    return ConFIG_update(grads.double()).to(grads.dtype)  # float64: nearly opposite gradients are common
 
 
 def write_gradient(params: List[torch.nn.Parameter], vec: torch.Tensor) -> None:

@@ -31,6 +31,7 @@ class TrainConfig:
     smooth: bool = True
     orth_only_frac: float = 0.0  # first fraction of steps with the orthogonality loss only (fit: 0.1)
     combine: str = "config"  # 'config' (ConFIG) or 'sum'
+    fd_scheme: str = "forward"  # 'forward' (4 points per centre) or 'central' (7)
     augment: bool = True
     seed: int = 0
 
@@ -70,7 +71,7 @@ def compute_losses(
         surf = shape.surface
     X = shape.volume[torch.randint(0, shape.volume.shape[0], (cfg.cubature,), generator=g)]  # [N, 3]
     cache = model.encode(surf)
-    W, G = L.network_fields(model, cache, X)  # [N, H], [N, H, 3]
+    W, G = L.network_fields(model, cache, X, scheme=cfg.fd_scheme)  # [N, H], [N, H, 3]
     Z = L.sample_transforms(cfg.transforms, W.shape[1], cfg.sigma, g)
     out = {
         "pot": L.elastic_loss(X, W, G, Z, blend=blend_at(step, cfg)),

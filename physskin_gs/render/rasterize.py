@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple, Optional
 
+import numpy as np
 import torch
 
 from physskin_gs.errors import OptionError
@@ -183,7 +184,7 @@ def rasterize_tiles(
     P = ts * ts
     tw, th = (width + ts - 1) // ts, (height + ts - 1) // ts
     n_tiles = tw * th
-    out = torch.zeros(n_tiles, P, D + 1, dtype=torch.float32, device=dev)
+    out = torch.zeros(D + 1, n_tiles, P, dtype=torch.float32, device=dev)
     ids = _visible_sorted(Projection(radii, means2d, depths, conics))
     if ids.numel() > 0:
         m2 = means2d[ids].float()
@@ -210,55 +211,62 @@ def rasterize_tiles(
                 out, tile, rank, m2, conics[ids].float(), opacities[ids].float(), features[ids].float(),
                 ts, tw, max(1, int(max_evals) // P),
             )
-    img = out.reshape(th, tw, ts, ts, D + 1).permute(0, 2, 1, 3, 4).reshape(th * ts, tw * ts, D + 1)
+    img = out.reshape(D + 1, th, tw, ts, ts).permute(1, 3, 2, 4, 0).reshape(th * ts, tw * ts, D + 1)
     return img[:height, :width].contiguous()
 
 
 def _composite_tiles(out, tile, rank, m2, conics, opac, feats, ts, tw, rows_per_chunk) -> None:
-    """Composite intersections (sorted by tile, then depth) into ``out`` [n_tiles, P, D+1] in chunks."""
+    """Composite intersections (sorted by tile, then depth) into ``out`` [D+1, n_tiles, P] in chunks.
+
+    Per chunk of rows (one row = one (Gaussian, tile) intersection, P = ts^2 pixels):
+    sigma and alpha densely on [R, P] (skipped pairs get alpha = 0, i.e. log(1 - alpha) = 0, which
+    leaves the transmittance unchanged, exactly as gsplat's ``continue``), then the inclusive
+    log-transmittance as a float64 cumulative sum over rows, re-based at each tile's first row on the
+    log T carried in from earlier chunks.
+    """
     dev = out.device
     P = ts * ts
+    D1 = out.shape[0]
     lin = torch.arange(P, device=dev)
-    lx = (lin % ts).float()  # [P]
-    ly = (lin // ts).float()
-    carry = torch.zeros(out.shape[0], P, dtype=torch.float64, device=dev)  # log T per tile pixel
+    lx = (lin % ts).float()[None, :]  # [1, P]
+    ly = (lin // ts).float()[None, :]
+    carry = torch.zeros(out.shape[1], P, dtype=torch.float64, device=dev)  # log T per tile pixel
+    logo = torch.log(opac)  # [M]; -inf for opacity 0 gives alpha 0
+    # threshold_ keeps x > thr; with thr the float32 just below 1/255 that is x >= 1/255 (float32)
+    thr = float(np.nextafter(np.float32(ALPHA_MIN), np.float32(0.0)))
     n = tile.numel()
     for r0 in range(0, n, rows_per_chunk):
         r1 = min(n, r0 + rows_per_chunk)
         t = tile[r0:r1]
         g = rank[r0:r1]
-        ox = (t % tw).float() * ts + 0.5 - m2[g, 0]  # [R]
-        oy = (t // tw).float() * ts + 0.5 - m2[g, 1]
-        cg = conics[g]
-        dx = ox[:, None] + lx[None, :]  # [R, P]
-        dy = oy[:, None] + ly[None, :]
-        sigma = (0.5 * cg[:, 0:1]) * dx * dx
-        sigma += (0.5 * cg[:, 2:3]) * dy * dy
-        sigma += cg[:, 1:2] * dx * dy
-        del dx, dy
-        alpha = (opac[g][:, None] * torch.exp(-sigma)).clamp_max_(ALPHA_MAX)
-        valid = (sigma >= 0) & (alpha >= ALPHA_MIN)
-        del sigma
-        alpha = torch.where(valid, alpha, torch.zeros((), device=dev))
-        la = torch.log1p(-alpha).double()  # [R, P] log(1 - alpha), 0 where skipped
-        cs = torch.cumsum(la, 0)
-        # segments = runs of equal tile within the chunk
+        cg = conics[g]  # [R, 3]
+        ox = ((t % tw) * ts).float().add_(0.5).sub_(m2[g, 0])[:, None]  # [R, 1] pixel-centre offset
+        oy = ((t // tw) * ts).float().add_(0.5).sub_(m2[g, 1])[:, None]
+        dx = ox + lx  # [R, P]
+        dy = oy + ly
+        # sigma = dx (a/2 dx + b dy) + c/2 dy^2
+        sig = dx * (0.5 * cg[:, 0:1])
+        sig.addcmul_(dy, cg[:, 1:2]).mul_(dx)
+        dy.mul_(dy).mul_(0.5 * cg[:, 2:3])
+        sig.add_(dy)
+        # alpha = min(0.999, o exp(-sigma)), zeroed below 1/255
+        alpha = torch.sub(logo[g][:, None], sig, out=sig).exp_().clamp_max_(ALPHA_MAX)
+        torch.threshold_(alpha, thr, 0.0)
+        la = torch.neg(alpha, out=dx).log1p_()  # [R, P] log(1 - alpha)
+        cs = torch.cumsum(la, 0, dtype=torch.float64)
         seg_tiles, seg_counts = torch.unique_consecutive(t, return_counts=True)
         seg_first = torch.cumsum(seg_counts, 0) - seg_counts
-        seg_id = torch.repeat_interleave(torch.arange(seg_tiles.numel(), device=dev), seg_counts)
-        # incl = carry_in + (cs - cs_before_segment)
-        offset = carry[seg_tiles] - (cs[seg_first] - la[seg_first])  # [S, P]
-        incl = cs + offset[seg_id]  # [R, P] inclusive log T after this Gaussian
         seg_last = seg_first + seg_counts - 1
-        carry[seg_tiles] = incl[seg_last]
+        offset = carry[seg_tiles] - (cs[seg_first] - la[seg_first])  # [S, P]
+        carry[seg_tiles] = cs[seg_last] + offset
+        incl = torch.add(cs, torch.repeat_interleave(offset, seg_counts, dim=0), out=dy)  # fp32 log T incl.
         del cs, offset
-        keep = valid & (incl > _LOG_T_STOP)
-        w = torch.exp(incl - la).float() * alpha  # alpha * T_exclusive
-        w = torch.where(keep, w, torch.zeros((), device=dev))
-        del incl, la, alpha, keep, valid
+        w = torch.sub(incl, la, out=la).exp_().mul_(alpha)  # alpha * T_exclusive
+        w.masked_fill_(incl <= _LOG_T_STOP, 0.0)
         f = feats[g]  # [R, D]
-        contrib = torch.cat([w[:, :, None] * f[:, None, :], w[:, :, None]], dim=2)  # [R, P, D+1]
-        out.index_add_(0, t, contrib)
+        for c in range(D1 - 1):
+            out[c].index_add_(0, t, w * f[:, c : c + 1])
+        out[D1 - 1].index_add_(0, t, w)
 
 
 def rasterize_pairs_reference(

@@ -1,0 +1,236 @@
+"""Tests for the analytic Neo-Hookean kernels and the subspace simulator (method.md 9)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from physskin_gs.errors import OptionError
+from physskin_gs.model.field import RBFSkinningField
+from physskin_gs.physics import neohookean as nh
+from physskin_gs.physics.simulator import SubspaceSimulator, orthonormal_handle_basis
+
+MU, LAM = 1.2e3, 8.0e3
+
+
+def _random_F(n: int, seed: int = 0, spread: float = 0.4) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    F = torch.eye(3, dtype=torch.float64) + spread * torch.randn(n, 3, 3, generator=g, dtype=torch.float64)
+    # degenerate cases: identity (repeated singular values), reflection (inverted), pure stretch, zero, rotation
+    F[0] = torch.eye(3)
+    F[1] = torch.diag(torch.tensor([1.0, 1.0, -1.0]))
+    F[2] = torch.diag(torch.tensor([2.0, 1.0, 1.0]))
+    F[3] = 0.0
+    c, s = math.cos(0.7), math.sin(0.7)
+    F[4] = torch.tensor([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
+    F[5] = torch.diag(torch.tensor([1.0, 1.0 + 1e-9, 1.0 - 1e-9]))
+    return F
+
+
+# ----------------------------------------------------------------------------------------------- kernels
+def test_stress_and_hessian_match_autograd():
+    F = _random_F(64)
+    P_ad = torch.func.vmap(torch.func.grad(lambda f: nh.energy_density(f, MU, LAM)))(F)
+    H_ad = torch.func.vmap(torch.func.hessian(lambda f: nh.energy_density(f.reshape(3, 3), MU, LAM)))(F.reshape(-1, 9))
+    P = nh.first_piola(F, MU, LAM)
+    H = nh.hessian(F, MU, LAM)
+    assert torch.allclose(P, P_ad, rtol=1e-10, atol=1e-8)
+    assert torch.allclose(H, H_ad, rtol=1e-10, atol=1e-7)
+    # energy matches the shared reference density in physskin_gs.elastic
+    from physskin_gs.elastic import neohookean_energy_density
+
+    assert torch.allclose(nh.energy_density(F, MU, LAM), neohookean_energy_density(F, MU, LAM), rtol=1e-10, atol=1e-8)
+    # zero at rest and for rotations
+    assert nh.energy_density(F[[0, 4]], MU, LAM).abs().max() < 1e-9
+
+
+def test_svd3_closed_form():
+    F = _random_F(256, seed=1, spread=0.8)
+    U, s, V = nh.svd3(F)
+    rec = U @ torch.diag_embed(s) @ V.transpose(1, 2)
+    assert (rec - F).abs().max() < 1e-10
+    eye = torch.eye(3, dtype=F.dtype)
+    assert (U @ U.transpose(1, 2) - eye).abs().max() < 1e-10
+    assert (V @ V.transpose(1, 2) - eye).abs().max() < 1e-10
+    assert torch.det(U).min() > 0.999 and torch.det(V).min() > 0.999
+    # magnitudes match LAPACK, only the last may be negative (inversion)
+    s_ref = torch.linalg.svdvals(F)
+    assert torch.allclose(s.abs(), s_ref, atol=1e-10)
+    assert (s[:, :2] >= 0).all()
+    assert torch.equal(torch.sign(s[:, 2]) < 0, torch.det(F) < -1e-12)
+
+
+def test_projected_hessian_matches_eigh_reference_and_is_psd():
+    F = _random_F(256, seed=2, spread=0.6)
+    H = nh.hessian(F, MU, LAM)
+    Hp = nh.projected_hessian(F, MU, LAM)
+    Hr = nh.project_psd_eigh(H)
+    scale = H.abs().amax((1, 2))
+    assert ((Hp - Hr).abs().amax((1, 2)) / scale).max() < 1e-9
+    assert torch.linalg.eigvalsh(Hp).min() > -1e-9 * scale.max()
+    # an already-PSD Hessian (e.g. at rest) is returned unchanged
+    assert torch.allclose(Hp[0], H[0], atol=1e-9 * float(scale[0]))
+    # float32 in -> float32 out, still close
+    Hp32 = nh.projected_hessian(F.float(), MU, LAM)
+    assert Hp32.dtype == torch.float32
+    assert ((Hp32.double() - Hr).abs().amax((1, 2)) / scale).max() < 1e-4
+
+
+def test_sym3_eigh_repeated_and_random():
+    g = torch.Generator().manual_seed(3)
+    A = torch.randn(200, 3, 3, generator=g, dtype=torch.float64)
+    A = A + A.transpose(1, 2)
+    A[0] = torch.eye(3) * 2.0
+    A[1] = torch.diag(torch.tensor([1.0, 1.0, 3.0]))
+    A[2] = 0.0
+    lam, Q = nh.sym3_eigh(A)
+    assert torch.allclose(lam, torch.linalg.eigvalsh(A).flip(-1), atol=1e-10)
+    assert ((Q * lam[:, None, :]) @ Q.transpose(1, 2) - A).abs().max() < 1e-8 * A.abs().max()
+
+
+# ----------------------------------------------------------------------------------------------- simulator
+def _beam(n=256, m=6, seed=0, length=1.0, width=0.2):
+    g = torch.Generator().manual_seed(seed)
+    X = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor([length, width, width])
+    centers = torch.stack([torch.linspace(-length / 2, length / 2, m), torch.zeros(m), torch.zeros(m)], 1)
+    W, dW = RBFSkinningField(centers, length / (m - 1)).weights_and_grads(X)
+    return X, W, dW, length * width * width
+
+
+def test_objective_gradient_and_hessian_match_autograd():
+    X, W, dW, V = _beam(128, seed=1)
+    sim = SubspaceSimulator(X, W, dW, V, E=5e4, nu=0.4, density=200, floor_height=-0.05, project_psd=False)
+    sim.set_pins(torch.arange(10))
+    sim.add_drag(torch.arange(20, 30), X[20:30].double() + 0.05)
+    g = torch.Generator().manual_seed(5)
+    q = 0.05 * torch.randn(3, sim.K4, generator=g, dtype=torch.float64)
+    q_pred = q + 0.01 * torch.randn(3, sim.K4, generator=g, dtype=torch.float64)
+    q_prev = 0.9 * q
+    E, grad, Hm = sim._objective(q, q_pred, q_prev, 1e-4, True)
+    f = lambda v: sim.objective_autograd(v.reshape(3, sim.K4), q_pred, q_prev, 1e-4)  # noqa: E731
+    v = q.reshape(-1)
+    assert math.isclose(float(E), float(f(v)), rel_tol=1e-10)
+    g_ad = torch.func.grad(f)(v)
+    H_ad = torch.func.hessian(f)(v)
+    assert (grad.reshape(-1) - g_ad).abs().max() <= 1e-9 * g_ad.abs().max()
+    # float32 GEMM assembly of the elastic part: relative 1e-5
+    assert (Hm - H_ad).abs().max() <= 1e-5 * H_ad.abs().max()
+
+
+def test_orthonormal_basis_keeps_span():
+    X, W, dW, V = _beam(200)
+    W2 = torch.cat([W, W[:, :1] * 2.0], dim=1).double()  # a duplicate (dependent) column
+    T = orthonormal_handle_basis(W2, torch.ones(200, dtype=torch.float64))
+    assert T.shape == (W2.shape[1], W2.shape[1] - 1)
+    Wn = W2 @ T
+    assert torch.allclose(Wn.T @ Wn / 200, torch.eye(T.shape[1], dtype=torch.float64), atol=1e-8)
+    # the constant column is still in the span
+    ones = torch.ones(200, 1, dtype=torch.float64)
+    coef = torch.linalg.lstsq(Wn, ones).solution
+    assert (Wn @ coef - ones).abs().max() < 1e-8
+
+
+def test_gravity_drop_comes_to_rest_on_floor():
+    X, W, dW, V = _beam(256, seed=2, length=0.6, width=0.3)
+    floor = -0.35
+    sim = SubspaceSimulator(X, W, dW, V, E=2e4, nu=0.45, density=100, dt=0.03, up=(0, 0, 1),
+                            floor_height=floor, damping=0.05, newton_iters=5)
+    zs = []
+    for _ in range(90):
+        st = sim.step()
+        assert torch.isfinite(sim.q).all()
+        zs.append(float(sim.positions()[:, 2].min()))
+    assert zs[5] < -0.16  # it is falling
+    assert min(zs) > floor - 0.02  # never sinks through the floor beyond a penetration tolerance
+    assert abs(zs[-1] - floor) < 0.01  # resting on it
+    assert sim.kinetic_energy() < 1e-3 * sim.total_mass * 9.8 * 0.2  # at rest
+    assert st.rejected == 0
+
+
+def test_pinned_cantilever_sags_and_oscillation_decays():
+    X, W, dW, V = _beam(256, m=6, seed=3)
+    sim = SubspaceSimulator(X, W, dW, V, E=2e5, nu=0.3, density=100, dt=0.01, up=(0, 0, 1),
+                            floor_height=None, damping=0.5, newton_iters=4)
+    pin = torch.nonzero(X[:, 0] < -0.42).flatten()
+    sim.set_pins(pin)
+    tip = torch.nonzero(X[:, 0] > 0.42).flatten()
+    z = []
+    for _ in range(150):
+        sim.step()
+        z.append(float(sim.positions()[tip, 2].mean() - X[tip, 2].double().mean()))
+    z = torch.tensor(z)
+    assert z.min() < -0.01  # the free end sags under gravity
+    assert float(sim.positions()[pin].sub(X[pin].double()).norm(dim=1).max()) < 5e-3  # pins hold
+    early = float(z[:50].max() - z[:50].min())
+    late = float(z[100:].max() - z[100:].min())
+    assert late < 0.25 * early  # oscillation decays
+    assert float(z[-1]) < -0.01  # settles in a sagged position
+
+
+def test_energy_drift_small_without_damping():
+    X, W, dW, V = _beam(192, m=5, seed=4)
+    sim = SubspaceSimulator(X, W, dW, V, E=1e4, nu=0.3, density=100, dt=1e-3, gravity=0.0, floor_height=None,
+                            damping=0.0, newton_iters=4)
+    # initial condition: a stretched state at rest
+    Z = torch.zeros(sim.H_orig, 3, 4, dtype=torch.float64)
+    Z[-1, 0, 0] = 0.05  # constant handle: 5% stretch along x
+    sim.q = torch.linalg.lstsq(sim.T, Z.reshape(sim.H_orig, 12)).solution.reshape(sim.H, 3, 4).permute(1, 0, 2).reshape(3, sim.K4)
+    assert torch.allclose(sim.handle_transforms(), Z, atol=1e-10)
+    e0 = sim.energies()["total"]
+    assert e0 > 0
+    es = []
+    for _ in range(100):
+        sim.step()
+        es.append(sim.energies()["total"])
+    es = torch.tensor(es)
+    assert es.max() <= e0 * 1.01  # no energy gain
+    assert es.min() >= e0 * 0.9  # drifts little (backward Euler dissipation only)
+    assert sim.kinetic_energy() > 0.05 * e0  # it did move
+
+
+def test_stability_guard_never_nan():
+    X, W, dW, V = _beam(128, seed=5)
+    # absurd settings: huge time step, very stiff, plus a violent drag
+    sim = SubspaceSimulator(X, W, dW, V, E=1e9, nu=0.49, density=1.0, dt=1.0, floor_height=-0.1, newton_iters=3)
+    did = sim.add_drag(torch.arange(5))
+    sim.update_drag(did, X[:5].double() + torch.tensor([1e3, 0.0, 0.0], dtype=torch.float64))
+    for _ in range(5):
+        sim.step()
+        assert torch.isfinite(sim.q).all() and torch.isfinite(sim.qdot).all()
+    # non-finite weights are sanitised; a non-finite drag target is ignored
+    W2 = W.clone()
+    W2[0, 0] = float("nan")
+    sim2 = SubspaceSimulator(X, W2, dW, V)
+    d2 = sim2.add_drag(torch.arange(3))
+    sim2.update_drag(d2, torch.full((3, 3), float("nan")))
+    sim2.step(3)
+    assert torch.isfinite(sim2.q).all()
+
+
+def test_material_settable_and_validated():
+    X, W, dW, V = _beam(64)
+    sim = SubspaceSimulator(X, W, dW, V)
+    sim.set_material(E=5e4, nu=0.3, density=50)
+    assert sim.total_mass == pytest.approx(50 * V)
+    with pytest.raises(OptionError):
+        sim.set_material(nu=0.5)
+    with pytest.raises(OptionError):
+        sim.set_material(E=-1.0)
+    with pytest.raises(OptionError):
+        sim.set_damping(-1)
+
+
+def test_rigid_rotation_has_no_elastic_energy():
+    X, W, dW, V = _beam(64)
+    sim = SubspaceSimulator(X, W, dW, V, gravity=0.0)
+    c, s = math.cos(0.5), math.sin(0.5)
+    R = torch.tensor([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
+    Z = torch.zeros(sim.H_orig, 3, 4, dtype=torch.float64)
+    Z[-1, :, :3] = R - torch.eye(3, dtype=torch.float64)
+    Z[-1, :, 3] = torch.tensor([0.1, 0.2, 0.3])
+    sim.q = torch.linalg.lstsq(sim.T, Z.reshape(sim.H_orig, 12)).solution.reshape(sim.H, 3, 4).permute(1, 0, 2).reshape(3, sim.K4)
+    assert sim.energies()["elastic"] == pytest.approx(0.0, abs=1e-9)
+    x = sim.positions()
+    assert torch.allclose(x, X.double() @ R.T + torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64), atol=1e-9)

@@ -1,0 +1,55 @@
+"""Browser test: the live page in Debian's headless Chromium shows the object, and a drag changes the picture.
+
+Opt-in: marked ``browser`` and skipped when /usr/bin/chromium is absent (``apt-get install -y chromium``).
+WebGL runs on SwiftShader, so a tiny scene and a small window are used and every wait is bounded (generous,
+because the first frame can take a minute on a busy 2-core machine).
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from physskin_gs_viewer.testing import CHROMIUM
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} not installed (apt-get install chromium)"),
+]
+
+
+def test_screenshot_changes_where_object_is_after_scripted_drag(tmp_path):
+    from physskin_gs_viewer.app import ViewerApp
+    from physskin_gs_viewer.screenshots import drag_session, object_mask, panel_free_region
+    from physskin_gs_viewer.testing import FakeAnimatedScene, make_blob_scene
+
+    anim = FakeAnimatedScene(make_blob_scene(1500, log_scale=-4.0), num_handles=4)
+    app = ViewerApp(anim, None, host="127.0.0.1", port=0)
+    app.start()
+    try:
+        assert app.wait_ready(30), app.failed
+        app.gui["handles"].value = False  # keep gizmos out of the picture
+        for g in app.live.handle_gizmos:
+            g.visible = False
+        w, h = 900, 400
+        shots = drag_session(app, tmp_path, width=w, height=h, pull=0.3, timeout=150.0, settle_s=1.5)
+    finally:
+        app.stop()
+    rest, dragged, released = shots["rest"], shots["dragged"], shots["released"]
+    region = panel_free_region(w, h)
+    obj = object_mask(rest[region])
+    assert obj.sum() > 300, "the object is not visible in the page"
+    changed = np.abs(dragged[region].astype(int) - rest[region].astype(int)).max(axis=2) > 40
+    assert changed.sum() > 100, "the drag did not change the picture"
+    # The change is where the object is (or where it moved to): near the object's bounding box.
+    ys, xs = np.nonzero(obj)
+    pad = 40
+    box = np.zeros_like(obj)
+    box[max(ys.min() - pad, 0) : ys.max() + pad, max(xs.min() - pad, 0) : xs.max() + pad] = True
+    assert (changed & box).sum() > 0.9 * changed.sum()
+    # Released: the object springs back toward the rest picture.
+    back = np.abs(released[region].astype(int) - rest[region].astype(int)).max(axis=2) > 40
+    assert back.sum() < 0.5 * changed.sum()
+    assert app.error_log == []

@@ -1,0 +1,175 @@
+"""Scripted browser session: screenshots of the live viewer before, during and after a drag.
+
+Used by tests/test_viewer_browser.py and to make the screenshots in docs/screenshots/::
+
+    python -m physskin_gs_viewer.screenshots data/spot_mesh2splat_10k.splat --out docs/screenshots
+
+The page is opened in Debian's headless Chromium (SwiftShader WebGL); the drag is sent over the websocket as a
+second tab would send it (TransformControls drag start / update / end messages), so it takes the same path
+as a user's drag.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Dict, Optional
+
+import numpy as np
+
+from .testing import HeadlessChromium, ViserWsClient
+
+_HIDE_NOTIFICATIONS_JS = """
+(() => {
+  let n = 0;
+  for (const el of document.querySelectorAll('div')) {
+    const t = el.textContent || '';
+    const r = el.getBoundingClientRect();
+    if (t.startsWith('Software WebGL rendering detected') && r.width < 500 && r.height < 200) {
+      el.style.visibility = 'hidden'; n += 1;
+    }
+  }
+  return n;
+})()
+"""
+
+
+def panel_free_region(width: int, height: int):
+    """The part of the page left of viser's GUI panel (about 340 px wide on the right)."""
+    return (slice(0, height), slice(0, max(width - 340, width // 3)))
+
+
+def object_mask(img: np.ndarray, background: int = 245) -> np.ndarray:
+    """(H, W) bool: pixels that are not (near-)white background."""
+    return img.astype(np.int32).min(axis=2) < background
+
+
+def wait_stable(browser: HeadlessChromium, region, timeout: float, min_object_px: int = 200, interval: float = 1.5):
+    """Screenshots until the ``region`` (slice pair) shows an object and two consecutive shots agree."""
+    end = time.monotonic() + timeout
+    prev = None
+    img = browser.screenshot()
+    while time.monotonic() < end:
+        img = browser.screenshot()
+        sub = img[region]
+        if object_mask(sub).sum() >= min_object_px and prev is not None:
+            if np.abs(sub.astype(np.int32) - prev).mean() < 0.5:
+                return img
+        prev = sub.astype(np.int32)
+        time.sleep(interval)
+    return img
+
+
+def wait_changed(browser: HeadlessChromium, ref: np.ndarray, region, timeout: float, interval: float = 1.5):
+    """Screenshots until ``region`` differs from ``ref`` and then settles."""
+    end = time.monotonic() + timeout
+    prev = None
+    img = ref
+    while time.monotonic() < end:
+        img = browser.screenshot()
+        sub = img[region].astype(np.int32)
+        changed = np.abs(sub - ref[region].astype(np.int32)).max(axis=2) > 40
+        if changed.sum() > 100 and prev is not None and np.abs(sub - prev).mean() < 1.0:
+            return img
+        prev = sub
+        time.sleep(interval)
+    return img
+
+
+def drag_session(
+    app,
+    out_dir: Optional[Path] = None,
+    *,
+    width: int = 1400,
+    height: int = 720,
+    pull: float = 0.35,
+    timeout: float = 180.0,
+    settle_s: float = 2.5,
+    record_dir: Optional[Path] = None,
+) -> Dict[str, np.ndarray]:
+    """Open ``app`` (started, ready) in headless Chromium and capture rest / dragged / released screenshots.
+
+    Pulls the handle farthest from the object's centre by ``pull`` x the scene extent along the up vector,
+    via websocket drag messages. With ``record_dir``, the drag is recorded there (frame%04d.ply + sequence.json).
+    Returns the images (and writes PNGs into ``out_dir`` when given). Every wait is bounded by ``timeout``.
+    """
+    import imageio.v2 as imageio
+
+    live = app.live
+    region = panel_free_region(width, height)
+    browser = HeadlessChromium(app.url, width, height, timeout=60.0)
+    ws = None
+    shots: Dict[str, np.ndarray] = {}
+    try:
+        rest = wait_stable(browser, region, timeout)
+        browser.call("Runtime.evaluate", expression=_HIDE_NOTIFICATIONS_JS)
+        time.sleep(0.3)
+        shots["rest"] = rest = browser.screenshot()
+
+        hp = live.worker.slot.get().handle_positions
+        k = int(np.argmax(np.linalg.norm(hp - live.center, axis=1))) if len(hp) else 0
+        name = f"/handles/h{k}"
+        target = hp[k] + pull * live.extent * live.up
+        ws = ViserWsClient(app.port)
+        ws.send_camera(tuple(app.server.initial_camera.position), tuple(live.center), tuple(live.up))
+        if record_dir is not None:
+            app.start_recording(out_dir=record_dir)
+        ws.drag_start(name)
+        for i in range(1, 11):
+            ws.drag_to(name, hp[k] + i / 10 * (target - hp[k]))
+            time.sleep(0.05)
+        shots["dragged"] = wait_changed(browser, rest, region, timeout)
+        time.sleep(settle_s)
+        browser.call("Runtime.evaluate", expression=_HIDE_NOTIFICATIONS_JS)
+        shots["dragged"] = browser.screenshot()
+        ws.drag_end(name)
+        shots["released"] = wait_changed(browser, shots["dragged"], region, timeout)
+        time.sleep(settle_s * 2)
+        shots["released"] = browser.screenshot()
+        if record_dir is not None:
+            app.stop_recording()
+    finally:
+        if ws is not None:
+            ws.close()
+        browser.close()
+    if out_dir is not None:
+        out_dir = Path(out_dir)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        for key, img in shots.items():
+            imageio.imwrite(out_dir / f"viewer_{key}.png", img)
+    return shots
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="Screenshots of the live viewer before/during/after a drag.")
+    ap.add_argument("path", help="scene file (e.g. data/spot_mesh2splat_10k.splat)")
+    ap.add_argument("--out", default="docs/screenshots")
+    ap.add_argument("--record", default=None, help="also record the drag into this (new) folder")
+    ap.add_argument("--skinning", default="pretrained")
+    ap.add_argument("--width", type=int, default=1400)
+    ap.add_argument("--height", type=int, default=720)
+    args = ap.parse_args(argv)
+
+    from physskin_gs.pipeline import AnimationConfig  # type: ignore[attr-defined]
+
+    from .app import ViewerApp
+
+    app = ViewerApp(args.path, AnimationConfig(skinning=args.skinning), port=0)
+    app.start()
+    try:
+        if not app.wait_ready(900):
+            print(f"viewer failed: {app.failed}", file=sys.stderr)
+            return 1
+        shots = drag_session(app, Path(args.out), width=args.width, height=args.height,
+                             record_dir=Path(args.record) if args.record else None)
+        for k, img in shots.items():
+            print(f"{k}: {img.shape}, object pixels {object_mask(img).sum()}")
+    finally:
+        app.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
