@@ -403,3 +403,133 @@ def test_render_frame_torch_backend_shows_object_at_image_centre():
     # Camera looks along +y with x to the right: the red end (+x) is on the right, blue on the left.
     left, right = img[36, 30].astype(int), img[36, 66].astype(int)
     assert right[0] > right[2] and left[2] > left[0]
+
+
+# ------------------------------------------------------------------------------------------- path flow (fake pipeline)
+@pytest.fixture
+def fake_pipeline(monkeypatch):
+    """A stand-in ``physskin_gs.pipeline`` module (same names) whose prepare_animation reports progress."""
+    import dataclasses
+    import sys
+    import types
+
+    @dataclasses.dataclass
+    class AnimationConfig:
+        E: float = 2e4
+        nu: float = 0.45
+        density: float = 100.0
+        dt: float = 0.03
+        gravity: float = 9.8
+        floor: bool = True
+        floor_height: float = None
+        damping: float = 0.02
+        skinning: str = "pretrained"
+        pin: str = None
+
+    calls = []
+
+    def load_for_animation(path):
+        from physskin_gs.io import load_scene
+
+        return load_scene(path)
+
+    def prepare_animation(scene, config, progress=None):
+        calls.append(config.skinning)
+        for msg, f in (("interior fill", 0.0), ("interior fill", 1.0), ("skinning", 0.5), ("skinning", 1.0)):
+            if progress is not None:
+                progress(msg, f)
+        return FakeAnimatedScene(scene, num_handles=3)
+
+    mod = types.ModuleType("physskin_gs.pipeline")
+    mod.AnimationConfig = AnimationConfig
+    mod.load_for_animation = load_for_animation
+    mod.prepare_animation = prepare_animation
+    monkeypatch.setitem(sys.modules, "physskin_gs.pipeline", mod)
+    return mod, calls
+
+
+def test_path_flow_shows_progress_in_terminal_and_page_and_switches_skinning(splats_dir, fake_pipeline, capsys):
+    pytest.importorskip("physskin_gs.io")
+    mod, calls = fake_pipeline
+    path = splats_dir / "spot_mesh2splat_10k.splat"
+
+    class Args:
+        pass
+
+    args = Args()
+    args.path, args.E, args.skinning = str(path), 3e4, "pretrained"
+    app = ViewerApp(path, appmod.config_from_args(args), port=0)
+    assert app.config.E == 3e4 and app.config.nu == 0.45
+    app.start()
+    try:
+        assert app.wait_ready(30), app.failed
+        err = capsys.readouterr().err
+        assert "interior fill" in err and "skinning: 100%" in err
+        assert "10,000 Gaussians" in app.gui["status"].content
+        assert not app.gui["progress"].visible
+        first = app.live.anim
+        app.gui["skinning"].value = "fit"  # server-side set fires on_update like a browser would
+        assert wait_until(lambda: app.live is not None and app.live.anim is not first, 20)
+        assert calls == ["pretrained", "fit"]
+        assert not first.num_drags and app.live.worker.alive
+    finally:
+        app.stop()
+
+
+def test_run_viewer_prints_url_serves_and_stops_cleanly_on_ctrl_c(splats_dir, fake_pipeline, monkeypatch, capsys):
+    import urllib.request
+
+    pytest.importorskip("physskin_gs.io")
+    seen = {}
+
+    def serve(app):
+        seen["host"] = app.server.get_host()
+        assert app.wait_ready(30), app.failed
+        with urllib.request.urlopen(app.url, timeout=10) as r:
+            seen["status"] = r.status
+        seen["app"] = app
+        raise KeyboardInterrupt  # the user presses Ctrl-C
+
+    monkeypatch.setattr(appmod, "_serve_until_interrupt", serve)
+
+    class Args:
+        path = str(splats_dir / "spot_mesh2splat_10k.splat")
+        host = None  # not given: 127.0.0.1
+        port = 0
+        E = 1e4
+
+    assert run_viewer(Args()) == 0
+    out = capsys.readouterr()
+    assert f"viewer running at {seen['app'].url}" in out.out
+    assert seen == {"host": "127.0.0.1", "status": 200, "app": seen["app"]}
+    assert seen["app"].config.E == 1e4
+    assert not seen["app"].live.worker.alive  # simulation thread stopped
+    with pytest.raises(OSError):  # nothing listens any more
+        urllib.request.urlopen(seen["app"].url, timeout=2)
+
+
+def test_fast_splat_packing_matches_viser_set_gaussians():
+    from physskin_gs_viewer.splats import pack_splat_buffer, rgba_u32
+
+    rng = np.random.default_rng(0)
+    n = 300
+    means = rng.normal(size=(n, 3)).astype(np.float32)
+    A = rng.normal(size=(n, 3, 3)).astype(np.float32) * 0.01
+    covars = A @ A.transpose(0, 2, 1)
+    covars[0, 0, 0] = np.nan  # non-finite -> 0 in both paths
+    rgbs = rng.random((n, 3)).astype(np.float32)
+    opac = rng.random(n).astype(np.float32)
+    s = 37.0
+    server = viser.ViserServer(host="127.0.0.1", port=0, verbose=False)
+    try:
+        c, v = to_wire(means, covars, s)
+        ref = server.scene.add_gaussian_splats("/ref", c, v, rgbs, opac[:, None])
+        ref.set_gaussians(c, v, rgbs, opac[:, None])
+        fast = pack_splat_buffer(means, covars, s, rgba_u32(rgbs, opac))
+        np.testing.assert_array_equal(fast, ref.buffer)
+    finally:
+        server.stop()
+    # Decoding gives back the inputs (centres exactly, covariances to float16 precision).
+    np.testing.assert_allclose(fast[:, :3].copy().view(np.float32) / s, means, rtol=1e-6)
+    tri = fast[1:, 4:7].copy().view(np.float16).astype(np.float32) / s**2
+    np.testing.assert_allclose(tri, covars[1:].reshape(-1, 9)[:, [0, 1, 2, 4, 5, 8]], rtol=2e-3, atol=1e-6)

@@ -52,4 +52,8 @@ def test_screenshot_changes_where_object_is_after_scripted_drag(tmp_path):
     # Released: the object springs back toward the rest picture.
     back = np.abs(released[region].astype(int) - rest[region].astype(int)).max(axis=2) > 40
     assert back.sum() < 0.5 * changed.sum()
+    # Click-to-grab in the page picked a point on the object (inside its bounding box, with slack).
+    assert "grab_point" in shots, "clicking the object did not create a grab gizmo"
+    lo, hi = anim.x0.min(0) - 0.05, anim.x0.max(0) + 0.05
+    assert np.all(shots["grab_point"] >= lo) and np.all(shots["grab_point"] <= hi)
     assert app.error_log == []

@@ -37,7 +37,9 @@ from .sim import Frame, SimWorker, snapshot_tensor, to_numpy
 from .splats import (
     PALETTE,
     display_scale,
+    pack_splat_buffer,
     pick_point,
+    rgba_u32,
     robust_extent,
     sh_dc_to_rgb,
     subsample_index,
@@ -48,6 +50,8 @@ from .splats import (
 DISPLAY_CLIENT = "client splats"
 DISPLAY_TORCH = "server render (torch, CPU)"
 DISPLAY_GSPLAT = "server render (gsplat, CUDA)"
+#: Short names accepted for ``display`` (the CLI's ``--display``).
+DISPLAY_ALIASES = {"client": DISPLAY_CLIENT, "torch": DISPLAY_TORCH, "gsplat": DISPLAY_GSPLAT}
 FIELD_NONE = "scene colours"
 FIELD_ALL = "all handles (argmax)"
 GRAVITY_DIRS = ["down (-up)", "-x", "+x", "-y", "+y", "-z", "+z"]
@@ -137,6 +141,8 @@ class LiveState:
     static_node: Any = None
     handle_gizmos: List[Any] = dataclasses.field(default_factory=list)
     handle_offset: int = 0  # skinning-weight column of handle gizmo 0
+    live_sel: Any = None  # index for live_idx into frame arrays (a slice when it is every row)
+    live_rgba: Any = None  # (live_rgb it was made from, (L,) uint32 RGBA)
 
 
 class ViewerApp:
@@ -148,8 +154,8 @@ class ViewerApp:
         config: ``AnimationConfig`` for :func:`physskin_gs.pipeline.prepare_animation` (used with a path, and
             when switching the skinning source); defaults to ``AnimationConfig()``.
         host, port: where to serve; 127.0.0.1 unless told otherwise; port 0 picks a free port.
-        display: ``"auto"`` (gsplat server render with CUDA, else client splats), or one of
-            :data:`DISPLAY_CLIENT`, :data:`DISPLAY_TORCH`, :data:`DISPLAY_GSPLAT`.
+        display: ``"auto"`` (gsplat server render with CUDA, else client splats), ``"client"``, ``"torch"``
+            (server-rendered with the CPU rasteriser at reduced resolution) or ``"gsplat"`` (CUDA).
         max_live: most moving Gaussians shown live (a fixed random subset beyond that; all are simulated).
         realtime: pace the simulation to wall-clock time (one step per dt).
         play: start playing as soon as the scene is ready.
@@ -185,8 +191,11 @@ class ViewerApp:
             self.source_scene = validate_scene_path(self.path)
         else:
             self._initial_anim = anim_or_path
+        display = DISPLAY_ALIASES.get(display, display)
         if display not in ("auto", DISPLAY_CLIENT, DISPLAY_TORCH, DISPLAY_GSPLAT):
-            raise OptionError(f"unknown display mode {display!r}")
+            raise OptionError(f"unknown display mode {display!r}; use auto, client, torch or gsplat")
+        if display == DISPLAY_GSPLAT and not cuda_available():
+            raise OptionError("display mode 'gsplat' needs CUDA; none is available (use client or torch)")
         self.display_mode = (DISPLAY_GSPLAT if cuda_available() else DISPLAY_CLIENT) if display == "auto" else display
         self.max_live = int(max_live)
         self.realtime = realtime
@@ -403,6 +412,10 @@ class ViewerApp:
             live_rgb=base_rgb[live_idx],
             gizmo_scale=0.18 * extent,
         )
+        if len(live_idx) == n:
+            live.live_sel = slice(None)  # every row: no gather per frame
+        else:
+            live.live_sel = live_idx
         worker.start()  # publishes the rest state
         frame = worker.slot.get()
 
@@ -670,9 +683,11 @@ class ViewerApp:
                 self._stop.wait(0.5)
 
     def _push_splats(self, live: LiveState, frame: Frame) -> None:
-        idx = live.live_idx
-        c, v = to_wire(frame.means[idx], frame.covars[idx], live.s)
-        live.moving_node.set_gaussians(c, v, live.live_rgb, live.opac[idx, None])
+        sel = live.live_sel
+        rgba = live.live_rgba
+        if rgba is None or rgba[0] is not live.live_rgb:  # colours changed (field display): repack once
+            rgba = live.live_rgba = (live.live_rgb, rgba_u32(live.live_rgb, live.opac[live.live_idx]))
+        live.moving_node.buffer = pack_splat_buffer(frame.means[sel], frame.covars[sel], live.s, rgba[1])
 
     def _move_handle_gizmos(self, live: LiveState, frame: Frame) -> None:
         dragged = live.worker.open_drag_names()
@@ -1058,10 +1073,15 @@ def run_viewer(args) -> int:
     app.start()
     print(f"[physskin-gs] viewer running at {app.url}  (Ctrl-C to stop)", flush=True)
     try:
-        while True:
-            time.sleep(0.5)
+        _serve_until_interrupt(app)
     except KeyboardInterrupt:
         print("\n[physskin-gs] shutting down", file=sys.stderr, flush=True)
     finally:
         app.stop()
     return 0
+
+
+def _serve_until_interrupt(app: ViewerApp) -> None:
+    """Block the main thread until Ctrl-C (KeyboardInterrupt) or until the app is stopped."""
+    while not app._stop.wait(0.5):
+        pass

@@ -46,35 +46,55 @@ def object_mask(img: np.ndarray, background: int = 245) -> np.ndarray:
     return img.astype(np.int32).min(axis=2) < background
 
 
-def wait_stable(browser: HeadlessChromium, region, timeout: float, min_object_px: int = 200, interval: float = 1.5):
-    """Screenshots until the ``region`` (slice pair) shows an object and two consecutive shots agree."""
+def wait_stable(
+    browser: HeadlessChromium,
+    region,
+    timeout: float,
+    min_object_px: int = 200,
+    interval: float = 2.0,
+    repeats: int = 3,
+):
+    """Screenshots until the ``region`` (slice pair) shows an object and ``repeats`` consecutive shots agree.
+
+    SwiftShader can take seconds per frame and viser fades splats in, so one unchanged pair of shots is not
+    enough to call the page settled.
+    """
     end = time.monotonic() + timeout
     prev = None
+    same = 0
     img = browser.screenshot()
     while time.monotonic() < end:
-        img = browser.screenshot()
-        sub = img[region]
-        if object_mask(sub).sum() >= min_object_px and prev is not None:
-            if np.abs(sub.astype(np.int32) - prev).mean() < 0.5:
-                return img
-        prev = sub.astype(np.int32)
         time.sleep(interval)
+        img = browser.screenshot()
+        sub = img[region].astype(np.int32)
+        if object_mask(img[region]).sum() >= min_object_px and prev is not None and np.abs(sub - prev).mean() < 0.3:
+            same += 1
+            if same >= repeats:
+                return img
+        else:
+            same = 0
+        prev = sub
     return img
 
 
-def wait_changed(browser: HeadlessChromium, ref: np.ndarray, region, timeout: float, interval: float = 1.5):
-    """Screenshots until ``region`` differs from ``ref`` and then settles."""
+def wait_changed(browser: HeadlessChromium, ref: np.ndarray, region, timeout: float, interval: float = 2.0, repeats: int = 2):
+    """Screenshots until ``region`` differs from ``ref`` and then stays the same for ``repeats`` shots."""
     end = time.monotonic() + timeout
     prev = None
+    same = 0
     img = ref
     while time.monotonic() < end:
+        time.sleep(interval)
         img = browser.screenshot()
         sub = img[region].astype(np.int32)
         changed = np.abs(sub - ref[region].astype(np.int32)).max(axis=2) > 40
-        if changed.sum() > 100 and prev is not None and np.abs(sub - prev).mean() < 1.0:
-            return img
+        if changed.sum() > 100 and prev is not None and np.abs(sub - prev).mean() < 0.5:
+            same += 1
+            if same >= repeats:
+                return img
+        else:
+            same = 0
         prev = sub
-        time.sleep(interval)
     return img
 
 
@@ -88,12 +108,15 @@ def drag_session(
     timeout: float = 180.0,
     settle_s: float = 2.5,
     record_dir: Optional[Path] = None,
+    click: bool = True,
 ) -> Dict[str, np.ndarray]:
     """Open ``app`` (started, ready) in headless Chromium and capture rest / dragged / released screenshots.
 
     Pulls the handle farthest from the object's centre by ``pull`` x the scene extent along the up vector,
     via websocket drag messages. With ``record_dir``, the drag is recorded there (frame%04d.ply + sequence.json).
-    Returns the images (and writes PNGs into ``out_dir`` when given). Every wait is bounded by ``timeout``.
+    With ``click``, the object is first clicked in the page (click-to-grab); the grab gizmo's position is
+    returned as ``"grab_point"``. Returns the images (and writes PNGs into ``out_dir`` when given). Every wait
+    is bounded by ``timeout``.
     """
     import imageio.v2 as imageio
 
@@ -107,6 +130,20 @@ def drag_session(
         browser.call("Runtime.evaluate", expression=_HIDE_NOTIFICATIONS_JS)
         time.sleep(0.3)
         shots["rest"] = rest = browser.screenshot()
+        if click:
+            # Click the object's median pixel: the browser sends a ray, the app puts a grab gizmo there.
+            ys, xs = np.nonzero(object_mask(rest[region]))
+            x, y = int(np.median(xs)), int(np.median(ys))
+            before = set(app._grabs)
+            for kind in ("mousePressed", "mouseReleased"):
+                browser.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
+                time.sleep(0.05)
+            end = time.monotonic() + 30.0
+            while time.monotonic() < end and set(app._grabs) == before:
+                time.sleep(0.1)
+            new_ids = set(app._grabs) - before
+            if new_ids:
+                shots["grab_point"] = np.asarray(app._grabs[new_ids.pop()].position, dtype=np.float64)
 
         hp = live.worker.slot.get().handle_positions
         k = int(np.argmax(np.linalg.norm(hp - live.center, axis=1))) if len(hp) else 0
@@ -138,7 +175,8 @@ def drag_session(
         out_dir = Path(out_dir)
         out_dir.mkdir(parents=True, exist_ok=True)
         for key, img in shots.items():
-            imageio.imwrite(out_dir / f"viewer_{key}.png", img)
+            if img.ndim == 3:
+                imageio.imwrite(out_dir / f"viewer_{key}.png", img)
     return shots
 
 
@@ -165,7 +203,7 @@ def main(argv=None) -> int:
         shots = drag_session(app, Path(args.out), width=args.width, height=args.height,
                              record_dir=Path(args.record) if args.record else None)
         for k, img in shots.items():
-            print(f"{k}: {img.shape}, object pixels {object_mask(img).sum()}")
+            print(f"{k}: {img.shape}" + (f", object pixels {object_mask(img).sum()}" if img.ndim == 3 else f" {img}"))
     finally:
         app.stop()
     return 0

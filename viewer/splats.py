@@ -62,6 +62,48 @@ def to_wire(means: np.ndarray, covars: np.ndarray, s: float) -> Tuple[np.ndarray
     return c, v
 
 
+#: Flat indices of the covariance upper triangle (xx, xy, xz, yy, yz, zz) in a row-major 3x3.
+TRIU = np.array([0, 1, 2, 4, 5, 8])
+
+
+def rgba_u32(rgbs: np.ndarray, opacities: np.ndarray) -> np.ndarray:
+    """(N, 3) colours and (N,) or (N, 1) opacities in [0, 1] -> (N,) uint32 RGBA words (R in the low byte)."""
+    n = rgbs.shape[0]
+    rgba = np.empty((n, 4), np.uint8)
+    rgba[:, :3] = np.clip(np.asarray(rgbs, np.float32) * 255.0, 0, 255).astype(np.uint8)
+    rgba[:, 3] = np.clip(np.asarray(opacities, np.float32).reshape(n) * 255.0, 0, 255).astype(np.uint8)
+    return rgba.view(np.uint32).reshape(n)
+
+
+def pack_splat_buffer(means: np.ndarray, covars: np.ndarray, s: float, rgba: np.ndarray) -> np.ndarray:
+    """viser's 32-byte splat records for one frame, built in one pass (the fast path of ``set_gaussians``).
+
+    Args:
+        means: (N, 3) centres, world units.
+        covars: (N, 3, 3) covariances, world units squared.
+        s: wire scale (:func:`display_scale`): centres times ``s``, covariances times ``s^2``, clipped to the
+            float16 range; non-finite values become 0.
+        rgba: (N,) uint32 from :func:`rgba_u32` (constant across frames, so computed once).
+    Returns:
+        (N, 8) uint32: float32 centre xyz, a zero word, the covariance upper triangle as 6 float16, RGBA.
+        Equal to what ``GaussianSplatHandle.set_gaussians(*to_wire(...), rgbs, opacities)`` stores.
+    """
+    n = means.shape[0]
+    buf = np.empty((n, 8), np.uint32)
+    c = np.asarray(means, np.float32) * np.float32(s)  # [N, 3]
+    tri = np.asarray(covars, np.float32).reshape(n, 9)[:, TRIU]  # [N, 6] (a copy)
+    tri *= np.float32(s * s)
+    np.clip(tri, -F16_COV_MAX, F16_COV_MAX, out=tri)
+    if not (np.isfinite(c).all() and np.isfinite(tri).all()):
+        c = np.nan_to_num(c, nan=0.0, posinf=0.0, neginf=0.0)
+        tri = np.nan_to_num(tri, nan=0.0, posinf=0.0, neginf=0.0)
+    buf[:, 0:3] = c.view(np.uint32)
+    buf[:, 3] = 0
+    buf[:, 4:7] = np.ascontiguousarray(tri, dtype=np.float16).view(np.uint32)
+    buf[:, 7] = rgba
+    return buf
+
+
 def sh_dc_to_rgb(sh_dc: np.ndarray) -> np.ndarray:
     """(N, 3) degree-0 SH coefficients -> (N, 3) float32 base colour ``clamp(0.5 + C0 * dc, 0, 1)``."""
     return np.clip(0.5 + SH_C0 * np.asarray(sh_dc, dtype=np.float32), 0.0, 1.0)

@@ -1,12 +1,462 @@
-"""`physskin-gs animate` (placeholder: being built)."""
+"""`physskin-gs animate PATH`: physics animation of a splat (or mesh), headless export or the browser viewer.
 
-from physskin_gs.errors import PhysSkinError
+Headless (``--headless``): simulate ``--frames`` frames and write ``DIR/frame0001.ply ...`` (INRIA layout, SH
+rotated per Gaussian by R_F; frame 1 is the rest state) plus ``DIR/sequence.json``; mesh inputs write
+``DIR/frame0001.obj ...``. ``--video OUT.mp4`` renders an orbit camera through the CPU rasteriser (view-dependent
+colour through R_F). ``--script MOTION.json`` scripts drags::
+
+    {"drags": [
+      {"handle": 3, "keyframes": [{"frame": 10, "offset": [0, 0.3, 0]}, {"frame": 40, "offset": [0, 0.5, 0.2]}],
+       "end_frame": 50},
+      {"point": [0.1, 0.2, 0.0], "radius": 0.1, "start_frame": 5,
+       "keyframes": [{"frame": 5, "target": [0.1, 0.2, 0.0]}, {"frame": 30, "target": [0.4, 0.6, 0.0]}]}
+    ]}
+
+``target`` is a world position (scene units), ``offset`` is relative to the grabbed point; targets are linearly
+interpolated between keyframes and held after the last one; the drag starts at ``start_frame`` (default: first
+keyframe) and is released after ``end_frame`` (default: last keyframe; -1 = never).
+
+Without ``--headless`` the browser viewer starts (``physskin_gs_viewer.app.run_viewer``) on --host/--port.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import List, Optional
+
+from physskin_gs.errors import OptionError, PhysSkinError
+
+FRAME_PATTERN = "frame%04d"
 
 
 def register(sub) -> None:
-    p = sub.add_parser("animate", help="(not available yet)")
+    p = sub.add_parser(
+        "animate",
+        help="physics animation of a splat or mesh (browser viewer, or --headless export / video)",
+        description="Simulate a Gaussian splat (or mesh) with PhysSkin skinning and a subspace Neo-Hookean "
+                    "simulator. Without --headless, open the browser viewer.",
+    )
+    p.add_argument("path", help="input splat (.ply/.splat/compressed .ply) or mesh (.obj/.ply/.stl/.glb)")
+    p.add_argument("--headless", action="store_true", help="simulate and export without the viewer")
+    p.add_argument("--frames", type=int, default=60, help="number of frames (frame 1 = rest state; default 60)")
+    p.add_argument("--steps-per-frame", type=int, default=1, help="simulation steps per frame (default 1)")
+    p.add_argument("--export", metavar="DIR", help="write DIR/frame0001.ply ... and DIR/sequence.json")
+    p.add_argument("--video", metavar="OUT.mp4", help="render an orbit-camera video")
+    p.add_argument("--png", metavar="DIR", help="also write the video frames as PNG files")
+    p.add_argument("--width", type=int, default=384, help="video width in pixels (multiple of 16; default 384)")
+    p.add_argument("--height", type=int, default=384, help="video height in pixels (multiple of 16; default 384)")
+    p.add_argument("--orbit", type=float, default=90.0, help="degrees the video camera orbits over the clip")
+    p.add_argument("--script", metavar="MOTION.json", help="scripted drags (see the module docstring)")
+    p.add_argument("--skinning", choices=["pretrained", "fit"], default="pretrained",
+                   help="skinning source: pretrained network (default; falls back to fit) or per-object fit")
+    p.add_argument("--checkpoint", help="model checkpoint (.safetensors) for --skinning pretrained")
+    p.add_argument("--fit-seconds", dest="fit_seconds", type=float, default=60.0, help="time budget of --skinning fit")
+    p.add_argument("--E", dest="E", type=float, default=2e4, help="Young's modulus in Pa (default 2e4)")
+    p.add_argument("--nu", type=float, default=0.45, help="Poisson ratio (default 0.45)")
+    p.add_argument("--density", type=float, default=100.0, help="density in kg/m^3 (default 100)")
+    p.add_argument("--dt", type=float, default=0.03, help="time step in s (default 0.03)")
+    p.add_argument("--gravity", type=float, default=9.8, help="gravity in m/s^2 along -up (default 9.8)")
+    p.add_argument("--damping", type=float, default=0.02, help="Rayleigh damping coefficient (default 0.02)")
+    p.add_argument("--floor", dest="floor_spec", default="auto",
+                   help="floor height along up in scene units, 'auto' (25%% of the object height below it) or 'off'")
+    p.add_argument("--pin", help="pin region: 'below:0.1' (bottom 10%% of the height) or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
+    p.add_argument("--up", default="auto", help="up axis: auto, y, -y, z, -z, x, -x (default auto)")
+    p.add_argument("--scale", type=float, help="metres per scene unit (default: the object is 1 m across)")
+    p.add_argument("--select", help="moving part: box 'xmin,ymin,zmin,xmax,ymax,zmax' or a rule like 'opacity>0.1'")
+    p.add_argument("--cubature", dest="num_cubature", type=int, default=1024, help="cubature points (default 1024)")
+    p.add_argument("--newton-iters", dest="newton_iters", type=int, default=5, help="Newton iterations per step")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--host", default="127.0.0.1", help="viewer host (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8080, help="viewer port (default 8080)")
     p.set_defaults(func=run)
 
 
+def config_from_args(args):
+    """AnimationConfig from parsed args. Raises OptionError for a bad --floor."""
+    from physskin_gs.pipeline import AnimationConfig
+
+    floor, floor_height = True, None
+    spec = str(getattr(args, "floor_spec", "auto") or "auto").strip().lower()
+    if spec in ("off", "none", "false", "no"):
+        floor = False
+    elif spec != "auto":
+        try:
+            floor_height = float(spec)
+        except ValueError:
+            raise OptionError(f"--floor {args.floor_spec!r}: expected a height, 'auto' or 'off'") from None
+    return AnimationConfig(
+        E=args.E, nu=args.nu, density=args.density, dt=args.dt, gravity=args.gravity, up=args.up, floor=floor,
+        floor_height=floor_height, damping=args.damping, num_cubature=args.num_cubature,
+        newton_iters=args.newton_iters, skinning=args.skinning, checkpoint=args.checkpoint,
+        fit_seconds=args.fit_seconds, select=args.select, scale=args.scale, pin=args.pin, seed=args.seed,
+    )
+
+
+# ------------------------------------------------------------------------------------------------ motion script
+class MotionScript:
+    """Parsed MOTION.json: a list of drags with keyframed targets (see the module docstring)."""
+
+    def __init__(self, drags: List[dict], path: str) -> None:
+        self.drags = drags
+        self.path = path
+        self.active = {}  # index -> drag id
+
+    @classmethod
+    def load(cls, path: str) -> "MotionScript":
+        try:
+            with open(path, "r", encoding="utf-8") as fh:
+                data = json.load(fh)
+        except FileNotFoundError:
+            raise
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise OptionError(f"{path}: not a readable JSON motion script ({exc})") from None
+        if not isinstance(data, dict) or not isinstance(data.get("drags"), list):
+            raise OptionError(f"{path}: a motion script is an object with a 'drags' list")
+        drags = []
+        for i, d in enumerate(data["drags"]):
+            where = f"{path}: drags[{i}]"
+            if not isinstance(d, dict):
+                raise OptionError(f"{where} must be an object")
+            if ("handle" in d) == ("point" in d):
+                raise OptionError(f"{where} needs exactly one of 'handle' or 'point'")
+            if "point" in d:
+                d["point"] = _vec3(d["point"], f"{where}.point")
+            elif not isinstance(d["handle"], int):
+                raise OptionError(f"{where}.handle must be an integer")
+            kfs = d.get("keyframes")
+            if not isinstance(kfs, list) or not kfs:
+                raise OptionError(f"{where} needs a non-empty 'keyframes' list")
+            parsed = []
+            for j, k in enumerate(kfs):
+                if not isinstance(k, dict) or "frame" not in k or (("target" in k) == ("offset" in k)):
+                    raise OptionError(f"{where}.keyframes[{j}] needs 'frame' and one of 'target' or 'offset'")
+                kind = "target" if "target" in k else "offset"
+                parsed.append((int(k["frame"]), kind, _vec3(k[kind], f"{where}.keyframes[{j}].{kind}")))
+            parsed.sort(key=lambda t: t[0])
+            kinds = {p[1] for p in parsed}
+            if len(kinds) != 1:
+                raise OptionError(f"{where}: keyframes must all use 'target' or all use 'offset'")
+            d["_kf"] = parsed
+            d["_start"] = int(d.get("start_frame", parsed[0][0]))
+            d["_end"] = int(d.get("end_frame", parsed[-1][0]))
+            if "radius" in d and not (float(d["radius"]) > 0):
+                raise OptionError(f"{where}.radius must be positive")
+            drags.append(d)
+        return cls(drags, path)
+
+    @staticmethod
+    def _interp(kf, frame: int):
+        if frame <= kf[0][0]:
+            return kf[0][2]
+        for (f0, _, v0), (f1, _, v1) in zip(kf[:-1], kf[1:]):
+            if f0 <= frame <= f1:
+                t = 0.0 if f1 == f0 else (frame - f0) / (f1 - f0)
+                return [a + t * (b - a) for a, b in zip(v0, v1)]
+        return kf[-1][2]
+
+    def apply(self, anim, frame: int) -> None:
+        """Start, update or end drags for ``frame`` (1-based)."""
+        for i, d in enumerate(self.drags):
+            if i not in self.active and d["_start"] <= frame and (d["_end"] < 0 or frame <= d["_end"]):
+                if "handle" in d:
+                    did = anim.start_handle_drag(d["handle"])
+                    grab = anim.handle_positions()[d["handle"]].tolist()
+                else:
+                    did = anim.start_drag(d["point"], d.get("radius"))
+                    grab = list(d["point"])
+                self.active[i] = (did, grab)
+            if i in self.active:
+                did, grab = self.active[i]
+                if d["_end"] >= 0 and frame > d["_end"]:
+                    anim.end_drag(did)
+                    self.active.pop(i)
+                    d["_start"] = 1 << 30  # never restart
+                    continue
+                v = self._interp(d["_kf"], frame)
+                tgt = [g + o for g, o in zip(grab, v)] if d["_kf"][0][1] == "offset" else v
+                anim.update_drag(did, tgt)
+
+
+def _vec3(v, where: str) -> List[float]:
+    if not isinstance(v, (list, tuple)) or len(v) != 3:
+        raise OptionError(f"{where} must be a list of 3 numbers")
+    try:
+        out = [float(x) for x in v]
+    except (TypeError, ValueError):
+        raise OptionError(f"{where} must be a list of 3 numbers") from None
+    if not all(math.isfinite(x) for x in out):
+        raise OptionError(f"{where} must be finite")
+    return out
+
+
+# ------------------------------------------------------------------------------------------------ video
+class OrbitVideo:
+    """Orbit-camera renderer for the headless video (CPU torch rasteriser; floor drawn as a checker of flat
+    Gaussians when enabled)."""
+
+    def __init__(self, anim, width: int, height: int, frames: int, orbit_deg: float) -> None:
+        import torch
+
+        from physskin_gs.render.cameras import orbit_camera
+
+        if width % 16 or height % 16 or width <= 0 or height <= 0:
+            raise OptionError(f"--width/--height must be positive multiples of 16, got {width}x{height}")
+        self.anim, self.width, self.height = anim, width, height
+        self.frames = max(1, frames)
+        self.orbit = orbit_deg
+        up = anim.up_vector
+        m = anim.scene.means[anim.moving].double()
+        lo, hi = m.min(0).values, m.max(0).values
+        center = 0.5 * (lo + hi)
+        radius = 0.5 * float((hi - lo).norm())
+        floor_h = None
+        if anim.sim.floor_height is not None:
+            floor_h = anim.sim.floor_height / anim.sim_scale + float(anim.center @ up)
+            # look a bit lower so the floor contact stays in view
+            center = center - 0.5 * (float(center @ up) - floor_h) * up * 0.5
+        self.target = center
+        self.distance = 2.6 * radius
+        self._orbit_camera = orbit_camera
+        self.up = up
+        self.floor = self._floor_gaussians(center, radius, floor_h, up) if floor_h is not None else None
+        self.torch = torch
+
+    def _floor_gaussians(self, center, radius, h, up):
+        import torch
+
+        # orthonormal floor basis
+        a = torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64)
+        if abs(float(a @ up)) > 0.9:
+            a = torch.tensor([0.0, 1.0, 0.0], dtype=torch.float64)
+        e1 = torch.nn.functional.normalize(a - (a @ up) * up, dim=0)
+        e2 = torch.linalg.cross(up, e1)
+        n = 48
+        extent = 2.4 * radius
+        cell = 2 * extent / n
+        g = torch.arange(n, dtype=torch.float64)
+        ii, jj = torch.meshgrid(g, g, indexing="ij")
+        u = -extent + (ii.reshape(-1) + 0.5) * cell
+        v = -extent + (jj.reshape(-1) + 0.5) * cell
+        base = center - (center @ up - h) * up
+        means = base + u[:, None] * e1 + v[:, None] * e2
+        L = torch.stack([e1 * cell * 0.45, e2 * cell * 0.45, up * cell * 0.02], dim=-1)  # [3, 3]
+        cov = (L @ L.T).expand(means.shape[0], 3, 3)
+        checker = ((ii.reshape(-1) // 4 + jj.reshape(-1) // 4) % 2).double()
+        col = (0.55 + 0.2 * checker)[:, None].expand(-1, 3)
+        return means.float(), cov.float().contiguous(), torch.full((means.shape[0],), 0.9), col.float().contiguous()
+
+    def render(self, k: int):
+        """RGB uint8 (H, W, 3) of the current state for video frame k (0-based)."""
+        import numpy as np
+        import torch
+
+        from physskin_gs.render.rasterize import rasterize
+        from physskin_gs.render.sh import sh_to_rgb
+
+        cam = self._orbit_camera(30.0 + self.orbit * k / max(1, self.frames - 1), 15.0, self.distance,
+                                 self.target, self.up, self.width, self.height)
+        dg = self.anim.deformed_gaussians()
+        colors = sh_to_rgb(dg.sh, dg.means, cam.center.to(dg.means.dtype), dg.view_rotations)
+        means, covs, ops = dg.means, dg.covars, dg.opacities
+        if self.floor is not None:
+            fm, fc, fo, fcol = self.floor
+            means = torch.cat([means, fm])
+            covs = torch.cat([covs, fc])
+            ops = torch.cat([ops, fo])
+            colors = torch.cat([colors.float(), fcol])
+        out = rasterize(means, covs, ops, colors.float(), cam.viewmat, cam.K, self.width, self.height,
+                        background=torch.tensor([0.13, 0.14, 0.17]))
+        return (out.rgb.clamp(0, 1) * 255 + 0.5).to(torch.uint8).numpy().astype(np.uint8)
+
+
+# ------------------------------------------------------------------------------------------------ run
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
 def run(args) -> int:
-    raise PhysSkinError("'animate' is not available yet")
+    if not getattr(args, "headless", False):
+        config = config_from_args(args)
+        args.config = config
+        try:
+            from physskin_gs_viewer.app import run_viewer
+        except ImportError as exc:
+            raise PhysSkinError(f"the browser viewer is not available ({exc}); use --headless") from None
+        return run_viewer(args)
+    return run_headless(args)
+
+
+def run_headless(args) -> int:
+    """Headless simulation, export and video (module docstring). Returns 0."""
+    import torch
+    from tqdm import tqdm
+
+    from physskin_gs.pipeline import load_for_animation, prepare_animation
+
+    src = os.path.abspath(args.path)
+    if not os.path.exists(src):
+        raise FileNotFoundError(f"no such file: {args.path}")
+    if args.frames < 1:
+        raise OptionError(f"--frames must be >= 1, got {args.frames}")
+    if args.steps_per_frame < 1:
+        raise OptionError(f"--steps-per-frame must be >= 1, got {args.steps_per_frame}")
+    if not args.export and not args.video and not args.png:
+        print("note: no --export/--video/--png given; simulating only", file=sys.stderr)
+    if args.video and _same_file(args.video, src):
+        raise OptionError(f"--video {args.video} is the input file; refusing to overwrite it")
+    if args.video and not str(args.video).lower().endswith((".mp4", ".mov", ".mkv", ".webm", ".gif")):
+        raise OptionError(f"--video {args.video}: use a .mp4 (or .mov/.mkv/.webm/.gif) file name")
+    export = Path(args.export) if args.export else None
+    if export is not None:
+        if export.exists() and not export.is_dir():
+            raise OptionError(f"--export {export} exists and is not a directory")
+        if os.path.abspath(export) == os.path.dirname(src) or os.path.abspath(export) == src:
+            # exporting next to the input is fine unless a frame would overwrite it; checked per file below
+            pass
+        export.mkdir(parents=True, exist_ok=True)
+    config = config_from_args(args)
+    script = MotionScript.load(args.script) if args.script else None
+
+    t0 = time.perf_counter()
+    scene = load_for_animation(src, seed=args.seed)
+    is_mesh = scene.format == "mesh"
+    last = [""]
+
+    def progress(stage, frac):
+        if stage != last[0]:
+            print(f"[physskin-gs] {stage}", file=sys.stderr, flush=True)
+            last[0] = stage
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        anim = prepare_animation(scene, config, progress=progress)
+    up_name = args.up if args.up != "auto" else "auto -> " + _axis_name(anim.up_vector)
+    print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {anim.num_handles} handles "
+          f"({anim.skinning_source}), {anim.info['num_cubature']} cubature points, up {up_name}, "
+          f"scale {anim.sim_scale:.4g} m/unit, prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+
+    video = None
+    writer = None
+    png_dir = Path(args.png) if args.png else None
+    if args.video or png_dir:
+        video = OrbitVideo(anim, args.width, args.height, args.frames, args.orbit)
+        if png_dir:
+            png_dir.mkdir(parents=True, exist_ok=True)
+    fps = 1.0 / (anim.dt * args.steps_per_frame)
+    frames_rgb = []
+    stats_log = []
+    bar = tqdm(range(1, args.frames + 1), desc="animate", unit="frame", file=sys.stderr, dynamic_ncols=True)
+    for f in bar:
+        if f > 1:
+            if script is not None:
+                script.apply(anim, f)
+            st = anim.step(args.steps_per_frame)
+            stats_log.append({"frame": f, "ms": round(st["ms"], 2), "newton_iters": st["newton_iters"],
+                              "rejected": st["rejected"]})
+            bar.set_postfix(ms=f"{st['ms']:.0f}", it=st["newton_iters"])
+        elif script is not None:
+            script.apply(anim, f)
+        if export is not None:
+            name = FRAME_PATTERN % f
+            if is_mesh:
+                _write_mesh_frame(anim, export / f"{name}.obj", src)
+            else:
+                out = export / f"{name}.ply"
+                if _same_file(str(out), src):
+                    raise OptionError(f"{out} is the input file; refusing to overwrite it")
+                from physskin_gs.io import save_scene
+
+                ds = anim.deformed_scene()
+                ds.source = src
+                save_scene(ds, out)
+        if video is not None:
+            img = video.render(f - 1)
+            frames_rgb.append(img)
+            if png_dir:
+                import imageio.v2 as iio
+
+                iio.imwrite(png_dir / f"{FRAME_PATTERN % f}.png", img)
+    bar.close()
+    if args.video:
+        _write_video(args.video, frames_rgb, fps)
+        print(f"[physskin-gs] wrote {args.video} ({len(frames_rgb)} frames, {fps:.1f} fps)", file=sys.stderr)
+    if export is not None:
+        meta = {
+            "format": "physskin_gs sequence 1",
+            "source": src,
+            "frames": args.frames,
+            "pattern": FRAME_PATTERN + (".obj" if is_mesh else ".ply"),
+            "first_frame_is_rest_state": True,
+            "fps": fps,
+            "dt": anim.dt,
+            "steps_per_frame": args.steps_per_frame,
+            "up_axis": [float(v) for v in anim.up_vector],
+            "scale_m_per_unit": anim.sim_scale,
+            "sh": "mesh sequence (no SH)" if is_mesh else anim.sh_handling(),
+            "skinning": anim.skinning_source,
+            "num_gaussians": anim.scene.num_gaussians,
+            "num_moving": anim.info["num_moving"],
+            "material": {"E": config.E, "nu": config.nu, "density": config.density},
+            "gravity": config.gravity,
+            "damping": config.damping,
+            "floor": None if anim.sim.floor_height is None else anim.sim.floor_height / anim.sim_scale
+            + float(anim.center @ anim.up_vector),
+            "pin": config.pin,
+            "select": config.select,
+            "script": os.path.abspath(args.script) if args.script else None,
+            "step_stats": stats_log,
+        }
+        tmp = export / "sequence.json.tmp"
+        tmp.write_text(json.dumps(meta, indent=1))
+        os.replace(tmp, export / "sequence.json")
+        print(f"[physskin-gs] wrote {args.frames} frames to {export}/", file=sys.stderr)
+    if not all(torch.isfinite(anim.sim.q).reshape(-1).tolist()):  # pragma: no cover - guarded by the simulator
+        raise PhysSkinError("simulation state became non-finite")
+    return 0
+
+
+def _axis_name(u) -> str:
+    names = {(0, 1, 0): "y", (0, -1, 0): "-y", (0, 0, 1): "z", (0, 0, -1): "-z", (1, 0, 0): "x", (-1, 0, 0): "-x"}
+    return names.get(tuple(int(round(float(v))) for v in u), str([float(v) for v in u]))
+
+
+def _write_mesh_frame(anim, path: Path, src: str) -> None:
+    import trimesh
+
+    if _same_file(str(path), src):
+        raise OptionError(f"{path} is the input file; refusing to overwrite it")
+    V = anim.deformed_mesh_vertices()
+    mesh = trimesh.Trimesh(vertices=V, faces=anim.scene.mesh.faces, process=False)
+    tmp = path.with_name(path.name + ".tmp" + path.suffix)
+    mesh.export(str(tmp))
+    os.replace(tmp, path)
+
+
+def _write_video(path: str, frames, fps: float) -> None:
+    import imageio.v2 as iio
+
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    if str(path).lower().endswith(".gif"):
+        iio.mimsave(path, frames, duration=1.0 / fps)
+        return
+    try:
+        writer = iio.get_writer(path, fps=fps, codec="libx264", quality=7, macro_block_size=16)
+    except Exception as exc:  # noqa: BLE001 - missing ffmpeg plugin: PNG fallback
+        fallback = Path(path).with_suffix("")
+        fallback.mkdir(parents=True, exist_ok=True)
+        for i, img in enumerate(frames):
+            iio.imwrite(fallback / f"{FRAME_PATTERN % (i + 1)}.png", img)
+        print(f"warning: could not open a video writer ({exc}); wrote PNG frames to {fallback}/", file=sys.stderr)
+        return
+    with writer:
+        for img in frames:
+            writer.append_data(img)

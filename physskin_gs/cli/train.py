@@ -54,12 +54,14 @@ def register(sub) -> None:
     p.add_argument("--handle-tokens", type=int, default=32)
     p.add_argument("--n-freq", type=int, default=4)
     p.add_argument("--head-hidden", type=int, default=256)
+    p.add_argument("--ff-mult", type=int, default=2, help="feed-forward width multiplier")
     p.add_argument("--no-oni", action="store_true")
+    p.add_argument("--fd-scheme", choices=["forward", "central"], default="forward")
     # losses
     p.add_argument("--lr", type=float, default=5e-4)
     p.add_argument("--lr-min", type=float, default=5e-5)
-    p.add_argument("--cubature", type=int, default=1000)
-    p.add_argument("--transforms", type=int, default=128)
+    p.add_argument("--cubature", type=int, default=500)
+    p.add_argument("--transforms", type=int, default=64)
     p.add_argument("--sigma", type=float, default=0.02)
     p.add_argument("--surface-points", type=int, default=2048)
     p.add_argument("--no-smooth", action="store_true")
@@ -131,12 +133,12 @@ def run(args) -> int:
     tcfg = TrainConfig(
         steps=args.steps, lr=args.lr, lr_min=args.lr_min, cubature=args.cubature, transforms=args.transforms,
         sigma=args.sigma, surface_points=args.surface_points, smooth=not args.no_smooth,
-        orth_only_frac=args.orth_only_frac, combine=args.combine, augment=not args.no_augment, seed=args.seed,
+        orth_only_frac=args.orth_only_frac, combine=args.combine, fd_scheme=args.fd_scheme, augment=not args.no_augment, seed=args.seed,
     )
     ncfg = NetConfig(
         num_handles=args.handles, width=args.width, heads=args.heads, latents=args.latents,
         enc_layers=args.enc_layers, handle_tokens=args.handle_tokens, n_freq=args.n_freq,
-        head_hidden=args.head_hidden, oni=not args.no_oni,
+        head_hidden=args.head_hidden, oni=not args.no_oni, ff_mult=args.ff_mult,
     )
     model_path, state_path = out / "model.safetensors", out / "train_state.safetensors"
     if args.resume:

@@ -199,8 +199,14 @@ def config_direction(grads: torch.Tensor) -> torch.Tensor:
     """ConFIG conflict-free update (k, P) -> (P,) via ``conflictfree.grad_operator.ConFIG_update`` (least squares,
     equal weights, projection length): every loss gradient has the same positive cosine with the result."""
     from conflictfree.grad_operator import ConFIG_update
+    from conflictfree.weight_model import EqualWeight
 
-    return ConFIG_update(grads.double()).to(grads.dtype)  # float64: nearly opposite gradients are common
+    class _EqualWeightLike(EqualWeight):  # same weights, in the gradients' dtype (float64 here)
+        def get_weights(self, gradients, losses=None, device=None):
+            return torch.ones(gradients.shape[0], dtype=gradients.dtype, device=gradients.device)
+
+    # float64: nearly opposite loss gradients are common and float32 least squares loses the small direction
+    return ConFIG_update(grads.double(), weight_model=_EqualWeightLike()).to(grads.dtype)
 
 
 def write_gradient(params: List[torch.nn.Parameter], vec: torch.Tensor) -> None:

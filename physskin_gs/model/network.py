@@ -39,6 +39,7 @@ class NetConfig:
     handle_tokens: int = 32  # T
     n_freq: int = 4  # Fourier frequencies pi * 2^k, k < n_freq
     head_hidden: int = 256
+    ff_mult: int = 2  # feed-forward hidden width = ff_mult * d
     oni: bool = True
     oni_iters: int = 4
 
@@ -215,7 +216,7 @@ class PhysSkinNet(nn.Module):
         super().__init__()
         cfg = config if config is not None else NetConfig(**kw)
         self.config = cfg
-        d, ff = cfg.width, 2 * cfg.width
+        d, ff = cfg.width, cfg.ff_mult * cfg.width
         if d % cfg.heads:
             raise ValueError(f"width {d} is not divisible by heads {cfg.heads}")
         self.embed = PointEmbed(cfg.n_freq, d)

@@ -245,10 +245,19 @@ def svd3(F: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
 
 def _project_sym3(A: torch.Tensor) -> torch.Tensor:
     """Clamp negative eigenvalues of symmetric (..., 3, 3) to zero (closed form); PD inputs returned unchanged."""
-    lam, Q = sym3_eigh(A)
-    neg = (lam < 0).any(-1)
+    # Sylvester's criterion picks the (usually few) matrices that need the eigen-decomposition
+    m1 = A[..., 0, 0]
+    m2 = A[..., 0, 0] * A[..., 1, 1] - A[..., 0, 1] * A[..., 1, 0]
+    pd = (m1 > 0) & (m2 > 0) & (_det3(A) > 0)
+    if bool(pd.all()):
+        return A
+    idx = torch.nonzero(~pd.reshape(-1)).flatten()
+    Af = A.reshape(-1, 3, 3)
+    lam, Q = sym3_eigh(Af[idx])
     Ap = (Q * lam.clamp_min(0.0)[..., None, :]) @ Q.transpose(-1, -2)
-    return torch.where(neg[..., None, None], Ap, A)
+    out = Af.clone()
+    out[idx] = Ap
+    return out.reshape(A.shape)
 
 
 def _kron_uv(U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:

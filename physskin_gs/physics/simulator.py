@@ -46,16 +46,17 @@ __all__ = ["SubspaceSimulator", "StepStats", "orthonormal_handle_basis", "single
 
 
 @contextmanager
-def single_thread():
-    """Run small per-point kernels on one intra-op thread (torch's 2-thread pool is far slower for n ~ 1e3
-    on a shared, oversubscribed CPU). Restores the previous setting."""
+def single_thread(n: Optional[int] = 1):
+    """Run small per-point kernels on ``n`` intra-op threads (default 1: torch's thread pool is far slower for
+    n ~ 1e3 element kernels on a shared, oversubscribed CPU). None leaves the setting alone. Restores it after."""
     old = torch.get_num_threads()
-    if old != 1:
-        torch.set_num_threads(1)
+    change = n is not None and old != n
+    if change:
+        torch.set_num_threads(n)
     try:
         yield
     finally:
-        if old != 1:
+        if change:
             torch.set_num_threads(old)
 
 
@@ -116,11 +117,14 @@ class SubspaceSimulator:
         orthonormalize: whiten the handle basis (module docstring).
         project_psd: project per-point Hessians to PSD (analytic eigensystem); False gives the exact Hessian
             (used to test against autograd).
+        tol: Newton stops when the step's largest entry is below tol (handle coordinates are dimensionless or
+            metres, so 1e-6 is a micrometre-scale change).
+        num_threads: torch intra-op threads used during :meth:`step` (None: leave torch's setting).
     Raises OptionError for invalid material or shapes.
     """
 
-    FLOOR_K = 1e5  # penalty stiffness per unit mass, 1/s^2 (penetration ~ g / (2 k) = 0.05 mm)
-    PIN_K = 1e5
+    FLOOR_K = 1e6  # penalty stiffness per unit mass, 1/s^2 (penetration ~ (n / n_contact) g / (2 k))
+    PIN_K = 1e6
     DRAG_K = 2e3
     HESS_EPS = 1e-4  # method.md 9.2 regulariser, relative to mean mass (kg)
 
@@ -128,7 +132,7 @@ class SubspaceSimulator:
                  E: float = 2e4, nu: float = 0.45, density: float = 100.0, dt: float = 0.03, gravity: float = 9.8,
                  up=(0.0, 0.0, 1.0), floor_height: Optional[float] = None, damping: float = 0.02,
                  newton_iters: int = 5, orthonormalize: bool = True, project_psd: bool = True,
-                 tol: float = 1e-7) -> None:
+                 tol: float = 1e-6, num_threads: Optional[int] = 1) -> None:
         if points.ndim != 2 or points.shape[1] != 3:
             raise OptionError(f"cubature points must be (n, 3), got {tuple(points.shape)}")
         n = points.shape[0]
@@ -148,6 +152,7 @@ class SubspaceSimulator:
         self.newton_iters = int(newton_iters)
         self.project_psd = project_psd
         self.tol = tol
+        self.num_threads = num_threads
         self._density = float(density)
         self.set_material(E=E, nu=nu, density=density)
         if orthonormalize:
@@ -357,7 +362,7 @@ class SubspaceSimulator:
         h2 = self.dt * self.dt
         x = self.positions(q)
         F = self.deformation_gradients(q)
-        with single_thread():
+        with single_thread(None):
             psi = nh.energy_density(F, self.mu, self.lam)
         pe = self.v_p * psi.sum() - self.m_p * (x @ self.g_vec).sum()
         d = None
@@ -377,7 +382,7 @@ class SubspaceSimulator:
         if not with_derivs:
             return Eval
         # gradient
-        with single_thread():
+        with single_thread(None):
             P = nh.first_piola(F, self.mu, self.lam)  # [n, 3, 3] (a, b)
         gq = dq @ self.Mblk  # [3, 4H]
         # elastic: dE/dQ[a, k] = v sum_c sum_b P[c, a, b] G[c, b, k]
@@ -392,7 +397,7 @@ class SubspaceSimulator:
         g_pe = g_el + f_ext @ self.Phi
         grad = gq + h2 * g_pe
         # Hessian
-        with single_thread():
+        with single_thread(None):
             if self.project_psd:
                 Hc = nh.projected_hessian(F, self.mu, self.lam)
             else:
@@ -447,7 +452,9 @@ class SubspaceSimulator:
                     return q, iters, gnorm, False
                 delta = -torch.cholesky_solve(g[:, None], L)[:, 0]
                 slope = float(g @ delta)
-                if -slope < self.tol * self.tol * max(1.0, self.m_p * self.n):
+                if slope >= 0 or float(delta.abs().max()) < self.tol:
+                    if slope < 0:
+                        q = q + delta.reshape(3, self.K4)  # converged: take the tiny last step
                     break
                 t = 1.0
                 E0 = float(Eval)
@@ -497,11 +504,12 @@ class SubspaceSimulator:
         a failed step is retried as half steps; if that fails too the velocity is zeroed."""
         stats = StepStats()
         t0 = time.perf_counter()
-        for _ in range(n):
-            q_save, qd_save = self.q.clone(), self.qdot.clone()
-            if not self._advance(self.dt, 0, stats):
-                self.q, self.qdot = q_save, torch.zeros_like(qd_save)
-                self.time += self.dt
+        with single_thread(self.num_threads):
+            for _ in range(n):
+                q_save, qd_save = self.q.clone(), self.qdot.clone()
+                if not self._advance(self.dt, 0, stats):
+                    self.q, self.qdot = q_save, torch.zeros_like(qd_save)
+                    self.time += self.dt
         stats.ms = (time.perf_counter() - t0) * 1e3
         return stats
 
@@ -552,7 +560,9 @@ class SubspaceSimulator:
                 L, info = torch.linalg.cholesky_ex(Hm + 1e3 * eps * eye)
             delta = -torch.cholesky_solve(g[:, None], L)[:, 0]
             slope = float(g @ delta)
-            if -slope < self.tol * self.tol * max(1.0, self.m_p * self.n):
+            if slope >= 0 or float(delta.abs().max()) < self.tol:
+                if slope < 0:
+                    q = (v + delta).reshape(3, self.K4)
                 break
             t, E0 = 1.0, float(f(v))
             for _ in range(10):

@@ -1,0 +1,610 @@
+"""From a Gaussian scene to an interactive physics animation (used by the headless CLI and the browser viewer).
+
+:func:`prepare_animation` builds an :class:`AnimatedScene`:
+
+1. Selection (``config.select``): an axis-aligned box ``"xmin,ymin,zmin,xmax,ymax,zmax"`` (scene units) or an
+   opacity rule (``"opacity>0.1"``); only selected, finite Gaussians move, the rest stays static.
+2. Frames (method.md 3, 7): the skinning field lives in the normalised frame ``X_norm = (X - c_n) / s_n``
+   (:func:`physskin_gs.geometry.normalize.normalize_points`); the simulation runs in metres,
+   ``X_sim = s (X - c)``, with s = ``config.scale`` (metres per scene unit) or, when None, the value that makes
+   the selected object 1 m across. Weight gradients follow the chain rule: ``grad_sim W = grad_norm W / (s s_n)``.
+3. Volume: interior fill of the selected splat (method.md 8), cubature points sampled from it (default 1024).
+4. Skinning: ``pretrained`` (checkpoint; falls back to ``fit`` with a warning when none exists), ``fit``
+   (per-object fit within ``fit_seconds``), and, if neither is available, an RBF field on farthest points
+   (warning).
+5. Simulation (:class:`physskin_gs.physics.simulator.SubspaceSimulator`) and Gaussian deformation
+   (:class:`physskin_gs.deform.GaussianDeformer`); handle transforms are converted from the simulation frame to
+   the scene frame, ``Z_scene = [A | b / s - A c]``.
+
+Defaults show physics with no options: gravity along -up and a floor 25% of the object's height below it, so the
+object falls, lands and jiggles.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import warnings
+from dataclasses import dataclass, replace
+from typing import Callable, Dict, Optional
+
+import numpy as np
+import torch
+
+from physskin_gs.deform import DeformedGaussians, GaussianDeformer, rotate_sh
+from physskin_gs.errors import OptionError, PhysSkinError
+from physskin_gs.physics.simulator import SubspaceSimulator
+from physskin_gs.scene import GaussianScene
+
+__all__ = [
+    "AnimationConfig",
+    "AnimatedScene",
+    "prepare_animation",
+    "load_for_animation",
+    "parse_selection",
+    "resolve_up",
+    "PipelineWarning",
+]
+
+ProgressFn = Optional[Callable[[str, float], None]]
+
+_UP = {"y": (0.0, 1.0, 0.0), "-y": (0.0, -1.0, 0.0), "z": (0.0, 0.0, 1.0), "-z": (0.0, 0.0, -1.0),
+       "x": (1.0, 0.0, 0.0), "-x": (-1.0, 0.0, 0.0)}
+
+
+class PipelineWarning(UserWarning):
+    """A fallback was taken while preparing an animation (no checkpoint, no fit, shell-only volume...)."""
+
+
+@dataclass
+class AnimationConfig:
+    """Options of an animation. Units: E Pa, density kg/m^3, dt s, gravity m/s^2, scale metres per scene unit,
+    floor_height scene units along up (None = 25% of the object's height below its lowest point).
+
+    ``up``: 'auto' (meshes and .splat: +y; PLY: +z), or 'y', '-y', 'z', '-z', 'x', '-x'.
+    ``pin``: None, ``"below:F"`` (the bottom fraction F of the object's height) or ``"box:xmin,...,zmax"``
+    (scene units). ``damping``: Rayleigh coefficient c (beta = c dt; see the simulator).
+    ``clamp_anisotropy``: clamp F's singular values to [0.2, 5] for the Gaussians (needle guard).
+    """
+
+    E: float = 2e4
+    nu: float = 0.45
+    density: float = 100.0
+    dt: float = 0.03
+    gravity: float = 9.8
+    up: str = "auto"
+    floor: bool = True
+    floor_height: Optional[float] = None
+    damping: float = 0.02
+    num_cubature: int = 1024
+    newton_iters: int = 5
+    skinning: str = "pretrained"
+    checkpoint: Optional[str] = None
+    fit_seconds: float = 60.0
+    select: Optional[str] = None
+    scale: Optional[float] = None
+    pin: Optional[str] = None
+    seed: int = 0
+    clamp_anisotropy: bool = True
+    num_handles_fallback: int = 16
+
+
+# ------------------------------------------------------------------------------------------------ helpers
+def _report(progress: ProgressFn, stage: str, frac: float) -> None:
+    if progress is not None:
+        progress(stage, float(frac))
+
+
+def resolve_up(up: str, scene: Optional[GaussianScene] = None) -> torch.Tensor:
+    """(3,) float64 unit up vector from a name ('auto' uses the scene's format: mesh/.splat -> +y, else +z).
+
+    Raises OptionError for an unknown name."""
+    key = str(up).strip().lower().lstrip("+")
+    if key == "auto":
+        fmt = (scene.format or "") if scene is not None else ""
+        key = "y" if fmt in ("mesh", "splat") else "z"
+    if key not in _UP:
+        raise OptionError(f"unknown up axis {up!r}; use auto, y, -y, z, -z, x or -x")
+    return torch.tensor(_UP[key], dtype=torch.float64)
+
+
+_RULE = re.compile(r"^\s*opacity\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*$")
+
+
+def parse_selection(spec: Optional[str], scene: GaussianScene) -> torch.Tensor:
+    """(N,) bool mask of the Gaussians that move: finite rows matching ``spec``.
+
+    ``spec``: None (all), a box ``"xmin,ymin,zmin,xmax,ymax,zmax"`` (scene units) or ``"opacity>0.1"``
+    (also >=, <, <=; opacity is the activated value in [0, 1]). Raises OptionError for a malformed spec or an
+    empty selection.
+    """
+    finite = torch.isfinite(scene.means).all(1) & torch.isfinite(scene.log_scales).all(1) \
+        & torch.isfinite(scene.quats).all(1) & torch.isfinite(scene.opacity_logits)
+    if spec is None or str(spec).strip() == "":
+        mask = finite
+    else:
+        s = str(spec).strip()
+        m = _RULE.match(s)
+        if m:
+            op, val = m.group(1), float(m.group(2))
+            o = scene.opacities
+            mask = {">": o > val, ">=": o >= val, "<": o < val, "<=": o <= val}[op] & finite
+        else:
+            try:
+                vals = [float(v) for v in s.split(",")]
+            except ValueError:
+                vals = []
+            if len(vals) != 6 or not all(math.isfinite(v) for v in vals):
+                raise OptionError(f"--select {spec!r}: expected 'xmin,ymin,zmin,xmax,ymax,zmax' or a rule like "
+                                  "'opacity>0.1'")
+            lo, hi = torch.tensor(vals[:3]), torch.tensor(vals[3:])
+            if (hi <= lo).any():
+                raise OptionError(f"--select {spec!r}: box max must exceed min on every axis")
+            mask = ((scene.means >= lo) & (scene.means <= hi)).all(1) & finite
+    if int(mask.sum()) < 4:
+        raise OptionError(f"selection {spec!r} keeps {int(mask.sum())} Gaussians; at least 4 are needed to animate")
+    return mask
+
+
+def load_for_animation(path, num_mesh_gaussians: int = 20000, seed: int = 0) -> GaussianScene:
+    """A scene to animate: a Gaussian splat via :func:`physskin_gs.io.load_scene`, or a mesh (obj/ply/stl/glb...)
+    converted to small flat Gaussians on its surface (area-uniform samples, oriented by the face normal, light grey).
+
+    For a mesh the returned scene has ``format == "mesh"`` and an extra attribute ``mesh``
+    (:class:`physskin_gs.io.mesh.Mesh`) so a mesh sequence can be exported. Raises FileNotFoundError or
+    SceneFormatError as the loaders do.
+    """
+    import os
+
+    from physskin_gs import io as pio
+
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"no such file: {path}")
+    fmt = pio.detect_format(path)
+    if fmt not in ("mesh", "mesh-ply"):
+        return pio.load_scene(path)
+    mesh = pio.load_mesh(path)
+    from physskin_gs.geometry.sampling import sample_surface
+    from physskin_gs.scene import rotmat_to_quat
+
+    pts, nrm = sample_surface(mesh.vertices, mesh.faces, num_mesh_gaussians, seed=seed)
+    pts_t = torch.from_numpy(pts)
+    n = torch.from_numpy(nrm)
+    n = torch.where(n.norm(dim=1, keepdim=True) > 0.5, n, torch.tensor([0.0, 0.0, 1.0]))
+    a = torch.where((n[:, :1].abs() < 0.9), torch.tensor([1.0, 0.0, 0.0]), torch.tensor([0.0, 1.0, 0.0]))
+    t1 = torch.nn.functional.normalize(torch.linalg.cross(n, a), dim=1)
+    t2 = torch.linalg.cross(n, t1)
+    R = torch.stack([t1, t2, n], dim=-1)
+    tri = mesh.triangles()
+    area = 0.5 * np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1).sum()
+    r = math.sqrt(max(area, 1e-30) / num_mesh_gaussians)
+    N = pts_t.shape[0]
+    log_scales = torch.log(torch.tensor([r, r, 0.1 * r])).expand(N, 3).clone()
+    grey = (0.75 - 0.5) / 0.28209479177387814
+    scene = GaussianScene(
+        means=pts_t, quats=rotmat_to_quat(R), log_scales=log_scales,
+        opacity_logits=torch.full((N,), 4.0), sh_dc=torch.full((N, 3), grey), sh_rest=torch.zeros(N, 0, 3),
+        source=os.path.abspath(path), format="mesh",
+    )
+    scene.mesh = mesh  # type: ignore[attr-defined]
+    return scene
+
+
+def _rbf_field(volume_norm: torch.Tensor, m: int, seed: int):
+    from physskin_gs.geometry.sampling import farthest_point_sampling
+    from physskin_gs.model.field import RBFSkinningField
+
+    idx = farthest_point_sampling(volume_norm, min(m, volume_norm.shape[0]), seed=seed)
+    centers = volume_norm[torch.as_tensor(np.asarray(idx), dtype=torch.long)]
+    return RBFSkinningField(centers, radius=0.45)
+
+
+def _build_field(config: AnimationConfig, surface_norm: torch.Tensor, volume_norm: torch.Tensor,
+                 progress: ProgressFn):
+    """SkinningField in the normalised frame, following config.skinning with the documented fallbacks.
+    Returns (field, source string)."""
+    mode = config.skinning
+    if mode not in ("pretrained", "fit", "rbf"):
+        raise OptionError(f"--skinning must be 'pretrained' or 'fit', got {mode!r}")
+    from physskin_gs.geometry.sampling import farthest_point_sampling
+
+    sidx = farthest_point_sampling(surface_norm, min(2048, surface_norm.shape[0]), seed=config.seed)
+    surf = surface_norm[torch.as_tensor(np.asarray(sidx), dtype=torch.long)].float()
+    if mode == "pretrained":
+        from pathlib import Path
+
+        from physskin_gs import model as pm
+
+        ckpt = Path(config.checkpoint) if config.checkpoint else pm.default_checkpoint_path()
+        if ckpt.is_file():
+            _report(progress, "skinning: encoding with the pretrained network", 0.35)
+            net = pm.load_checkpoint(ckpt)
+            return pm.skinning_from_model(net, surf, volume_norm.float()), f"pretrained:{ckpt}"
+        if config.checkpoint:
+            raise FileNotFoundError(f"checkpoint not found: {ckpt}")
+        warnings.warn(f"no pretrained checkpoint at {ckpt}; fitting a per-object skinning field instead",
+                      PipelineWarning, stacklevel=3)
+        mode = "fit"
+    if mode == "fit":
+        from physskin_gs import model as pm
+
+        _report(progress, f"skinning: fitting (up to {config.fit_seconds:.0f} s)", 0.35)
+        try:
+            field = pm.fit_skinning(surf, volume_norm.float(), time_budget_s=config.fit_seconds)
+            return field, "fit"
+        except (NotImplementedError, ImportError, TypeError) as exc:
+            warnings.warn(f"per-object skinning fit unavailable ({type(exc).__name__}); using an RBF field on "
+                          f"{config.num_handles_fallback} farthest points", PipelineWarning, stacklevel=3)
+    return _rbf_field(volume_norm.float(), config.num_handles_fallback, config.seed), "rbf"
+
+
+def _weights_chunked(field, x_norm: torch.Tensor, chunk: int = 65536):
+    Ws, Gs = [], []
+    for s in range(0, x_norm.shape[0], chunk):
+        W, G = field.weights_and_grads(x_norm[s:s + chunk].float())
+        Ws.append(W.float())
+        Gs.append(G.float())
+    return torch.cat(Ws), torch.cat(Gs)
+
+
+# ------------------------------------------------------------------------------------------------ scene
+class AnimatedScene:
+    """A scene whose selected Gaussians are driven by the subspace simulator (see the module docstring).
+
+    Attributes: scene (GaussianScene, rest state), moving ((N,) bool), num_handles (H = m + 1), up_vector ((3,)
+    float64), frame (int, steps taken since reset), sim (SubspaceSimulator), config (AnimationConfig),
+    sim_scale (metres per scene unit), center ((3,) scene-frame origin of the simulation frame),
+    skinning_source (str), volume (SplatVolume or None), info (dict of preparation facts).
+    """
+
+    def __init__(self, scene: GaussianScene, moving: torch.Tensor, config: AnimationConfig, field, norm,
+                 up: torch.Tensor, sim_scale: float, center: torch.Tensor, cubature_scene: torch.Tensor,
+                 volume_scene: float, skinning_source: str, info: Dict) -> None:
+        self.scene = scene
+        self.moving = moving
+        self.config = config
+        self.field = field
+        self.norm = norm
+        self.up_vector = up
+        self.sim_scale = float(sim_scale)
+        self.center = center.double()
+        self.skinning_source = skinning_source
+        self.info = info
+        self.frame = 0
+        self._idx = torch.nonzero(moving).flatten()
+        s_n = float(norm.scale)
+        # cubature points: weights in the normalised frame, gradients chain-ruled to the simulation frame
+        Wc, Gc = _weights_chunked(field, norm.to_normalized(cubature_scene.double()).float())
+        self.num_handles = int(Wc.shape[1])
+        X_sim = (cubature_scene.double() - self.center) * self.sim_scale
+        self._cub_rest_scene = cubature_scene.double()
+        self._Wc = Wc.double()
+        lo_u = float((scene.means[self._idx].double() @ up).min())
+        hi_u = float((scene.means[self._idx].double() @ up).max())
+        self.height_scene = max(hi_u - lo_u, 1e-12)
+        self.lowest_scene = lo_u
+        floor_sim = self._floor_sim(config.floor, config.floor_height)
+        self.sim = SubspaceSimulator(
+            X_sim, Wc, Gc / (s_n * self.sim_scale), volume=volume_scene * self.sim_scale ** 3,
+            E=config.E, nu=config.nu, density=config.density, dt=config.dt, gravity=config.gravity,
+            up=up, floor_height=floor_sim, damping=config.damping, newton_iters=config.newton_iters)
+        # Gaussians: weights and scene-frame gradients once, then the precomputed deformer
+        mov = scene.subset(self._idx)
+        Wg, Gg = _weights_chunked(field, norm.to_normalized(mov.means.double()).float())
+        self._Wg = Wg
+        clamp = (0.2, 5.0) if config.clamp_anisotropy else None
+        self.deformer = GaussianDeformer(mov.means, mov.quats, mov.log_scales, Wg, Gg / s_n, singular_clamp=clamp)
+        # handle centres: |W|-weighted centroids over the cubature points (learned handles only)
+        aw = self._Wc[:, :-1].abs()
+        cen = (aw.T @ self._cub_rest_scene) / aw.sum(0).clamp_min(1e-12)[:, None]  # [H-1, 3]
+        self._handle_rest = cen
+        self._handle_W = field.weights(norm.to_normalized(cen).float()).double()
+        self._drag_info: Dict[int, dict] = {}
+        self._pin_spec = None
+        self.set_pin(config.pin)
+        self._cache_key = None
+        self._cache = None
+
+    # -------------------------------------------------------------------------------- frames / parameters
+    def _floor_sim(self, enabled: bool, height: Optional[float]) -> Optional[float]:
+        if not enabled:
+            return None
+        h = self.lowest_scene - 0.25 * self.height_scene if height is None else float(height)
+        return (h - float(self.center @ self.up_vector)) * self.sim_scale
+
+    @property
+    def dt(self) -> float:
+        return self.sim.dt
+
+    @dt.setter
+    def dt(self, value: float) -> None:
+        if not (value > 0 and math.isfinite(value)):
+            raise OptionError(f"dt must be positive, got {value}")
+        self.sim.dt = float(value)
+
+    def set_material(self, E=None, nu=None, density=None) -> None:
+        """Change E (Pa), nu, density (kg/m^3) at any time; raises OptionError for invalid values."""
+        self.sim.set_material(E=E, nu=nu, density=density)
+
+    def set_gravity(self, g: float, direction=None) -> None:
+        """Gravity magnitude (m/s^2) along ``direction`` (3,) or -up."""
+        self.sim.set_gravity(g, direction)
+
+    def set_floor(self, enabled: bool, height: Optional[float] = None) -> None:
+        """Enable/disable the floor; ``height`` in scene units along up (None: 25% of the height below)."""
+        self.sim.set_floor(self._floor_sim(enabled, height))
+
+    def set_damping(self, c: float) -> None:
+        self.sim.set_damping(c)
+
+    def set_pin(self, spec: Optional[str]) -> None:
+        """Pin cubature points: None, ``"below:F"`` (bottom fraction F of the height, at rest) or
+        ``"box:xmin,ymin,zmin,xmax,ymax,zmax"`` (scene units). Pins hold points at their rest positions.
+        Raises OptionError for a malformed spec or an empty pin set."""
+        if spec is None or str(spec).strip() == "":
+            self.sim.set_pins(None)
+            self._pin_spec = None
+            return
+        s = str(spec).strip()
+        X = self._cub_rest_scene
+        if s.startswith("below:"):
+            try:
+                frac = float(s.split(":", 1)[1])
+            except ValueError:
+                raise OptionError(f"--pin {spec!r}: expected below:FRACTION, e.g. below:0.1") from None
+            if not 0 < frac <= 1:
+                raise OptionError(f"--pin {spec!r}: the fraction must be in (0, 1]")
+            hgt = X @ self.up_vector
+            lo, hi = float(hgt.min()), float(hgt.max())
+            mask = hgt <= lo + frac * (hi - lo)
+        elif s.startswith("box:"):
+            try:
+                vals = [float(v) for v in s[4:].split(",")]
+            except ValueError:
+                vals = []
+            if len(vals) != 6:
+                raise OptionError(f"--pin {spec!r}: expected box:xmin,ymin,zmin,xmax,ymax,zmax")
+            lo, hi = torch.tensor(vals[:3], dtype=torch.float64), torch.tensor(vals[3:], dtype=torch.float64)
+            mask = ((X >= lo) & (X <= hi)).all(1)
+        else:
+            raise OptionError(f"--pin {spec!r}: expected 'below:F' or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
+        idx = torch.nonzero(mask).flatten()
+        if idx.numel() == 0:
+            raise OptionError(f"--pin {spec!r} selects no cubature point")
+        self.sim.set_pins(idx)
+        self._pin_spec = s
+
+    # -------------------------------------------------------------------------------- stepping
+    def step(self, n: int = 1) -> dict:
+        """Advance n simulation steps. Returns stats: ms, newton_iters, grad_norm, substeps, rejected, energy
+        (kinetic/elastic/gravity/... in J), frame."""
+        st = self.sim.step(n)
+        self.frame += n
+        d = st.as_dict()
+        d["energy"] = self.sim.energies()
+        d["frame"] = self.frame
+        self._cache_key = None
+        return d
+
+    def reset(self) -> None:
+        """Back to the rest state (drags dropped, pins kept)."""
+        for did in list(self._drag_info):
+            self.end_drag(did)
+        self.sim.reset()
+        self.frame = 0
+        self._cache_key = None
+
+    # -------------------------------------------------------------------------------- transforms
+    def handle_transforms_scene(self) -> torch.Tensor:
+        """(H, 3, 4) float64 handle transforms in the scene frame: ``Z_scene = [A | b / s - A c]``."""
+        Z = self.sim.handle_transforms()
+        A, b = Z[..., :3], Z[..., 3]
+        out = Z.clone()
+        out[..., 3] = b / self.sim_scale - A @ self.center
+        return out
+
+    def _deform(self):
+        key = (self.frame, float(self.sim.time), id(self.sim.q))
+        if self._cache_key != key:
+            Z = self.handle_transforms_scene()
+            self.deformer.deform(Z)
+            self._cache_key = key
+        return self.deformer
+
+    def deformed_gaussians(self) -> DeformedGaussians:
+        """The whole scene deformed (static part unchanged): means (N, 3), covars (N, 3, 3), view_rotations
+        (N, 3, 3) (identity for static rows and for DC-only scenes), opacities (N,), sh (N, K+1, 3)."""
+        d = self._deform()
+        sc = self.scene
+        N = sc.num_gaussians
+        means = sc.means.clone()
+        means[self._idx] = d.means
+        covars = sc.covariances()
+        covars[self._idx] = d.covars
+        if sc.sh_rest.shape[1] > 0:
+            vr = torch.eye(3).expand(N, 3, 3).clone()
+            vr[self._idx] = d.view_rotations()
+        else:
+            vr = torch.eye(3).expand(N, 3, 3)
+        return DeformedGaussians(means=means, covars=covars, view_rotations=vr, opacities=sc.opacities, sh=sc.sh)
+
+    def deformed_scene(self) -> GaussianScene:
+        """GaussianScene of the current state for export: means, quats/log-scales from the SVD of F L
+        (det U = +1), SH rotated per Gaussian by R_F (degree <= 3; degree 4 keeps bands 1-3 rotated and zeroes
+        band 4)."""
+        d = self._deform()
+        sc = self.scene
+        means = sc.means.clone()
+        means[self._idx] = d.means
+        quats = sc.quats.clone()
+        log_scales = sc.log_scales.clone()
+        q, ls = d.export_quats_scales()
+        quats[self._idx] = q
+        log_scales[self._idx] = ls
+        sh_rest = sc.sh_rest
+        if sh_rest.shape[1] > 0:
+            sh_rest = sh_rest.clone()
+            R = d.view_rotations()
+            K = sh_rest.shape[1]
+            k3 = min(K, 15)
+            full = torch.cat([sc.sh_dc[self._idx][:, None], sh_rest[self._idx, :k3]], dim=1)
+            rot = rotate_sh(full, R)
+            sh_rest[self._idx, :k3] = rot[:, 1:]
+            if K > 15:
+                sh_rest[self._idx, 15:] = 0.0
+        return replace(sc, means=means, quats=quats, log_scales=log_scales, sh_rest=sh_rest)
+
+    def sh_handling(self) -> str:
+        """How exported SH are written: 'rotated per Gaussian by R_F' or 'DC only'."""
+        K = self.scene.sh_rest.shape[1]
+        if K == 0:
+            return "DC only (the input has no higher SH bands)"
+        if K > 15:
+            return "bands 1-3 rotated per Gaussian by R_F; band 4 zeroed"
+        return "rotated per Gaussian by R_F (method.md 10)"
+
+    def skinning_weights(self) -> torch.Tensor:
+        """(N_moving, H) float32 skinning weights of the moving Gaussians (field basis, constant last)."""
+        return self._Wg
+
+    def handle_positions(self) -> torch.Tensor:
+        """(H-1, 3) float32 current world positions of the learned handles' centres (|W|-weighted centroids of the
+        cubature points at rest, moved by LBS)."""
+        Z = self.handle_transforms_scene()
+        Xh = torch.cat([self._handle_rest, torch.ones(self._handle_rest.shape[0], 1, dtype=torch.float64)], 1)
+        disp = torch.einsum("nh,hab,nb->na", self._handle_W, Z, Xh)
+        return (self._handle_rest + disp).float()
+
+    def cubature_positions(self) -> torch.Tensor:
+        """(n_c, 3) float32 current cubature points in scene units."""
+        return (self.sim.positions() / self.sim_scale + self.center).float()
+
+    # -------------------------------------------------------------------------------- drags
+    def _to_sim(self, p) -> torch.Tensor:
+        return (torch.as_tensor(p, dtype=torch.float64).reshape(3) - self.center) * self.sim_scale
+
+    def start_drag(self, point, radius: Optional[float] = None) -> int:
+        """Grab the cubature points within ``radius`` (scene units; default 15% of the object's size) of
+        ``point`` (3,) world, or the 8 nearest if none. Returns a drag id for :meth:`update_drag`."""
+        p = self._to_sim(point)
+        if not torch.isfinite(p).all():
+            raise OptionError("drag point must be finite")
+        x = self.sim.positions()
+        r = (0.15 * self.height_scene if radius is None else float(radius)) * self.sim_scale
+        dist = (x - p).norm(dim=1)
+        idx = torch.nonzero(dist <= r).flatten()
+        if idx.numel() == 0:
+            idx = dist.argsort()[: min(8, dist.numel())]
+        return self._start(idx, p)
+
+    def start_handle_drag(self, handle: int) -> int:
+        """Grab the cubature points dominated by learned handle ``handle`` (largest |W|); the grab point is the
+        handle's current centre. Raises OptionError for a bad index."""
+        if not 0 <= int(handle) < self.num_handles - 1:
+            raise OptionError(f"handle index {handle} outside [0, {self.num_handles - 2}]")
+        dom = self._Wc[:, :-1].abs().argmax(1)
+        idx = torch.nonzero(dom == int(handle)).flatten()
+        if idx.numel() == 0:
+            idx = self._Wc[:, int(handle)].abs().argsort(descending=True)[:8]
+        p = self._to_sim(self.handle_positions()[int(handle)].double())
+        return self._start(idx, p)
+
+    def _start(self, idx: torch.Tensor, p_sim: torch.Tensor) -> int:
+        x0 = self.sim.positions()[idx].clone()
+        did = self.sim.add_drag(idx, x0)
+        self._drag_info[did] = {"x0": x0, "p0": p_sim.clone()}
+        return did
+
+    def update_drag(self, drag_id: int, target) -> None:
+        """Move drag ``drag_id``'s grabbed point to ``target`` (3,) world: the motion since drag start is applied
+        to every selected point's start position. Non-finite targets are ignored."""
+        if drag_id not in self._drag_info:
+            raise OptionError(f"unknown drag id {drag_id}")
+        t = self._to_sim(target)
+        if not torch.isfinite(t).all():
+            return
+        info = self._drag_info[drag_id]
+        self.sim.update_drag(drag_id, info["x0"] + (t - info["p0"]))
+
+    def end_drag(self, drag_id: int) -> None:
+        """Release a drag (its spring is removed)."""
+        self._drag_info.pop(drag_id, None)
+        self.sim.remove_drag(drag_id)
+
+    # -------------------------------------------------------------------------------- meshes
+    def deformed_mesh_vertices(self) -> Optional[np.ndarray]:
+        """(V, 3) float32 deformed vertices of the source mesh (mesh inputs only), else None."""
+        mesh = getattr(self.scene, "mesh", None)
+        if mesh is None:
+            return None
+        if not hasattr(self, "_mesh_W"):
+            V = torch.from_numpy(mesh.vertices).double()
+            self._mesh_W = _weights_chunked(self.field, self.norm.to_normalized(V).float())[0].double()
+            self._mesh_V = V
+        Z = self.handle_transforms_scene()
+        Xh = torch.cat([self._mesh_V, torch.ones(self._mesh_V.shape[0], 1, dtype=torch.float64)], 1)
+        return (self._mesh_V + torch.einsum("nh,hab,nb->na", self._mesh_W, Z, Xh)).float().numpy()
+
+
+# ------------------------------------------------------------------------------------------------ prepare
+def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: ProgressFn = None) -> AnimatedScene:
+    """Build an :class:`AnimatedScene` (module docstring). ``progress(stage, fraction)`` is called along the way.
+
+    Raises OptionError for bad options (selection, up axis, material, pin) and PhysSkinError when the selected
+    object has no usable geometry.
+    """
+    from physskin_gs.geometry.interior import fill_splat_interior, sample_cubature
+    from physskin_gs.geometry.normalize import normalize_points
+
+    if not isinstance(config, AnimationConfig):
+        raise OptionError("config must be an AnimationConfig")
+    if config.num_cubature < 16:
+        raise OptionError(f"num_cubature must be >= 16, got {config.num_cubature}")
+    if config.scale is not None and not (config.scale > 0 and math.isfinite(config.scale)):
+        raise OptionError(f"--scale must be positive, got {config.scale}")
+    if not (config.dt > 0 and math.isfinite(config.dt)):
+        raise OptionError(f"--dt must be positive, got {config.dt}")
+    _report(progress, "selecting", 0.0)
+    up = resolve_up(config.up, scene)
+    moving = parse_selection(config.select, scene)
+    idx = torch.nonzero(moving).flatten()
+    mov_means = scene.means[idx]
+    _report(progress, "filling the interior", 0.05)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        vol = fill_splat_interior(mov_means, scene.log_scales[idx], scene.opacities[idx], seed=config.seed,
+                                  quats=scene.quats[idx])
+    fill_msgs = [str(w.message) for w in caught]
+    for msg in fill_msgs:
+        warnings.warn(msg, PipelineWarning, stacklevel=2)
+    pts = vol.points
+    if pts.shape[0] < 4:
+        pts = mov_means
+    # normalisation of the selected object (learning frame) from the kept centres
+    _, norm = normalize_points(mov_means.double(), allow_flat=True, what="selected Gaussians")
+    lo, hi = mov_means.min(0).values.double(), mov_means.max(0).values.double()
+    center = 0.5 * (lo + hi)
+    extent = float((hi - lo).max())
+    if not extent > 0:
+        raise PhysSkinError("the selected Gaussians have zero extent; nothing to simulate")
+    sim_scale = float(config.scale) if config.scale is not None else 1.0 / extent
+    volume = float(vol.volume)
+    if vol.fallback or not volume > 0:
+        # shell only: approximate the solid by half its bounding box
+        volume = 0.5 * float(torch.prod((hi - lo).clamp_min(extent * 1e-3)))
+    _report(progress, "sampling cubature points", 0.25)
+    cub = sample_cubature(pts, n=config.num_cubature, seed=config.seed).double()
+    surface_norm = norm.to_normalized(vol.shell.double() if vol.shell.shape[0] >= 4 else mov_means.double()).float()
+    volume_norm = norm.to_normalized(pts.double()).float()
+    if volume_norm.shape[0] > 20000:
+        g = torch.Generator().manual_seed(config.seed)
+        volume_norm = volume_norm[torch.randperm(volume_norm.shape[0], generator=g)[:20000]]
+    field, source = _build_field(config, surface_norm, volume_norm, progress)
+    _report(progress, "precomputing the simulator and the deformer", 0.8)
+    info = {"volume_scene_units3": volume, "fill_fallback": bool(vol.fallback), "fill_messages": fill_msgs,
+            "num_moving": int(idx.numel()), "num_cubature": int(cub.shape[0]), "sim_scale_m_per_unit": sim_scale,
+            "skinning": source, "up": up.tolist()}
+    anim = AnimatedScene(scene, moving, config, field, norm, up, sim_scale, center, cub.float(), volume, source, info)
+    _report(progress, "ready", 1.0)
+    return anim
