@@ -61,7 +61,7 @@ class AnimationConfig:
     """Options of an animation. Units: E Pa, density kg/m^3, dt s, gravity m/s^2, scale metres per scene unit,
     floor_height scene units along up (None = 25% of the object's height below its lowest point).
 
-    ``up``: 'auto' (meshes and .splat: +y; PLY: +z), or 'y', '-y', 'z', '-z', 'x', '-x'.
+    ``up``: 'auto' (meshes +y; .splat/compressed PLY -y; INRIA PLY +z; see :func:`resolve_up`), or 'y', '-y', 'z', '-z', 'x', '-x'.
     ``pin``: None, ``"below:F"`` (the bottom fraction F of the object's height) or ``"box:xmin,...,zmax"``
     (scene units). ``damping``: Rayleigh coefficient c (beta = c dt; see the simulator).
     ``clamp_anisotropy``: clamp F's singular values to [0.2, 5] for the Gaussians (needle guard).
@@ -96,13 +96,15 @@ def _report(progress: ProgressFn, stage: str, frac: float) -> None:
 
 
 def resolve_up(up: str, scene: Optional[GaussianScene] = None) -> torch.Tensor:
-    """(3,) float64 unit up vector from a name ('auto' uses the scene's format: mesh/.splat -> +y, else +z).
+    """(3,) float64 unit up vector from a name. 'auto' uses the scene's format: meshes +y (OBJ convention),
+    antimatter15 .splat and PlayCanvas compressed PLY -y (COLMAP-style captures; both spot and plant files are
+    -y up), INRIA PLY +z (Blender/NeRF-synthetic exports such as lego). Pass an explicit axis otherwise.
 
     Raises OptionError for an unknown name."""
     key = str(up).strip().lower().lstrip("+")
     if key == "auto":
         fmt = (scene.format or "") if scene is not None else ""
-        key = "y" if fmt in ("mesh", "splat") else "z"
+        key = {"mesh": "y", "splat": "-y", "compressed-ply": "-y"}.get(fmt, "z")
     if key not in _UP:
         raise OptionError(f"unknown up axis {up!r}; use auto, y, -y, z, -z, x or -x")
     return torch.tensor(_UP[key], dtype=torch.float64)

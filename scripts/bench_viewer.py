@@ -180,7 +180,7 @@ def bench_gpu(args) -> None:
     if not torch.cuda.is_available():
         print("\n# GPU benchmark: skipped (no CUDA)")
         return
-    from physskin_gs.render.rasterize import rasterize
+    from physskin_gs.render import rasterize
 
     from physskin_gs_viewer.camera import CameraState, look_at_wxyz, viewmat_and_K
 

@@ -26,8 +26,8 @@ from physskin_gs.render import (
     to_uint8,
     write_video,
 )
-from physskin_gs.render import rasterize as rast_mod
-from physskin_gs.render.rasterize import ALPHA_MAX, ALPHA_MIN, T_STOP
+from physskin_gs.render import rasterizer as rast_mod
+from physskin_gs.render.rasterizer import ALPHA_MAX, ALPHA_MIN, T_STOP
 from physskin_gs.scene import quat_to_rotmat, rotmat_to_quat
 
 
@@ -105,10 +105,10 @@ def test_chunked_equals_unchunked(tiny):
     proj, op, feats, _ = tiny
     args = (proj.means2d, proj.conics, op, proj.radii, proj.depths, feats, 40, 32)
     big = rasterize_tiles(*args, max_evals=1 << 30)
-    for me in (1, 16, 1000):
+    for me in (64, 700, 5000):
         assert torch.equal(rasterize_tiles(*args, max_evals=me), big)
     pbig = rasterize_pairs_reference(*args, max_pairs=1 << 30)
-    assert torch.equal(rasterize_pairs_reference(*args, max_pairs=5), pbig)
+    assert torch.equal(rasterize_pairs_reference(*args, max_pairs=300), pbig)
     assert (pbig - big).abs().max() < 1e-5
 
 
@@ -343,7 +343,7 @@ def test_auto_frame_ignores_outliers_and_fits_scene():
     pts = torch.rand(5000, 3, generator=g) * torch.tensor([2.0, 1.0, 0.5]) + torch.tensor([10.0, 0.0, 0.0])
     pts[:10] = 1e4  # outliers
     lo, hi = robust_bounds(pts)
-    assert (hi < 20).all() and (lo > 9).all()
+    assert (hi < 20).all() and lo[0] > 9.5 and hi[0] < 12.5
     cam = auto_frame(pts, up="z", width=64, height=48)
     inl = pts[10:]
     ph = inl @ cam.viewmat[:3, :3].T + cam.viewmat[:3, 3]

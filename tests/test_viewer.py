@@ -334,14 +334,16 @@ def test_field_dropdown_recolours_splats(live_app):
 def test_recorder_writes_sequence_and_refuses_to_overwrite(tmp_path):
     anim = FakeAnimatedScene(make_blob_scene(100), num_handles=2)
     saved = []
-    rec = Recorder(tmp_path / "rec", dt=0.02, up=[0, 0, 1], source="x.ply", save_fn=lambda s, p: (saved.append(p), p.write_bytes(b"ply")))
+    rec = Recorder(tmp_path / "rec", dt=0.02, meta={"source": "x.ply", "up_axis": [0, 0, 1]},
+                   save_fn=lambda s, p: (saved.append(p), p.write_bytes(b"ply")))
     for _ in range(3):
         anim.step()
         rec.add(anim)
     out = rec.stop()
     meta = json.loads((out / "sequence.json").read_text())
     assert [p.name for p in saved] == ["frame0001.ply", "frame0002.ply", "frame0003.ply"]
-    assert meta["num_frames"] == 3 and meta["fps"] == pytest.approx(50.0) and meta["pattern"] == "frame%04d.ply"
+    assert meta["frames"] == 3 and meta["fps"] == pytest.approx(50.0) and meta["pattern"] == "frame%04d.ply"
+    assert meta["format"] == "physskin_gs sequence 1" and meta["source"] == "x.ply" and meta["up_axis"] == [0, 0, 1]
     with pytest.raises(Exception, match="already holds a recording"):
         Recorder(tmp_path / "rec", dt=0.02)
 
@@ -356,7 +358,7 @@ def test_record_button_flow_writes_reloadable_frames(live_app, tmp_path):
     app.stop_recording()
     frames = sorted(out.glob("frame*.ply"))
     meta = json.loads((out / "sequence.json").read_text())
-    assert len(frames) == meta["num_frames"] >= 3
+    assert len(frames) == meta["frames"] >= 3
     back = io.load_scene(frames[-1])
     assert back.num_gaussians == anim.scene.num_gaussians
 
@@ -386,7 +388,9 @@ def test_bad_path_fails_before_any_server_starts(tmp_path, monkeypatch):
 
 
 def test_render_frame_torch_backend_shows_object_at_image_centre():
-    pytest.importorskip("physskin_gs.render.rasterize")
+    render = pytest.importorskip("physskin_gs.render")
+    if not callable(getattr(render, "rasterize", None)):
+        pytest.skip("physskin_gs.render.rasterize not available")
     from physskin_gs_viewer.render_server import render_frame
     from physskin_gs_viewer.sim import Frame, snapshot_tensor, to_numpy
 
@@ -533,3 +537,57 @@ def test_fast_splat_packing_matches_viser_set_gaussians():
     np.testing.assert_allclose(fast[:, :3].copy().view(np.float32) / s, means, rtol=1e-6)
     tri = fast[1:, 4:7].copy().view(np.float16).astype(np.float32) / s**2
     np.testing.assert_allclose(tri, covars[1:].reshape(-1, 9)[:, [0, 1, 2, 4, 5, 8]], rtol=2e-3, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------- frame dropping / adaptation
+def test_latest_slot_keeps_only_newest_frame():
+    from physskin_gs_viewer.sim import Frame, LatestSlot
+
+    slot = LatestSlot()
+    assert slot.wait_newer(0, timeout=0.05) is None  # bounded wait, nothing yet
+    for v in (1, 2, 3):
+        slot.put(Frame(v, v, None, None, np.zeros((0, 3))))
+    f = slot.wait_newer(0, timeout=1.0)
+    assert f.version == 3  # 1 and 2 were dropped, not queued
+    assert slot.wait_newer(3, timeout=0.05) is None
+
+
+def test_slow_display_drops_frames_and_does_not_slow_the_simulation(monkeypatch):
+    anim = FakeAnimatedScene(make_blob_scene(300), num_handles=2)
+    app = ViewerApp(anim, None, port=0, realtime=False)
+    real_push = ViewerApp._push_splats
+
+    def slow_push(self, live, frame):
+        time.sleep(0.15)  # a slow client update
+        real_push(self, live, frame)
+
+    monkeypatch.setattr(ViewerApp, "_push_splats", slow_push)
+    app.start()
+    try:
+        assert app.wait_ready(20)
+        f0, d0 = anim.frame, app.display_updates
+        time.sleep(1.5)
+        steps, shown = anim.frame - f0, app.display_updates - d0
+        assert shown <= 12  # about 1.5 s / 0.15 s
+        assert steps > 5 * max(shown, 1)  # the simulation ran on; stale frames were skipped
+    finally:
+        app.stop()
+
+
+def test_render_resolution_adapts_to_render_time():
+    from physskin_gs_viewer.render_server import ClientRenderThread
+    from physskin_gs_viewer.sim import LatestSlot
+
+    class FakeClient:
+        client_id = 7
+
+    r = ClientRenderThread(FakeClient(), LatestSlot(), lambda: (None, None), target_fps=10.0,
+                           initial_height=400, min_height=64, max_height=1080)
+    r._adapt(0.4, viewport_h=720)  # 4x too slow: shrink (at most halve per step)
+    assert r.height == 200
+    for _ in range(20):
+        r._adapt(0.01, viewport_h=720)  # very fast: grow, but never past the viewport
+    assert r.height == 720
+    for _ in range(20):
+        r._adapt(10.0, viewport_h=720)
+    assert r.height == 64

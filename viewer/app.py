@@ -54,6 +54,8 @@ DISPLAY_GSPLAT = "server render (gsplat, CUDA)"
 DISPLAY_ALIASES = {"client": DISPLAY_CLIENT, "torch": DISPLAY_TORCH, "gsplat": DISPLAY_GSPLAT}
 FIELD_NONE = "scene colours"
 FIELD_ALL = "all handles (argmax)"
+#: Pin region used by the "pin region" checkbox when the config names none (bottom 10% of the object).
+DEFAULT_PIN = "below:0.1"
 GRAVITY_DIRS = ["down (-up)", "-x", "+x", "-y", "+y", "-z", "+z"]
 
 
@@ -297,7 +299,9 @@ class ViewerApp:
         try:
             md = self.gui.get("error")
             if md is not None:
-                md.content = f"**Error in {where}:** `{msg}`  \nThe simulation is paused; press Reset or Play to go on."
+                paused = self.live is not None and not self.live.worker.playing
+                hint = "  \nThe simulation is paused; press Reset or Play to go on." if paused else ""
+                md.content = f"**Error in {where}:** `{msg}`{hint}"
                 md.visible = True
             btn = self.gui.get("play")
             if btn is not None and self.live is not None and not self.live.worker.playing:
@@ -451,11 +455,7 @@ class ViewerApp:
 
         # Handle gizmos at the handles' weight-weighted centroids.
         hp = frame.handle_positions
-        try:
-            h_weights = int(anim.skinning_weights().shape[1])
-        except Exception:  # noqa: BLE001
-            h_weights = len(hp)
-        live.handle_offset = max(h_weights - len(hp), 0)
+        live.handle_offset = 0  # handle i is skinning-weight column i (the constant column comes last)
         lim = ((-1e9, 1e9),) * 3
         for i, p in enumerate(hp):
             g = server.scene.add_transform_controls(
@@ -481,6 +481,32 @@ class ViewerApp:
         if self.play_on_ready:
             worker.set_playing(True)
         self._sync_play_label()
+
+    def _update_floor_grid(self, enabled: bool, height: float) -> None:
+        """Draw the floor (a grid perpendicular to the up vector at ``height`` along it) or hide it."""
+        live = self.live
+        if live is None or self.server is None:
+            return
+        from .camera import rotmat_to_wxyz
+
+        up = live.up
+        a = np.cross(up, [1.0, 0.0, 0.0]) if abs(up[0]) < 0.9 else np.cross(up, [0.0, 1.0, 0.0])
+        a /= np.linalg.norm(a)
+        b = np.cross(up, a)
+        R = np.stack([a, b, up], axis=1)  # grid's local x, y, z (normal) -> world
+        pos = live.center - (float(live.center @ up) - float(height)) * up
+        e = live.extent
+        self.server.scene.add_grid(
+            "/floor",
+            width=3 * e,
+            height=3 * e,
+            plane="xy",
+            cell_size=e / 10,
+            section_size=e / 2,
+            wxyz=tuple(rotmat_to_wxyz(R)),
+            position=tuple(float(v) for v in pos),
+            visible=bool(enabled),
+        )
 
     def _teardown_live(self, live: LiveState) -> None:
         live.worker.stop()
@@ -710,10 +736,16 @@ class ViewerApp:
         if md is None:
             return
         st = frame.stats
+        energy = st.get("energy")
+        if isinstance(energy, dict):  # the pipeline reports components (J)
+            e_txt = f"energy **{_fmt(energy.get('total'))}** J (kinetic {_fmt(energy.get('kinetic'))}, " \
+                    f"elastic {_fmt(energy.get('elastic'))})"
+        else:
+            e_txt = f"energy **{_fmt(energy)}**"
         lines = [
-            f"display **{self.display_fps():.1f}** fps · sim **{st.get('steps_per_s', 0.0):.1f}** steps/s",
-            f"**{st.get('ms', 0.0):.1f}** ms/step · Newton **{st.get('newton_iters', '-')}** · "
-            f"energy **{_fmt(st.get('energy'))}** · frame {frame.sim_frame}",
+            f"display **{self.display_fps():.1f}** fps · sim **{st.get('steps_per_s', 0.0):.1f}** steps/s · "
+            f"frame {frame.sim_frame}",
+            f"**{st.get('ms', 0.0):.0f}** ms/step · Newton **{st.get('newton_iters', '-')}** · {e_txt}",
         ]
         with self._lock:
             rs = list(self._renderers.values())
@@ -735,7 +767,10 @@ class ViewerApp:
             return
 
         def compute(anim, live=live, choice=choice) -> None:
-            w = to_numpy(anim.skinning_weights())  # [M, H]
+            w = to_numpy(anim.skinning_weights())  # [M, H]: learned handles first, a constant column last
+            h = len(live.handle_gizmos)
+            if 0 < h < w.shape[1]:
+                w = w[:, :h]
             if live.live_pos_in_moving is not None:
                 w = w[live.live_pos_in_moving]
             if choice == FIELD_ALL:
@@ -774,12 +809,13 @@ class ViewerApp:
             g["gravity_dir"] = gui.add_dropdown("gravity direction", GRAVITY_DIRS, initial_value=GRAVITY_DIRS[0])
             g["floor"] = gui.add_checkbox("floor", bool(getattr(cfg, "floor", True)))
             fh = getattr(cfg, "floor_height", None)
-            if fh is None:
-                fh = getattr(anim, "floor_height", None)
+            if fh is None and hasattr(anim, "lowest_scene") and hasattr(anim, "height_scene"):
+                fh = float(anim.lowest_scene) - 0.25 * float(anim.height_scene)  # the pipeline's default
             if fh is None:
                 rest = to_numpy(anim.scene.means)
                 fh = float((rest @ self.live.up).min()) if rest.size else 0.0
             g["floor_height"] = gui.add_number("floor height", float(fh), step=0.01)
+            self._update_floor_grid(bool(g["floor"].value), float(fh))
             g["pin"] = gui.add_checkbox("pin region", getattr(cfg, "pin", None) is not None)
         with gui.add_folder("Skinning"):
             src = getattr(cfg, "skinning", "pretrained")
@@ -803,15 +839,15 @@ class ViewerApp:
         self.server.scene.on_click()(self._on_click)
 
     def _field_options(self, anim) -> List[str]:
-        try:
-            h = int(anim.skinning_weights().shape[1])
-        except Exception:  # noqa: BLE001
-            h = 0
+        """Dropdown entries: scene colours, argmax over handles, one entry per draggable handle."""
+        live = self.live
+        h = len(live.handle_gizmos) if live is not None else 0
         return [FIELD_NONE, FIELD_ALL] + [f"handle {i}" for i in range(h)]
 
     def _refresh_controls(self, anim) -> None:
         self.gui["field"].options = self._field_options(anim)
         self.gui["dt"].value = float(getattr(anim, "dt", self.gui["dt"].value))
+        self._update_floor_grid(bool(self.gui["floor"].value), float(self.gui["floor_height"].value))
 
     def _sync_play_label(self) -> None:
         btn = self.gui.get("play")
@@ -894,13 +930,14 @@ class ViewerApp:
         def apply_floor(_e=None) -> None:
             on, h = bool(g["floor"].value), float(g["floor_height"].value)
             self._submit("set floor", lambda a: a.set_floor(on, height=h))
+            self._update_floor_grid(on, h)
 
         g["floor"].on_update(apply_floor)
         g["floor_height"].on_update(apply_floor)
 
         @g["pin"].on_update
         def _(_e) -> None:
-            spec = getattr(self.config, "pin", None) or "auto"
+            spec = getattr(self.config, "pin", None) or DEFAULT_PIN
             value = spec if g["pin"].value else None
             self._submit("set pin", lambda a: a.set_pin(value))
 
@@ -969,19 +1006,41 @@ class ViewerApp:
         parent = Path(self.gui["record_dir"].value) if "record_dir" in self.gui else self.record_dir
         out = Path(out_dir) if out_dir is not None else parent / datetime.now().strftime("rec_%Y%m%d_%H%M%S")
         video = self._video_renderer(client) if mp4 else None
-        rec = Recorder(
-            out,
-            dt=float(getattr(live.anim, "dt", 0.03)),
-            up=live.up,
-            source=str(self.path) if self.path is not None else getattr(live.anim.scene, "source", None),
-            video_renderer=video,
-        )
+        rec = Recorder(out, dt=float(getattr(live.anim, "dt", 0.03)), meta=self._sequence_meta(), video_renderer=video)
         self._recorder = rec
         live.worker.submit("start recording", lambda a: setattr(live.worker, "on_step", lambda a2, st: rec.add(a2)))
         if "record" in self.gui:
             self.gui["record"].label = "Stop recording"
             self.gui["record_status"].content = f"recording to `{out}`"
         return out
+
+    def _sequence_meta(self) -> Dict[str, Any]:
+        """sequence.json fields describing the current simulation (the headless export's keys where known)."""
+        live = self.live
+        anim = live.anim
+        g = self.gui
+        val = lambda k, d=None: g[k].value if k in g else d  # noqa: E731
+        info = getattr(anim, "info", {}) or {}
+        sh = anim.sh_handling() if hasattr(anim, "sh_handling") else None
+        meta = {
+            "source": str(self.path) if self.path is not None else getattr(anim.scene, "source", None),
+            "up_axis": [float(v) for v in live.up],
+            "scale_m_per_unit": getattr(anim, "sim_scale", None),
+            "sh": sh,
+            "skinning": getattr(anim, "skinning_source", None),
+            "num_gaussians": int(live.base_rgb.shape[0]),
+            "num_moving": int(info.get("num_moving", len(live.live_idx))),
+            "material": {"E": val("E"), "nu": val("nu"), "density": val("density")},
+            "gravity": (float(getattr(self.config, "gravity", 9.8) or 9.8) if val("gravity", True) else 0.0),
+            "gravity_direction": [float(v) for v in self.gravity_direction()] if "gravity_dir" in g else None,
+            "damping": val("damping"),
+            "floor": float(val("floor_height")) if val("floor", False) else None,
+            "pin": (getattr(self.config, "pin", None) or DEFAULT_PIN) if val("pin", False) else None,
+            "select": getattr(self.config, "select", None),
+            "script": None,
+            "writer": "physskin-gs animate viewer (live recording)",
+        }
+        return meta
 
     def stop_recording(self) -> Optional[Path]:
         """Stop the current recording, write sequence.json (and the video); returns its folder."""

@@ -1,8 +1,10 @@
 """Recording the live simulation to an exported frame sequence (formats.md section 6).
 
-Same layout as the headless export: one INRIA PLY per simulated step, ``frame0001.ply``, ``frame0002.ply``, ...
-written with ``physskin_gs.io.save_scene(anim.deformed_scene(), path)``, plus ``sequence.json`` (fps, dt, frame
-count, up axis, source file, SH handling) and, optionally, an mp4 rendered with the torch rasteriser.
+Same layout as the headless export (``physskin-gs animate --headless --export``): one INRIA PLY per simulated
+step, ``frame0001.ply``, ``frame0002.ply``, ... written with ``physskin_gs.io.save_scene(anim.deformed_scene(),
+path)``, plus ``sequence.json`` with the headless export's keys (format "physskin_gs sequence 1", frames,
+pattern, fps, dt, up_axis, sh, skinning, material, ...; ``first_frame_is_rest_state`` is false: a live recording
+starts wherever the simulation is) and, optionally, an mp4 rendered with the scene's renderer.
 
 Frames are handed from the simulation thread to a writer thread through a small bounded queue: when the disk is
 slower than the simulation, the simulation waits (a recording never drops frames, and never queues without
@@ -17,7 +19,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 import numpy as np
 
@@ -39,9 +41,7 @@ class Recorder:
         out_dir: folder to write into; created if missing. Refuses a folder that already holds a
             ``sequence.json`` or ``frame*.ply`` (never overwrite a previous recording).
         dt: simulation time step, seconds (fps = 1 / dt).
-        up: (3,) up vector of the scene, stored in sequence.json.
-        source: the input scene's path (informational).
-        sh_mode: what the frames' SH hold, stored in sequence.json (``"rotated"`` or ``"dc"``).
+        meta: extra sequence.json fields (source, up_axis, sh, material, ...: the headless export's keys).
         video_renderer: optional ``f(deformed_gaussians) -> (H, W, 3) uint8``; when given, frames are rendered
             and ``video.mp4`` is written at :meth:`stop` (PNG frames when mp4 writing fails).
         save_fn: ``f(scene, path)``; defaults to ``physskin_gs.io.save_scene``.
@@ -54,9 +54,7 @@ class Recorder:
         out_dir,
         *,
         dt: float,
-        up=None,
-        source: Optional[str] = None,
-        sh_mode: str = "rotated",
+        meta: Optional[Dict[str, Any]] = None,
         video_renderer: Optional[Callable[[Any], np.ndarray]] = None,
         save_fn: Optional[Callable[[Any, Path], None]] = None,
         max_queue: int = 4,
@@ -70,9 +68,7 @@ class Recorder:
             raise OptionError(f"recording folder {self.out_dir} already holds a recording; choose another folder")
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.dt = float(dt)
-        self.up = None if up is None else [float(v) for v in np.asarray(up).reshape(-1)]
-        self.source = source
-        self.sh_mode = sh_mode
+        self.meta = dict(meta or {})
         self.video_renderer = video_renderer
         self._save = save_fn or _save_scene
         self._q: "queue.Queue[Any]" = queue.Queue(maxsize=max_queue)
@@ -114,17 +110,16 @@ class Recorder:
         self._q.put(_STOP)
         self._thread.join(timeout)
         meta = {
-            "format": "physskin-gs frame sequence",
+            "format": "physskin_gs sequence 1",
+            "frames": self.written,
             "pattern": "frame%04d.ply",
-            "first_frame": 1,
-            "num_frames": self.written,
+            "first_frame_is_rest_state": False,
             "fps": 1.0 / self.dt if self.dt > 0 else None,
             "dt": self.dt,
-            "up": self.up,
-            "source": self.source,
-            "sh": self.sh_mode,
-            "writer": "physskin_gs_viewer (live recording)",
+            "steps_per_frame": 1,
         }
+        meta.update(self.meta)
+        meta["frames"] = self.written
         if self.video_frames:
             self.video_path = self._write_video()
             if self.video_path is not None:
@@ -141,7 +136,7 @@ class Recorder:
             except ImportError:
                 write_video = None
             if write_video is not None:
-                write_video(self.video_frames, path, fps=fps)
+                return Path(write_video(self.video_frames, path, fps=fps))  # mp4, or a PNG folder fallback
             else:
                 import imageio.v2 as imageio
 

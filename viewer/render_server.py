@@ -50,7 +50,7 @@ def render_frame(
     """
     import torch
 
-    from physskin_gs.render.rasterize import rasterize
+    from physskin_gs.render import rasterize
 
     viewmat, K = viewmat_and_K(cam, width, height)
     dev = torch.device("cuda") if backend == "gsplat" else torch.device("cpu")

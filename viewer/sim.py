@@ -156,6 +156,8 @@ class SimWorker:
         self._thread: Optional[threading.Thread] = None
         self.last_stats: Dict[str, float] = {}
         self.errors = 0
+        self.handle_period = 0.1  # s between handle_positions() refreshes during play
+        self._hp = None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "SimWorker":
@@ -301,8 +303,12 @@ class SimWorker:
     def _publish(self, stats: Optional[Dict[str, float]] = None) -> None:
         a = self.anim
         g = a.deformed_gaussians()
-        hp = a.handle_positions()
-        hp = to_numpy(hp).reshape(-1, 3).copy() if hp is not None else np.zeros((0, 3), np.float32)
+        now = time.perf_counter()
+        if self._hp is None or now - self._hp[0] > self.handle_period or stats is None:
+            hp = a.handle_positions()  # only the gizmos use these: refreshed at most every handle_period s
+            hp = to_numpy(hp).reshape(-1, 3).copy() if hp is not None else np.zeros((0, 3), np.float32)
+            self._hp = (now, hp)
+        hp = self._hp[1]
         self._version += 1
         st = dict(self.last_stats if stats is None else stats)
         self.slot.put(

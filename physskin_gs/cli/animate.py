@@ -203,7 +203,7 @@ class OrbitVideo:
     def __init__(self, anim, width: int, height: int, frames: int, orbit_deg: float) -> None:
         import torch
 
-        from physskin_gs.render.cameras import orbit_camera
+        from physskin_gs.render import orbit_camera
 
         if width % 16 or height % 16 or width <= 0 or height <= 0:
             raise OptionError(f"--width/--height must be positive multiples of 16, got {width}x{height}")
@@ -221,7 +221,7 @@ class OrbitVideo:
             # look a bit lower so the floor contact stays in view
             center = center - 0.5 * (float(center @ up) - floor_h) * up * 0.5
         self.target = center
-        self.distance = 2.6 * radius
+        self.distance = 3.4 * radius
         self._orbit_camera = orbit_camera
         self.up = up
         self.floor = self._floor_gaussians(center, radius, floor_h, up) if floor_h is not None else None
@@ -256,8 +256,7 @@ class OrbitVideo:
         import numpy as np
         import torch
 
-        from physskin_gs.render.rasterize import rasterize
-        from physskin_gs.render.sh import sh_to_rgb
+        from physskin_gs.render import rasterize, sh_to_rgb
 
         cam = self._orbit_camera(30.0 + self.orbit * k / max(1, self.frames - 1), 15.0, self.distance,
                                  self.target, self.up, self.width, self.height)
@@ -442,21 +441,13 @@ def _write_mesh_frame(anim, path: Path, src: str) -> None:
 
 
 def _write_video(path: str, frames, fps: float) -> None:
-    import imageio.v2 as iio
-
+    """mp4 (or other container) via the render package's writer; GIF via imageio."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     if str(path).lower().endswith(".gif"):
+        import imageio.v2 as iio
+
         iio.mimsave(path, frames, duration=1.0 / fps)
         return
-    try:
-        writer = iio.get_writer(path, fps=fps, codec="libx264", quality=7, macro_block_size=16)
-    except Exception as exc:  # noqa: BLE001 - missing ffmpeg plugin: PNG fallback
-        fallback = Path(path).with_suffix("")
-        fallback.mkdir(parents=True, exist_ok=True)
-        for i, img in enumerate(frames):
-            iio.imwrite(fallback / f"{FRAME_PATTERN % (i + 1)}.png", img)
-        print(f"warning: could not open a video writer ({exc}); wrote PNG frames to {fallback}/", file=sys.stderr)
-        return
-    with writer:
-        for img in frames:
-            writer.append_data(img)
+    from physskin_gs.render import write_video
+
+    write_video(frames, path, fps=fps)

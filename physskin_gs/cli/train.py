@@ -25,14 +25,27 @@ def held_out_names():
     try:
         from physskin_gs.geometry.dataset import HELD_OUT_MESHES  # type: ignore
 
-        return tuple(Path(str(n)).stem for n in HELD_OUT_MESHES)
+        from physskin_gs.model.data import _stem
+
+        return tuple(_stem(n) for n in HELD_OUT_MESHES)
     except Exception:  # noqa: BLE001
         return DEFAULT_HELD_OUT
 
 
+def default_data():
+    """The shared training inputs (geometry.dataset.default_training_paths) or the shared meshes folder."""
+    try:
+        from physskin_gs.geometry.dataset import default_training_paths  # type: ignore
+
+        return [str(p) for p in default_training_paths("/work/shared/data")]
+    except Exception:  # noqa: BLE001
+        return ["/work/shared/data/meshes"]
+
+
 def register(sub) -> None:
     p = sub.add_parser("train", help="train the PhysSkin skinning network (self-supervised, CPU)")
-    p.add_argument("--data", nargs="+", default=None, help="mesh/splat files or folders (default: /work/shared/data/meshes)")
+    p.add_argument("--data", nargs="+", default=None, help="mesh/splat files or folders (default: the shared meshes and training splats)")
+    p.add_argument("--procedural", type=int, default=64, help="number of procedural training shapes added")
     p.add_argument("--synthetic", action="store_true", help="train on built-in synthetic shapes (tests, smoke runs)")
     p.add_argument("--out", required=True, help="output folder (checkpoints, config.json, metrics.jsonl)")
     p.add_argument("--steps", type=int, default=20000, help="schedule length T (steps)")
@@ -66,6 +79,10 @@ def register(sub) -> None:
     p.add_argument("--surface-points", type=int, default=2048)
     p.add_argument("--no-smooth", action="store_true")
     p.add_argument("--combine", choices=["config", "sum"], default="config")
+    p.add_argument("--w-orth", type=float, default=1e6, help="orthogonality weight (--combine sum only)")
+    p.add_argument("--w-smooth", type=float, default=1.0, help="smoothness weight (--combine sum only)")
+    p.add_argument("--c-orth", type=float, default=1.0, help="ConFIG cosine weight of the orthogonality loss")
+    p.add_argument("--c-smooth", type=float, default=1.0, help="ConFIG cosine weight of the smoothness loss")
     p.add_argument("--orth-only-frac", type=float, default=0.0)
     p.add_argument("--no-augment", action="store_true")
     p.set_defaults(func=run)
@@ -76,11 +93,10 @@ def _val_shapes(args, names):
 
     if args.synthetic or not names:
         return []
-    paths = args.data or ["/work/shared/data/meshes"]
-    files = []
-    for p in paths:
-        p = Path(p)
-        files += [q for q in (p.iterdir() if p.is_dir() else [p]) if q.stem in names]
+    from physskin_gs.model.data import _stem
+
+    root = Path("/work/shared/data/meshes")
+    files = [q for q in root.iterdir() if _stem(q.name) in names] if root.is_dir() else []
     if not files:
         return []
     try:
@@ -133,7 +149,7 @@ def run(args) -> int:
     tcfg = TrainConfig(
         steps=args.steps, lr=args.lr, lr_min=args.lr_min, cubature=args.cubature, transforms=args.transforms,
         sigma=args.sigma, surface_points=args.surface_points, smooth=not args.no_smooth,
-        orth_only_frac=args.orth_only_frac, combine=args.combine, fd_scheme=args.fd_scheme, augment=not args.no_augment, seed=args.seed,
+        orth_only_frac=args.orth_only_frac, combine=args.combine, fd_scheme=args.fd_scheme, w_orth=args.w_orth, c_orth=args.c_orth, c_smooth=args.c_smooth, w_smooth=args.w_smooth, augment=not args.no_augment, seed=args.seed,
     )
     ncfg = NetConfig(
         num_handles=args.handles, width=args.width, heads=args.heads, latents=args.latents,
@@ -164,7 +180,8 @@ def run(args) -> int:
     if args.synthetic:
         shapes = [synthetic_shape(k, seed=i) for i, k in enumerate(["sphere", "box", "ellipsoid"])]
     else:
-        shapes = load_shapes(args.data or ["/work/shared/data/meshes"], exclude=held, seed=tcfg.seed, log=log)
+        shapes = load_shapes(args.data or default_data(), exclude=held, seed=tcfg.seed, log=log,
+                             num_procedural=args.procedural)
     val = _val_shapes(args, held) if (is_main and args.val_every > 0) else []
 
     start = 0

@@ -113,12 +113,20 @@ def _from_sample(sample) -> TrainShape:
     return TrainShape(str(sample.name), surf, vol)
 
 
-def load_shapes(paths: Sequence[str], exclude: Sequence[str] = (), seed: int = 0, log=print) -> List[TrainShape]:
-    """Load training shapes from files or directories (meshes and splats).
+def load_shapes(
+    paths: Sequence[str],
+    exclude: Sequence[str] = (),
+    seed: int = 0,
+    log=print,
+    num_procedural: int = 0,
+    cache_dir: str = ".cache/shapes",
+) -> List[TrainShape]:
+    """Load training shapes from files or directories (meshes and splats), plus procedural shapes.
 
-    Uses ``physskin_gs.geometry.dataset`` when present (``ShapeDataset(paths)``), else the built-in mesh sampler.
-    Shapes whose file stem is in ``exclude`` are skipped; unreadable or degenerate shapes are skipped with a log
-    line. Raises PhysSkinError if nothing usable remains.
+    Uses ``physskin_gs.geometry.dataset.ShapeDataset.build`` (cached samples: 2048 FPS surface points, 16384
+    volume points) when the geometry layer is present, else the built-in mesh sampler (no procedural shapes).
+    Files whose stem is in ``exclude`` are skipped; unreadable or degenerate shapes are skipped with a log line.
+    Raises FileNotFoundError for a missing path and PhysSkinError if nothing usable remains.
     """
     files: List[Path] = []
     for p in paths:
@@ -126,32 +134,42 @@ def load_shapes(paths: Sequence[str], exclude: Sequence[str] = (), seed: int = 0
         if not p.exists():
             raise FileNotFoundError(f"training data not found: {p}")
         files += sorted(q for q in p.iterdir() if q.is_file()) if p.is_dir() else [p]
-    excl = {Path(e).stem for e in exclude}
-    files = [f for f in files if f.stem not in excl and f.suffix.lower() != ".md"]
+    excl = {_stem(e) for e in exclude}
+    files = [f for f in files if _stem(f.name) not in excl and f.suffix.lower() not in (".md", ".txt", ".json")]
     shapes: List[TrainShape] = []
     try:
         from physskin_gs.geometry import dataset as gds  # type: ignore
-    except Exception:  # noqa: BLE001 - geometry layer not available yet
+    except Exception:  # noqa: BLE001 - geometry layer not available
         gds = None
-    for f in files:
-        try:
-            if gds is not None:
-                if f.suffix.lower() in (".ply", ".splat", ".spz") and hasattr(gds, "sample_from_splat"):
-                    try:
-                        shapes.append(_from_sample(gds.sample_from_splat(f)))
-                        continue
-                    except Exception:  # noqa: BLE001 - maybe a mesh .ply
-                        pass
-                shapes.append(_from_sample(gds.sample_from_mesh(f)))
-            else:
-                if f.suffix.lower() in (".splat", ".spz") or f.name.endswith(".compressed.ply"):
-                    continue
+    if gds is not None:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ds = gds.ShapeDataset.build(files, cache_dir=cache_dir, num_procedural=num_procedural, seed=seed,
+                                        augment=False)
+        for path, why in ds.skipped:
+            log(f"skip {Path(path).name}: {why}")
+        shapes = [_from_sample(smp) for smp in ds.samples]
+    else:
+        for f in files:
+            if f.suffix.lower() in (".splat", ".spz") or f.name.endswith(".compressed.ply"):
+                continue
+            try:
                 shapes.append(mesh_shape(f, seed=seed))
-        except Exception as exc:  # noqa: BLE001 - skip bad shapes, keep training
-            log(f"skip {f.name}: {exc}")
+            except Exception as exc:  # noqa: BLE001 - skip bad shapes, keep training
+                log(f"skip {f.name}: {exc}")
     if not shapes:
         raise PhysSkinError(f"no usable training shapes in {list(paths)}")
     return shapes
+
+
+def _stem(name) -> str:
+    n = Path(str(name)).name
+    for suf in (".compressed.ply",):
+        if n.endswith(suf):
+            return n[: -len(suf)]
+    return Path(n).stem
 
 
 def random_rotation(g: torch.Generator) -> torch.Tensor:

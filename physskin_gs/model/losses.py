@@ -195,15 +195,18 @@ def per_loss_gradients(losses: Sequence[torch.Tensor], params: List[torch.nn.Par
     return torch.stack(rows)
 
 
-def config_direction(grads: torch.Tensor) -> torch.Tensor:
+def config_direction(grads: torch.Tensor, weights: Optional[Sequence[float]] = None) -> torch.Tensor:
     """ConFIG conflict-free update (k, P) -> (P,) via ``conflictfree.grad_operator.ConFIG_update`` (least squares,
-    equal weights, projection length): every loss gradient has the same positive cosine with the result."""
+    projection length). With equal ``weights`` (default) every loss gradient has the same positive cosine with the
+    result; otherwise the cosines are proportional to the (positive) weights, still all positive."""
     from conflictfree.grad_operator import ConFIG_update
     from conflictfree.weight_model import EqualWeight
 
     class _EqualWeightLike(EqualWeight):  # same weights, in the gradients' dtype (float64 here)
         def get_weights(self, gradients, losses=None, device=None):
-            return torch.ones(gradients.shape[0], dtype=gradients.dtype, device=gradients.device)
+            if weights is None:
+                return torch.ones(gradients.shape[0], dtype=gradients.dtype, device=gradients.device)
+            return torch.tensor(list(weights), dtype=gradients.dtype, device=gradients.device)
 
     # float64: nearly opposite loss gradients are common and float32 least squares loses the small direction
     return ConFIG_update(grads.double(), weight_model=_EqualWeightLike()).to(grads.dtype)

@@ -31,6 +31,12 @@ class TrainConfig:
     smooth: bool = True
     orth_only_frac: float = 0.0  # first fraction of steps with the orthogonality loss only (fit: 0.1)
     combine: str = "config"  # 'config' (ConFIG) or 'sum'
+    w_pot: float = 1.0  # loss weights, used only by combine='sum' (ConFIG ignores scales)
+    w_orth: float = 1e6
+    w_smooth: float = 1.0
+    c_pot: float = 1.0  # ConFIG target-cosine weights (equal = the paper's ConFIG)
+    c_orth: float = 1.0
+    c_smooth: float = 1.0
     fd_scheme: str = "forward"  # 'forward' (4 points per centre) or 'central' (7)
     augment: bool = True
     seed: int = 0
@@ -111,25 +117,38 @@ def train_step(
     params = [p for p in model.parameters() if p.requires_grad]
     out = compute_losses(model, shape, cfg, step, g)
     names = active_losses(cfg, step)
-    grads = L.per_loss_gradients([out[n] for n in names], params)  # [k, P]
-    if world_size > 1:
-        import torch.distributed as dist
+    weights = {"pot": cfg.w_pot, "orth": cfg.w_orth, "smooth": cfg.w_smooth}
+    if cfg.combine == "sum" or len(names) == 1:
+        # one backward pass of the weighted sum (no per-loss gradients needed)
+        total = sum((weights[n] if len(names) > 1 else 1.0) * out[n] for n in names)
+        optimizer.zero_grad(set_to_none=True)
+        total.backward()
+        if world_size > 1:
+            import torch.distributed as dist
 
-        dist.all_reduce(grads)
-        grads /= world_size
-    if len(names) == 1:
-        d = grads[0]
-    elif cfg.combine == "config":
-        d = L.config_direction(grads)
+            for p in params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+                dist.all_reduce(p.grad)
+                p.grad /= world_size
+        optimizer.step()
+        grads = d = None
     else:
-        d = grads.sum(0)
-    L.write_gradient(params, d)
-    optimizer.step()
+        grads = L.per_loss_gradients([out[n] for n in names], params)  # [k, P]
+        if world_size > 1:
+            import torch.distributed as dist
+
+            dist.all_reduce(grads)
+            grads /= world_size
+        d = L.config_direction(grads, [{"pot": cfg.c_pot, "orth": cfg.c_orth, "smooth": cfg.c_smooth}[n] for n in names])
+        L.write_gradient(params, d)
+        optimizer.step()
     rec = {n: float(out[n].detach()) for n in ("pot", "orth", "smooth")}
-    gn = grads.norm(dim=1).clamp_min(1e-30)
-    cos = (grads @ d) / (gn * d.norm().clamp_min(1e-30))
-    for n, c in zip(names, cos.tolist()):
-        rec[f"cos_{n}"] = c
+    if grads is not None:
+        gn = grads.norm(dim=1).clamp_min(1e-30)
+        cos = (grads @ d) / (gn * d.norm().clamp_min(1e-30))
+        for n, c in zip(names, cos.tolist()):
+            rec[f"cos_{n}"] = c
     rec.update(lr=lr, blend=blend_at(step, cfg), step_s=time.perf_counter() - t0)
     rec["h_spec"] = L.skinning_metrics(out["W"][:, :-1])["h_spec"]
     return rec

@@ -13,7 +13,7 @@ from physskin_gs.render.cameras import (
     up_vector,
     validate_camera,
 )
-from physskin_gs.render.rasterize import (
+from physskin_gs.render.rasterizer import (
     RenderOutput,
     gaussian_colors,
     project_gaussians,

@@ -17,7 +17,7 @@ import torch
 
 from physskin_gs.errors import OptionError
 from physskin_gs.render.cameras import Camera
-from physskin_gs.render.rasterize import RenderOutput, rasterize
+from physskin_gs.render.rasterizer import RenderOutput, rasterize
 
 
 def to_uint8(rgb: Union[torch.Tensor, np.ndarray]) -> np.ndarray:

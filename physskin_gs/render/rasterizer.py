@@ -164,17 +164,25 @@ def rasterize_tiles(
     features: torch.Tensor,
     width: int,
     height: int,
-    tile_size: int = 8,
-    max_evals: int = 1 << 22,
+    tile_size: int = 4,
+    max_evals: int = 1 << 20,
+    block: int = 16,
 ) -> torch.Tensor:
     """Tile-binned front-to-back compositing (fast path); see the module docstring.
+
+    Layout: each tile's depth-ordered list of intersecting Gaussians is padded to a multiple of
+    ``block`` rows with a transparent dummy, so a block of rows belongs to one tile. Per chunk of
+    blocks, alpha is evaluated densely as [blocks, ts^2 pixels, block rows]; the inclusive
+    log-transmittance is a float32 cumulative sum inside each block (at most ``block`` terms, so no
+    cancellation) plus a float64 per-block offset (earlier blocks of the same tile and earlier chunks).
+    Colours are reduced per block with one batched matmul and summed per tile.
 
     Args:
         means2d: (N, 2) float32 pixels. conics: (N, 3). opacities: (N,) in [0, 1].
         radii: (N, 2) int; (0, 0) = culled. depths: (N,) sort keys (camera z).
         features: (N, D) float32 per-Gaussian values to composite (colour, depth, ...).
-        width, height: image size. tile_size: tile side in pixels.
-        max_evals: bound on (intersection, pixel) evaluations per chunk (memory ~ 40 B each).
+        width, height: image size. tile_size: tile side in pixels. block: rows per block.
+        max_evals: bound on (row, pixel) evaluations per chunk; memory is about 40 bytes each.
     Returns:
         (H, W, D + 1) float32: composited features and, last, the accumulated alpha.
     """
@@ -182,11 +190,13 @@ def rasterize_tiles(
     D = features.shape[1]
     ts = int(tile_size)
     P = ts * ts
+    B = int(block)
     tw, th = (width + ts - 1) // ts, (height + ts - 1) // ts
     n_tiles = tw * th
-    out = torch.zeros(D + 1, n_tiles, P, dtype=torch.float32, device=dev)
+    out = torch.zeros(n_tiles, P, D + 1, dtype=torch.float32, device=dev)
     ids = _visible_sorted(Projection(radii, means2d, depths, conics))
-    if ids.numel() > 0:
+    M = ids.numel()
+    if M > 0:
         m2 = means2d[ids].float()
         r = radii[ids].float()
         # tiles whose pixel centres (i + 0.5) may fall in [m - r, m + r]
@@ -195,78 +205,87 @@ def rasterize_tiles(
         y0 = torch.floor((m2[:, 1] - r[:, 1] - 0.5) / ts).clamp(0, th).long()
         y1 = (torch.floor((m2[:, 1] + r[:, 1] - 0.5) / ts) + 1).clamp(0, th).long()
         nx = (x1 - x0).clamp_min(0)
-        ny = (y1 - y0).clamp_min(0)
-        counts = nx * ny  # [M]
+        counts = nx * (y1 - y0).clamp_min(0)  # [M]
         total = int(counts.sum())
         if total > 0:
-            rank = torch.repeat_interleave(torch.arange(ids.numel(), device=dev), counts)  # [I] depth rank
-            starts = torch.cumsum(counts, 0) - counts
-            local = torch.arange(total, device=dev) - starts[rank]
+            rank = torch.repeat_interleave(torch.arange(M, device=dev), counts)  # [I] depth rank
+            local = torch.arange(total, device=dev) - (torch.cumsum(counts, 0) - counts)[rank]
             nxr = nx[rank]
             tile = (y0[rank] + local // nxr) * tw + (x0[rank] + local % nxr)  # [I]
-            tile, order = torch.sort(tile, stable=True)  # by tile, depth order kept within a tile
+            del local, nxr
+            tile, order = torch.sort(tile, stable=True)  # by tile; depth order kept within a tile
             rank = rank[order]
-            del local, nxr, order, starts
-            _composite_tiles(
-                out, tile, rank, m2, conics[ids].float(), opacities[ids].float(), features[ids].float(),
-                ts, tw, max(1, int(max_evals) // P),
+            del order
+            # pad every tile's list to whole blocks; padding rows point at a transparent dummy (index M)
+            tiles_u, tcount = torch.unique_consecutive(tile, return_counts=True)
+            tblocks = (tcount + B - 1) // B
+            pstart = (torch.cumsum(tblocks, 0) - tblocks) * B  # padded start row per tile
+            tstart = torch.cumsum(tcount, 0) - tcount
+            seg = torch.repeat_interleave(torch.arange(tiles_u.numel(), device=dev), tcount)
+            pos = pstart[seg] + (torch.arange(total, device=dev) - tstart[seg])
+            n_blocks = int(tblocks.sum())
+            rows = torch.full((n_blocks * B,), M, dtype=torch.long, device=dev)
+            rows[pos] = rank
+            del pos, seg, rank, tile, tstart, pstart
+            block_tile = torch.repeat_interleave(tiles_u, tblocks)  # [n_blocks]
+            dummy = lambda t, v: torch.cat([t, torch.full_like(t[:1], v)], 0)  # noqa: E731
+            logo = dummy(torch.log(opacities[ids].float()), -math.inf)
+            feats = torch.cat([features[ids].float(), torch.ones(M, 1, device=dev)], 1)  # [M, D+1]
+            _composite_blocks(
+                out, rows.view(n_blocks, B), block_tile, dummy(m2, 0.0), dummy(conics[ids].float(), 0.0), logo,
+                dummy(feats, 0.0), ts, tw, B, max(1, int(max_evals) // (P * B)),
             )
-    img = out.reshape(D + 1, th, tw, ts, ts).permute(1, 3, 2, 4, 0).reshape(th * ts, tw * ts, D + 1)
+    img = out.reshape(th, tw, ts, ts, D + 1).permute(0, 2, 1, 3, 4).reshape(th * ts, tw * ts, D + 1)
     return img[:height, :width].contiguous()
 
 
-def _composite_tiles(out, tile, rank, m2, conics, opac, feats, ts, tw, rows_per_chunk) -> None:
-    """Composite intersections (sorted by tile, then depth) into ``out`` [D+1, n_tiles, P] in chunks.
+def _composite_blocks(out, rows, block_tile, m2, conics, logo, feats, ts, tw, B, blocks_per_chunk) -> None:
+    """Composite padded blocks of rows (see :func:`rasterize_tiles`) into ``out`` [n_tiles, P, D+1].
 
-    Per chunk of rows (one row = one (Gaussian, tile) intersection, P = ts^2 pixels):
-    sigma and alpha densely on [R, P] (skipped pairs get alpha = 0, i.e. log(1 - alpha) = 0, which
-    leaves the transmittance unchanged, exactly as gsplat's ``continue``), then the inclusive
-    log-transmittance as a float64 cumulative sum over rows, re-based at each tile's first row on the
-    log T carried in from earlier chunks.
+    A skipped pair (alpha < 1/255) gets alpha = 0, i.e. log(1 - alpha) = 0, which leaves the
+    transmittance unchanged exactly like gsplat's ``continue``.
     """
     dev = out.device
     P = ts * ts
-    D1 = out.shape[0]
     lin = torch.arange(P, device=dev)
-    lx = (lin % ts).float()[None, :]  # [1, P]
-    ly = (lin // ts).float()[None, :]
-    carry = torch.zeros(out.shape[1], P, dtype=torch.float64, device=dev)  # log T per tile pixel
-    logo = torch.log(opac)  # [M]; -inf for opacity 0 gives alpha 0
+    lx = (lin % ts).float()[None, :, None]  # [1, P, 1]
+    ly = (lin // ts).float()[None, :, None]
+    carry = torch.zeros(out.shape[0], P, dtype=torch.float64, device=dev)  # log T per tile pixel
     # threshold_ keeps x > thr; with thr the float32 just below 1/255 that is x >= 1/255 (float32)
     thr = float(np.nextafter(np.float32(ALPHA_MIN), np.float32(0.0)))
-    n = tile.numel()
-    for r0 in range(0, n, rows_per_chunk):
-        r1 = min(n, r0 + rows_per_chunk)
-        t = tile[r0:r1]
-        g = rank[r0:r1]
-        cg = conics[g]  # [R, 3]
-        ox = ((t % tw) * ts).float().add_(0.5).sub_(m2[g, 0])[:, None]  # [R, 1] pixel-centre offset
-        oy = ((t // tw) * ts).float().add_(0.5).sub_(m2[g, 1])[:, None]
-        dx = ox + lx  # [R, P]
-        dy = oy + ly
+    nb = rows.shape[0]
+    for b0 in range(0, nb, blocks_per_chunk):
+        b1 = min(nb, b0 + blocks_per_chunk)
+        g = rows[b0:b1]  # [n, B] Gaussian per row
+        bt = block_tile[b0:b1]  # [n]
+        cg = conics[g]  # [n, B, 3]
+        ox = ((bt % tw) * ts).float().add_(0.5)[:, None] - m2[g, 0]  # [n, B] pixel-centre offsets
+        oy = ((bt // tw) * ts).float().add_(0.5)[:, None] - m2[g, 1]
+        dx = ox[:, None, :] + lx  # [n, P, B]
+        dy = oy[:, None, :] + ly
         # sigma = dx (a/2 dx + b dy) + c/2 dy^2
-        sig = dx * (0.5 * cg[:, 0:1])
-        sig.addcmul_(dy, cg[:, 1:2]).mul_(dx)
-        dy.mul_(dy).mul_(0.5 * cg[:, 2:3])
+        sig = dx * (0.5 * cg[:, None, :, 0])
+        sig.addcmul_(dy, cg[:, None, :, 1]).mul_(dx)
+        dy.mul_(dy).mul_(0.5 * cg[:, None, :, 2])
         sig.add_(dy)
         # alpha = min(0.999, o exp(-sigma)), zeroed below 1/255
-        alpha = torch.sub(logo[g][:, None], sig, out=sig).exp_().clamp_max_(ALPHA_MAX)
+        alpha = torch.sub(logo[g][:, None, :], sig, out=sig).exp_().clamp_max_(ALPHA_MAX)
         torch.threshold_(alpha, thr, 0.0)
-        la = torch.neg(alpha, out=dx).log1p_()  # [R, P] log(1 - alpha)
-        cs = torch.cumsum(la, 0, dtype=torch.float64)
-        seg_tiles, seg_counts = torch.unique_consecutive(t, return_counts=True)
-        seg_first = torch.cumsum(seg_counts, 0) - seg_counts
-        seg_last = seg_first + seg_counts - 1
-        offset = carry[seg_tiles] - (cs[seg_first] - la[seg_first])  # [S, P]
-        carry[seg_tiles] = cs[seg_last] + offset
-        incl = torch.add(cs, torch.repeat_interleave(offset, seg_counts, dim=0), out=dy)  # fp32 log T incl.
-        del cs, offset
+        la = torch.neg(alpha, out=dx).log1p_()  # [n, P, B] log(1 - alpha)
+        incl = torch.cumsum(la, 2, out=dy)  # in-block inclusive log T
+        # per-block offset: carry of the tile + totals of its earlier blocks (float64)
+        btot = incl[:, :, -1].double()  # [n, P]
+        cs = torch.cumsum(btot, 0)
+        segt, segc = torch.unique_consecutive(bt, return_counts=True)
+        first = torch.cumsum(segc, 0) - segc
+        base = carry[segt] - (cs[first] - btot[first])  # [S, P]
+        off = cs - btot + torch.repeat_interleave(base, segc, dim=0)  # [n, P] exclusive offset
+        carry[segt] = cs[first + segc - 1] + base
+        incl.add_(off.float()[:, :, None])
         w = torch.sub(incl, la, out=la).exp_().mul_(alpha)  # alpha * T_exclusive
         w.masked_fill_(incl <= _LOG_T_STOP, 0.0)
-        f = feats[g]  # [R, D]
-        for c in range(D1 - 1):
-            out[c].index_add_(0, t, w * f[:, c : c + 1])
-        out[D1 - 1].index_add_(0, t, w)
+        contrib = torch.bmm(w, feats[g])  # [n, P, D+1]
+        out[segt] += torch.segment_reduce(contrib, "sum", lengths=segc, axis=0)
 
 
 def rasterize_pairs_reference(

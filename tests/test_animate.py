@@ -1,0 +1,118 @@
+"""Tests for `physskin-gs animate --headless` (export, video, motion scripts, errors) on a real splat."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+
+from physskin_gs.cli import main
+
+
+def _run(argv):
+    return main([str(a) for a in argv])
+
+
+FAST = ["--cubature", "64", "--newton-iters", "3", "--skinning", "fit", "--fit-seconds", "1"]
+
+
+def test_headless_export_video_and_reload(splats_dir, tmp_path, capsys):
+    from physskin_gs.io import load_scene
+
+    src = tmp_path / "spot.splat"
+    shutil.copy(splats_dir / "spot_mesh2splat_10k.splat", src)
+    before = src.read_bytes()
+    out = tmp_path / "seq"
+    video = tmp_path / "clip.mp4"
+    script = tmp_path / "motion.json"
+    script.write_text(json.dumps({"drags": [
+        {"handle": 0, "keyframes": [{"frame": 2, "offset": [0, 0, 0]}, {"frame": 4, "offset": [0.1, 0.0, 0.0]}]},
+        {"point": [0.0, 0.0, 0.3], "radius": 0.2, "start_frame": 2, "end_frame": 3,
+         "keyframes": [{"frame": 2, "target": [0.0, 0.0, 0.4]}]},
+    ]}))
+    rc = _run(["animate", src, "--headless", "--frames", 4, "--export", out, "--video", video, "--png", tmp_path / "png",
+               "--width", 64, "--height", 48, "--script", script, *FAST])
+    assert rc == 0
+    assert src.read_bytes() == before  # the input is never written
+    frames = sorted(out.glob("frame*.ply"))
+    assert [f.name for f in frames] == ["frame0001.ply", "frame0002.ply", "frame0003.ply", "frame0004.ply"]
+    meta = json.loads((out / "sequence.json").read_text())
+    assert meta["frames"] == 4 and meta["dt"] == pytest.approx(0.03) and meta["fps"] == pytest.approx(1 / 0.03)
+    assert meta["up_axis"] == [0.0, -1.0, 0.0] and meta["source"] == str(src.resolve())
+    assert "DC only" in meta["sh"]
+    first, last = load_scene(frames[0]), load_scene(frames[-1])
+    orig = load_scene(src)
+    assert first.num_gaussians == last.num_gaussians == orig.num_gaussians
+    for sc in (first, last):
+        for t in (sc.means, sc.quats, sc.log_scales, sc.opacity_logits, sc.sh_dc):
+            assert torch.isfinite(t).all()
+    assert torch.allclose(first.means, orig.means, atol=1e-5)  # frame 1 is the rest state
+    assert (last.means - orig.means).norm(dim=1).max() > 1e-3  # later frames moved
+    assert video.is_file() and video.stat().st_size > 0
+    import imageio.v2 as iio
+
+    img = iio.imread(tmp_path / "png" / "frame0002.png")
+    assert img.shape == (48, 64, 3) and img.std() > 1.0  # something was drawn
+
+
+def test_headless_sh_ply_rotates_sh(splats_dir, tmp_path):
+    from physskin_gs.io import load_scene
+
+    out = tmp_path / "seq"
+    rc = _run(["animate", splats_dir / "scene_tile_lod5_sh3.ply", "--headless", "--frames", 2, "--export", out,
+               "--select", "opacity>0.0", *FAST, "--cubature", "32"])
+    assert rc == 0
+    meta = json.loads((out / "sequence.json").read_text())
+    assert "rotated" in meta["sh"] and meta["up_axis"] == [0.0, 0.0, 1.0]
+    back = load_scene(out / "frame0002.ply")
+    assert back.sh_rest.shape[1] == 15 and torch.isfinite(back.sh_rest).all()
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--select", "1,2"], "--select"),
+        (["--pin", "left:1"], "--pin"),
+        (["--floor", "low"], "--floor"),
+        (["--up", "w"], "up axis"),
+        (["--frames", "0"], "--frames"),
+        (["--nu", "0.7"], "Poisson"),
+        (["--width", "50"], "multiples of 16"),
+    ],
+)
+def test_bad_options_exit_2(splats_dir, tmp_path, capsys, extra, message):
+    argv = ["animate", splats_dir / "spot_mesh2splat_10k.splat", "--headless", "--frames", 2, *FAST, *extra]
+    if "--width" in extra:
+        argv += ["--video", tmp_path / "v.mp4"]
+    assert _run(argv) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_file_and_refuse_overwrite(splats_dir, tmp_path, capsys):
+    assert _run(["animate", tmp_path / "nope.ply", "--headless"]) == 2
+    assert "nope.ply" in capsys.readouterr().err
+    src = tmp_path / "in.splat"
+    shutil.copy(splats_dir / "spot_mesh2splat_10k.splat", src)
+    assert _run(["animate", src, "--headless", "--video", src]) == 2
+    assert "refusing to overwrite" in capsys.readouterr().err
+    bad = tmp_path / "motion.json"
+    bad.write_text('{"drags": [{"keyframes": []}]}')
+    assert _run(["animate", src, "--headless", "--script", bad, *FAST]) == 2
+    assert "motion.json" in capsys.readouterr().err
+
+
+def test_viewer_mode_calls_run_viewer(monkeypatch, splats_dir):
+    import sys
+    import types
+
+    seen = {}
+    fake = types.ModuleType("physskin_gs_viewer.app")
+    fake.run_viewer = lambda args: seen.setdefault("args", args) and 0
+    monkeypatch.setitem(sys.modules, "physskin_gs_viewer.app", fake)
+    rc = _run(["animate", splats_dir / "spot_mesh2splat_10k.splat", "--port", "9123", "--E", "3e4"])
+    assert rc == 0
+    args = seen["args"]
+    assert args.host == "127.0.0.1" and args.port == 9123
+    assert args.config.E == 3e4 and args.config.floor is True

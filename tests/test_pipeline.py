@@ -1,0 +1,207 @@
+"""Tests for physskin_gs.pipeline (selection, frames, static parts, drags, export) on synthetic and real scenes."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from physskin_gs.errors import OptionError
+from physskin_gs.pipeline import (
+    AnimationConfig,
+    PipelineWarning,
+    load_for_animation,
+    parse_selection,
+    prepare_animation,
+    resolve_up,
+)
+from physskin_gs.scene import GaussianScene
+
+
+def _blob_scene(n=1500, seed=0, offset=(0.0, 0.0, 0.0), size=1.0, sh_k=3):
+    """A solid box of Gaussians (filled, so the interior fill is trivial) plus a few far 'background' ones."""
+    g = torch.Generator().manual_seed(seed)
+    means = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor([size, 0.6 * size, 0.4 * size]) + torch.tensor(offset)
+    bg = torch.tensor([[5.0, 5.0, 5.0], [5.2, 5.0, 5.0], [5.0, 5.3, 5.0], [5.0, 5.0, 5.4], [5.1, 5.1, 5.1]])
+    means = torch.cat([means, bg])
+    N = means.shape[0]
+    return GaussianScene(
+        means=means, quats=torch.randn(N, 4, generator=g), log_scales=torch.full((N, 3), math.log(0.02 * size)),
+        opacity_logits=torch.full((N,), 3.0), sh_dc=torch.randn(N, 3, generator=g) * 0.5,
+        sh_rest=torch.randn(N, sh_k, 3, generator=g) * 0.1, format="inria-ply", source="synthetic",
+    )
+
+
+def _cfg(**kw):
+    base = dict(skinning="fit", num_cubature=96, newton_iters=4, fit_seconds=1.0,
+                select="-2,-2,-2,2,2,2", up="z")
+    base.update(kw)
+    return AnimationConfig(**base)
+
+
+def _prepare(scene, **kw):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PipelineWarning)
+        return prepare_animation(scene, _cfg(**kw))
+
+
+def test_selection_rules():
+    sc = _blob_scene()
+    assert int(parse_selection(None, sc).sum()) == sc.num_gaussians
+    box = parse_selection("-2,-2,-2,2,2,2", sc)
+    assert int(box.sum()) == sc.num_gaussians - 5
+    sc.opacity_logits[:100] = -5.0
+    assert int(parse_selection("opacity>0.1", sc).sum()) == sc.num_gaussians - 100
+    assert int(parse_selection("opacity <= 0.1", sc).sum()) == 100
+    sc.means[0, 0] = float("nan")
+    assert not bool(parse_selection(None, sc)[0])  # non-finite rows never move
+    for bad in ("1,2,3", "0,0,0,-1,1,1", "opacity>>1", "9,9,9,10,10,10"):
+        with pytest.raises(OptionError):
+            parse_selection(bad, sc)
+    with pytest.raises(OptionError):
+        resolve_up("w")
+    assert resolve_up("auto", sc).tolist() == [0.0, 0.0, 1.0]
+
+
+def test_static_part_unchanged_and_moving_part_falls():
+    sc = _blob_scene()
+    anim = _prepare(sc)
+    assert anim.moving.sum() == sc.num_gaussians - 5
+    floor_scene = anim.sim.floor_height / anim.sim_scale + float(anim.center @ anim.up_vector)
+    lowest = float(sc.means[anim.moving, 2].min())
+    assert floor_scene == pytest.approx(lowest - 0.25 * anim.height_scene, rel=1e-6)
+    for _ in range(25):
+        st = anim.step()
+    assert st["frame"] == 25 and math.isfinite(st["energy"]["total"])
+    dg = anim.deformed_gaussians()
+    static = ~anim.moving
+    assert torch.equal(dg.means[static], sc.means[static])
+    assert torch.allclose(dg.covars[static], sc.covariances()[static])
+    assert torch.isfinite(dg.means).all() and torch.isfinite(dg.covars).all()
+    assert dg.view_rotations.shape == (sc.num_gaussians, 3, 3) and dg.sh.shape == sc.sh.shape
+    # the moving part fell onto the floor (scene units; simulated as 1 m across)
+    low = float(dg.means[anim.moving, 2].min())
+    assert low < lowest - 0.15 * anim.height_scene
+    assert low > floor_scene - 0.05 * anim.height_scene
+    ds = anim.deformed_scene()
+    assert torch.equal(ds.means[static], sc.means[static]) and torch.equal(ds.quats[static], sc.quats[static])
+    assert torch.equal(ds.sh_rest[static], sc.sh_rest[static])
+    L = ds.rotations() * ds.scales[:, None, :]
+    assert torch.allclose(L @ L.transpose(1, 2), dg.covars, rtol=1e-3, atol=1e-7)
+    anim.reset()
+    assert anim.frame == 0
+    assert torch.allclose(anim.deformed_gaussians().means, sc.means)
+
+
+def test_frame_scaling_and_scene_transforms():
+    """Handle transforms in the simulation frame map to the scene frame (Z_scene = [A | b/s - A c]) and
+    the weight gradients follow grad_sim W = grad_norm W / (s s_n)."""
+    sc = _blob_scene(offset=(3.0, -1.0, 2.0), size=4.0)
+    anim = _prepare(sc, select="-10,-10,-10,10,10,10", scale=0.25)
+    assert anim.sim_scale == 0.25
+    sim = anim.sim
+    # a pure stretch diag(2, 1, 1) of the simulation frame about its origin doubles the x-extent in the scene
+    Z = torch.zeros(anim.num_handles, 3, 4, dtype=torch.float64)
+    Z[-1, 0, 0] = 1.0
+    sim.q = torch.linalg.lstsq(sim.T, Z.reshape(anim.num_handles, 12)).solution.reshape(sim.H, 3, 4).permute(1, 0, 2).reshape(3, sim.K4)
+    anim._cache_key = None
+    m = anim.deformed_gaussians().means[anim.moving]
+    m0 = sc.means[anim.moving]
+    ext0 = m0.max(0).values - m0.min(0).values
+    ext1 = m.max(0).values - m.min(0).values
+    assert torch.allclose(ext1, ext0 * torch.tensor([2.0, 1.0, 1.0]), rtol=1e-4)
+    assert torch.allclose(m.mean(0)[0], m0.mean(0)[0] + (m0.mean(0)[0] - float(anim.center[0])), atol=1e-3)
+    # chain rule: the simulator's F equals the finite-difference Jacobian of the simulated map in metres
+    from physskin_gs.lbs import deformation_gradient
+
+    g = torch.Generator().manual_seed(1)
+    sim.q = 0.05 * torch.randn(3, sim.K4, generator=g, dtype=torch.float64)
+    F_sim = sim.deformation_gradients()[:4]
+    Zs = anim.handle_transforms_scene()
+    Xs = anim._cub_rest_scene[:4]
+    W, dW = anim.field.weights_and_grads(anim.norm.to_normalized(Xs).float())
+    F_scene = deformation_gradient(Xs, W.double(), dW.double() / anim.norm.scale, Zs)
+    assert torch.allclose(F_sim, F_scene, atol=2e-4)
+
+
+def test_drag_pulls_points_toward_target():
+    sc = _blob_scene()
+    anim = _prepare(sc, gravity=0.0, floor=False)
+    p = sc.means[anim.moving][0].double()
+    did = anim.start_drag(p, radius=0.2)
+    target = p + torch.tensor([0.0, 0.0, 0.3], dtype=torch.float64)
+    anim.update_drag(did, target)
+    for _ in range(20):
+        anim.step()
+    x = anim.cubature_positions().double()
+    idx = anim.sim.drags[did].idx
+    moved = (x[idx] - anim._cub_rest_scene[idx]).mean(0)
+    assert moved[2] > 0.15 and abs(float(moved[0])) < 0.1
+    anim.end_drag(did)
+    assert did not in anim.sim.drags
+    h = anim.start_handle_drag(0)
+    assert anim.sim.drags[h].idx.numel() > 0
+    with pytest.raises(OptionError):
+        anim.start_handle_drag(anim.num_handles - 1)
+    assert anim.handle_positions().shape == (anim.num_handles - 1, 3)
+    assert anim.skinning_weights().shape == (int(anim.moving.sum()), anim.num_handles)
+
+
+def test_pins_and_material_changes():
+    sc = _blob_scene()
+    anim = _prepare(sc, pin="below:0.2", floor=False)
+    pinned = anim.sim.pin.idx
+    for _ in range(10):
+        anim.step()
+    x = anim.cubature_positions().double()
+    assert (x[pinned] - anim._cub_rest_scene[pinned]).norm(dim=1).max() < 0.02
+    anim.set_material(E=5e4, nu=0.3, density=200)
+    anim.set_damping(0.1)
+    anim.set_gravity(9.8, direction=(1.0, 0.0, 0.0))
+    anim.set_floor(True, height=-1.0)
+    anim.dt = 0.02
+    anim.step(2)
+    anim.set_pin("box:-2,-2,-2,0,2,2")
+    anim.set_pin(None)
+    assert anim.sim.pin is None
+    for bad in ("below:2", "box:1,2", "left:0.1"):
+        with pytest.raises(OptionError):
+            anim.set_pin(bad)
+    with pytest.raises(OptionError):
+        anim.set_material(nu=0.6)
+
+
+def test_real_splat_drop_export_and_reload(splats_dir, tmp_path):
+    from physskin_gs.io import load_scene, save_scene
+
+    scene = load_for_animation(splats_dir / "spot_mesh2splat_10k.splat")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PipelineWarning)
+        anim = prepare_animation(scene, AnimationConfig(skinning="fit", num_cubature=128, newton_iters=3))
+    assert anim.up_vector.tolist() == [0.0, -1.0, 0.0]  # .splat: -y up
+    for _ in range(6):
+        anim.step()
+    ds = anim.deformed_scene()
+    out = save_scene(ds, tmp_path / "frame0001.ply")
+    back = load_scene(out)
+    assert back.num_gaussians == scene.num_gaussians
+    assert torch.isfinite(back.means).all() and torch.isfinite(back.log_scales).all()
+    assert torch.isfinite(back.quats).all()
+    # it is falling along -up
+    assert float((back.means.double() @ anim.up_vector).mean()) < float((scene.means.double() @ anim.up_vector).mean()) - 0.02
+
+
+def test_mesh_input_animates(meshes_dir):
+    scene = load_for_animation(meshes_dir / "c3d_spot.obj", num_mesh_gaussians=3000)
+    assert scene.format == "mesh" and scene.num_gaussians == 3000
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PipelineWarning)
+        anim = prepare_animation(scene, AnimationConfig(skinning="fit", num_cubature=96, newton_iters=3))
+    V0 = anim.deformed_mesh_vertices()
+    assert V0.shape == scene.mesh.vertices.shape
+    assert abs(V0 - scene.mesh.vertices).max() < 1e-5
+    anim.step(4)
+    V1 = anim.deformed_mesh_vertices()
+    assert ((V1 - V0) @ anim.up_vector.float().numpy()).mean() < -0.01
