@@ -85,6 +85,25 @@ def validate_scene_path(path) -> Any:
     return scene
 
 
+def side_view_direction(points: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """Unit horizontal direction (perpendicular to ``up``) along which ``points`` (N, 3) are thinnest.
+
+    The initial camera sits on this side, so an elongated object is seen side-on rather than end-on.
+    """
+    up = np.asarray(up, dtype=np.float64)
+    a = np.cross(up, [1.0, 0.0, 0.0]) if abs(up[0]) < 0.9 else np.cross(up, [0.0, 1.0, 0.0])
+    a /= np.linalg.norm(a)
+    b = np.cross(up, a)
+    p = np.asarray(points, dtype=np.float64)
+    if p.shape[0] < 2:
+        return a
+    q = p - p.mean(0)
+    C = np.cov(np.stack([q @ a, q @ b]))  # 2x2 covariance in the horizontal plane
+    w, V = np.linalg.eigh(C)
+    d = V[0, 0] * a + V[1, 0] * b  # smallest-variance horizontal axis
+    return d / np.linalg.norm(d)
+
+
 def config_from_args(args) -> Any:
     """An ``AnimationConfig`` from the CLI's parsed args (fields the args lack keep their defaults)."""
     from physskin_gs.pipeline import AnimationConfig  # type: ignore[attr-defined]
@@ -414,7 +433,7 @@ class ViewerApp:
             base_rgb=base_rgb,
             opac=opac,
             live_rgb=base_rgb[live_idx],
-            gizmo_scale=0.18 * extent,
+            gizmo_scale=0.12 * extent,
         )
         if len(live_idx) == n:
             live.live_sel = slice(None)  # every row: no gather per frame
@@ -429,8 +448,7 @@ class ViewerApp:
 
         server.scene.set_up_direction(tuple(float(v) for v in up))
         dist = 1.25 * extent
-        side = np.cross(up, [1.0, 0.0, 0.0]) if abs(up[0]) < 0.9 else np.cross(up, [0.0, 1.0, 0.0])
-        side /= np.linalg.norm(side)
+        side = side_view_direction(rest[moving_rows] if len(moving_rows) else rest, up)
         cam_pos = center + dist * (0.8 * side + 0.35 * up) / np.linalg.norm(0.8 * side + 0.35 * up)
         server.initial_camera.position = tuple(float(v) for v in cam_pos)
         server.initial_camera.look_at = tuple(float(v) for v in center)
@@ -462,6 +480,9 @@ class ViewerApp:
                 f"/handles/h{i}",
                 scale=live.gizmo_scale,
                 disable_rotations=True,
+                disable_sliders=True,
+                depth_test=False,  # handle centres lie inside the object: draw the gizmos on top
+                opacity=0.85,
                 translation_limits=lim,
                 position=tuple(float(x) for x in p),
                 visible=self._show_handles,
@@ -569,8 +590,10 @@ class ViewerApp:
                 pass
         g = client.scene.add_transform_controls(
             "/grab",
-            scale=live.gizmo_scale * 0.8,
+            scale=live.gizmo_scale * 1.2,
             disable_rotations=True,
+            disable_sliders=True,
+            depth_test=False,
             translation_limits=((-1e9, 1e9),) * 3,
             position=tuple(float(x) for x in point),
         )

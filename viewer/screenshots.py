@@ -109,11 +109,12 @@ def drag_session(
     settle_s: float = 2.5,
     record_dir: Optional[Path] = None,
     click: bool = True,
+    direction: str = "side",
 ) -> Dict[str, np.ndarray]:
     """Open ``app`` (started, ready) in headless Chromium and capture rest / dragged / released screenshots.
 
-    Pulls the handle farthest from the object's centre by ``pull`` x the scene extent along the up vector,
-    via websocket drag messages. With ``record_dir``, the drag is recorded there (frame%04d.ply + sequence.json).
+    Pulls the handle farthest from the object's centre by ``pull`` x the scene extent (``direction`` "side":
+    sideways on screen, away from the centre; "up": along the up vector), via websocket drag messages. With ``record_dir``, the drag is recorded there (frame%04d.ply + sequence.json).
     With ``click``, the object is first clicked in the page (click-to-grab); the grab gizmo's position is
     returned as ``"grab_point"``. Returns the images (and writes PNGs into ``out_dir`` when given). Every wait
     is bounded by ``timeout``.
@@ -133,7 +134,8 @@ def drag_session(
         if click:
             # Click the object's median pixel: the browser sends a ray, the app puts a grab gizmo there.
             ys, xs = np.nonzero(object_mask(rest[region]))
-            x, y = int(np.median(xs)), int(np.median(ys))
+            top = ys <= np.percentile(ys, 30)  # upper part of the object, away from the handle gizmos
+            x, y = int(np.median(xs[top])), int(np.median(ys[top]))
             before = set(app._grabs)
             for kind in ("mousePressed", "mouseReleased"):
                 browser.call("Input.dispatchMouseEvent", type=kind, x=x, y=y, button="left", clickCount=1)
@@ -148,7 +150,15 @@ def drag_session(
         hp = live.worker.slot.get().handle_positions
         k = int(np.argmax(np.linalg.norm(hp - live.center, axis=1))) if len(hp) else 0
         name = f"/handles/h{k}"
-        target = hp[k] + pull * live.extent * live.up
+        cam = np.asarray(app.server.initial_camera.position, dtype=np.float64)
+        if direction == "up":
+            d = live.up
+        else:  # sideways on screen: perpendicular to the view direction and to up
+            d = np.cross(live.center - cam, live.up)
+            d /= np.linalg.norm(d)
+            if np.dot(hp[k] - live.center, d) < 0:  # pull the handle further out, not through the body
+                d = -d
+        target = hp[k] + pull * live.extent * d
         ws = ViserWsClient(app.port)
         ws.send_camera(tuple(app.server.initial_camera.position), tuple(live.center), tuple(live.up))
         if record_dir is not None:
@@ -186,6 +196,9 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default="docs/screenshots")
     ap.add_argument("--record", default=None, help="also record the drag into this (new) folder")
     ap.add_argument("--skinning", default="pretrained")
+    ap.add_argument("--pin", default="below:0.1", help="pin region (default: the bottom 10%%); 'none' for no pin")
+    ap.add_argument("--pull", type=float, default=0.35, help="drag distance as a fraction of the scene extent")
+    ap.add_argument("--direction", default="side", choices=["side", "up"])
     ap.add_argument("--width", type=int, default=1400)
     ap.add_argument("--height", type=int, default=720)
     args = ap.parse_args(argv)
@@ -194,14 +207,15 @@ def main(argv=None) -> int:
 
     from .app import ViewerApp
 
-    app = ViewerApp(args.path, AnimationConfig(skinning=args.skinning), port=0)
+    pin = None if args.pin in ("", "none") else args.pin
+    app = ViewerApp(args.path, AnimationConfig(skinning=args.skinning, pin=pin), port=0)
     app.start()
     try:
         if not app.wait_ready(900):
             print(f"viewer failed: {app.failed}", file=sys.stderr)
             return 1
-        shots = drag_session(app, Path(args.out), width=args.width, height=args.height,
-                             record_dir=Path(args.record) if args.record else None)
+        shots = drag_session(app, Path(args.out), width=args.width, height=args.height, pull=args.pull,
+                             direction=args.direction, record_dir=Path(args.record) if args.record else None)
         for k, img in shots.items():
             print(f"{k}: {img.shape}" + (f", object pixels {object_mask(img).sum()}" if img.ndim == 3 else f" {img}"))
     finally:

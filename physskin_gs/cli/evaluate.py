@@ -1,12 +1,172 @@
-"""`physskin-gs evaluate` (placeholder: being built)."""
+"""``physskin-gs evaluate``: skinning quality of the network vs the per-object fit (method.md 11-12).
 
-from physskin_gs.errors import PhysSkinError
+For each input shape (mesh or splat): sample it (geometry layer), take E evaluation points (a fixed random subset
+of its volume points: surface + interior), and report for the feed-forward network and for a per-object fit
+with a fixed time budget:
+
+* Omega_orth (x1e-2), kappa_log, H_spec of the learned columns (constant handle excluded), and the same with the
+  constant handle included;
+* the mean Neo-Hookean energy density (Pa) of B random handle perturbations Z = sigma N(0, 1) (fixed seed) at
+  fixed E and nu, with F from the exact LBS formula (method.md 3) and the field's dW/dX;
+* seconds (network: encode + column norms + weights and gradients; fit: the whole fit).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from physskin_gs.errors import OptionError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("evaluate", help="(not available yet)")
+    p = sub.add_parser("evaluate", help="evaluate a checkpoint against the per-object fit on held-out shapes")
+    p.add_argument("--checkpoint", default=None, help="network checkpoint (default: the shipped one)")
+    p.add_argument("--data", nargs="+", default=None,
+                   help="mesh/splat files or folders (default: the held-out shared meshes)")
+    p.add_argument("--json", default=None, help="write all results to this JSON file")
+    p.add_argument("--points", type=int, default=5000, help="evaluation points per shape")
+    p.add_argument("--fit-seconds", type=float, default=60.0, help="time budget of the per-object fit (0: skip)")
+    p.add_argument("--transforms", type=int, default=64, help="random handle perturbations for the energy")
+    p.add_argument("--sigma", type=float, default=0.02, help="perturbation scale (field units)")
+    p.add_argument("--E", type=float, default=5e5, help="Young's modulus (Pa) for the energy")
+    p.add_argument("--nu", type=float, default=0.45, help="Poisson ratio for the energy")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=None)
     p.set_defaults(func=run)
 
 
+def default_eval_paths():
+    from physskin_gs.geometry.dataset import HELD_OUT_MESHES
+
+    root = Path("/work/shared/data/meshes")
+    return [str(root / n) for n in HELD_OUT_MESHES if (root / n).is_file()]
+
+
+def field_report(field, X, Z, E, nu) -> dict:
+    """Metrics of a :class:`SkinningField` at points X (N, 3) for transforms Z (B, H, 3, 4)."""
+    import torch
+
+    from physskin_gs.elastic import lame_parameters, neohookean_energy_density
+    from physskin_gs.lbs import deformation_gradient
+    from physskin_gs.model import skinning_metrics
+
+    t0 = time.perf_counter()
+    W, G = field.weights_and_grads(X)
+    dt = time.perf_counter() - t0
+    mu, lam = lame_parameters(E, nu)
+    with torch.no_grad():
+        energies = [float(neohookean_energy_density(deformation_gradient(X, W, G, Z[b]), mu, lam).mean())
+                    for b in range(Z.shape[0])]
+    return {
+        **skinning_metrics(W),
+        "including_constant": skinning_metrics(W, include_constant=True),
+        "energy_nh": sum(energies) / len(energies),
+        "query_seconds": dt,
+    }
+
+
 def run(args) -> int:
-    raise PhysSkinError("'evaluate' is not available yet")
+    import torch
+
+    from physskin_gs.cli.skin import prepare_object
+    from physskin_gs.model import default_checkpoint_path, fit_skinning, load_checkpoint, skinning_from_model
+    from physskin_gs.model.losses import sample_transforms
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.points < 17:
+        raise OptionError("--points must be at least 17")
+    ckpt = args.checkpoint or default_checkpoint_path()
+    model = load_checkpoint(ckpt)
+    paths = []
+    for p in args.data or default_eval_paths():
+        p = Path(p)
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: evaluation input not found")
+        paths += sorted(q for q in p.iterdir() if q.is_file() and q.suffix != ".md") if p.is_dir() else [p]
+    results = []
+    for path in paths:
+        obj = prepare_object(path, seed=args.seed)
+        g = torch.Generator().manual_seed(args.seed)
+        idx = torch.randperm(obj.volume.shape[0], generator=g)[: args.points]
+        X = obj.volume[idx]
+        Z = sample_transforms(args.transforms, model.num_handles + 1, args.sigma, g)
+        t0 = time.perf_counter()
+        field = skinning_from_model(model, obj.surface, obj.volume)
+        t_setup = time.perf_counter() - t0
+        net = field_report(field, X, Z, args.E, args.nu)
+        net["seconds"] = t_setup + net["query_seconds"]
+        row = {"shape": obj.name, "points": int(X.shape[0]), "network": net}
+        if args.fit_seconds > 0:
+            t0 = time.perf_counter()
+            ffield = fit_skinning(obj.surface, obj.volume, time_budget_s=args.fit_seconds, seed=args.seed,
+                                  num_handles=model.num_handles)
+            t_fit = time.perf_counter() - t0
+            fit = field_report(ffield, X, Z, args.E, args.nu)
+            fit["seconds"] = t_fit + fit["query_seconds"]
+            row["fit"] = fit
+        results.append(row)
+        _print_row(row)
+    summary = _summary(results)
+    _print_table(results, summary)
+    if args.json:
+        out = {"checkpoint": str(ckpt), "settings": {k: getattr(args, k) for k in
+               ("points", "fit_seconds", "transforms", "sigma", "E", "nu", "seed")},
+               "shapes": results, "summary": summary}
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=2))
+    return 0
+
+
+def _mean(vals):
+    vals = [v for v in vals if v is not None and math.isfinite(v)]
+    return sum(vals) / len(vals) if vals else float("nan")
+
+
+def _summary(results):
+    out = {}
+    for method in ("network", "fit"):
+        rows = [r[method] for r in results if method in r]
+        if not rows:
+            continue
+        out[method] = {k: _mean([r[k] for r in rows]) for k in
+                       ("omega_orth_x1e2", "kappa_log", "h_spec", "energy_nh", "seconds")}
+        out[method]["including_constant"] = {
+            k: _mean([r["including_constant"][k] for r in rows]) for k in ("omega_orth_x1e2", "kappa_log", "h_spec")}
+    if "network" in out and "fit" in out:
+        out["energy_ratio_network_over_fit"] = out["network"]["energy_nh"] / out["fit"]["energy_nh"]
+    return out
+
+
+def _fmt(r):
+    return (f"{r['omega_orth_x1e2']:10.3f} {r['kappa_log']:8.3f} {r['h_spec']:8.4f} "
+            f"{r['including_constant']['omega_orth_x1e2']:10.3f} {r['including_constant']['kappa_log']:8.3f} "
+            f"{r['including_constant']['h_spec']:8.4f} {r['energy_nh']:12.4g} {r['seconds']:8.2f}")
+
+
+def _print_row(row):
+    print(f"{row['shape']}: network Omega {row['network']['omega_orth_x1e2']:.3f} kappa {row['network']['kappa_log']:.3f}"
+          f" H {row['network']['h_spec']:.4f}" + (f" | fit Omega {row['fit']['omega_orth_x1e2']:.3f} kappa "
+          f"{row['fit']['kappa_log']:.3f} H {row['fit']['h_spec']:.4f}" if "fit" in row else ""), flush=True)
+
+
+def _print_table(results, summary):
+    hdr = (f"{'shape':32s} {'method':8s} {'Omega_x1e2':>10s} {'kappa':>8s} {'H_spec':>8s} "
+           f"{'Om(+c)':>10s} {'ka(+c)':>8s} {'H(+c)':>8s} {'E_NH (Pa)':>12s} {'seconds':>8s}")
+    print(hdr)
+    print("-" * len(hdr))
+    for r in results:
+        for m in ("network", "fit"):
+            if m in r:
+                print(f"{r['shape']:32s} {m:8s} {_fmt(r[m])}")
+    for m in ("network", "fit"):
+        if m in summary:
+            s = summary[m]
+            print(f"{'MEAN':32s} {m:8s} {s['omega_orth_x1e2']:10.3f} {s['kappa_log']:8.3f} {s['h_spec']:8.4f} "
+                  f"{s['including_constant']['omega_orth_x1e2']:10.3f} {s['including_constant']['kappa_log']:8.3f} "
+                  f"{s['including_constant']['h_spec']:8.4f} {s['energy_nh']:12.4g} {s['seconds']:8.2f}")
+    if "energy_ratio_network_over_fit" in summary:
+        print(f"energy ratio network / fit: {summary['energy_ratio_network_over_fit']:.3f}")

@@ -488,30 +488,59 @@ def fill_splat_interior(
         return fallback(f"interior fill: {exc}; using shell points only")
     cn = norm.to_normalized(centers)  # [K, 3] float64
     lo, hi = cn.min(axis=0), cn.max(axis=0)
-    pad = dilation + max_box_radius + 2 if mark_boxes else dilation + 2
+    pad = dilation + max_box_radius + 3
     grid = VoxelGrid.around(lo, hi, resolution, pad=pad)
     weights = op[kept_idx] if op is not None else None
     # Any single kept Gaussian marks its voxel; several faint ones together also do.
     shell0 = grid.rasterize(cn, weights=weights, threshold=opacity_threshold * (1 - 1e-6)) if weights is not None \
         else grid.rasterize(cn)
 
-    if mark_boxes and log_scales is not None and time.perf_counter() - t0 < time_limit:
+    def box_shell() -> np.ndarray:
         ls = _as_numpy(log_scales)[kept_idx]
         qs = _as_numpy(quats)[kept_idx] if quats is not None else None
         radii = _box_radii_voxels(ls, qs, grid.voxel_size * norm.scale, max_box_radius)  # [K, 3]
         ijk, ok = grid.index(cn)
         code = (radii[:, 0] * (max_box_radius + 1) + radii[:, 1]) * (max_box_radius + 1) + radii[:, 2]
-        for c in np.unique(code[ok & (code > 0)]):
+        out = shell0.copy()
+        for c in np.unique(code[ok & (code > 0)]):  # at most 27 groups, one O(R^3) dilation each
             sel = ok & (code == c)
             g = np.zeros(grid.num_voxels, dtype=bool)
             g[grid.flat_index(ijk[sel])] = True
             r = radii[np.argmax(sel)]
-            shell0 |= dilate_box(g.reshape(grid.shape), tuple(int(v) for v in r))
+            out |= dilate_box(g.reshape(grid.shape), tuple(int(v) for v in r))
+        return out
+
+    if mark_boxes and log_scales is not None and time.perf_counter() - t0 < time_limit:
+        shell0 = box_shell()
 
     if time.perf_counter() - t0 > time_limit:
         return fallback(f"interior fill: time limit {time_limit:.1f} s reached before the fill; using shell points only",
                         occ=shell0, grid=grid, norm=norm)
-    solid, used = solid_from_shell(shell0, dilation=dilation, method=method)
+    if method == "auto":
+        # Escalate the closing until the flood fill holds: 2-sigma boxes, then one more dilation voxel.
+        # If it still leaks, use the axis vote on the base shell.
+        attempts = [(shell0, dilation)]
+        if not mark_boxes and log_scales is not None:
+            attempts.append((None, dilation))  # None: the box shell, built lazily
+        attempts.append((attempts[-1][0], dilation + 1))
+        solid, used = None, "vote"
+        boxed = None
+        for shell_try, dil in attempts:
+            if time.perf_counter() - t0 > time_limit:
+                break
+            if shell_try is None:
+                boxed = box_shell() if boxed is None else boxed
+                shell_try = boxed
+            if dil > pad - 1:
+                continue
+            solid_try, used_try = solid_from_shell(shell_try, dilation=dil, method="auto")
+            if used_try == "flood":
+                solid, used, shell0 = solid_try, "flood", shell_try
+                break
+        if solid is None:
+            solid, used = solid_from_shell(shell0, dilation=dilation, method="vote")
+    else:
+        solid, used = solid_from_shell(shell0, dilation=dilation, method=method)
     inner = solid & ~shell0
     vox_world = grid.voxel_size * norm.scale
     occupied = float(solid.sum()) * vox_world**3

@@ -2,7 +2,7 @@
 
 * :func:`sample_surface`: area-uniform points on a triangle mesh with their face normals, seeded
   (our own vectorised barycentric sampling, independent of trimesh's RNG).
-* :func:`farthest_point_sampling`: greedy FPS, O(N k) time and O(N) memory, vectorised over N with torch;
+* :func:`farthest_point_sampling`: greedy FPS, O(N k) time and O(N) memory, vectorised over N with numpy;
   :func:`farthest_point_sampling_reference` is the plain per-point version the tests hold it to.
 """
 
@@ -62,55 +62,59 @@ def sample_surface(
 
 
 def farthest_point_sampling(
-    points: ArrayLike, k: int, seed: Optional[int] = 0, start: Optional[int] = None, dtype: torch.dtype = torch.float32
+    points: ArrayLike, k: int, seed: Optional[int] = 0, start: Optional[int] = None, dtype=np.float32
 ) -> np.ndarray:
     """Greedy farthest point sampling: indices of k well-spread points.
 
     Starts from ``start`` (or a random index drawn with ``seed``), then repeatedly adds the point with the
-    largest squared distance to the chosen set (ties: lowest index). O(N k) time, O(N) memory: N = 100k,
-    k = 2048 takes well under a second on one core.
+    largest squared distance to the chosen set (ties: lowest index). O(N k) time, O(N) memory, vectorised
+    over N with single-threaded numpy on coordinate planes (torch's multi-threaded kernels were 2-60x slower
+    on a loaded 2-core machine because of thread spin-waits). N = 113k, k = 2048: about 4 s on one busy core.
 
     Args:
         points: (N, 3) float array or tensor (finite).
         k: number of indices; if k >= N all N indices are returned in FPS order.
         seed: seed for the random first index when ``start`` is None.
         start: explicit first index.
-        dtype: working precision (float64 to match :func:`farthest_point_sampling_reference` bit for bit).
+        dtype: working precision (np.float64 matches :func:`farthest_point_sampling_reference` exactly).
 
     Returns:
         (min(k, N),) int64 numpy array of distinct indices into ``points``.
     """
-    pts = torch.as_tensor(np.asarray(points) if not isinstance(points, torch.Tensor) else points)
-    pts = pts.detach().to("cpu", dtype)
+    if isinstance(points, torch.Tensor):
+        points = points.detach().cpu().numpy()
+    pts = np.asarray(points, dtype=dtype)
     n = pts.shape[0]
     k = int(min(k, n))
     if k <= 0:
         return np.zeros(0, dtype=np.int64)
     if start is None:
         start = int(np.random.default_rng(seed).integers(n))
-    x, y, z = pts.T.contiguous()  # [N] each: coordinate planes are faster than [N, 3] rows
-    out = torch.empty(k, dtype=torch.int64)
-    min_d = torch.full((n,), float("inf"), dtype=dtype)  # [N] squared distance to the chosen set
-    d = torch.empty(n, dtype=dtype)
-    tmp = torch.empty(n, dtype=dtype)
+    x, y, z = (np.ascontiguousarray(pts[:, i]) for i in range(3))  # [N] each
+    out = np.empty(k, dtype=np.int64)
+    min_d = np.full(n, np.inf, dtype=dtype)  # [N] squared distance to the chosen set
+    d = np.empty(n, dtype=dtype)
+    tmp = np.empty(n, dtype=dtype)
     idx = int(start)
     for i in range(k):
         out[i] = idx
-        torch.sub(x, x[idx], out=d)
-        d.mul_(d)
-        torch.sub(y, y[idx], out=tmp)
-        d.addcmul_(tmp, tmp)
-        torch.sub(z, z[idx], out=tmp)
-        d.addcmul_(tmp, tmp)
-        torch.minimum(min_d, d, out=min_d)
-        idx = int(torch.argmax(min_d))
-    return out.numpy()
+        np.subtract(x, x[idx], out=d)
+        np.multiply(d, d, out=d)
+        np.subtract(y, y[idx], out=tmp)
+        np.multiply(tmp, tmp, out=tmp)
+        d += tmp
+        np.subtract(z, z[idx], out=tmp)
+        np.multiply(tmp, tmp, out=tmp)
+        d += tmp
+        np.minimum(min_d, d, out=min_d)
+        idx = int(min_d.argmax())
+    return out
 
 
 def farthest_point_sampling_reference(points: np.ndarray, k: int, start: int = 0) -> np.ndarray:
     """Plain reference FPS (one Python loop per chosen point and per candidate); for tests on small N.
 
-    Same tie rule (lowest index) and float64 arithmetic as ``farthest_point_sampling(..., dtype=torch.float64)``.
+    Same tie rule (lowest index) and float64 arithmetic as ``farthest_point_sampling(..., dtype=np.float64)``.
     """
     pts = np.asarray(points, dtype=np.float64)
     n = pts.shape[0]

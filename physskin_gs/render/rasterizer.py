@@ -228,22 +228,31 @@ def rasterize_tiles(
             rows[pos] = rank
             del pos, seg, rank, tile, tstart, pstart
             block_tile = torch.repeat_interleave(tiles_u, tblocks)  # [n_blocks]
-            dummy = lambda t, v: torch.cat([t, torch.full_like(t[:1], v)], 0)  # noqa: E731
-            logo = dummy(torch.log(opacities[ids].float()), -math.inf)
-            feats = torch.cat([features[ids].float(), torch.ones(M, 1, device=dev)], 1)  # [M, D+1]
-            _composite_blocks(
-                out, rows.view(n_blocks, B), block_tile, dummy(m2, 0.0), dummy(conics[ids].float(), 0.0), logo,
-                dummy(feats, 0.0), ts, tw, B, max(1, int(max_evals) // (P * B)),
+            # one packed per-Gaussian table [M + 1, 6 + D + 1]: conic/2 (a/2, b, c/2), x, y, log o, features, 1
+            table = torch.cat(
+                [
+                    conics[ids].float() * torch.tensor([0.5, 1.0, 0.5], device=dev),
+                    m2,
+                    torch.log(opacities[ids].float())[:, None],
+                    features[ids].float(),
+                    torch.ones(M, 1, device=dev),
+                ],
+                1,
             )
+            dummy = torch.zeros(1, table.shape[1], device=dev)
+            dummy[0, 5] = -math.inf  # opacity 0: alpha = 0 everywhere
+            table = torch.cat([table, dummy], 0)
+            _composite_blocks(out, rows.view(n_blocks, B), block_tile, table, ts, tw, B, max(1, int(max_evals) // (P * B)))
     img = out.reshape(th, tw, ts, ts, D + 1).permute(0, 2, 1, 3, 4).reshape(th * ts, tw * ts, D + 1)
     return img[:height, :width].contiguous()
 
 
-def _composite_blocks(out, rows, block_tile, m2, conics, logo, feats, ts, tw, B, blocks_per_chunk) -> None:
+def _composite_blocks(out, rows, block_tile, table, ts, tw, B, blocks_per_chunk) -> None:
     """Composite padded blocks of rows (see :func:`rasterize_tiles`) into ``out`` [n_tiles, P, D+1].
 
-    A skipped pair (alpha < 1/255) gets alpha = 0, i.e. log(1 - alpha) = 0, which leaves the
-    transmittance unchanged exactly like gsplat's ``continue``.
+    ``table`` [M + 1, 6 + D + 1] packs per Gaussian: a/2, b, c/2 (conic), x, y (pixels), log opacity,
+    features and a 1 (for the alpha channel). A skipped pair (alpha < 1/255) gets alpha = 0, i.e.
+    log(1 - alpha) = 0, which leaves the transmittance unchanged exactly like gsplat's ``continue``.
     """
     dev = out.device
     P = ts * ts
@@ -256,20 +265,21 @@ def _composite_blocks(out, rows, block_tile, m2, conics, logo, feats, ts, tw, B,
     nb = rows.shape[0]
     for b0 in range(0, nb, blocks_per_chunk):
         b1 = min(nb, b0 + blocks_per_chunk)
-        g = rows[b0:b1]  # [n, B] Gaussian per row
+        n = b1 - b0
+        prm = torch.index_select(table, 0, rows[b0:b1].reshape(-1)).view(n, B, -1)  # [n, B, 6 + D + 1]
+        prm_t = prm[:, :, :6].permute(2, 0, 1)[:, :, None, :]  # [6, n, 1, B] row parameters
         bt = block_tile[b0:b1]  # [n]
-        cg = conics[g]  # [n, B, 3]
-        ox = ((bt % tw) * ts).float().add_(0.5)[:, None] - m2[g, 0]  # [n, B] pixel-centre offsets
-        oy = ((bt // tw) * ts).float().add_(0.5)[:, None] - m2[g, 1]
-        dx = ox[:, None, :] + lx  # [n, P, B]
-        dy = oy[:, None, :] + ly
+        ox = ((bt % tw) * ts).float().add_(0.5)[:, None, None] - prm_t[3]  # [n, 1, B] pixel-centre offsets
+        oy = ((bt // tw) * ts).float().add_(0.5)[:, None, None] - prm_t[4]
+        dx = ox + lx  # [n, P, B]
+        dy = oy + ly
         # sigma = dx (a/2 dx + b dy) + c/2 dy^2
-        sig = dx * (0.5 * cg[:, None, :, 0])
-        sig.addcmul_(dy, cg[:, None, :, 1]).mul_(dx)
-        dy.mul_(dy).mul_(0.5 * cg[:, None, :, 2])
+        sig = dx * prm_t[0]
+        sig.addcmul_(dy, prm_t[1]).mul_(dx)
+        dy.mul_(dy).mul_(prm_t[2])
         sig.add_(dy)
         # alpha = min(0.999, o exp(-sigma)), zeroed below 1/255
-        alpha = torch.sub(logo[g][:, None, :], sig, out=sig).exp_().clamp_max_(ALPHA_MAX)
+        alpha = torch.sub(prm_t[5], sig, out=sig).exp_().clamp_max_(ALPHA_MAX)
         torch.threshold_(alpha, thr, 0.0)
         la = torch.neg(alpha, out=dx).log1p_()  # [n, P, B] log(1 - alpha)
         incl = torch.cumsum(la, 2, out=dy)  # in-block inclusive log T
@@ -284,7 +294,7 @@ def _composite_blocks(out, rows, block_tile, m2, conics, logo, feats, ts, tw, B,
         incl.add_(off.float()[:, :, None])
         w = torch.sub(incl, la, out=la).exp_().mul_(alpha)  # alpha * T_exclusive
         w.masked_fill_(incl <= _LOG_T_STOP, 0.0)
-        contrib = torch.bmm(w, feats[g])  # [n, P, D+1]
+        contrib = torch.bmm(w, prm[:, :, 6:])  # [n, P, D+1]
         out[segt] += torch.segment_reduce(contrib, "sum", lengths=segc, axis=0)
 
 
