@@ -63,7 +63,8 @@ class AnimationConfig:
 
     ``up``: 'auto' (meshes +y; .splat/compressed PLY -y; INRIA PLY +z; see :func:`resolve_up`), or 'y', '-y', 'z', '-z', 'x', '-x'.
     ``pin``: None, ``"below:F"`` (the bottom fraction F of the object's height) or ``"box:xmin,...,zmax"``
-    (scene units). ``damping``: Rayleigh coefficient c (beta = c dt; see the simulator).
+    (scene units). ``damping``: Rayleigh coefficient c (beta = c dt; see the simulator). ``friction``: viscous
+    floor friction (1/s). ``hessian_every``: 1 = full Newton (default), 0 = one Hessian per step.
     ``clamp_anisotropy``: clamp F's singular values to [0.2, 5] for the Gaussians (needle guard).
     """
 
@@ -87,6 +88,8 @@ class AnimationConfig:
     seed: int = 0
     clamp_anisotropy: bool = True
     num_handles_fallback: int = 16
+    friction: float = 10.0  # viscous floor friction, 1/s (0 = frictionless floor)
+    hessian_every: int = 1  # 1 = full Newton; 0 = Hessian once per step (faster, see SubspaceSimulator)
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -290,7 +293,8 @@ class AnimatedScene:
         self.sim = SubspaceSimulator(
             X_sim, Wc, Gc / (s_n * self.sim_scale), volume=volume_scene * self.sim_scale ** 3,
             E=config.E, nu=config.nu, density=config.density, dt=config.dt, gravity=config.gravity,
-            up=up, floor_height=floor_sim, damping=config.damping, newton_iters=config.newton_iters)
+            up=up, floor_height=floor_sim, damping=config.damping, newton_iters=config.newton_iters,
+            friction=config.friction, hessian_every=config.hessian_every)
         # Gaussians: weights and scene-frame gradients once, then the precomputed deformer
         mov = scene.subset(self._idx)
         Wg, Gg = _weights_chunked(field, norm.to_normalized(mov.means.double()).float())
@@ -338,7 +342,14 @@ class AnimatedScene:
         self.sim.set_floor(self._floor_sim(enabled, height))
 
     def set_damping(self, c: float) -> None:
+        """Rayleigh damping coefficient c >= 0 (beta = c dt)."""
         self.sim.set_damping(c)
+
+    def set_friction(self, eta: float) -> None:
+        """Viscous floor friction eta >= 0 in 1/s."""
+        if not (eta >= 0 and math.isfinite(eta)):
+            raise OptionError(f"friction must be >= 0, got {eta}")
+        self.sim.friction = float(eta)
 
     def set_pin(self, spec: Optional[str]) -> None:
         """Pin cubature points: None, ``"below:F"`` (bottom fraction F of the height, at rest) or

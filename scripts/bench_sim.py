@@ -39,7 +39,7 @@ def timeit(fn, repeat: int = 5, warmup: int = 1) -> float:
     return statistics.median(ts)
 
 
-def make_sim(n_c: int = 1024, m: int = 16, iters: int = 5, seed: int = 0, threads=1):
+def make_sim(n_c: int = 1024, m: int = 16, iters: int = 5, seed: int = 0, threads=1, hessian_every: int = 1):
     from physskin_gs.model.field import RBFSkinningField
     from physskin_gs.physics.simulator import SubspaceSimulator
 
@@ -48,7 +48,8 @@ def make_sim(n_c: int = 1024, m: int = 16, iters: int = 5, seed: int = 0, thread
     centers = (torch.rand(m, 3, generator=g) - 0.5) * torch.tensor([1.0, 0.6, 0.5])
     W, dW = RBFSkinningField(centers, 0.3).weights_and_grads(X)
     sim = SubspaceSimulator(X, W, dW, volume=0.3, E=2e4, nu=0.45, density=100, dt=0.03, up=(0, 0, 1),
-                            floor_height=-0.4, damping=0.02, newton_iters=iters, tol=0.0, num_threads=threads)
+                            floor_height=-0.4, damping=0.02, newton_iters=iters, tol=0.0, grad_tol=0.0,
+                            num_threads=threads, hessian_every=hessian_every)
     # a deforming state: a drag pulling one end while gravity acts
     idx = torch.nonzero(X[:, 0] > 0.4).flatten()
     did = sim.add_drag(idx)

@@ -38,8 +38,8 @@ def test_bad_path_is_a_clear_error_before_any_server(tmp_path, monkeypatch, caps
     monkeypatch.setattr(viser, "ViserServer", lambda *a, **k: started.append(1))
     missing = tmp_path / "nope.ply"
     assert main(["animate", str(missing)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith("error:") and "nope.ply" in err
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error:") and "nope.ply" in err[-1]
     bad = tmp_path / "garbage.splat"
     bad.write_bytes(b"\x00" * 33)  # not a multiple of 32 bytes
     assert main(["animate", str(bad)]) == 2
@@ -54,7 +54,6 @@ def test_animate_prints_url_serves_page_and_exits_cleanly_on_ctrl_c(splats_dir):
         [sys.executable, "-m", "physskin_gs", "animate", str(path), "--port", "0"],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
-        text=True,
         env=env,
     )
     lines = []
@@ -64,8 +63,8 @@ def test_animate_prints_url_serves_page_and_exits_cleanly_on_ctrl_c(splats_dir):
         os.set_blocking(proc.stdout.fileno(), False)
         buf = ""
         while url is None and time.monotonic() < end and proc.poll() is None:
-            chunk = proc.stdout.read() or ""
-            buf += chunk
+            chunk = proc.stdout.read() or b""
+            buf += chunk.decode("utf-8", "replace")
             for line in buf.splitlines():
                 if "viewer running at " in line:
                     url = line.split("viewer running at ")[1].split()[0]

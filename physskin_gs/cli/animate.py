@@ -63,6 +63,7 @@ def register(sub) -> None:
     p.add_argument("--dt", type=float, default=0.03, help="time step in s (default 0.03)")
     p.add_argument("--gravity", type=float, default=9.8, help="gravity in m/s^2 along -up (default 9.8)")
     p.add_argument("--damping", type=float, default=0.02, help="Rayleigh damping coefficient (default 0.02)")
+    p.add_argument("--friction", type=float, default=10.0, help="viscous floor friction in 1/s (default 10; 0 = none)")
     p.add_argument("--floor", dest="floor_spec", default="auto",
                    help="floor height along up in scene units, 'auto' (25%% of the object height below it) or 'off'")
     p.add_argument("--pin", help="pin region: 'below:0.1' (bottom 10%% of the height) or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
@@ -95,6 +96,7 @@ def config_from_args(args):
         floor_height=floor_height, damping=args.damping, num_cubature=args.num_cubature,
         newton_iters=args.newton_iters, skinning=args.skinning, checkpoint=args.checkpoint,
         fit_seconds=args.fit_seconds, select=args.select, scale=args.scale, pin=args.pin, seed=args.seed,
+        friction=args.friction,
     )
 
 

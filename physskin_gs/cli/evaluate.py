@@ -73,6 +73,8 @@ def run(args) -> int:
 
     from physskin_gs.cli.skin import prepare_object
     from physskin_gs.model import default_checkpoint_path, fit_skinning, load_checkpoint, skinning_from_model
+    from physskin_gs.model.checkpoint import checkpoint_metadata
+    from physskin_gs.model.fit import fit_config_like
     from physskin_gs.model.losses import sample_transforms
 
     if args.threads:
@@ -81,6 +83,7 @@ def run(args) -> int:
         raise OptionError("--points must be at least 17")
     ckpt = args.checkpoint or default_checkpoint_path()
     model = load_checkpoint(ckpt)
+    fit_cfg = fit_config_like(checkpoint_metadata(ckpt).get("train_config", {}).get("train"))
     paths = []
     for p in args.data or default_eval_paths():
         p = Path(p)
@@ -103,7 +106,7 @@ def run(args) -> int:
         if args.fit_seconds > 0:
             t0 = time.perf_counter()
             ffield = fit_skinning(obj.surface, obj.volume, time_budget_s=args.fit_seconds, seed=args.seed,
-                                  num_handles=model.num_handles)
+                                  num_handles=model.num_handles, config=fit_cfg)
             t_fit = time.perf_counter() - t0
             fit = field_report(ffield, X, Z, args.E, args.nu)
             fit["seconds"] = t_fit + fit["query_seconds"]
@@ -113,7 +116,7 @@ def run(args) -> int:
     summary = _summary(results)
     _print_table(results, summary)
     if args.json:
-        out = {"checkpoint": str(ckpt), "settings": {k: getattr(args, k) for k in
+        out = {"checkpoint": str(ckpt), "fit_config": fit_cfg.to_dict(), "settings": {k: getattr(args, k) for k in
                ("points", "fit_seconds", "transforms", "sigma", "E", "nu", "seed")},
                "shapes": results, "summary": summary}
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -89,7 +89,12 @@ def field_for_object(obj: PreparedObject, method: str, checkpoint: Optional[str]
         model = load_checkpoint(checkpoint or default_checkpoint_path())
         return skinning_from_model(model, obj.surface, obj.volume)
     if method == "fit":
-        return fit_skinning(obj.surface, obj.volume, time_budget_s=fit_seconds, seed=seed)
+        from physskin_gs.model.checkpoint import checkpoint_metadata
+        from physskin_gs.model.fit import fit_config_like
+
+        ck = checkpoint or default_checkpoint_path()
+        train = checkpoint_metadata(ck).get("train_config", {}).get("train") if Path(ck).is_file() else None
+        return fit_skinning(obj.surface, obj.volume, time_budget_s=fit_seconds, seed=seed, config=fit_config_like(train))
     raise OptionError(f"unknown skinning method {method!r} (use 'network' or 'fit')")
 
 

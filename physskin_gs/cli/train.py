@@ -51,6 +51,7 @@ def register(sub) -> None:
     p.add_argument("--steps", type=int, default=20000, help="schedule length T (steps)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/model.safetensors + train_state")
     p.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this wall time")
+    p.add_argument("--stop-after", type=int, default=None, help="stop (and checkpoint) after this many steps of this run")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch threads per process (default 2 / world size)")
     p.add_argument("--ckpt-every", type=float, default=180.0, help="seconds between checkpoints")
@@ -243,6 +244,7 @@ def run(args) -> int:
         done = step + 1
         now = time.time()
         stop = args.max_minutes is not None and (now - t_start) > 60 * args.max_minutes
+        stop = stop or (args.stop_after is not None and done - start >= args.stop_after)
         if is_main and val and now - last_val > args.val_every:
             mean, _ = _validate(model, val)
             model.train()
@@ -257,7 +259,7 @@ def run(args) -> int:
             dist.all_reduce(flag)
             stop = bool(flag.item() > 0)
         if stop:
-            log(f"stopping after {args.max_minutes} min at step {done}")
+            log(f"stopping at step {done}")
             break
     if is_main:
         if val:

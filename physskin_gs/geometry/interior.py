@@ -20,11 +20,13 @@ convergence):
 
 4. **Open again:** erode the filled solid by ``dilation`` voxels, keeping the raw shell, so the solid does not
    grow by the dilation radius (a morphological closing of the shell, then filled).
-5. **Sample:** interior points are the centres of solid voxels that hold no surface point, plus uniform jitter
-   within the voxel; at most ``max_points`` of them (random subsample without replacement).
+5. **Sample:** interior points are the centres of solid voxels that hold no surface point and do not touch
+   the outside of the solid (26-neighbourhood), plus uniform jitter within the voxel; at most ``max_points``
+   of them (random subsample without replacement).
 
 Volume estimate: ``V = (n_interior_voxels + 0.5 n_shell_voxels) * voxel_size^3``, where shell voxels are the
-raw voxels holding surface points; the surface cuts those roughly in half on average. This removes the
+voxels holding surface points plus the small gaps the closing fills between them (:func:`close_shell`); the
+surface cuts those roughly in half on average. This removes the
 systematic over-estimate of counting every occupied voxel (method.md 8.7 counts shell + interior in full;
 ``SplatVolume.occupied_volume`` gives that figure too). On a unit sphere at R = 64 the error is < 2 %.
 """
@@ -219,6 +221,22 @@ def solid_from_shell(shell0: np.ndarray, dilation: int = 1, method: str = "auto"
     return solid, used
 
 
+def close_shell(shell0: np.ndarray, dilation: int) -> np.ndarray:
+    """Morphological closing of the raw shell (dilate, then erode, by ``dilation``), plus the raw shell: the
+    shell with its small gaps filled. Gap voxels straddle the surface, so they count as shell, not interior."""
+    if dilation <= 0:
+        return shell0
+    return erode_box(dilate_box(shell0, dilation), dilation) | shell0
+
+
+def _sampling_mask(solid: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """Interior voxels to sample: those whose 26 neighbours are all solid. The closing fills staircase corners
+    just outside a curved surface; skipping voxels that touch the outside keeps jittered samples inside
+    (the shell points cover that layer). Thin parts with no such voxel keep all interior voxels."""
+    deep = inner & erode_box(solid, 1)
+    return deep if deep.any() else inner
+
+
 def _jittered_centers(grid: VoxelGrid, ijk: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return grid.centers(ijk) + (rng.random(ijk.shape) - 0.5) * grid.voxel_size
 
@@ -293,14 +311,15 @@ def mesh_volume_points(
     dense, _ = sample_surface(vn, faces, n_raster, rng=rng)
     shell0 = grid.rasterize(np.concatenate([dense, vn[used_v].astype(np.float32)]))
     solid, used = solid_from_shell(shell0, dilation=dilation, method=method)
-    inner = solid & ~shell0
-    ijk = np.argwhere(inner)  # [M, 3]
+    shell_c = close_shell(shell0, dilation)
+    inner = solid & ~shell_c
+    ijk = np.argwhere(_sampling_mask(solid, inner))  # [M, 3]
     if ijk.shape[0] > 0 and n_interior > 0:
         pick = rng.choice(ijk.shape[0], size=n_interior, replace=n_interior > ijk.shape[0])
         interior = _jittered_centers(grid, ijk[pick], rng).astype(np.float32)
     else:
         interior = np.zeros((0, 3), dtype=np.float32)
-    volume = (inner.sum() + 0.5 * shell0.sum()) * grid.voxel_size**3
+    volume = (inner.sum() + 0.5 * shell_c.sum()) * grid.voxel_size**3
     return MeshVolume(surface, normals, interior, norm, float(volume), used, R)
 
 
@@ -347,36 +366,42 @@ class SplatVolume:
         return torch.cat([self.shell, self.interior], dim=0)
 
 
-def _as_numpy(x: Optional[ArrayLike], dtype=np.float64) -> Optional[np.ndarray]:
+def _as_numpy(x: Optional[ArrayLike], dtype=None) -> Optional[np.ndarray]:
+    """numpy view/copy of x; float dtypes are kept unless ``dtype`` is given, others become float64."""
     if x is None:
         return None
     if isinstance(x, torch.Tensor):
         x = x.detach().cpu().numpy()
-    return np.asarray(x, dtype=dtype)
+    x = np.asarray(x)
+    if dtype is not None:
+        return x.astype(dtype, copy=False)
+    return x if x.dtype.kind == "f" else x.astype(np.float64)
 
 
 def _box_radii_voxels(
     log_scales: np.ndarray, quats: Optional[np.ndarray], world_voxel: float, max_radius: int
 ) -> np.ndarray:
     """(N, 3) int per-axis voxel radii of each Gaussian's 2-sigma axis-aligned box, clamped to [0, max_radius]."""
-    ls = np.nan_to_num(log_scales, nan=MIN_LOG_SCALE, posinf=30.0, neginf=MIN_LOG_SCALE)
-    s = np.exp(np.clip(ls, MIN_LOG_SCALE, 30.0))  # [N, 3]
+    ls = np.nan_to_num(np.asarray(log_scales, dtype=np.float32), nan=MIN_LOG_SCALE, posinf=30.0, neginf=MIN_LOG_SCALE)
+    s2 = np.exp(2.0 * np.clip(ls, MIN_LOG_SCALE, 30.0))  # [N, 3] variances along the local axes
     if quats is None:
-        half = np.repeat(2.0 * s.max(axis=1, keepdims=True), 3, axis=1)  # bounding sphere of the 2-sigma ellipsoid
+        half = np.repeat(2.0 * np.sqrt(s2.max(axis=1, keepdims=True)), 3, axis=1)  # sphere around the 2-sigma ellipsoid
     else:
-        q = np.nan_to_num(quats, nan=0.0, posinf=0.0, neginf=0.0)
-        n = np.linalg.norm(q, axis=1, keepdims=True)
-        q = np.where(n > 1e-12, q / np.maximum(n, 1e-12), np.array([1.0, 0.0, 0.0, 0.0]))
+        q = np.nan_to_num(np.asarray(quats, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
+        n = np.sqrt((q * q).sum(axis=1))
+        bad = ~(n > 1e-12)
+        q = q / np.where(bad, 1.0, n)[:, None]
+        q[bad] = (1.0, 0.0, 0.0, 0.0)
         w, x, y, z = q.T
-        rot = np.stack(
-            [
-                1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y),
-                2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x),
-                2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y),
-            ],
-            axis=1,
-        ).reshape(-1, 3, 3)
-        half = 2.0 * np.sqrt(np.einsum("nak,nk->na", rot**2, s**2))  # [N, 3] sqrt(Sigma_aa)
+        # Sigma_aa = sum_k R_ak^2 s_k^2, one matrix row of R at a time.
+        rows = (
+            (1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)),
+            (2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)),
+            (2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)),
+        )
+        half = np.empty_like(s2)
+        for a_, (r0, r1, r2) in enumerate(rows):
+            half[:, a_] = 2.0 * np.sqrt(r0 * r0 * s2[:, 0] + r1 * r1 * s2[:, 1] + r2 * r2 * s2[:, 2])
     return np.clip(np.floor(half / world_voxel + 0.5), 0, max_radius).astype(np.int64)
 
 
@@ -455,7 +480,7 @@ def fill_splat_interior(
             f"no Gaussians left after filtering ({n} given; need finite means and opacity >= {opacity_threshold})"
         )
     centers = m[kept_idx]  # [K, 3]
-    shell_t = torch.from_numpy(centers.astype(np.float32))
+    shell_t = torch.from_numpy(np.ascontiguousarray(centers, dtype=np.float32))
     kept_t = torch.from_numpy(keep)
     rng = np.random.default_rng(seed)
 
@@ -490,24 +515,30 @@ def fill_splat_interior(
     lo, hi = cn.min(axis=0), cn.max(axis=0)
     pad = dilation + max_box_radius + 3
     grid = VoxelGrid.around(lo, hi, resolution, pad=pad)
-    weights = op[kept_idx] if op is not None else None
-    # Any single kept Gaussian marks its voxel; several faint ones together also do.
-    shell0 = grid.rasterize(cn, weights=weights, threshold=opacity_threshold * (1 - 1e-6)) if weights is not None \
-        else grid.rasterize(cn)
+    ijk, in_grid = grid.index(cn)
+    flat = grid.flat_index(ijk[in_grid])  # [K'] voxel of each kept centre
+    if op is not None:
+        # Opacity-weighted occupancy: one kept Gaussian marks its voxel; several faint ones together also do.
+        acc = np.bincount(flat, weights=op[kept_idx][in_grid].astype(np.float64), minlength=grid.num_voxels)
+        shell0 = (acc >= opacity_threshold * (1 - 1e-6)).reshape(grid.shape)
+    else:
+        shell0 = np.zeros(grid.num_voxels, dtype=bool)
+        shell0[flat] = True
+        shell0 = shell0.reshape(grid.shape)
 
     def box_shell() -> np.ndarray:
         ls = _as_numpy(log_scales)[kept_idx]
         qs = _as_numpy(quats)[kept_idx] if quats is not None else None
         radii = _box_radii_voxels(ls, qs, grid.voxel_size * norm.scale, max_box_radius)  # [K, 3]
-        ijk, ok = grid.index(cn)
-        code = (radii[:, 0] * (max_box_radius + 1) + radii[:, 1]) * (max_box_radius + 1) + radii[:, 2]
+        nr = max_box_radius + 1
+        code = (radii[:, 0] * nr + radii[:, 1]) * nr + radii[:, 2]  # [K] radius triple id
+        # One boolean grid per radius triple, filled in a single scatter, then one O(R^3) box dilation each.
+        groups = np.zeros((nr**3, grid.num_voxels), dtype=bool)
+        groups[code[in_grid], flat] = True
         out = shell0.copy()
-        for c in np.unique(code[ok & (code > 0)]):  # at most 27 groups, one O(R^3) dilation each
-            sel = ok & (code == c)
-            g = np.zeros(grid.num_voxels, dtype=bool)
-            g[grid.flat_index(ijk[sel])] = True
-            r = radii[np.argmax(sel)]
-            out |= dilate_box(g.reshape(grid.shape), tuple(int(v) for v in r))
+        for c in np.nonzero(groups[1:].any(axis=1))[0] + 1:
+            r = (c // (nr * nr), (c // nr) % nr, c % nr)
+            out |= dilate_box(groups[c].reshape(grid.shape), r)
         return out
 
     if mark_boxes and log_scales is not None and time.perf_counter() - t0 < time_limit:
@@ -541,7 +572,8 @@ def fill_splat_interior(
             solid, used = solid_from_shell(shell0, dilation=dilation, method="vote")
     else:
         solid, used = solid_from_shell(shell0, dilation=dilation, method=method)
-    inner = solid & ~shell0
+    shell_c = close_shell(shell0, dilation)
+    inner = solid & ~shell_c
     vox_world = grid.voxel_size * norm.scale
     occupied = float(solid.sum()) * vox_world**3
     n_inner = int(inner.sum())
@@ -556,11 +588,11 @@ def fill_splat_interior(
             f"(> {max_fill_fraction:.0%}); using shell points only",
             occ=solid, grid=grid, norm=norm, method_used=used, volume=occupied,
         )
-    ijk = np.argwhere(inner)
+    ijk = np.argwhere(_sampling_mask(solid, inner))
     if ijk.shape[0] > max_points:
         ijk = ijk[rng.choice(ijk.shape[0], size=max_points, replace=False)]
     pts = norm.to_world(_jittered_centers(grid, ijk, rng)).astype(np.float32)
-    volume = (n_inner + 0.5 * float(shell0.sum())) * vox_world**3
+    volume = (n_inner + 0.5 * float(shell_c.sum())) * vox_world**3
     return SplatVolume(
         interior=torch.from_numpy(pts),
         shell=shell_t,

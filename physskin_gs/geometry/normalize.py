@@ -84,14 +84,18 @@ def compute_normalization(points: ArrayLike, *, allow_flat: bool = False, what: 
     pts = points.detach().cpu().numpy() if isinstance(points, torch.Tensor) else np.asarray(points)
     if pts.ndim != 2 or pts.shape[1] != 3:
         raise DegenerateGeometryError(f"{what}: expected an (N, 3) array of points, got shape {pts.shape}")
-    pts = pts[finite_rows(pts)].astype(np.float64)
+    if pts.dtype.kind != "f":
+        pts = pts.astype(np.float64)
+    ok = finite_rows(pts)
+    if not ok.all():
+        pts = pts[ok]
     if pts.shape[0] == 0:
         raise DegenerateGeometryError(f"{what}: no finite points to normalise")
-    lo, hi = pts.min(axis=0), pts.max(axis=0)
+    lo, hi = pts.min(axis=0).astype(np.float64), pts.max(axis=0).astype(np.float64)
     extent = hi - lo  # [3]
     largest = float(extent.max())
     if not largest > 0.0:
-        raise DegenerateGeometryError(f"{what}: all {pts.shape[0]} points coincide (zero extent)")
+        raise DegenerateGeometryError(f"{what}: all {pts.shape[0]} finite points coincide (zero extent)")
     flat = extent < FLAT_TOLERANCE * largest
     if flat.any() and not allow_flat:
         axes = ", ".join("xyz"[i] for i in np.nonzero(flat)[0])

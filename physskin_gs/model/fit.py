@@ -29,6 +29,19 @@ FIT_CONFIG = TrainConfig(
 )
 
 
+#: Loss settings copied from a network's training configuration so that the fit optimises the same objective.
+LOSS_FIELDS = ("sigma", "smooth", "combine", "w_pot", "w_orth", "w_smooth", "c_pot", "c_orth", "c_smooth", "fd_scheme")
+
+
+def fit_config_like(train_config: Optional[dict]) -> TrainConfig:
+    """:data:`FIT_CONFIG` with the loss settings (combination, weights, sigma, smoothness, FD scheme) of a
+    network's training configuration (the ``train`` dict stored in its checkpoint), so the per-object fit
+    optimises the same objective as the network. ``None`` or an empty dict gives FIT_CONFIG."""
+    if not train_config:
+        return FIT_CONFIG
+    return replace(FIT_CONFIG, **{k: train_config[k] for k in LOSS_FIELDS if k in train_config})
+
+
 def fit_skinning(
     surface_points: torch.Tensor,
     volume_points: torch.Tensor,

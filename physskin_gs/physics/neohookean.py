@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 from typing import Tuple
 
+import numpy as np
 import torch
 
 __all__ = [
@@ -113,197 +114,233 @@ def project_psd_eigh(H: torch.Tensor, floor: float = 0.0) -> torch.Tensor:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Closed-form symmetric 3x3 eigensolver and rotation-variant 3x3 SVD (vectorised; Eberly's robust method)
+# Closed-form symmetric 3x3 eigensolver and rotation-variant 3x3 SVD.
+# Structure-of-arrays numpy float64 code: every quantity is a contiguous (n,) array, so the ~350 elementwise
+# operations cost ~1-2 us each for n ~ 1e3 (torch's per-op overhead on strided slices is 5-15 us).
+# Eigenvalues by the trigonometric formula, eigenvectors by Eberly's robust method ("A Robust Eigensolver for
+# 3x3 Symmetric Matrices"): the most isolated eigenvalue's vector from the best row cross product, the middle
+# one inside the orthogonal complement, the last by a cross product.
 # --------------------------------------------------------------------------------------------------------------
 
 
-def _unit(v: torch.Tensor, eps: float = 1e-30) -> torch.Tensor:
-    return v / v.norm(dim=-1, keepdim=True).clamp_min(eps)
+def _cross(a, b):
+    return (a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0])
 
 
-def _any_orthogonal(v: torch.Tensor) -> torch.Tensor:
-    """A unit vector orthogonal to each unit row of v (..., 3)."""
-    ex = torch.zeros_like(v)
-    ex[..., 0] = 1.0
-    ey = torch.zeros_like(v)
-    ey[..., 1] = 1.0
-    pick = (v[..., 0].abs() < 0.9)[..., None]
-    w = torch.where(pick, ex, ey)
-    return _unit(torch.linalg.cross(v, w))
+def _dot(a, b):
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
 
 
-def _isolated_eigenvector(A: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
-    """Unit eigenvector of symmetric A (..., 3, 3) for a simple eigenvalue lam (...,): best row cross product."""
-    M = A - lam[..., None, None] * torch.eye(3, dtype=A.dtype, device=A.device)
-    r0, r1, r2 = M[..., 0, :], M[..., 1, :], M[..., 2, :]
-    c01 = torch.linalg.cross(r0, r1)
-    c02 = torch.linalg.cross(r0, r2)
-    c12 = torch.linalg.cross(r1, r2)
-    cands = torch.stack([c01, c02, c12], dim=-2)  # [..., 3, 3]
-    n2 = (cands * cands).sum(-1)  # [..., 3]
-    idx = n2.argmax(-1)
-    best = cands.gather(-2, idx[..., None, None].expand(*idx.shape, 1, 3))[..., 0, :]
-    bestn = n2.gather(-1, idx[..., None])[..., 0]
-    ex = torch.zeros_like(best)
-    ex[..., 0] = 1.0
-    return torch.where((bestn > 0)[..., None], best / bestn.clamp_min(1e-300).sqrt()[..., None], ex)
+def _sel(mask, a, b):
+    return tuple(np.where(mask, x, y) for x, y in zip(a, b))
 
 
-def _second_eigenvector(A: torch.Tensor, e0: torch.Tensor, lam: torch.Tensor) -> torch.Tensor:
-    """Unit eigenvector for eigenvalue lam restricted to the plane orthogonal to e0 (robust for repeats)."""
-    u = _any_orthogonal(e0)
-    v = torch.linalg.cross(e0, u)
-    Au = (A @ u[..., None])[..., 0]
-    Av = (A @ v[..., None])[..., 0]
-    m00 = (u * Au).sum(-1) - lam
-    m01 = (u * Av).sum(-1)
-    m11 = (v * Av).sum(-1) - lam
-    a00, a01, a11 = m00.abs(), m01.abs(), m11.abs()
-    # null vector of [[m00, m01], [m01, m11]] from its larger row
-    use_row0 = a00 >= a11
-    x = torch.where(use_row0, -m01, m11)
-    y = torch.where(use_row0, m00, -m01)
-    nrm = torch.sqrt(x * x + y * y)
-    ok = nrm > 0
-    x = torch.where(ok, x / nrm.clamp_min(1e-300), torch.ones_like(x))
-    y = torch.where(ok, y / nrm.clamp_min(1e-300), torch.zeros_like(y))
-    return x[..., None] * u + y[..., None] * v
+def _normalize(v, fallback):
+    n = np.sqrt(_dot(v, v))
+    ok = n > 1e-300
+    inv = 1.0 / np.where(ok, n, 1.0)
+    return _sel(ok, (v[0] * inv, v[1] * inv, v[2] * inv), fallback)
 
 
-def sym3_eigh(A: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Eigen-decomposition of symmetric (..., 3, 3) matrices in closed form (trigonometric eigenvalues,
-    cross-product eigenvectors; Eberly, "A Robust Eigensolver for 3x3 Symmetric Matrices").
+def _orthogonal_unit(e):
+    """A unit vector orthogonal to unit e: e x x-axis or e x y-axis (whichever is better conditioned)."""
+    zero = np.zeros_like(e[0])
+    use_x = np.abs(e[0]) < 0.9
+    w = _sel(use_x, (zero, e[2], -e[1]), (-e[2], zero, e[0]))
+    n = np.sqrt(_dot(w, w))
+    inv = 1.0 / np.maximum(n, 1e-300)
+    return (w[0] * inv, w[1] * inv, w[2] * inv)
 
-    Returns (eigenvalues (..., 3) in DESCENDING order, eigenvectors (..., 3, 3) as columns, right-handed).
-    Accurate to ~1e-12 relative in float64 including repeated eigenvalues; use float64.
+
+def _sym3_eigh_soa(a00, a01, a02, a11, a12, a22):
+    """Eigen-decomposition of symmetric 3x3 matrices given as six (n,) float64 component arrays.
+
+    Returns ((l0, l1, l2) descending, (v0, v1, v2) unit eigenvectors as 3-tuples of (n,) arrays, right-handed).
     """
-    scale = A.abs().amax((-2, -1)).clamp_min(1e-300)
-    B = A / scale[..., None, None]
-    a00, a11, a22 = B[..., 0, 0], B[..., 1, 1], B[..., 2, 2]
-    a01, a02, a12 = B[..., 0, 1], B[..., 0, 2], B[..., 1, 2]
+    one = np.ones_like(a00)
+    zero = np.zeros_like(a00)
+    scale = np.maximum.reduce([np.abs(a00), np.abs(a01), np.abs(a02), np.abs(a11), np.abs(a12), np.abs(a22)])
+    scale = np.where(scale > 0, scale, 1.0)
+    inv = 1.0 / scale
+    a00, a01, a02, a11, a12, a22 = a00 * inv, a01 * inv, a02 * inv, a11 * inv, a12 * inv, a22 * inv
     q = (a00 + a11 + a22) / 3.0
     b00, b11, b22 = a00 - q, a11 - q, a22 - q
     p2 = (b00 * b00 + b11 * b11 + b22 * b22 + 2.0 * (a01 * a01 + a02 * a02 + a12 * a12)) / 6.0
-    p = torch.sqrt(p2)
-    pz = p <= 1e-150
-    ps = torch.where(pz, torch.ones_like(p), p)
-    # half determinant of (B - qI)/p
-    c00, c11, c22 = b00 / ps, b11 / ps, b22 / ps
-    c01, c02, c12 = a01 / ps, a02 / ps, a12 / ps
+    p = np.sqrt(p2)
+    iso = p <= 1e-150  # a multiple of the identity
+    ip = 1.0 / np.where(iso, 1.0, p)
+    c00, c11, c22, c01, c02, c12 = b00 * ip, b11 * ip, b22 * ip, a01 * ip, a02 * ip, a12 * ip
     det = c00 * (c11 * c22 - c12 * c12) - c01 * (c01 * c22 - c12 * c02) + c02 * (c01 * c12 - c11 * c02)
-    r = (0.5 * det).clamp(-1.0, 1.0)
-    phi = torch.acos(r) / 3.0
-    l0 = q + 2.0 * p * torch.cos(phi)  # largest
-    l2 = q + 2.0 * p * torch.cos(phi + 2.0 * math.pi / 3.0)  # smallest
+    r = np.clip(0.5 * det, -1.0, 1.0)
+    phi = np.arccos(r) / 3.0
+    l0 = q + 2.0 * p * np.cos(phi)
+    l2 = q + 2.0 * p * np.cos(phi + 2.0 * math.pi / 3.0)
     l1 = 3.0 * q - l0 - l2
-    # eigenvector of the most isolated eigenvalue first (largest if r >= 0), then the middle one in its complement
-    iso_is_max = r >= 0
-    l_iso = torch.where(iso_is_max, l0, l2)
-    e_iso = _isolated_eigenvector(B, l_iso)
-    e_mid = _second_eigenvector(B, e_iso, l1)
-    e_other = torch.linalg.cross(e_iso, e_mid)
-    # columns in descending order: if iso is max: (iso, mid, other) else (other, mid, iso)
-    v0 = torch.where(iso_is_max[..., None], e_iso, e_other)
-    v2 = torch.where(iso_is_max[..., None], e_other, e_iso)
+    iso_max = r >= 0
+    li = np.where(iso_max, l0, l2)
+    # rows of A - li I and their cross products
+    r0 = (a00 - li, a01, a02)
+    r1 = (a01, a11 - li, a12)
+    r2 = (a02, a12, a22 - li)
+    x01, x02, x12 = _cross(r0, r1), _cross(r0, r2), _cross(r1, r2)
+    n01, n02, n12 = _dot(x01, x01), _dot(x02, x02), _dot(x12, x12)
+    best = _sel(n01 >= n02, x01, x02)
+    nb = np.maximum(n01, n02)
+    best = _sel(n12 > nb, x12, best)
+    ex = (one, zero, zero)
+    e_iso = _normalize(best, ex)
+    # middle eigenvector inside the plane orthogonal to e_iso
+    u = _orthogonal_unit(e_iso)
+    v = _cross(e_iso, u)
+    Au = (a00 * u[0] + a01 * u[1] + a02 * u[2], a01 * u[0] + a11 * u[1] + a12 * u[2], a02 * u[0] + a12 * u[1] + a22 * u[2])
+    Av = (a00 * v[0] + a01 * v[1] + a02 * v[2], a01 * v[0] + a11 * v[1] + a12 * v[2], a02 * v[0] + a12 * v[1] + a22 * v[2])
+    m00 = _dot(u, Au) - l1
+    m01 = _dot(u, Av)
+    m11 = _dot(v, Av) - l1
+    row0 = np.abs(m00) >= np.abs(m11)
+    x = np.where(row0, -m01, m11)
+    y = np.where(row0, m00, -m01)
+    nrm = np.sqrt(x * x + y * y)
+    okm = nrm > 0
+    invn = 1.0 / np.where(okm, nrm, 1.0)
+    x = np.where(okm, x * invn, 1.0)
+    y = np.where(okm, y * invn, 0.0)
+    e_mid = (x * u[0] + y * v[0], x * u[1] + y * v[1], x * u[2] + y * v[2])
+    e_oth = _cross(e_iso, e_mid)
+    v0 = _sel(iso_max, e_iso, e_oth)
+    v2 = _sel(iso_max, e_oth, e_iso)
     v1 = e_mid
-    V = torch.stack([v0, v1, v2], dim=-1)
-    # make right-handed
-    d = _det3(V)
-    V = torch.cat([V[..., :2], V[..., 2:] * torch.sign(d + (d == 0).to(d.dtype))[..., None, None]], dim=-1)
-    lam = torch.stack([l0, l1, l2], dim=-1) * scale[..., None]
-    eye = torch.eye(3, dtype=A.dtype, device=A.device).expand_as(V)
-    V = torch.where(pz[..., None, None], eye, V)
-    lam = torch.where(pz[..., None], (q * scale)[..., None].expand_as(lam), lam)
+    # right-handed: det [v0 v1 v2] = v0 . (v1 x v2)
+    d = _dot(v0, _cross(v1, v2))
+    sgn = np.where(d < 0, -1.0, 1.0)
+    v2 = (v2[0] * sgn, v2[1] * sgn, v2[2] * sgn)
+    v0 = _sel(iso, (one, zero, zero), v0)
+    v1 = _sel(iso, (zero, one, zero), v1)
+    v2 = _sel(iso, (zero, zero, one), v2)
+    l0, l1, l2 = (np.where(iso, q, l) * scale for l in (l0, l1, l2))
+    return (l0, l1, l2), (v0, v1, v2)
+
+
+def _np64(t: torch.Tensor) -> np.ndarray:
+    return t.detach().to(torch.float64).cpu().numpy()
+
+
+def sym3_eigh(A: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Eigen-decomposition of symmetric (..., 3, 3) matrices in closed form (see the section comment).
+
+    Returns (eigenvalues (..., 3) in DESCENDING order, eigenvectors (..., 3, 3) as columns, right-handed), float64.
+    Accurate to ~1e-12 relative for eigenvalues; eigenvectors reconstruct A to ~1e-9 relative.
+    """
+    shape = A.shape[:-2]
+    a = _np64(A.reshape(-1, 9)).T.copy()  # [9, n]
+    lams, vecs = _sym3_eigh_soa(a[0], a[1], a[2], a[4], a[5], a[8])
+    lam = torch.from_numpy(np.stack(lams, -1)).reshape(*shape, 3)
+    V = torch.from_numpy(np.stack([np.stack(v, -1) for v in vecs], -1)).reshape(*shape, 3, 3)
     return lam, V
+
+
+def _svd3_soa(f):
+    """Rotation-variant SVD from nine (n,) component arrays f[3a+b] = F_ab; returns (U cols, s, V cols)."""
+    # S = F^T F
+    s00 = f[0] * f[0] + f[3] * f[3] + f[6] * f[6]
+    s01 = f[0] * f[1] + f[3] * f[4] + f[6] * f[7]
+    s02 = f[0] * f[2] + f[3] * f[5] + f[6] * f[8]
+    s11 = f[1] * f[1] + f[4] * f[4] + f[7] * f[7]
+    s12 = f[1] * f[2] + f[4] * f[5] + f[7] * f[8]
+    s22 = f[2] * f[2] + f[5] * f[5] + f[8] * f[8]
+    (l0, l1, _), (v0, v1, v2) = _sym3_eigh_soa(s00, s01, s02, s11, s12, s22)
+
+    def Fv(v):
+        return (f[0] * v[0] + f[1] * v[1] + f[2] * v[2], f[3] * v[0] + f[4] * v[1] + f[5] * v[2],
+                f[6] * v[0] + f[7] * v[1] + f[8] * v[2])
+
+    w0, w1, w2 = Fv(v0), Fv(v1), Fv(v2)
+    one, zero = np.ones_like(f[0]), np.zeros_like(f[0])
+    u0 = _normalize(w0, (one, zero, zero))
+    t = _dot(w1, u0)
+    w1o = (w1[0] - t * u0[0], w1[1] - t * u0[1], w1[2] - t * u0[2])
+    n1 = np.sqrt(_dot(w1o, w1o))
+    big = n1 > 1e-12 * np.maximum(np.sqrt(np.maximum(l0, 0.0)), 1e-300)
+    u1 = _sel(big, tuple(c / np.where(big, n1, 1.0) for c in w1o), _orthogonal_unit(u0))
+    u2 = _cross(u0, u1)
+    s = (_dot(u0, w0), _dot(u1, w1), _dot(u2, w2))
+    return (u0, u1, u2), s, (v0, v1, v2)
 
 
 def svd3(F: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Rotation-variant SVD ``F = U diag(s) V^T`` of (..., 3, 3), U and V proper rotations (det +1), s sorted by
     magnitude descending with only the last entry possibly negative (det F < 0 means inverted).
 
-    Closed form via :func:`sym3_eigh` of F^T F; compute in float64. Returns (U, s, V).
+    Closed form via the eigen-decomposition of F^T F (float64, vectorised). Returns float64 (U, s, V).
     """
-    lam, V = sym3_eigh(F.transpose(-1, -2) @ F)
-    s = lam.clamp_min(0.0).sqrt()  # [..., 3]
-    FV = F @ V  # columns F v_i = s_i u_i
-    smax = s[..., :1].clamp_min(1e-300)
-    tiny = 1e-12
-    u0 = torch.where((s[..., 0:1] > tiny * smax) & (s[..., 0:1] > 0), _unit(FV[..., :, 0]), torch.zeros_like(FV[..., :, 0]))
-    e = torch.zeros_like(u0)
-    e[..., 0] = 1.0
-    u0 = torch.where(u0.norm(dim=-1, keepdim=True) > 0.5, u0, e)
-    u1 = FV[..., :, 1] - (FV[..., :, 1] * u0).sum(-1, keepdim=True) * u0
-    n1 = u1.norm(dim=-1, keepdim=True)
-    u1 = torch.where(n1 > tiny * smax, u1 / n1.clamp_min(1e-300), _any_orthogonal(u0))
-    u2 = torch.linalg.cross(u0, u1)
-    U = torch.stack([u0, u1, u2], dim=-1)
-    s0 = (u0 * FV[..., :, 0]).sum(-1)
-    s1 = (u1 * FV[..., :, 1]).sum(-1)
-    s2 = (u2 * FV[..., :, 2]).sum(-1)  # signed
-    return U, torch.stack([s0, s1, s2], dim=-1), V
+    shape = F.shape[:-2]
+    f = _np64(F.reshape(-1, 9)).T.copy()
+    us, s, vs = _svd3_soa(f)
+    U = torch.from_numpy(np.stack([np.stack(u, -1) for u in us], -1)).reshape(*shape, 3, 3)
+    V = torch.from_numpy(np.stack([np.stack(v, -1) for v in vs], -1)).reshape(*shape, 3, 3)
+    return U, torch.from_numpy(np.stack(s, -1)).reshape(*shape, 3), V
 
 
-def _project_sym3(A: torch.Tensor) -> torch.Tensor:
-    """Clamp negative eigenvalues of symmetric (..., 3, 3) to zero (closed form); PD inputs returned unchanged."""
-    # Sylvester's criterion picks the (usually few) matrices that need the eigen-decomposition
-    m1 = A[..., 0, 0]
-    m2 = A[..., 0, 0] * A[..., 1, 1] - A[..., 0, 1] * A[..., 1, 0]
-    pd = (m1 > 0) & (m2 > 0) & (_det3(A) > 0)
-    if bool(pd.all()):
-        return A
-    idx = torch.nonzero(~pd.reshape(-1)).flatten()
-    Af = A.reshape(-1, 3, 3)
-    lam, Q = sym3_eigh(Af[idx])
-    Ap = (Q * lam.clamp_min(0.0)[..., None, :]) @ Q.transpose(-1, -2)
-    out = Af.clone()
-    out[idx] = Ap
-    return out.reshape(A.shape)
+def _project_sym3_soa(a00, a01, a02, a11, a12, a22):
+    """Clamp negative eigenvalues of symmetric 3x3 matrices (six (n,) arrays) to zero; PD ones unchanged."""
+    m2 = a00 * a11 - a01 * a01
+    det = a00 * (a11 * a22 - a12 * a12) - a01 * (a01 * a22 - a12 * a02) + a02 * (a01 * a12 - a11 * a02)
+    bad = ~((a00 > 0) & (m2 > 0) & (det > 0))
+    out = [a00, a01, a02, a11, a12, a22]
+    if not bad.any():
+        return out
+    idx = np.nonzero(bad)[0]
+    (l0, l1, l2), (v0, v1, v2) = _sym3_eigh_soa(*(x[idx] for x in out))
+    l0, l1, l2 = np.maximum(l0, 0.0), np.maximum(l1, 0.0), np.maximum(l2, 0.0)
+    comps = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
+    res = []
+    for (i, j), x in zip(comps, out):
+        y = x.copy()
+        y[idx] = l0 * v0[i] * v0[j] + l1 * v1[i] * v1[j] + l2 * v2[i] * v2[j]
+        res.append(y)
+    return res
 
 
-def _kron_uv(U: torch.Tensor, V: torch.Tensor) -> torch.Tensor:
-    """(n, 9, 9) Q = U (x) V, so that vec_row(U M V^T) = Q vec_row(M)."""
-    n = U.shape[0]
-    return (U[:, :, None, :, None] * V[:, None, :, None, :]).reshape(n, 9, 9)
-
-
-def projected_hessian(F: torch.Tensor, mu, lam, return_unprojected_too: bool = False) -> torch.Tensor:
+def projected_hessian(F: torch.Tensor, mu, lam) -> torch.Tensor:
     """PSD-projected stable Neo-Hookean Hessian (n, 9, 9) from the analytic eigensystem (module docstring).
 
-    F: (n, 3, 3) (any float dtype; computed internally in float64 and returned in F's dtype).
-    mu, lam: Pa, scalars or (n,). Equals :func:`project_psd_eigh` applied to :func:`hessian` (tested).
+    F: (n, 3, 3) (any float dtype; computed in float64 and returned in F's dtype). mu, lam: Pa, scalars or (n,).
+    Equals :func:`project_psd_eigh` applied to :func:`hessian` (tested).
     """
     out_dtype = F.dtype
-    Fd = F.to(torch.float64)
-    n = Fd.shape[0]
-    U, s, V = svd3(Fd)
-    mu_t = torch.as_tensor(mu, dtype=torch.float64, device=F.device).expand(n)
-    lam_t = torch.as_tensor(lam, dtype=torch.float64, device=F.device).expand(n)
-    J = s[:, 0] * s[:, 1] * s[:, 2]
-    c = lam_t * (J - 1.0) - mu_t
-    K = torch.zeros(n, 9, 9, dtype=torch.float64, device=F.device)
-    # scaling block on M indices (00), (11), (22) -> vec positions 0, 4, 8
-    g = torch.stack([s[:, 1] * s[:, 2], s[:, 0] * s[:, 2], s[:, 0] * s[:, 1]], dim=-1)  # [n, 3]
-    A3 = lam_t[:, None, None] * g[:, :, None] * g[:, None, :]
-    A3 = A3 + mu_t[:, None, None] * torch.eye(3, dtype=torch.float64, device=F.device)
-    off = torch.zeros(n, 3, 3, dtype=torch.float64, device=F.device)
-    off[:, 0, 1] = off[:, 1, 0] = s[:, 2]
-    off[:, 0, 2] = off[:, 2, 0] = s[:, 1]
-    off[:, 1, 2] = off[:, 2, 1] = s[:, 0]
-    A3 = A3 + c[:, None, None] * off
-    A3 = _project_sym3(A3)
-    diag_idx = torch.tensor([0, 4, 8], device=F.device)
-    K[:, diag_idx[:, None], diag_idx[None, :]] = A3
-    # twist/flip blocks: pair (i, j) with k the third index; positions (ij) = 3i + j and (ji) = 3j + i
-    for i, j, k in ((0, 1, 2), (0, 2, 1), (1, 2, 0)):
+    n = F.shape[0]
+    f = _np64(F.reshape(n, 9)).T.copy()
+    (u0, u1, u2), (s0, s1, s2), (v0, v1, v2) = _svd3_soa(f)
+    mu_a = np.broadcast_to(np.asarray(_np64(torch.as_tensor(mu)) if torch.is_tensor(mu) else mu, dtype=np.float64), (n,))
+    lam_a = np.broadcast_to(np.asarray(_np64(torch.as_tensor(lam)) if torch.is_tensor(lam) else lam, dtype=np.float64), (n,))
+    J = s0 * s1 * s2
+    c = lam_a * (J - 1.0) - mu_a
+    # scaling block (modes u_i v_i^T), projected in closed form where needed
+    g0, g1, g2 = s1 * s2, s0 * s2, s0 * s1
+    A = _project_sym3_soa(mu_a + lam_a * g0 * g0, lam_a * g0 * g1 + c * s2, lam_a * g0 * g2 + c * s1,
+                          mu_a + lam_a * g1 * g1, lam_a * g1 * g2 + c * s0, mu_a + lam_a * g2 * g2)
+    # twist / flip eigenvalues for pairs (0,1), (0,2), (1,2) with third index k = 2, 1, 0
+    sk = (s2, s1, s0)
+    flip = [np.maximum(mu_a - c * x, 0.0) for x in sk]
+    twist = [np.maximum(mu_a + c * x, 0.0) for x in sk]
+    # small dense block K in the frame dF = U M V^T: index (i, j) -> 3 i + j
+    K = np.zeros((n, 9, 9))
+    di = (0, 4, 8)
+    comps = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
+    for (i, j), x in zip(comps, A):
+        K[:, di[i], di[j]] = x
+        K[:, di[j], di[i]] = x
+    for (i, j), fl, tw in zip(((0, 1), (0, 2), (1, 2)), flip, twist):
         p, q = 3 * i + j, 3 * j + i
-        flip = (mu_t - c * s[:, k]).clamp_min(0.0)  # eigvec (1, 1)/sqrt2
-        twist = (mu_t + c * s[:, k]).clamp_min(0.0)  # eigvec (1, -1)/sqrt2
-        diag = 0.5 * (flip + twist)
-        offd = 0.5 * (flip - twist)
-        K[:, p, p] = diag
-        K[:, q, q] = diag
-        K[:, p, q] = offd
-        K[:, q, p] = offd
-    Q = _kron_uv(U, V)
-    H = Q @ K @ Q.transpose(1, 2)
+        d = 0.5 * (fl + tw)
+        o = 0.5 * (fl - tw)
+        K[:, p, p] = d
+        K[:, q, q] = d
+        K[:, p, q] = o
+        K[:, q, p] = o
+    U = torch.from_numpy(np.stack([np.stack(u, -1) for u in (u0, u1, u2)], -1))  # [n, 3(a), 3(i)]
+    V = torch.from_numpy(np.stack([np.stack(v, -1) for v in (v0, v1, v2)], -1))
+    Q = (U[:, :, None, :, None] * V[:, None, :, None, :]).reshape(n, 9, 9)  # U (x) V
+    Kt = torch.from_numpy(K)
+    H = torch.bmm(torch.bmm(Q, Kt), Q.transpose(1, 2))
     return H.to(out_dtype)

@@ -118,7 +118,12 @@ class SubspaceSimulator:
         project_psd: project per-point Hessians to PSD (analytic eigensystem); False gives the exact Hessian
             (used to test against autograd).
         tol: Newton stops when the step's largest entry is below tol (handle coordinates are dimensionless or
-            metres, so 1e-6 is a micrometre-scale change).
+            metres, so 1e-6 is a micrometre-scale change), or when |G| < grad_tol * max(1, total mass in kg)
+            (method.md 9.2 uses |G| < 1e-3).
+        friction: viscous floor friction eta (1/s) on cubature points touching the floor (0 = frictionless).
+        hessian_every: recompute the Hessian every k Newton iterations (1 = full Newton, the default; 0 = only at
+            the first iteration of a step, reusing its Cholesky factor: a chord/lagged-Hessian Newton that is
+            cheaper per iteration but converges linearly).
         num_threads: torch intra-op threads used during :meth:`step` (None: leave torch's setting).
     Raises OptionError for invalid material or shapes.
     """
@@ -126,13 +131,15 @@ class SubspaceSimulator:
     FLOOR_K = 1e6  # penalty stiffness per unit mass, 1/s^2 (penetration ~ (n / n_contact) g / (2 k))
     PIN_K = 1e6
     DRAG_K = 2e3
+    CONTACT_GAP = 1e-3  # m: a cubature point this close to the floor counts as touching it (friction)
     HESS_EPS = 1e-4  # method.md 9.2 regulariser, relative to mean mass (kg)
 
     def __init__(self, points: torch.Tensor, weights: torch.Tensor, weight_grads: torch.Tensor, volume: float,
                  E: float = 2e4, nu: float = 0.45, density: float = 100.0, dt: float = 0.03, gravity: float = 9.8,
                  up=(0.0, 0.0, 1.0), floor_height: Optional[float] = None, damping: float = 0.02,
                  newton_iters: int = 5, orthonormalize: bool = True, project_psd: bool = True,
-                 tol: float = 1e-6, num_threads: Optional[int] = 1) -> None:
+                 tol: float = 1e-6, num_threads: Optional[int] = 1, grad_tol: float = 1e-4,
+                 hessian_every: int = 1, friction: float = 10.0) -> None:
         if points.ndim != 2 or points.shape[1] != 3:
             raise OptionError(f"cubature points must be (n, 3), got {tuple(points.shape)}")
         n = points.shape[0]
@@ -153,6 +160,8 @@ class SubspaceSimulator:
         self.project_psd = project_psd
         self.tol = tol
         self.num_threads = num_threads
+        self.grad_tol = float(grad_tol)
+        self.hessian_every = int(hessian_every)
         self._density = float(density)
         self.set_material(E=E, nu=nu, density=density)
         if orthonormalize:
@@ -182,6 +191,7 @@ class SubspaceSimulator:
         self.set_up(up)
         self.floor_height = floor_height
         self.damping = float(damping)
+        self.friction = float(friction)
         self.pin: Optional[_Spring] = None
         self.drags: Dict[int, _Spring] = {}
         self.set_up(up)
@@ -343,20 +353,42 @@ class SubspaceSimulator:
             self._K0 = self._assemble(nh.hessian(F0.contiguous(), self.mu, self.lam) * self.v_p)
         return self._K0
 
+    _PAIRS_A = torch.tensor([0, 0, 0, 1, 1, 2])
+    _PAIRS_B = torch.tensor([0, 1, 2, 1, 2, 2])
+
     def _assemble(self, Hc: torch.Tensor) -> torch.Tensor:
         """sum_c J_c^T Hc_c J_c for per-point (n, 9, 9) Hessians (volume weights included) -> (12H', 12H') in
-        q order, float64. One bmm for Y and one GEMM G_all^T Y (module docstring)."""
+        q order, float64. Only the 6 blocks (a <= a') are formed: one small bmm for Y and ONE GEMM
+        ``G_all^T [4H, 3n] @ Y [3n, 6 * 4H]`` (module docstring); the other 3 blocks are transposes."""
         n, K4 = self.n, self.K4
         H5 = Hc.to(torch.float32).reshape(n, 3, 3, 3, 3)  # [n, a, b, a', b']
-        Hb = H5.permute(0, 2, 1, 3, 4).reshape(n, 27, 3)  # [n, (b, a, a'), b']
-        Y = torch.bmm(Hb, self.G32)  # [n, 27, 4H] = [n, b, (a a'), k']
-        R = self.G_all32T @ Y.reshape(n * 3, 9 * K4)  # [4H, (a a' k')]
-        R = R.reshape(K4, 3, 3, K4).permute(1, 0, 2, 3).reshape(3 * K4, 3 * K4)
-        R = R.to(torch.float64)
-        return 0.5 * (R + R.T)
+        Hp = H5[:, self._PAIRS_A, :, self._PAIRS_B, :]  # [6, n, b, b'] (advanced indices first)
+        Hb = Hp.permute(1, 2, 0, 3).reshape(n, 18, 3)  # [n, (b, pair), b']
+        Y = torch.bmm(Hb, self.G32)  # [n, 18, 4H] = [n, b, (pair, k')]
+        R = torch.mm(self.G_all32T, Y.reshape(n * 3, 6 * K4)).to(torch.float64)  # [4H, (pair, k')]
+        R = R.reshape(K4, 6, K4)
+        out = torch.empty(3, K4, 3, K4, dtype=torch.float64)
+        for p, (a, c) in enumerate(zip(self._PAIRS_A.tolist(), self._PAIRS_B.tolist())):
+            blk = R[:, p, :]
+            if a == c:
+                blk = 0.5 * (blk + blk.T)
+                out[a, :, a, :] = blk
+            else:
+                out[a, :, c, :] = blk
+                out[c, :, a, :] = blk.T
+        return out.reshape(3 * K4, 3 * K4)
 
     def _objective(self, q, q_pred, q_prev, beta_h, with_derivs: bool):
-        """Backward-Euler objective E(q) (method.md 9.2), optionally with gradient (3, 4H) and Hessian."""
+        """Backward-Euler objective E(q) (method.md 9.2), optionally with gradient (3, 4H) and Hessian.
+
+        ``beta_h``: a float (Rayleigh term ``beta_h/2 |q - q_prev|_K0^2``) or a precomputed (12H', 12H') matrix D
+        for ``1/2 |q - q_prev|_D^2`` (Rayleigh plus floor friction, built once per step)."""
+        if isinstance(beta_h, torch.Tensor):
+            Dmat = beta_h
+        elif beta_h > 0:
+            Dmat = beta_h * self._rest_stiffness()
+        else:
+            Dmat = None
         dq = q - q_pred
         inert = 0.5 * (dq * (dq @ self.Mblk)).sum()
         h2 = self.dt * self.dt
@@ -374,10 +406,9 @@ class SubspaceSimulator:
             r = x[s.idx] - s.target
             pe = pe + self.m_p * s.k * (r * r).sum()
         damp = 0.0
-        if beta_h > 0:
-            K0 = self._rest_stiffness()
+        if Dmat is not None:
             v = (q - q_prev).reshape(-1)
-            damp = 0.5 * beta_h * (v @ (K0 @ v))
+            damp = 0.5 * (v @ (Dmat @ v))
         Eval = inert + h2 * pe + damp
         if not with_derivs:
             return Eval
@@ -396,6 +427,10 @@ class SubspaceSimulator:
             f_ext.index_add_(1, s.idx, (2.0 * self.m_p * s.k) * r.T)
         g_pe = g_el + f_ext @ self.Phi
         grad = gq + h2 * g_pe
+        if Dmat is not None:
+            grad = grad + (Dmat @ (q - q_prev).reshape(-1)).reshape(3, self.K4)
+        if with_derivs == "grad":
+            return Eval, grad
         # Hessian
         with single_thread(None):
             if self.project_psd:
@@ -416,10 +451,8 @@ class SubspaceSimulator:
                 Pa = self.Phi[act]
                 Hf = (2.0 * self.m_p * self.FLOOR_K * h2) * torch.kron(torch.outer(self.up, self.up), Pa.T @ Pa)
                 Hmat += Hf
-        if beta_h > 0:
-            K0 = self._rest_stiffness()
-            grad = grad + beta_h * (K0 @ (q - q_prev).reshape(-1)).reshape(3, K4)
-            Hmat = Hmat + beta_h * K0
+        if Dmat is not None:
+            Hmat = Hmat + Dmat
         return Eval, grad, Hmat
 
     # ------------------------------------------------------------------------------------------ stepping
@@ -429,27 +462,38 @@ class SubspaceSimulator:
         self.dt = h
         try:
             q_pred = q0 + h * qdot0
-            beta_h = self.damping * h * h  # beta = c * h, times h from the potential form
+            beta_h = self._step_dissipation(q0, h)
             q = q_pred.clone()
             eps = self.HESS_EPS * self.m_p * self.n
             gnorm = float("inf")
             iters = 0
+            L = None
+            gtol = self.grad_tol * max(1.0, self.total_mass)
             for it in range(self.newton_iters):
-                Eval, grad, Hm = self._objective(q, q_pred, q0, beta_h, True)
+                need_h = L is None or (self.hessian_every > 0 and it % self.hessian_every == 0)
+                if need_h:
+                    Eval, grad, Hm = self._objective(q, q_pred, q0, beta_h, True)
+                    if not torch.isfinite(Hm).all():
+                        return q, iters, float("nan"), False
+                else:
+                    Eval, grad = self._objective(q, q_pred, q0, beta_h, "grad")
                 gnorm = float(grad.norm())
-                if not math.isfinite(gnorm) or not torch.isfinite(Hm).all():
+                if not math.isfinite(gnorm):
                     return q, iters, gnorm, False
+                if gnorm < gtol:
+                    break
                 iters = it + 1
                 g = grad.reshape(-1)
-                reg = eps
-                eye = torch.eye(Hm.shape[0], dtype=Hm.dtype)
-                for _ in range(6):
-                    L, info = torch.linalg.cholesky_ex(Hm + reg * eye)
-                    if int(info) == 0:
-                        break
-                    reg *= 100.0
-                else:
-                    return q, iters, gnorm, False
+                if need_h:
+                    reg = eps
+                    eye = torch.eye(Hm.shape[0], dtype=Hm.dtype)
+                    for _ in range(6):
+                        L, info = torch.linalg.cholesky_ex(Hm + reg * eye)
+                        if int(info) == 0:
+                            break
+                        reg *= 100.0
+                    else:
+                        return q, iters, gnorm, False
                 delta = -torch.cholesky_solve(g[:, None], L)[:, 0]
                 slope = float(g @ delta)
                 if slope >= 0 or float(delta.abs().max()) < self.tol:
@@ -473,6 +517,23 @@ class SubspaceSimulator:
             return q, iters, gnorm, bool(torch.isfinite(q).all())
         finally:
             self.dt = old_dt
+
+    def _step_dissipation(self, q0: torch.Tensor, h: float):
+        """Constant dissipation matrix D of one step: Rayleigh ``beta h K0`` (beta = damping * h) plus viscous floor
+        friction ``h eta m_p (P_T (x) Phi_C^T Phi_C)`` on the cubature points C touching the floor at the start of
+        the step (P_T = I - up up^T, eta = ``friction`` in 1/s). Returns None when both are off."""
+        D = None
+        if self.damping > 0:
+            D = (self.damping * h * h) * self._rest_stiffness()
+        if self.floor_height is not None and self.friction > 0:
+            x0 = self.positions(q0)
+            touch = (x0 @ self.up - self.floor_height) < self.CONTACT_GAP
+            if bool(touch.any()):
+                Pc = self.Phi[touch]
+                PT = torch.eye(3, dtype=torch.float64) - torch.outer(self.up, self.up)
+                Kf = (h * self.friction * self.m_p) * torch.kron(PT, Pc.T @ Pc)
+                D = Kf if D is None else D + Kf
+        return D if D is not None else 0.0
 
     def _sane(self, q: torch.Tensor) -> bool:
         if not torch.isfinite(q).all():

@@ -1,0 +1,116 @@
+"""Training step, CLI training, resume, determinism and a 2-process torchrun job (method.md 6)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from physskin_gs.cli import main
+from physskin_gs.model import load_checkpoint
+from physskin_gs.model.data import synthetic_shape
+from physskin_gs.model.losses import elastic_loss, network_fields, orthogonality_loss, sample_transforms
+from physskin_gs.model.network import NetConfig, PhysSkinNet
+from physskin_gs.model.trainer import TrainConfig, lr_at, train_step
+
+TINY = ["--handles", "6", "--width", "32", "--heads", "2", "--latents", "8", "--enc-layers", "1",
+        "--handle-tokens", "8", "--head-hidden", "32", "--ff-mult", "1", "--cubature", "64", "--transforms", "8",
+        "--surface-points", "128", "--val-every", "0", "--synthetic", "--threads", "1", "--log-every", "1"]
+
+
+def tiny_net(seed=0):
+    torch.manual_seed(seed)
+    return PhysSkinNet(NetConfig(num_handles=6, width=32, heads=2, latents=8, enc_layers=1, handle_tokens=8,
+                                 head_hidden=32, ff_mult=1))
+
+
+def _eval_losses(net, shape, X, Z):
+    with torch.no_grad():
+        cache = net.encode(shape.surface)
+        W, G = network_fields(net, cache, X)
+        return float(elastic_loss(X, W, G, Z, blend=0.0)), float(orthogonality_loss(W[:, :-1]))
+
+
+@pytest.mark.parametrize("combine", ["config", "sum"])
+def test_few_steps_lower_the_loss(combine):
+    torch.set_num_threads(1)
+    net = tiny_net()
+    shape = synthetic_shape("sphere", n_surface=128, n_volume=400)
+    g = torch.Generator().manual_seed(0)
+    X = shape.volume[torch.randperm(shape.volume.shape[0], generator=g)[:200]]
+    Z = sample_transforms(16, 7, 0.02, g)
+    pot0, orth0 = _eval_losses(net, shape, X, Z)
+    cfg = TrainConfig(steps=40, lr=2e-3, lr_min=2e-3, cubature=128, transforms=16, surface_points=128,
+                      augment=False, combine=combine, smooth=False)
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
+    recs = [train_step(net, opt, shape, cfg, i, g) for i in range(25)]
+    pot1, orth1 = _eval_losses(net, shape, X, Z)
+    assert pot1 < 0.5 * pot0
+    if combine == "config":
+        assert all(r["cos_pot"] > 0 and r["cos_orth"] > 0 for r in recs[1:])
+
+
+def test_orthogonality_warmup_lowers_orth_loss():
+    net = tiny_net(1)
+    shape = synthetic_shape("box", n_surface=128, n_volume=400)
+    g = torch.Generator().manual_seed(0)
+    X = shape.volume[:200]
+    Z = sample_transforms(4, 7, 0.02, g)
+    _, orth0 = _eval_losses(net, shape, X, Z)
+    cfg = TrainConfig(steps=20, lr=3e-3, lr_min=3e-3, cubature=200, transforms=4, surface_points=128,
+                      augment=False, orth_only_frac=1.0)
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
+    for i in range(20):
+        train_step(net, opt, shape, cfg, i, g)
+    _, orth1 = _eval_losses(net, shape, X, Z)
+    assert orth1 < 0.5 * orth0
+
+
+def test_lr_schedule():
+    cfg = TrainConfig(steps=1000, lr=5e-4, lr_min=5e-5, warmup_frac=0.01)
+    assert lr_at(0, cfg) == pytest.approx(5e-4 / 10)
+    assert lr_at(10, cfg) == pytest.approx(5e-4)
+    assert lr_at(1000, cfg) == pytest.approx(5e-5)
+    assert 5e-5 < lr_at(500, cfg) < 5e-4
+
+
+def test_cli_train_resume_and_determinism(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert main(["train", "--out", str(a), "--steps", "5", "--stop-after", "3", *TINY]) == 0
+    for f in ("model.safetensors", "train_state.safetensors", "config.json", "metrics.jsonl"):
+        assert (a / f).is_file(), f
+    lines = [json.loads(l) for l in (a / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in lines] == [0, 1, 2]
+    # resume to 5 steps == uninterrupted 5 steps (deterministic seed, restored Adam + RNG state)
+    assert main(["train", "--out", str(a), "--steps", "5", "--resume", *TINY]) == 0
+    assert main(["train", "--out", str(b), "--steps", "5", *TINY]) == 0
+    ma, mb = load_checkpoint(a / "model.safetensors"), load_checkpoint(b / "model.safetensors")
+    for k, v in ma.state_dict().items():
+        assert torch.allclose(v, mb.state_dict()[k], atol=1e-6), k
+
+
+def test_cli_train_bad_options(tmp_path, capsys):
+    assert main(["train", "--out", str(tmp_path / "x"), "--steps", "2", "--resume", *TINY]) == 2
+    assert "no checkpoint to resume" in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path / "y"), "--data", str(tmp_path / "nope"), "--steps", "1"]) == 2
+
+
+def test_torchrun_two_processes(tmp_path):
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    if torchrun is None:
+        pytest.skip("torchrun not installed")
+    exe = shutil.which("physskin-gs", path=os.path.dirname(sys.executable))
+    out = tmp_path / "ddp"
+    cmd = [torchrun, "--standalone", "--nproc_per_node=2", exe, "train", "--out", str(out), "--steps", "3", *TINY]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
+    assert r.returncode == 0, r.stderr[-2000:]
+    cfg = json.loads((out / "config.json").read_text())
+    assert cfg["world_size"] == 2
+    lines = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [0, 1, 2]
+    assert load_checkpoint(out / "model.safetensors") is not None
