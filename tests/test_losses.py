@@ -22,7 +22,11 @@ from physskin_gs.model.losses import (
     sample_transforms,
     skinning_metrics,
     smoothness_loss,
+    batched_deformation_gradient,
+    blended_energy_density_fast,
+    det3,
 )
+from physskin_gs.elastic import blended_energy_density
 from physskin_gs.model.network import NetConfig, PhysSkinNet
 
 E, NU = 5e5, 0.45
@@ -170,3 +174,18 @@ def test_skinning_metrics_reference_values():
     assert c["omega_orth_x1e2"] == pytest.approx(100.0, rel=1e-9)  # method.md 11: collapsed basis
     assert c["h_spec"] == pytest.approx(0.0, abs=1e-6)
     assert c["kappa_log"] > 20
+
+
+def test_fast_F_and_energy_match_reference():
+    X, W, G = _rbf_points(120)
+    g = torch.Generator().manual_seed(5)
+    X, W, G = X.double(), W.double(), G.double()
+    Z = sample_transforms(7, W.shape[1], 0.2, g, dtype=torch.float64)
+    F_fast = batched_deformation_gradient(X, W, G, Z)
+    F_ref = deformation_gradient(X, W, G, Z)
+    assert torch.allclose(F_fast, F_ref, atol=1e-12)
+    assert torch.allclose(det3(F_ref), torch.linalg.det(F_ref), atol=1e-12)
+    mu, lam = lame_parameters(E, NU)
+    for s in (0.0, 0.3, 1.0):
+        assert torch.allclose(blended_energy_density_fast(F_ref, mu, lam, s),
+                              blended_energy_density(F_ref, mu, lam, s), rtol=1e-10)

@@ -57,7 +57,7 @@ def test_oni_orthogonalises(shape):
 
 def test_neural_field_fixed_norms_and_units():
     net = tiny_net()
-    s = synthetic_shape("ellipsoid", n_surface=128, n_volume=400)
+    s = synthetic_shape("ellipsoid", n_surface=64, n_volume=200)
     ref = s.volume
     field = skinning_from_model(net, s.surface, ref, chunk=50)
     assert isinstance(field, NeuralSkinningField) and field.num_handles == 7
@@ -75,10 +75,10 @@ def test_neural_field_fixed_norms_and_units():
 
 def test_neural_field_fd_grads_match_jvp():
     net = tiny_net()
-    s = synthetic_shape("sphere", n_surface=128, n_volume=200)
+    s = synthetic_shape("sphere", n_surface=64, n_volume=100)
     f_fd = skinning_from_model(net, s.surface, s.volume)
     f_jvp = skinning_from_model(net, s.surface, s.volume, grad_mode="jvp")
-    X = s.volume[:60] * 0.9
+    X = s.volume[:30] * 0.9
     _, Gf = f_fd.weights_and_grads(X)
     _, Gj = f_jvp.weights_and_grads(X)
     assert (Gf - Gj).norm() / Gj.norm() < 1e-2
@@ -147,8 +147,14 @@ def test_fit_skinning_budgets_and_output():
     s = synthetic_shape("box", n_surface=128, n_volume=400)
     with pytest.raises(OptionError):
         fit_skinning(s.surface, s.volume, time_budget_s=None, steps=None)
+    from dataclasses import replace
+
+    from physskin_gs.model.fit import FIT_CONFIG
+
+    cfg = replace(FIT_CONFIG, cubature=200, transforms=8)
     seen = []
-    field = fit_skinning(s.surface, s.volume, time_budget_s=None, steps=12, progress=lambda i, r: seen.append(r))
+    field = fit_skinning(s.surface, s.volume, time_budget_s=None, steps=12, progress=lambda i, r: seen.append(r),
+                         config=cfg)
     assert len(seen) == 12 and list(seen[0]) and "cos_pot" not in seen[0]  # orthogonality-only warm-up
     W, G = field.weights_and_grads(s.volume[:50])
     assert W.shape == (50, 17) and G.shape == (50, 17, 3)
@@ -158,5 +164,5 @@ def test_fit_skinning_budgets_and_output():
     # fine-tuning a network leaves the original untouched
     net = tiny_net()
     before = {k: v.clone() for k, v in net.state_dict().items()}
-    fit_skinning(s.surface, s.volume, time_budget_s=None, steps=2, init_model=net)
+    fit_skinning(s.surface, s.volume, time_budget_s=None, steps=2, init_model=net, config=cfg)
     assert all(torch.equal(before[k], v) for k, v in net.state_dict().items())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -591,3 +590,19 @@ def test_render_resolution_adapts_to_render_time():
     for _ in range(20):
         r._adapt(10.0, viewport_h=720)
     assert r.height == 64
+
+
+def test_xray_lowers_sent_opacity(live_app):
+    app, anim, clients = live_app
+    c = connect(app, clients)
+    app.set_xray(True)
+
+    def alpha_on_wire():
+        m = c.get("SceneNodeUpdateMessage", "/scene/moving")
+        if m is None or "buffer" not in m["updates"]:
+            return None
+        rgba = np.asarray(m["updates"]["buffer"]).view(np.uint32).reshape(-1, 8)[:, 7].copy().view(np.uint8)
+        return rgba.reshape(-1, 4)[:, 3]
+
+    expected = np.clip(anim.scene.opacities.numpy() * appmod.XRAY_OPACITY * 255, 0, 255).astype(np.uint8)
+    assert wait_until(lambda: alpha_on_wire() is not None and np.array_equal(alpha_on_wire(), expected), 10)

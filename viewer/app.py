@@ -56,6 +56,8 @@ FIELD_NONE = "scene colours"
 FIELD_ALL = "all handles (argmax)"
 #: Pin region used by the "pin region" checkbox when the config names none (bottom 10% of the object).
 DEFAULT_PIN = "below:0.1"
+#: Opacity factor of the "x-ray" display option (handle markers inside the object become visible).
+XRAY_OPACITY = 0.3
 GRAVITY_DIRS = ["down (-up)", "-x", "+x", "-y", "+y", "-z", "+z"]
 
 
@@ -244,6 +246,7 @@ class ViewerApp:
         self._colors_cache = None
         self._click_enabled = True
         self._show_handles = True
+        self._xray = False
 
     # ================================================================== lifecycle
     @property
@@ -433,7 +436,7 @@ class ViewerApp:
             base_rgb=base_rgb,
             opac=opac,
             live_rgb=base_rgb[live_idx],
-            gizmo_scale=0.12 * extent,
+            gizmo_scale=0.2 * extent,
         )
         if len(live_idx) == n:
             live.live_sel = slice(None)  # every row: no gather per frame
@@ -481,14 +484,12 @@ class ViewerApp:
                 scale=live.gizmo_scale,
                 disable_rotations=True,
                 disable_sliders=True,
-                depth_test=False,  # handle centres lie inside the object: draw the gizmos on top
-                opacity=0.85,
                 translation_limits=lim,
                 position=tuple(float(x) for x in p),
                 visible=self._show_handles,
             )
             color = tuple(int(255 * c) for c in PALETTE[(i + live.handle_offset) % len(PALETTE)])
-            server.scene.add_icosphere(f"/handles/h{i}/marker", radius=0.015 * extent, color=color)
+            server.scene.add_icosphere(f"/handles/h{i}/marker", radius=0.025 * extent, color=color)
             g.on_update(self._make_handle_callback(live, i, g))
             live.handle_gizmos.append(g)
 
@@ -590,10 +591,9 @@ class ViewerApp:
                 pass
         g = client.scene.add_transform_controls(
             "/grab",
-            scale=live.gizmo_scale * 1.2,
+            scale=live.gizmo_scale,
             disable_rotations=True,
             disable_sliders=True,
-            depth_test=False,
             translation_limits=((-1e9, 1e9),) * 3,
             position=tuple(float(x) for x in point),
         )
@@ -677,6 +677,13 @@ class ViewerApp:
         client.camera.on_update(lambda _cam: r.camera_changed())
         r.start()
 
+    def set_xray(self, on: bool) -> None:
+        """Draw the object's splats at :data:`XRAY_OPACITY` of their opacity (client-side mode)."""
+        self._xray = bool(on)
+        live = self.live
+        if live is not None:
+            self._redraw(live)
+
     def set_display_mode(self, mode: str) -> None:
         """Switch between client-side splats and server-rendered images (all clients)."""
         if mode == DISPLAY_GSPLAT and not cuda_available():
@@ -734,8 +741,10 @@ class ViewerApp:
     def _push_splats(self, live: LiveState, frame: Frame) -> None:
         sel = live.live_sel
         rgba = live.live_rgba
-        if rgba is None or rgba[0] is not live.live_rgb:  # colours changed (field display): repack once
-            rgba = live.live_rgba = (live.live_rgb, rgba_u32(live.live_rgb, live.opac[live.live_idx]))
+        xray = self._xray
+        if rgba is None or rgba[0] is not live.live_rgb or rgba[2] != xray:  # colours changed: repack once
+            op = live.opac[live.live_idx] * (XRAY_OPACITY if xray else 1.0)
+            rgba = live.live_rgba = (live.live_rgb, rgba_u32(live.live_rgb, op), xray)
         live.moving_node.buffer = pack_splat_buffer(frame.means[sel], frame.covars[sel], live.s, rgba[1])
 
     def _move_handle_gizmos(self, live: LiveState, frame: Frame) -> None:
@@ -851,6 +860,7 @@ class ViewerApp:
             modes = [DISPLAY_CLIENT, DISPLAY_TORCH] + ([DISPLAY_GSPLAT] if cuda_available() else [])
             g["display"] = gui.add_dropdown("mode", modes, initial_value=self.display_mode)
             g["handles"] = gui.add_checkbox("show handles", True)
+            g["xray"] = gui.add_checkbox("x-ray (see handles inside)", False)
             g["click"] = gui.add_checkbox("click to grab", True)
         with gui.add_folder("Record"):
             g["record_dir"] = gui.add_text("folder", str(self.record_dir))
@@ -985,6 +995,10 @@ class ViewerApp:
             if self.live is not None:
                 for gz in self.live.handle_gizmos:
                     gz.visible = self._show_handles
+
+        @g["xray"].on_update
+        def _(_e) -> None:
+            self.set_xray(bool(g["xray"].value))
 
         @g["click"].on_update
         def _(_e) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from typing import Any, Callable, Dict, Optional
+from typing import Callable, Optional
 
 import numpy as np
 

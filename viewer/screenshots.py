@@ -110,6 +110,7 @@ def drag_session(
     record_dir: Optional[Path] = None,
     click: bool = True,
     direction: str = "side",
+    field_shot: bool = False,
 ) -> Dict[str, np.ndarray]:
     """Open ``app`` (started, ready) in headless Chromium and capture rest / dragged / released screenshots.
 
@@ -117,7 +118,8 @@ def drag_session(
     sideways on screen, away from the centre; "up": along the up vector), via websocket drag messages. With ``record_dir``, the drag is recorded there (frame%04d.ply + sequence.json).
     With ``click``, the object is first clicked in the page (click-to-grab); the grab gizmo's position is
     returned as ``"grab_point"``. Returns the images (and writes PNGs into ``out_dir`` when given). Every wait
-    is bounded by ``timeout``.
+    is bounded by ``timeout``. With ``field_shot``, a last screenshot shows the skinning field (argmax colours,
+    x-ray) as ``"skinning"``.
     """
     import imageio.v2 as imageio
 
@@ -177,6 +179,13 @@ def drag_session(
         shots["released"] = browser.screenshot()
         if record_dir is not None:
             app.stop_recording()
+        if field_shot:
+            # The skinning field (argmax handle colours) with x-ray splats, so the handle markers show.
+            app.set_xray(True)
+            app.gui["field"].value = "all handles (argmax)"
+            shots["skinning"] = wait_changed(browser, shots["released"], region, timeout)
+            time.sleep(settle_s)
+            shots["skinning"] = browser.screenshot()
     finally:
         if ws is not None:
             ws.close()
@@ -215,7 +224,8 @@ def main(argv=None) -> int:
             print(f"viewer failed: {app.failed}", file=sys.stderr)
             return 1
         shots = drag_session(app, Path(args.out), width=args.width, height=args.height, pull=args.pull,
-                             direction=args.direction, record_dir=Path(args.record) if args.record else None)
+                             direction=args.direction, record_dir=Path(args.record) if args.record else None,
+                             field_shot=True)
         for k, img in shots.items():
             print(f"{k}: {img.shape}" + (f", object pixels {object_mask(img).sum()}" if img.ndim == 3 else f" {img}"))
     finally:

@@ -50,7 +50,7 @@ EXCLUDED_MESHES = ["c3d_alligator.obj"]
 TRAINING_SPLATS = ["plant_capture.splat", "guitar_playcanvas.compressed.ply"]
 
 #: Bump when the sampling code changes in a way that invalidates cached shapes.
-CACHE_VERSION = "1"
+CACHE_VERSION = "2"
 
 _SPLAT_FORMATS = ("inria-ply", "splat", "compressed-ply")
 
@@ -189,7 +189,7 @@ def sample_from_splat(
     rng = np.random.default_rng(seed)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        sv = fill_splat_interior(means, log_scales, opac, resolution=resolution,
+        sv = fill_splat_interior(means, log_scales, opac, resolution=resolution, quats=quats,
                                  opacity_threshold=opacity_threshold, seed=seed)
     n_vs, n_vi = _split_volume(n_volume, surface_fraction)
     interior = norm.to_normalized(sv.interior.numpy().astype(np.float64)).astype(np.float32)

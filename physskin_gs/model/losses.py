@@ -118,6 +118,47 @@ def sample_transforms(
     return sigma * torch.randn(batch, num_handles, 3, 4, generator=generator, dtype=dtype)
 
 
+def batched_deformation_gradient(X: torch.Tensor, W: torch.Tensor, gradW: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
+    """Fast path of :func:`physskin_gs.lbs.deformation_gradient` for B transforms, written as two GEMMs.
+
+    ``F_b(X_n) = I + sum_h W_nh A_bh + sum_h (Z_bh X~_n) gradW_nh^T`` (method.md 3). X (N, 3), W (N, H),
+    gradW (N, H, 3), Z (B, H, 3, 4) -> F (B, N, 3, 3). Held to the reference by tests/test_losses.py.
+    """
+    N, H = W.shape
+    B = Z.shape[0]
+    Xh = torch.cat([X, torch.ones_like(X[:, :1])], dim=1)  # [N, 4]
+    A = Z[..., :3].permute(1, 0, 2, 3).reshape(H, B * 9)  # [H, B*9]
+    T1 = (W @ A).reshape(N, B, 3, 3)
+    M = (Xh[:, None, :, None] * gradW[:, :, None, :]).reshape(N, H * 4, 3)  # [N, (h c), c']
+    Zr = Z.permute(1, 3, 0, 2).reshape(H * 4, B * 3)  # [(h c), (b a)]
+    T2 = (M.transpose(1, 2).reshape(N * 3, H * 4) @ Zr).reshape(N, 3, B, 3)  # [n, c', b, a]
+    F = T1 + T2.permute(0, 2, 3, 1)  # [N, B, a, c']
+    F = F + torch.eye(3, dtype=F.dtype, device=F.device)
+    return F.transpose(0, 1)  # [B, N, 3, 3]
+
+
+def det3(F: torch.Tensor) -> torch.Tensor:
+    """Determinant of (..., 3, 3) matrices by the cofactor expansion (cheaper than LU for 3x3 batches)."""
+    a, b, c = F[..., 0, 0], F[..., 0, 1], F[..., 0, 2]
+    d, e, f = F[..., 1, 0], F[..., 1, 1], F[..., 1, 2]
+    g, h, i = F[..., 2, 0], F[..., 2, 1], F[..., 2, 2]
+    return a * (e * i - f * h) - b * (d * i - f * g) + c * (d * h - e * g)
+
+
+def blended_energy_density_fast(F: torch.Tensor, mu: float, lam: float, s: float) -> torch.Tensor:
+    """Same value as :func:`physskin_gs.elastic.blended_energy_density` (method.md 6.2), with det3."""
+    tr_e = F[..., 0, 0] + F[..., 1, 1] + F[..., 2, 2] - 3.0
+    out = 0.0
+    if s < 1.0:
+        eps = 0.5 * (F + F.transpose(-1, -2)) - torch.eye(3, dtype=F.dtype, device=F.device)
+        out = (1.0 - s) * (mu * (eps * eps).sum((-2, -1)) + 0.5 * lam * tr_e * tr_e)
+    if s > 0.0:
+        J = det3(F)
+        I1 = (F * F).sum((-2, -1))
+        out = out + s * (0.5 * mu * (I1 - 3.0) + 0.5 * lam * (J - 1.0) ** 2 - mu * (J - 1.0))
+    return out
+
+
 def elastic_loss(
     X: torch.Tensor,
     W: torch.Tensor,
@@ -135,8 +176,8 @@ def elastic_loss(
     (energy density units x volume). Zero at Z = 0 and (for blend = 1) for rigid motions.
     """
     mu, lam = lame_parameters(E, nu)
-    F = deformation_gradient(X, W, gradW, Z)  # [B, N, 3, 3]
-    return volume * blended_energy_density(F, mu, lam, blend).mean()
+    F = batched_deformation_gradient(X, W, gradW, Z)  # [B, N, 3, 3]
+    return volume * blended_energy_density_fast(F, mu, lam, float(blend)).mean()
 
 
 def orthogonality_loss(W_learned: torch.Tensor) -> torch.Tensor:

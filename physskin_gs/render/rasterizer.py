@@ -196,6 +196,10 @@ def rasterize_tiles(
     dev = means2d.device
     D = features.shape[1]
     ts = int(tile_size)
+    if not 1 <= ts <= 8:
+        raise OptionError(f"tile_size must be in 1..8 (float32 precision of the per-tile expansion), got {ts}")
+    if int(block) < 1:
+        raise OptionError(f"block must be >= 1, got {block}")
     P = ts * ts
     B = int(block)
     tw, th = (width + ts - 1) // ts, (height + ts - 1) // ts
@@ -275,6 +279,7 @@ def _composite_blocks(out, rows, block_tile, table, ts, tw, B, blocks_per_chunk)
     # threshold_ keeps x > thr; with thr the float32 just below 1/255 that is x >= 1/255 (float32)
     thr = float(np.nextafter(np.float32(ALPHA_MIN), np.float32(0.0)))
     nb = rows.shape[0]
+    contrib = torch.empty(nb, P, out.shape[2], dtype=torch.float32, device=dev)
     for b0 in range(0, nb, blocks_per_chunk):
         b1 = min(nb, b0 + blocks_per_chunk)
         n = b1 - b0
@@ -312,8 +317,10 @@ def _composite_blocks(out, rows, block_tile, table, ts, tw, B, blocks_per_chunk)
         Ti = torch.sub(off.float().neg_()[:, :, None], cs, out=cs).exp_()  # inclusive T
         torch.threshold_(Ti, T_STOP, 0.0)  # stop once T (1 - alpha) <= 1e-4 (exclusive, as gsplat)
         w = Ti.mul_(odds)  # alpha T_exclusive = T_inclusive alpha / (1 - alpha)
-        contrib = torch.bmm(w, prm[:, :, 6:])  # [n, P, D+1]
-        out[segt] += torch.segment_reduce(contrib, "sum", lengths=segc, axis=0)
+        torch.bmm(w, prm[:, :, 6:], out=contrib[b0:b1])  # [n, P, D+1] per-block colour sums
+    # per-tile sums in one fixed order, so the image does not depend on the chunk size
+    tiles_u, tcount = torch.unique_consecutive(block_tile, return_counts=True)
+    out[tiles_u] = torch.segment_reduce(contrib, "sum", lengths=tcount, axis=0)
 
 
 def rasterize_pairs_reference(
