@@ -7,7 +7,7 @@ All geometry here is in the *scene frame* (scene units). Handle transforms Z (H,
 Fast path (:class:`GaussianDeformer`). With Zm (3, 4H), ``Zm[a, (h, c)] = Z[h, a, c]``, the per-Gaussian factor
 ``P_n = [phi_n^T; (G_n^T L_n)^T]`` (4, 4H) is precomputed once, where ``phi = W (x) mu~``,
 ``G[b, (h, c)] = W_h delta_bc + dW_h/dX_b mu~_c`` and ``L = R S`` is the rest covariance factor. Then ONE GEMM
-``[4N, 4H] x [4H, 3]`` gives both the mean displacement and ``(F - I) L``; ``Sigma' = (F L)(F L)^T`` stays PSD
+``Zm [3, 4H] x P [4H, 4N]`` (P stored K-major) gives both the mean displacement and ``(F - I) L``; ``Sigma' = (F L)(F L)^T`` stays PSD
 even for det F <= 0. :func:`deform_reference` is the plain version built from :mod:`physskin_gs.lbs`.
 
 Export: ``F L = U diag(s) V^T`` by one-sided Jacobi (accurate for the column-scaled F L of flat surfels with
@@ -247,7 +247,9 @@ class GaussianDeformer:
         self.scales = torch.exp(torch.nan_to_num(log_scales.to(f32), nan=MIN_LOG_SCALE).clamp(MIN_LOG_SCALE, 20.0))
         L = self.R * self.scales[:, None, :]  # [N, 3, 3] = R S
         self.L = L
-        self.factor = torch.empty(N, 4, self.K4, dtype=f32)
+        # factor stored K-major, [4H, N, 4]: the per-frame GEMM is Zm [3, 4H] @ factor [4H, 4N], which MKL
+        # streams faster than the [4N, 4H] @ [4H, 3] orientation (skinny output)
+        self.factor = torch.empty(self.K4, N, 4, dtype=f32)
         eye34 = torch.zeros(3, 4, dtype=f32)
         eye34[:, :3] = torch.eye(3)
         for s in range(0, N, self.chunk):
@@ -256,31 +258,34 @@ class GaussianDeformer:
             dWc = torch.nan_to_num(weight_grads[s:e].to(f32))
             mu = torch.cat([self.rest_means[s:e], torch.ones(e - s, 1, dtype=f32)], dim=1)  # [n, 4]
             Lc = L[s:e]
-            self.factor[s:e, 0] = (Wc[:, :, None] * mu[:, None, :]).reshape(e - s, self.K4)
+            blk = torch.empty(e - s, 4, self.K4, dtype=f32)
+            blk[:, 0] = (Wc[:, :, None] * mu[:, None, :]).reshape(e - s, self.K4)
             gL = torch.bmm(dWc, Lc)  # [n, H, 3(d)] = grad W_h . L[:, d]
             # term[d, h, c] = W_h L[c, d] (c < 3) + mu~_c gL[h, d]
             term = (Wc[:, None, :, None] * torch.cat([Lc.transpose(1, 2), torch.zeros(e - s, 3, 1)], dim=2)[:, :, None, :]
                     + gL.permute(0, 2, 1)[:, :, :, None] * mu[:, None, None, :])  # [n, 3(d), H, 4]
-            self.factor[s:e, 1:] = term.reshape(e - s, 3, self.K4)
-        self._flat = self.factor.view(N * 4, self.K4)
-        self._out = torch.empty(N * 4, 3, dtype=f32)
+            blk[:, 1:] = term.reshape(e - s, 3, self.K4)
+            self.factor[:, s:e, :] = blk.permute(2, 0, 1)
+        self._flat = self.factor.view(self.K4, N * 4)
+        self._out = torch.empty(3, N * 4, dtype=f32)
         self.means = self.rest_means.clone()
         self.covars = (L @ L.transpose(1, 2)).contiguous()
         self.FL = L.clone()
-        self._Zm = torch.zeros(self.K4, 3, dtype=f32)
+        self._Zm = torch.zeros(3, self.K4, dtype=f32)
 
     def _set_Z(self, Z: torch.Tensor) -> None:
-        # Zm^T[(h, c), a] = Z[h, a, c]
-        self._Zm.copy_(Z.to(torch.float32).permute(0, 2, 1).reshape(self.K4, 3))
+        # Zm[a, (h, c)] = Z[h, a, c]
+        self._Zm.copy_(Z.to(torch.float32).permute(1, 0, 2).reshape(3, self.K4))
 
     def deform(self, Z: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Apply handle transforms Z (H, 3, 4) (scene frame). Returns (means (N, 3), covars (N, 3, 3)), float32
-        buffers owned by the deformer (overwritten by the next call; clone to keep). One GEMM + one 3x3 gram."""
+        buffers owned by the deformer (overwritten by the next call; clone to keep). One GEMM
+        ``Zm [3, 4H] @ P [4H, 4N]`` + one 3x3 gram per Gaussian."""
         self._set_Z(Z)
-        torch.mm(self._flat, self._Zm, out=self._out)  # [4N, 3]
-        out = self._out.view(self.N, 4, 3)
-        torch.add(self.rest_means, out[:, 0], out=self.means)
-        torch.add(self.L, out[:, 1:].transpose(1, 2), out=self.FL)  # F L = L + ((F - I) L)
+        torch.mm(self._Zm, self._flat, out=self._out)  # [3, 4N]: out[a, n, r]
+        out = self._out.view(3, self.N, 4)
+        torch.add(self.rest_means, out[:, :, 0].T, out=self.means)
+        torch.add(self.L, out[:, :, 1:].permute(1, 0, 2), out=self.FL)  # F L = L + (F - I) L, [n, a, d]
         if self.singular_clamp is not None:
             self._apply_clamp()
         torch.bmm(self.FL, self.FL.transpose(1, 2), out=self.covars)

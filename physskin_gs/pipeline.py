@@ -433,7 +433,9 @@ class AnimatedScene:
         N = sc.num_gaussians
         means = sc.means.clone()
         means[self._idx] = d.means
-        covars = sc.covariances()
+        if getattr(self, "_rest_covars", None) is None:
+            self._rest_covars = sc.covariances()  # static rows: computed once
+        covars = self._rest_covars.clone()
         covars[self._idx] = d.covars
         if sc.sh_rest.shape[1] > 0:
             vr = torch.eye(3).expand(N, 3, 3).clone()

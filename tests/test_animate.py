@@ -116,3 +116,24 @@ def test_viewer_mode_calls_run_viewer(monkeypatch, splats_dir):
     args = seen["args"]
     assert args.host == "127.0.0.1" and args.port == 9123
     assert args.config.E == 3e4 and args.config.floor is True
+
+
+def test_headless_mesh_exports_mesh_sequence(meshes_dir, tmp_path):
+    import trimesh
+
+    from physskin_gs.io import load_mesh
+
+    src = meshes_dir / "c3d_spot.obj"
+    out = tmp_path / "mesh_seq"
+    rc = _run(["animate", src, "--headless", "--frames", 3, "--export", out, "--mesh-gaussians", 2000, *FAST])
+    assert rc == 0
+    files = sorted(out.glob("frame*.obj"))
+    assert [f.name for f in files] == ["frame0001.obj", "frame0002.obj", "frame0003.obj"]
+    ref = load_mesh(str(src), weld=True)
+    m1 = trimesh.load(files[0], process=False)
+    m3 = trimesh.load(files[-1], process=False)
+    assert m1.vertices.shape == m3.vertices.shape == ref.vertices.shape
+    assert abs(m1.vertices - ref.vertices).max() < 1e-5
+    assert abs(m3.vertices - m1.vertices).max() > 1e-3
+    meta = json.loads((out / "sequence.json").read_text())
+    assert meta["pattern"] == "frame%04d.obj" and meta["up_axis"] == [0.0, 1.0, 0.0]

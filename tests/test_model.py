@@ -23,6 +23,15 @@ from physskin_gs.model.data import synthetic_shape
 from physskin_gs.model.network import NetConfig, oni_weight
 
 
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """Small tensors: one thread avoids oversubscription on the shared 2-core machine (restored after)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def tiny_net(seed=0, **kw):
     torch.manual_seed(seed)
     cfg = dict(num_handles=6, width=32, heads=2, latents=8, enc_layers=1, handle_tokens=8, head_hidden=32, ff_mult=1)

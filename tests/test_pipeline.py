@@ -205,3 +205,28 @@ def test_mesh_input_animates(meshes_dir):
     anim.step(4)
     V1 = anim.deformed_mesh_vertices()
     assert ((V1 - V0) @ anim.up_vector.float().numpy()).mean() < -0.01
+
+
+def test_degenerate_gaussians_never_poison_the_run(tmp_path):
+    """NaN rows, needle and vanishing scales and zero quaternions: the run stays finite and exports."""
+    from physskin_gs.io import load_scene, save_scene
+
+    sc = _blob_scene(800, seed=4)
+    sc.means[:3] = float("nan")
+    sc.log_scales[3:40, 0] = -30.0  # vanishing axis
+    sc.log_scales[40:80] = torch.tensor([2.0, -25.0, -25.0])  # needles
+    sc.quats[80:90] = 0.0
+    sc.log_scales[90, 1] = float("nan")
+    sc.opacity_logits[91] = float("inf")
+    anim = _prepare(sc, select=None)
+    assert not bool(anim.moving[:3].any()) and not bool(anim.moving[90])
+    anim.step(6)
+    dg = anim.deformed_gaussians()
+    ok = torch.ones(sc.num_gaussians, dtype=torch.bool)
+    ok[:3] = False
+    assert torch.isfinite(dg.means[ok]).all() and torch.isfinite(dg.covars[anim.moving]).all()
+    ds = anim.deformed_scene()
+    assert torch.isfinite(ds.quats[anim.moving]).all() and torch.isfinite(ds.log_scales[anim.moving]).all()
+    assert torch.equal(ds.means[:3].isnan(), sc.means[:3].isnan())  # static rows passed through untouched
+    back = load_scene(save_scene(ds, tmp_path / "frame0001.ply"))
+    assert back.num_gaussians == sc.num_gaussians

@@ -107,6 +107,8 @@ def test_chunked_equals_unchunked(tiny):
     big = rasterize_tiles(*args, max_evals=1 << 30)
     for me in (1500, 6000):  # 5 and 23 blocks of 16 rows x 16 pixels per chunk
         assert torch.equal(rasterize_tiles(*args, max_evals=me), big)
+    for mi in (1, 300):  # bands of tile rows (1: one row per band)
+        assert torch.equal(rasterize_tiles(*args, max_isect=mi), big)
     for blk in (1, 4, 32):  # block size changes float32 summation order only
         assert (rasterize_tiles(*args, block=blk) - big).abs().max() < 2e-6
     pbig = rasterize_pairs_reference(*args, max_pairs=1 << 30)

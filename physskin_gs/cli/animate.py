@@ -72,6 +72,8 @@ def register(sub) -> None:
     p.add_argument("--select", help="moving part: box 'xmin,ymin,zmin,xmax,ymax,zmax' or a rule like 'opacity>0.1'")
     p.add_argument("--cubature", dest="num_cubature", type=int, default=1024, help="cubature points (default 1024)")
     p.add_argument("--newton-iters", dest="newton_iters", type=int, default=5, help="Newton iterations per step")
+    p.add_argument("--mesh-gaussians", dest="mesh_gaussians", type=int, default=20000,
+                   help="Gaussians sampled on a mesh input's surface (default 20000)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--host", default="127.0.0.1", help="viewer host (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="viewer port (default 8080)")
@@ -328,7 +330,7 @@ def run_headless(args) -> int:
     script = MotionScript.load(args.script) if args.script else None
 
     t0 = time.perf_counter()
-    scene = load_for_animation(src, seed=args.seed)
+    scene = load_for_animation(src, num_mesh_gaussians=args.mesh_gaussians, seed=args.seed)
     is_mesh = scene.format == "mesh"
     last = [""]
 

@@ -2,8 +2,9 @@
 
 Camera: an orbit camera around the centre of the scene's robust (1st-99th percentile) bounding box,
 at ``--azimuth`` / ``--elevation`` degrees about the ``--up`` axis; the distance frames the box unless
-``--distance`` is given. Default up axis: ``z`` (NeRF-synthetic / Blender objects such as lego); COLMAP
-captures such as plant_capture are ``-y`` up (formats.md 5). Backend ``auto`` uses gsplat when CUDA is
+``--distance`` is given. Default up axis: ``-y``, the COLMAP / OpenCV convention of real captures and
+antimatter15 ``.splat`` files (the demo files plant_capture and spot are -y up); NeRF-synthetic / Blender
+objects such as lego are ``z`` up: pass ``--up z`` (formats.md 5). Backend ``auto`` uses gsplat when CUDA is
 available, else the pure-torch rasteriser. The input file is never overwritten.
 """
 
@@ -27,8 +28,8 @@ def register(sub) -> None:
         help="render a Gaussian scene to a PNG, or a turntable video with --turntable N",
         description=(
             "Render a Gaussian scene (INRIA PLY, .splat, compressed PLY) from an orbit camera that frames the "
-            "scene's robust bounding box. Default up axis z (Blender/NeRF-synthetic objects); use --up -y for "
-            "COLMAP-style captures."
+            "scene's robust bounding box. Default up axis -y (COLMAP-style captures, .splat files); use --up z for "
+            "Blender/NeRF-synthetic objects such as lego."
         ),
     )
     p.add_argument("path", help="scene file")
@@ -39,7 +40,10 @@ def register(sub) -> None:
     p.add_argument("--elevation", type=float, default=20.0, help="degrees above the horizon (default 20)")
     p.add_argument("--distance", type=float, default=None, help="camera distance from the target (default: frame the scene)")
     p.add_argument("--fov", type=float, default=40.0, help="vertical field of view in degrees (default 40)")
-    p.add_argument("--up", default="z", help="up axis: y, -y, z, -z, x, -x or 'ux,uy,uz' (default z)")
+    p.add_argument(
+        "--up", default="-y",
+        help="up axis: y, -y, z, -z, x, -x or 'ux,uy,uz' (default -y, COLMAP captures; lego-style Blender scenes: z)",
+    )
     p.add_argument("--backend", choices=["auto", "gsplat", "torch"], default="auto", help="rasteriser (default auto)")
     p.add_argument("--background", default="white", help="white, black or 'r,g,b' in [0, 1] (default white)")
     p.add_argument("--sh-degree", type=int, default=None, help="use at most this SH degree (default: all in the file)")
@@ -114,7 +118,7 @@ def run(args) -> int:
     background = parse_background(args.background)
     width, height = args.width, args.height
     if args.turntable:
-        w16, h16 = 16 * max(1, round(width / 16)), 16 * max(1, round(height / 16))
+        w16, h16 = 16 * math.ceil(width / 16), 16 * math.ceil(height / 16)
         if (w16, h16) != (width, height):
             print(f"note: video frames must be multiples of 16; rendering {w16}x{h16}", file=sys.stderr)
         width, height = w16, h16

@@ -162,6 +162,22 @@ def _sort_int64(keys: torch.Tensor) -> torch.Tensor:
     return torch.sort(keys).values
 
 
+def _row_bands(y0: torch.Tensor, y1: torch.Tensor, nx: torch.Tensor, th: int, max_isect: int):
+    """Split tile rows [0, th) into bands [r0, r1) of at most ~max_isect intersections (at least one row each)."""
+    per_row = torch.zeros(th + 1, dtype=torch.long, device=y0.device)
+    per_row.index_add_(0, y0, nx)
+    per_row.index_add_(0, y1, -nx)
+    per_row = torch.cumsum(per_row, 0)[:th].tolist()  # intersections in each tile row
+    bands, r0, acc = [], 0, 0
+    for r, c in enumerate(per_row):
+        if acc > 0 and acc + c > max_isect:
+            bands.append((r0, r))
+            r0, acc = r, 0
+        acc += c
+    bands.append((r0, th))
+    return bands
+
+
 def rasterize_tiles(
     means2d: torch.Tensor,
     conics: torch.Tensor,
@@ -174,6 +190,7 @@ def rasterize_tiles(
     tile_size: int = 4,
     max_evals: int = 1 << 20,
     block: int = 16,
+    max_isect: int = 1 << 24,
 ) -> torch.Tensor:
     """Tile-binned front-to-back compositing (fast path); see the module docstring.
 
@@ -190,6 +207,8 @@ def rasterize_tiles(
         features: (N, D) float32 per-Gaussian values to composite (colour, depth, ...).
         width, height: image size. tile_size: tile side in pixels. block: rows per block.
         max_evals: bound on (row, pixel) evaluations per chunk; memory is about 40 bytes each.
+        max_isect: (Gaussian, tile) intersections per band of tile rows (about 80 bytes each); larger
+            scenes are rendered band by band. Neither bound changes the image.
     Returns:
         (H, W, D + 1) float32: composited features and, last, the accumulated alpha.
     """
@@ -236,11 +255,17 @@ def rasterize_tiles(
         dummy = torch.zeros(1, table.shape[1], device=dev)
         dummy[0, 5] = -math.inf  # opacity 0: alpha = 0 everywhere
         table = torch.cat([table, dummy], 0)
-        if total > 0:
-            rank = torch.repeat_interleave(torch.arange(M, device=dev), counts)  # [I] depth rank
-            local = torch.arange(total, device=dev) - (torch.cumsum(counts, 0) - counts)[rank]
+        # bands of tile rows with at most ~max_isect intersections each bound the memory (tiles are independent)
+        for r0, r1 in _row_bands(y0, y1, nx, th, int(max_isect)) if total > 0 else []:
+            yb0, yb1 = y0.clamp(r0, r1), y1.clamp(r0, r1)
+            cnt = nx * (yb1 - yb0).clamp_min(0)  # [M]
+            n_isect = int(cnt.sum())
+            if n_isect == 0:
+                continue
+            rank = torch.repeat_interleave(torch.arange(M, device=dev), cnt)  # [I] depth rank
+            local = torch.arange(n_isect, device=dev) - (torch.cumsum(cnt, 0) - cnt)[rank]
             nxr = nx[rank]
-            tile = (y0[rank] + local // nxr) * tw + (x0[rank] + local % nxr)  # [I]
+            tile = (yb0[rank] + local // nxr) * tw + (x0[rank] + local % nxr)  # [I]
             del local, nxr
             # sort by (tile, depth rank) in one go; keys are unique, so no stable sort or gather needed
             key = _sort_int64(tile * M + rank)
@@ -250,13 +275,14 @@ def rasterize_tiles(
             tiles_u, tcount = torch.unique_consecutive(tile, return_counts=True)
             tblocks = (tcount + B - 1) // B
             shift = (torch.cumsum(tblocks, 0) - tblocks) * B - (torch.cumsum(tcount, 0) - tcount)  # [T]
-            pos = torch.arange(total, device=dev) + torch.repeat_interleave(shift, tcount)
+            pos = torch.arange(n_isect, device=dev) + torch.repeat_interleave(shift, tcount)
             n_blocks = int(tblocks.sum())
             rows = torch.full((n_blocks * B,), M, dtype=torch.long, device=dev)
             rows[pos] = rank
             del pos, rank, tile, shift
             block_tile = torch.repeat_interleave(tiles_u, tblocks)  # [n_blocks]
             _composite_blocks(out, rows.view(n_blocks, B), block_tile, table, ts, tw, B, max(1, int(max_evals) // (P * B)))
+            del rows, block_tile
     img = out.reshape(th, tw, ts, ts, D + 1).permute(0, 2, 1, 3, 4).reshape(th * ts, tw * ts, D + 1)
     return img[:height, :width].contiguous()
 

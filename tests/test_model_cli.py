@@ -1,0 +1,74 @@
+"""`physskin-gs skin` and `physskin-gs evaluate` on real shared files with a tiny checkpoint."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from physskin_gs.cli import main
+from physskin_gs.model import save_checkpoint
+from physskin_gs.model.network import NetConfig, PhysSkinNet
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture
+def tiny_ckpt(tmp_path):
+    torch.manual_seed(0)
+    net = PhysSkinNet(NetConfig(num_handles=6, width=32, heads=2, latents=8, enc_layers=1, handle_tokens=8,
+                                head_hidden=32, ff_mult=1))
+    return save_checkpoint(net, tmp_path / "tiny.safetensors", {"train": {"combine": "sum", "cubature": 100}})
+
+
+def test_skin_mesh_and_splat(tmp_path, meshes_dir, splats_dir, tiny_ckpt):
+    out = tmp_path / "w.npz"
+    assert main(["skin", str(meshes_dir / "pybullet_torus.obj"), "-o", str(out), "--checkpoint", str(tiny_ckpt)]) == 0
+    z = np.load(out, allow_pickle=False)
+    n = z["weights"].shape[0]
+    assert z["weights"].shape == (n, 7) and z["grads"].shape == (n, 7, 3) and z["valid"].all()
+    assert np.allclose(z["weights"][:, -1], 1.0) and np.all(z["grads"][:, -1] == 0)
+    m = json.loads(str(z["metrics"]))
+    assert 0 < m["excluding_constant"]["h_spec"] <= 1
+    # the stored normalisation maps the vertices into about [-1, 1]
+    import trimesh
+
+    v = trimesh.load(str(meshes_dir / "pybullet_torus.obj"), force="mesh").vertices
+    vn = (v - z["center"]) / z["scale"]
+    assert np.abs(vn).max() == pytest.approx(1.0, abs=0.02)
+    # existing output is not overwritten without --force
+    assert main(["skin", str(meshes_dir / "pybullet_torus.obj"), "-o", str(out), "--checkpoint", str(tiny_ckpt)]) == 2
+    out2 = tmp_path / "s.npz"
+    assert main(["skin", str(splats_dir / "spot_mesh2splat_10k.splat"), "-o", str(out2),
+                 "--checkpoint", str(tiny_ckpt)]) == 0
+    assert np.load(out2)["weights"].shape == (10000, 7)
+
+
+def test_skin_bad_inputs(tmp_path, tiny_ckpt, capsys):
+    assert main(["skin", str(tmp_path / "nope.ply"), "-o", str(tmp_path / "o.npz")]) == 2
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"not a checkpoint")
+    mesh = tmp_path / "tet.obj"
+    mesh.write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 2 3\nf 1 2 4\nf 1 3 4\nf 2 3 4\n")
+    assert main(["skin", str(mesh), "-o", str(tmp_path / "o.npz"), "--checkpoint", str(junk)]) == 2
+    assert "junk.safetensors" in capsys.readouterr().err
+
+
+def test_evaluate_network_vs_fit(tmp_path, meshes_dir, tiny_ckpt):
+    js = tmp_path / "eval.json"
+    assert main(["evaluate", "--checkpoint", str(tiny_ckpt), "--data", str(meshes_dir / "pybullet_torus.obj"),
+                 "--points", "300", "--fit-seconds", "2", "--transforms", "4", "--json", str(js)]) == 0
+    r = json.loads(js.read_text())
+    row = r["shapes"][0]
+    for method in ("network", "fit"):
+        for k in ("omega_orth_x1e2", "kappa_log", "h_spec", "energy_nh", "seconds"):
+            assert np.isfinite(row[method][k]), (method, k)
+        assert row[method]["energy_nh"] > 0
+    assert r["fit_config"]["combine"] == "sum"  # the fit optimises the network's objective
+    assert "energy_ratio_network_over_fit" in r["summary"]
