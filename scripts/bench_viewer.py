@@ -51,7 +51,7 @@ def make_anim(args):
     t0 = time.perf_counter()
     anim = prepare_animation(scene, cfg, progress=lambda m, f: None)
     print(f"prepare_animation: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
-    return anim, f"pipeline ({args.skinning})"
+    return anim, f"pipeline (skinning {getattr(anim, 'skinning_source', args.skinning)})"
 
 
 def timeit(fn, reps: int, warmup: int = 2) -> float:
