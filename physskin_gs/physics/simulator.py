@@ -394,8 +394,7 @@ class SubspaceSimulator:
         h2 = self.dt * self.dt
         x = self.positions(q)
         F = self.deformation_gradients(q)
-        with single_thread(None):
-            psi = nh.energy_density(F, self.mu, self.lam)
+        psi = nh.energy_density(F, self.mu, self.lam)
         pe = self.v_p * psi.sum() - self.m_p * (x @ self.g_vec).sum()
         d = None
         if self.floor_height is not None:
@@ -413,8 +412,7 @@ class SubspaceSimulator:
         if not with_derivs:
             return Eval
         # gradient
-        with single_thread(None):
-            P = nh.first_piola(F, self.mu, self.lam)  # [n, 3, 3] (a, b)
+        P = nh.first_piola(F, self.mu, self.lam)  # [n, 3, 3] (a, b)
         gq = dq @ self.Mblk  # [3, 4H]
         # elastic: dE/dQ[a, k] = v sum_c sum_b P[c, a, b] G[c, b, k]
         g_el = self.v_p * (P.permute(1, 0, 2).reshape(3, self.n * 3) @ self.G_all)
@@ -432,11 +430,10 @@ class SubspaceSimulator:
         if with_derivs == "grad":
             return Eval, grad
         # Hessian
-        with single_thread(None):
-            if self.project_psd:
-                Hc = nh.projected_hessian(F, self.mu, self.lam)
-            else:
-                Hc = nh.hessian(F, self.mu, self.lam)
+        if self.project_psd:
+            Hc = nh.projected_hessian(F, self.mu, self.lam)
+        else:
+            Hc = nh.hessian(F, self.mu, self.lam)
         Hel = self._assemble(Hc * self.v_p)
         K4 = self.K4
         Hmat = h2 * Hel
