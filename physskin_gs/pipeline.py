@@ -425,9 +425,12 @@ class AnimatedScene:
             self._cache_key = key
         return self.deformer
 
-    def deformed_gaussians(self) -> DeformedGaussians:
+    def deformed_gaussians(self, view_rotations: bool = True) -> DeformedGaussians:
         """The whole scene deformed (static part unchanged): means (N, 3), covars (N, 3, 3), view_rotations
-        (N, 3, 3) (identity for static rows and for DC-only scenes), opacities (N,), sh (N, K+1, 3)."""
+        (N, 3, 3) (identity for static rows and for DC-only scenes), opacities (N,), sh (N, K+1, 3).
+
+        ``view_rotations=False`` skips the per-Gaussian polar decomposition (R_F = identity is returned), for
+        callers that only use the DC colour."""
         d = self._deform()
         sc = self.scene
         N = sc.num_gaussians
@@ -437,7 +440,7 @@ class AnimatedScene:
             self._rest_covars = sc.covariances()  # static rows: computed once
         covars = self._rest_covars.clone()
         covars[self._idx] = d.covars
-        if sc.sh_rest.shape[1] > 0:
+        if sc.sh_rest.shape[1] > 0 and view_rotations:
             vr = torch.eye(3).expand(N, 3, 3).clone()
             vr[self._idx] = d.view_rotations()
         else:

@@ -179,7 +179,7 @@ def test_real_splat_drop_export_and_reload(splats_dir, tmp_path):
     scene = load_for_animation(splats_dir / "spot_mesh2splat_10k.splat")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PipelineWarning)
-        anim = prepare_animation(scene, AnimationConfig(skinning="fit", num_cubature=128, newton_iters=3))
+        anim = prepare_animation(scene, AnimationConfig(skinning="fit", fit_seconds=2.0, num_cubature=128, newton_iters=3))
     assert anim.up_vector.tolist() == [0.0, -1.0, 0.0]  # .splat: -y up
     for _ in range(6):
         anim.step()
@@ -198,7 +198,7 @@ def test_mesh_input_animates(meshes_dir):
     assert scene.format == "mesh" and scene.num_gaussians == 3000
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PipelineWarning)
-        anim = prepare_animation(scene, AnimationConfig(skinning="fit", num_cubature=96, newton_iters=3))
+        anim = prepare_animation(scene, AnimationConfig(skinning="fit", fit_seconds=2.0, num_cubature=96, newton_iters=3))
     V0 = anim.deformed_mesh_vertices()
     assert V0.shape == scene.mesh.vertices.shape
     assert abs(V0 - scene.mesh.vertices).max() < 1e-5

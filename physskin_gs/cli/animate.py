@@ -28,7 +28,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 
 from physskin_gs.errors import OptionError, PhysSkinError
 
@@ -348,7 +348,6 @@ def run_headless(args) -> int:
           f"scale {anim.sim_scale:.4g} m/unit, prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
     video = None
-    writer = None
     png_dir = Path(args.png) if args.png else None
     if args.video or png_dir:
         video = OrbitVideo(anim, args.width, args.height, args.frames, args.orbit)

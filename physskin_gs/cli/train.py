@@ -48,7 +48,7 @@ def register(sub) -> None:
     p.add_argument("--procedural", type=int, default=64, help="number of procedural training shapes added")
     p.add_argument("--synthetic", action="store_true", help="train on built-in synthetic shapes (tests, smoke runs)")
     p.add_argument("--out", required=True, help="output folder (checkpoints, config.json, metrics.jsonl)")
-    p.add_argument("--steps", type=int, default=20000, help="schedule length T (steps)")
+    p.add_argument("--steps", type=int, default=4000, help="schedule length T (steps)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/model.safetensors + train_state")
     p.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this wall time")
     p.add_argument("--stop-after", type=int, default=None, help="stop (and checkpoint) after this many steps of this run")
@@ -67,8 +67,8 @@ def register(sub) -> None:
     p.add_argument("--enc-layers", type=int, default=2)
     p.add_argument("--handle-tokens", type=int, default=32)
     p.add_argument("--n-freq", type=int, default=4)
-    p.add_argument("--head-hidden", type=int, default=256)
-    p.add_argument("--ff-mult", type=int, default=2, help="feed-forward width multiplier")
+    p.add_argument("--head-hidden", type=int, default=128)
+    p.add_argument("--ff-mult", type=int, default=1, help="feed-forward width multiplier")
     p.add_argument("--no-oni", action="store_true")
     p.add_argument("--fd-scheme", choices=["forward", "central"], default="forward")
     # losses
@@ -84,7 +84,7 @@ def register(sub) -> None:
     p.add_argument("--w-smooth", type=float, default=1.0, help="smoothness weight (--combine sum only)")
     p.add_argument("--c-orth", type=float, default=1.0, help="ConFIG cosine weight of the orthogonality loss")
     p.add_argument("--c-smooth", type=float, default=1.0, help="ConFIG cosine weight of the smoothness loss")
-    p.add_argument("--orth-only-frac", type=float, default=0.0)
+    p.add_argument("--orth-only-frac", type=float, default=0.02)
     p.add_argument("--no-augment", action="store_true")
     p.set_defaults(func=run)
 

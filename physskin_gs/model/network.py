@@ -38,8 +38,8 @@ class NetConfig:
     enc_layers: int = 2  # self-attention layers after the cross-attention
     handle_tokens: int = 32  # T
     n_freq: int = 4  # Fourier frequencies pi * 2^k, k < n_freq
-    head_hidden: int = 256
-    ff_mult: int = 2  # feed-forward hidden width = ff_mult * d
+    head_hidden: int = 128
+    ff_mult: int = 1  # feed-forward hidden width = ff_mult * d
     oni: bool = True
     oni_iters: int = 4
 

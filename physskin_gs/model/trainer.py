@@ -20,16 +20,16 @@ from physskin_gs.model.data import TrainShape
 class TrainConfig:
     """Training hyper-parameters (method.md 6; defaults for 2 CPU cores)."""
 
-    steps: int = 20000
+    steps: int = 4000
     lr: float = 5e-4
     lr_min: float = 5e-5
     warmup_frac: float = 0.01
-    cubature: int = 1000  # points per step (method.md 6.1)
-    transforms: int = 128  # B
+    cubature: int = 500  # points per step (method.md 6.1: 1000; 500 on 2 busy cores)
+    transforms: int = 64  # B
     sigma: float = 0.02  # Z ~ sigma N(0,1), weights in RMS-1 units
     surface_points: int = 2048  # encoder input
     smooth: bool = True
-    orth_only_frac: float = 0.0  # first fraction of steps with the orthogonality loss only (fit: 0.1)
+    orth_only_frac: float = 0.02  # first fraction of steps with the orthogonality loss only (fit: 0.1)
     combine: str = "config"  # 'config' (ConFIG) or 'sum'
     w_pot: float = 1.0  # loss weights, used only by combine='sum' (ConFIG ignores scales)
     w_orth: float = 1e6

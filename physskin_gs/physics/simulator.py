@@ -132,7 +132,7 @@ class SubspaceSimulator:
     PIN_K = 1e6
     DRAG_K = 2e3
     CONTACT_GAP = 1e-3  # m: a cubature point this close to the floor counts as touching it (friction)
-    HESS_EPS = 1e-4  # method.md 9.2 regulariser, relative to mean mass (kg)
+    HESS_EPS = 1e-4  # method.md 9.2 regulariser epsilon, scaled by the total mass (kg) so it is unit-consistent
 
     def __init__(self, points: torch.Tensor, weights: torch.Tensor, weight_grads: torch.Tensor, volume: float,
                  E: float = 2e4, nu: float = 0.45, density: float = 100.0, dt: float = 0.03, gravity: float = 9.8,
@@ -431,7 +431,7 @@ class SubspaceSimulator:
             return Eval, grad
         # Hessian
         if self.project_psd:
-            Hc = nh.projected_hessian(F, self.mu, self.lam)
+            Hc = nh.projected_hessian(F.float(), self.mu, self.lam)  # float32 out: assembled in float32 anyway
         else:
             Hc = nh.hessian(F, self.mu, self.lam)
         Hel = self._assemble(Hc * self.v_p)
