@@ -266,7 +266,7 @@ class PhysSkinNet(nn.Module):
         fp = self.point_handle(p1, kv=cache["kv_handles"])
         return self.head(torch.cat([g, fp], dim=-1), weight=cache["head_w"])
 
-    def decode_chunked(self, x: torch.Tensor, cache: Dict[str, torch.Tensor], chunk: int = 32768) -> torch.Tensor:
+    def decode_chunked(self, x: torch.Tensor, cache: Dict[str, torch.Tensor], chunk: int = 2048) -> torch.Tensor:
         """:meth:`decode` in chunks of ``chunk`` points (same result; bounded memory)."""
         if x.shape[0] <= chunk:
             return self.decode(x, cache)
