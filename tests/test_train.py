@@ -114,7 +114,8 @@ def test_torchrun_two_processes(tmp_path):
         pytest.skip("torchrun not installed")
     exe = shutil.which("physskin-gs", path=os.path.dirname(sys.executable))
     out = tmp_path / "ddp"
-    cmd = [torchrun, "--standalone", "--nproc_per_node=2", exe, "train", "--out", str(out), "--steps", "3", *TINY]
+    cmd = [torchrun, "--standalone", "--nproc_per_node=2", exe, "train", "--out", str(out), "--steps", "3", *TINY,
+           "--combine", "config"]  # the per-loss gradient all-reduce path
     env = dict(os.environ, OMP_NUM_THREADS="1")
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env)
     assert r.returncode == 0, r.stderr[-2000:]

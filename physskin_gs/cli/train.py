@@ -79,9 +79,10 @@ def register(sub) -> None:
     p.add_argument("--sigma", type=float, default=0.02)
     p.add_argument("--surface-points", type=int, default=2048)
     p.add_argument("--no-smooth", action="store_true")
-    p.add_argument("--combine", choices=["config", "sum"], default="config")
+    p.add_argument("--combine", choices=["config", "sum"], default="sum",
+                   help="sum: weighted sum (shipped recipe); config: ConFIG (conflictfree) combination")
     p.add_argument("--w-orth", type=float, default=1e6, help="orthogonality weight (--combine sum only)")
-    p.add_argument("--w-smooth", type=float, default=1.0, help="smoothness weight (--combine sum only)")
+    p.add_argument("--w-smooth", type=float, default=100.0, help="smoothness weight (--combine sum only)")
     p.add_argument("--c-orth", type=float, default=1.0, help="ConFIG cosine weight of the orthogonality loss")
     p.add_argument("--c-smooth", type=float, default=1.0, help="ConFIG cosine weight of the smoothness loss")
     p.add_argument("--orth-only-frac", type=float, default=0.02)

@@ -13,8 +13,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from physskin_gs.elastic import blended_energy_density, lame_parameters
-from physskin_gs.lbs import deformation_gradient
+from physskin_gs.elastic import lame_parameters
 
 #: Central-difference step (method.md 6.5: sqrt(1e-7)).
 FD_DELTA = math.sqrt(1e-7)

@@ -30,10 +30,10 @@ class TrainConfig:
     surface_points: int = 2048  # encoder input
     smooth: bool = True
     orth_only_frac: float = 0.02  # first fraction of steps with the orthogonality loss only (fit: 0.1)
-    combine: str = "config"  # 'config' (ConFIG) or 'sum'
+    combine: str = "sum"  # 'sum' (weighted, shipped recipe) or 'config' (ConFIG, conflictfree)
     w_pot: float = 1.0  # loss weights, used only by combine='sum' (ConFIG ignores scales)
     w_orth: float = 1e6
-    w_smooth: float = 1.0
+    w_smooth: float = 100.0
     c_pot: float = 1.0  # ConFIG target-cosine weights (equal = the paper's ConFIG)
     c_orth: float = 1.0
     c_smooth: float = 1.0
@@ -106,7 +106,11 @@ def train_step(
     g: torch.Generator,
     world_size: int = 1,
 ) -> Dict[str, float]:
-    """One ConFIG step (method.md 6.6): per-loss gradients, (all-reduce across ranks), combine, Adam step.
+    """One training step (method.md 6.6): losses on one shape, gradient combination, Adam step.
+
+    combine='config': per-loss gradients, averaged across ranks, combined by ConFIG (conflictfree);
+    combine='sum': one backward pass of ``w_pot pot + w_orth orth + w_smooth smooth`` (gradients averaged across
+    ranks). An orthogonality-only phase (``orth_only_frac``) uses the orthogonality gradient alone.
 
     Returns floats: losses, lr, blend, the cosine of the update with each loss gradient, H_spec of the batch.
     """
