@@ -68,7 +68,7 @@ class AnimationConfig:
     ``clamp_anisotropy``: clamp F's singular values to [0.2, 5] for the Gaussians (needle guard).
     """
 
-    E: float = 2e4
+    E: float = 1e5
     nu: float = 0.45
     density: float = 100.0
     dt: float = 0.03

@@ -57,7 +57,7 @@ def register(sub) -> None:
                    help="skinning source: pretrained network (default; falls back to fit) or per-object fit")
     p.add_argument("--checkpoint", help="model checkpoint (.safetensors) for --skinning pretrained")
     p.add_argument("--fit-seconds", dest="fit_seconds", type=float, default=60.0, help="time budget of --skinning fit")
-    p.add_argument("--E", dest="E", type=float, default=2e4, help="Young's modulus in Pa (default 2e4)")
+    p.add_argument("--E", dest="E", type=float, default=1e5, help="Young's modulus in Pa (default 1e5)")
     p.add_argument("--nu", type=float, default=0.45, help="Poisson ratio (default 0.45)")
     p.add_argument("--density", type=float, default=100.0, help="density in kg/m^3 (default 100)")
     p.add_argument("--dt", type=float, default=0.03, help="time step in s (default 0.03)")
