@@ -26,6 +26,7 @@ import torch
 from physskin_gs.lbs import deformation_gradient, lbs_points
 from physskin_gs.physics.neohookean import svd3
 from physskin_gs.scene import quat_to_rotmat, rotmat_to_quat
+from physskin_gs.sh import eval_sh, sh_basis  # noqa: F401  (eval_sh re-exported)
 
 __all__ = [
     "DeformedGaussians",
@@ -138,46 +139,6 @@ def covariance_factor_svd(M: torch.Tensor, sweeps: int = 6) -> Tuple[torch.Tenso
 
 
 # ------------------------------------------------------------------------------------------------ SH
-_C1 = 0.4886025119029199
-_C2 = (1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792, 0.5462742152960396)
-_C3 = (-0.5900435899266435, 2.890611442640554, -0.4570457994644658, 0.3731763325901154, -0.4570457994644658,
-       1.445305721320277, -0.5900435899266435)
-
-
-def sh_basis(dirs: torch.Tensor, degree: int) -> torch.Tensor:
-    """Real SH basis of the INRIA 3DGS convention at unit directions (..., 3) -> (..., (degree+1)^2), degree <= 3.
-
-    Y_0 = C0; band 1 = (-C1 y, C1 z, -C1 x); bands 2-3 as in the reference 3DGS ``eval_sh``."""
-    if degree > 3:
-        raise ValueError(f"SH degree {degree} > 3 is not supported")
-    x, y, z = dirs[..., 0], dirs[..., 1], dirs[..., 2]
-    out = [torch.full_like(x, 0.28209479177387814)]
-    if degree >= 1:
-        out += [-_C1 * y, _C1 * z, -_C1 * x]
-    if degree >= 2:
-        xx, yy, zz, xy, yz, xz = x * x, y * y, z * z, x * y, y * z, x * z
-        out += [_C2[0] * xy, _C2[1] * yz, _C2[2] * (2 * zz - xx - yy), _C2[3] * xz, _C2[4] * (xx - yy)]
-    if degree >= 3:
-        out += [
-            _C3[0] * y * (3 * xx - yy),
-            _C3[1] * xy * z,
-            _C3[2] * y * (4 * zz - xx - yy),
-            _C3[3] * z * (2 * zz - 3 * xx - 3 * yy),
-            _C3[4] * x * (4 * zz - xx - yy),
-            _C3[5] * z * (xx - yy),
-            _C3[6] * x * (xx - 3 * yy),
-        ]
-    return torch.stack(out, dim=-1)
-
-
-def eval_sh(sh: torch.Tensor, dirs: torch.Tensor) -> torch.Tensor:
-    """SH colour (without the +0.5 offset): sh (N, K+1, 3), dirs (N, 3) (normalised here) -> (N, 3)."""
-    degree = int(round(sh.shape[1] ** 0.5)) - 1
-    d = dirs / dirs.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    Y = sh_basis(d.to(sh.dtype), degree)  # [N, K+1]
-    return (Y[:, :, None] * sh).sum(1)
-
-
 def _probe_dirs(l: int, dtype) -> torch.Tensor:
     g = torch.Generator().manual_seed(1234 + l)
     d = torch.randn(2 * l + 1, 3, generator=g, dtype=torch.float64)

@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = Path(os.environ.get("PHYSSKIN_SHARED_DATA", REPO_ROOT.parent / "shared" / "data")).resolve()
@@ -38,3 +39,12 @@ def splats_dir(shared_data: Path) -> Path:
 @pytest.fixture(scope="session")
 def meshes_dir(shared_data: Path) -> Path:
     return shared_data / "meshes"
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Run a test with one torch thread (small tensors; avoids oversubscribing 2-core machines), restored after."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

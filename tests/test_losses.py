@@ -30,13 +30,7 @@ from physskin_gs.elastic import blended_energy_density
 from physskin_gs.model.network import NetConfig, PhysSkinNet
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small tensors: one thread avoids oversubscription on the shared 2-core machine (restored after)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 E, NU = 5e5, 0.45
 

@@ -23,13 +23,7 @@ from physskin_gs.model.data import synthetic_shape
 from physskin_gs.model.network import NetConfig, oni_weight
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small tensors: one thread avoids oversubscription on the shared 2-core machine (restored after)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def tiny_net(seed=0, **kw):

@@ -11,12 +11,7 @@ from physskin_gs.model import save_checkpoint
 from physskin_gs.model.network import NetConfig, PhysSkinNet
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture

@@ -18,13 +18,7 @@ from physskin_gs.model.network import NetConfig, PhysSkinNet
 from physskin_gs.model.trainer import TrainConfig, lr_at, train_step
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """Small tensors: one thread avoids oversubscription on the shared 2-core machine (restored after)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 TINY = ["--handles", "6", "--width", "32", "--heads", "2", "--latents", "8", "--enc-layers", "1",
         "--handle-tokens", "8", "--head-hidden", "32", "--ff-mult", "1", "--cubature", "64", "--transforms", "8",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 from typing import List, Optional
 
 from physskin_gs.errors import PhysSkinError
@@ -34,7 +35,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _format_warning(message, category, filename, lineno, line=None) -> str:
+    """Warnings on the command line read as one plain line, without source file and code."""
+    return f"[physskin-gs] warning: {message}\n"
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    warnings.formatwarning = _format_warning
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -52,7 +52,7 @@ def register(sub) -> None:
     p.add_argument("--width", type=int, default=384, help="video width in pixels (multiple of 16; default 384)")
     p.add_argument("--height", type=int, default=384, help="video height in pixels (multiple of 16; default 384)")
     p.add_argument("--orbit", type=float, default=90.0, help="degrees the video camera orbits over the clip")
-    p.add_argument("--script", metavar="MOTION.json", help="scripted drags (see the module docstring)")
+    p.add_argument("--script", metavar="MOTION.json", help='scripted drags: {"drags": [{"handle": 3 | "point": [x,y,z], "radius": r, "keyframes": [{"frame": 10, "offset"|"target": [x,y,z]}], "start_frame": 5, "end_frame": 50}]} (targets in scene units; see README)')
     p.add_argument("--skinning", choices=["pretrained", "fit"], default="pretrained",
                    help="skinning source: pretrained network (default; falls back to fit) or per-object fit")
     p.add_argument("--checkpoint", help="model checkpoint (.safetensors) for --skinning pretrained")
@@ -286,7 +286,42 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+def validate_args(args) -> None:
+    """Cheap checks of option values, run before any loading or precomputation. Raises OptionError."""
+    from physskin_gs.elastic import lame_parameters
+
+    try:
+        lame_parameters(float(args.E), float(args.nu))
+    except ValueError as exc:
+        raise OptionError(str(exc)) from None
+    for name in ("density", "dt"):
+        v = float(getattr(args, name))
+        if not (math.isfinite(v) and v > 0):
+            raise OptionError(f"--{name} must be a positive number, got {v}")
+    if getattr(args, "headless", False):
+        w, h = int(args.width), int(args.height)
+        if w <= 0 or h <= 0 or w % 16 or h % 16:
+            raise OptionError(f"--width/--height must be positive multiples of 16, got {w}x{h}")
+    pin = getattr(args, "pin", None)
+    if pin:
+        kind, _, rest = str(pin).partition(":")
+        kind = kind.strip().lower()
+        try:
+            vals = [float(v) for v in rest.split(",")] if rest else []
+        except ValueError:
+            vals = None
+        if kind == "below":
+            if vals is None or len(vals) != 1 or not (0.0 < vals[0] <= 1.0):
+                raise OptionError(f"--pin {pin!r}: expected 'below:F' with 0 < F <= 1 (fraction of the height)")
+        elif kind == "box":
+            if vals is None or len(vals) != 6 or any(vals[i] >= vals[i + 3] for i in range(3)):
+                raise OptionError(f"--pin {pin!r}: expected 'box:xmin,ymin,zmin,xmax,ymax,zmax' with min < max")
+        else:
+            raise OptionError(f"--pin {pin!r}: expected 'below:F' or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
+
+
 def run(args) -> int:
+    validate_args(args)
     if not getattr(args, "headless", False):
         config = config_from_args(args)
         args.config = config

@@ -85,7 +85,7 @@ def field_for_object(obj: PreparedObject, method: str, checkpoint: Optional[str]
     """The skinning field of a prepared object: feed-forward network ('network') or per-object fit ('fit')."""
     from physskin_gs.model import default_checkpoint_path, fit_skinning, load_checkpoint, skinning_from_model
 
-    if method == "network":
+    if method in ("network", "pretrained"):
         model = load_checkpoint(checkpoint or default_checkpoint_path())
         return skinning_from_model(model, obj.surface, obj.volume)
     if method == "fit":
@@ -103,8 +103,8 @@ def register(sub) -> None:
     p.add_argument("path", help="splat scene (.ply/.splat/.compressed.ply) or mesh (.obj/.ply/.stl/...)")
     p.add_argument("-o", "--output", required=True, help="output .npz")
     p.add_argument("--checkpoint", default=None, help="network checkpoint (default: the shipped one)")
-    p.add_argument("--skinning", choices=["network", "fit"], default="network",
-                   help="feed-forward network (default) or per-object fit")
+    p.add_argument("--skinning", choices=["network", "pretrained", "fit"], default="network",
+                   help="feed-forward network (default; 'pretrained' is an alias, as in animate) or per-object fit")
     p.add_argument("--fit-seconds", type=float, default=60.0, help="time budget of --skinning fit")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch threads")

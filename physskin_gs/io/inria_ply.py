@@ -290,6 +290,8 @@ def save_inria_ply(scene: GaussianScene, path, *, overwrite_source: bool = False
     head += ["end_header"]
     header_bytes = ("\n".join(head) + "\n").encode("ascii")
     out_dir = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(out_dir):
+        raise OptionError(f"{path}: output folder does not exist: {out_dir}")
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=out_dir)
     try:
         umask = os.umask(0)

@@ -8,115 +8,12 @@ band l, order m. Under deformation the view direction is taken into each Gaussia
 
 from __future__ import annotations
 
-import math
 from typing import Optional
 
 import torch
 
 from physskin_gs.errors import OptionError
-
-#: Normalisation constants of the real SH basis, band by band.
-_C0 = 0.28209479177387814  # 1 / (2 sqrt(pi))
-_C1 = 0.4886025119029199  # sqrt(3 / (4 pi))
-_C2 = (1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792, 0.5462742152960396)
-_C3 = (
-    -0.5900435899266435, 2.890611442640554, -0.4570457994644658, 0.3731763325901154,
-    -0.4570457994644658, 1.445305721320277, -0.5900435899266435,
-)
-_C4 = (
-    2.5033429417967046, -1.7701307697799304, 0.9461746957575601, -0.6690465435572892,
-    0.10578554691520431, -0.6690465435572892, 0.47308734787878004, -1.7701307697799304,
-    0.6258357354491761,
-)
-
-MAX_SH_DEGREE = 4
-
-
-def sh_degree_from_coeffs(num_coeffs: int) -> int:
-    """SH degree d from the number of coefficients per channel K+1 = (d+1)^2.
-
-    Raises OptionError if ``num_coeffs`` is not a perfect square in {1, 4, 9, 16, 25}.
-    """
-    d = int(round(math.sqrt(num_coeffs))) - 1
-    if (d + 1) ** 2 != num_coeffs or not 0 <= d <= MAX_SH_DEGREE:
-        raise OptionError(
-            f"SH coefficient count {num_coeffs} per channel is not (d+1)^2 for a degree d in 0..{MAX_SH_DEGREE}"
-        )
-    return d
-
-
-def sh_basis(dirs: torch.Tensor, degree: int) -> torch.Tensor:
-    """Real SH basis values Y_k(d) for k < (degree+1)^2.
-
-    Args:
-        dirs: (..., 3) float, directions (normalised here; a zero vector gives only the DC term non-zero).
-        degree: 0..4.
-    Returns:
-        (..., (degree+1)^2) basis values, same dtype as ``dirs``.
-    Raises:
-        OptionError for a degree outside 0..4.
-    """
-    if not 0 <= degree <= MAX_SH_DEGREE:
-        raise OptionError(f"SH degree {degree} is not supported (0..{MAX_SH_DEGREE})")
-    d = dirs / dirs.norm(dim=-1, keepdim=True).clamp_min(1e-12)
-    x, y, z = d.unbind(-1)
-    out = [torch.full_like(x, _C0)]
-    if degree >= 1:
-        out += [-_C1 * y, _C1 * z, -_C1 * x]
-    if degree >= 2:
-        xx, yy, zz = x * x, y * y, z * z
-        xy, yz, xz = x * y, y * z, x * z
-        out += [
-            _C2[0] * xy,
-            _C2[1] * yz,
-            _C2[2] * (2.0 * zz - xx - yy),
-            _C2[3] * xz,
-            _C2[4] * (xx - yy),
-        ]
-    if degree >= 3:
-        out += [
-            _C3[0] * y * (3.0 * xx - yy),
-            _C3[1] * xy * z,
-            _C3[2] * y * (4.0 * zz - xx - yy),
-            _C3[3] * z * (2.0 * zz - 3.0 * xx - 3.0 * yy),
-            _C3[4] * x * (4.0 * zz - xx - yy),
-            _C3[5] * z * (xx - yy),
-            _C3[6] * x * (xx - 3.0 * yy),
-        ]
-    if degree >= 4:
-        out += [
-            _C4[0] * xy * (xx - yy),
-            _C4[1] * yz * (3.0 * xx - yy),
-            _C4[2] * xy * (7.0 * zz - 1.0),
-            _C4[3] * yz * (7.0 * zz - 3.0),
-            _C4[4] * (zz * (35.0 * zz - 30.0) + 3.0),
-            _C4[5] * xz * (7.0 * zz - 3.0),
-            _C4[6] * (xx - yy) * (7.0 * zz - 1.0),
-            _C4[7] * xz * (xx - 3.0 * yy),
-            _C4[8] * (xx * (xx - 3.0 * yy) - yy * (3.0 * xx - yy)),
-        ]
-    return torch.stack(out, dim=-1)
-
-
-def eval_sh(sh: torch.Tensor, dirs: torch.Tensor, degree: Optional[int] = None) -> torch.Tensor:
-    """Evaluate SH colour ``sum_k Y_k(d) f_k`` (no +0.5 offset, no clamp).
-
-    Args:
-        sh: (..., K+1, C) coefficients, DC first, channels last (C = 3 for RGB).
-        dirs: (..., 3) view directions (need not be normalised), broadcastable with ``sh[..., 0, 0]``.
-        degree: SH degree to use (default: all of ``sh``); higher coefficients are ignored.
-    Returns:
-        (..., C) values in the dtype of ``sh``.
-    Raises:
-        OptionError if K+1 is not a square or ``degree`` exceeds the coefficients present.
-    """
-    full = sh_degree_from_coeffs(sh.shape[-2])
-    deg = full if degree is None else int(degree)
-    if deg > full or deg < 0:
-        raise OptionError(f"SH degree {deg} requested but the coefficients only hold degree {full}")
-    n = (deg + 1) ** 2
-    basis = sh_basis(dirs.to(sh.dtype), deg)  # [..., n]
-    return (basis.unsqueeze(-1) * sh[..., :n, :]).sum(dim=-2)
+from physskin_gs.sh import MAX_SH_DEGREE, eval_sh, sh_basis, sh_degree_from_coeffs  # noqa: F401  (re-exported)
 
 
 def sh_to_rgb(
