@@ -54,6 +54,13 @@ DISPLAY_GSPLAT = "server render (gsplat, CUDA)"
 DISPLAY_ALIASES = {"client": DISPLAY_CLIENT, "torch": DISPLAY_TORCH, "gsplat": DISPLAY_GSPLAT}
 FIELD_NONE = "scene colours"
 FIELD_ALL = "all handles (argmax)"
+def _set_fast_solver(anim, on: bool) -> None:
+    """Lagged Newton (one Hessian per step) when ``on``, else full Newton; no-op for simulators without the option."""
+    sim = getattr(anim, "sim", None)
+    if sim is not None and hasattr(sim, "hessian_every"):
+        sim.hessian_every = 0 if on else 1
+
+
 #: Pin region used by the "pin region" checkbox when the config names none (bottom 10% of the object).
 DEFAULT_PIN = "below:0.1"
 #: Opacity factor of the "x-ray" display option (handle markers inside the object become visible).
@@ -378,6 +385,9 @@ class ViewerApp:
 
     # ================================================================== activation (per AnimatedScene)
     def _activate(self, anim) -> None:
+        # live default: one Hessian per step (lagged Newton, about 2.5x faster); the "fast solver" checkbox toggles it
+        fast = self.gui.get("fast")
+        _set_fast_solver(anim, True if fast is None else bool(fast.value))
         try:
             self._setup_live(anim)
         except Exception as exc:  # noqa: BLE001
@@ -831,6 +841,9 @@ class ViewerApp:
             g["step"] = gui.add_button("Step")
             g["reset"] = gui.add_button("Reset")
             g["dt"] = gui.add_number("dt (s)", float(getattr(anim, "dt", 0.03)), min=1e-4, max=0.2, step=1e-3)
+            g["fast"] = gui.add_checkbox(
+                "fast solver", True, hint="one Hessian per step (lagged Newton, about 2.5x faster); off = full Newton"
+            )
         with gui.add_folder("Material"):
             g["E"] = gui.add_number("E (Pa)", float(getattr(cfg, "E", 2e4)), min=1.0, max=1e9, step=100.0)
             g["nu"] = gui.add_slider("nu", 0.0, 0.49, 0.01, float(getattr(cfg, "nu", 0.45)))
@@ -950,6 +963,12 @@ class ViewerApp:
                 return cb
 
             g[name].on_update(make())
+
+        def apply_fast(_e=None) -> None:
+            on = bool(g["fast"].value)
+            self._submit("set solver", lambda a: _set_fast_solver(a, on))
+
+        g["fast"].on_update(apply_fast)
 
         def apply_gravity(_e=None) -> None:
             on = bool(g["gravity"].value)
