@@ -24,9 +24,9 @@ from typing import Optional, Tuple
 import torch
 
 from physskin_gs.lbs import deformation_gradient, lbs_points
-from physskin_gs.physics.neohookean import svd3
+from physskin_gs.physics.neohookean import _det3, svd3
 from physskin_gs.scene import quat_to_rotmat, rotmat_to_quat
-from physskin_gs.sh import eval_sh, sh_basis  # noqa: F401  (eval_sh re-exported)
+from physskin_gs.sh import eval_sh, sh_basis, sh_degree_from_coeffs  # noqa: F401  (eval_sh re-exported)
 
 __all__ = [
     "DeformedGaussians",
@@ -74,7 +74,7 @@ def clamp_singular_values(F: torch.Tensor, lo: float = 0.2, hi: float = 5.0) -> 
     fails) go through the SVD. method.md 10 needle guard."""
     Fd = F.to(torch.float64)
     fro2 = (Fd * Fd).sum((-2, -1))
-    det = torch.linalg.det(Fd) if Fd.shape[0] < 16 else _det3(Fd)
+    det = _det3(Fd)
     safe = (fro2 <= hi * hi) & (det.abs() >= lo * fro2) & (det > 0)
     if bool(safe.all()):
         return F
@@ -85,14 +85,6 @@ def clamp_singular_values(F: torch.Tensor, lo: float = 0.2, hi: float = 5.0) -> 
     out = F.clone()
     out[idx] = (U * s[:, None, :] @ V.transpose(1, 2)).to(F.dtype)
     return out
-
-
-def _det3(F: torch.Tensor) -> torch.Tensor:
-    return (
-        F[..., 0, 0] * (F[..., 1, 1] * F[..., 2, 2] - F[..., 1, 2] * F[..., 2, 1])
-        - F[..., 0, 1] * (F[..., 1, 0] * F[..., 2, 2] - F[..., 1, 2] * F[..., 2, 0])
-        + F[..., 0, 2] * (F[..., 1, 0] * F[..., 2, 1] - F[..., 1, 1] * F[..., 2, 0])
-    )
 
 
 def covariance_factor_svd(M: torch.Tensor, sweeps: int = 6) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -148,9 +140,10 @@ def _probe_dirs(l: int, dtype) -> torch.Tensor:
 def rotate_sh(sh: torch.Tensor, R: torch.Tensor, chunk: int = 1 << 16) -> torch.Tensor:
     """Rotate SH coefficients per Gaussian: sh (N, K+1, 3) (degree <= 3), R (N, 3, 3) rotations -> (N, K+1, 3)
     with ``eval_sh(out, d) == eval_sh(sh, R^T d)`` (method.md 10). DC is unchanged. Band l's (2l+1)^2 matrix comes
-    from evaluating the basis at 2l+1 generic directions and at their rotated images, then solving."""
-    K1 = sh.shape[1]
-    degree = int(round(K1 ** 0.5)) - 1
+    from evaluating the basis at 2l+1 generic directions and at their rotated images, then solving.
+
+    Raises OptionError if K+1 is not (d+1)^2, ValueError for degree 4 (not supported)."""
+    degree = sh_degree_from_coeffs(sh.shape[1])
     if degree == 0:
         return sh.clone()
     if degree > 3:
@@ -254,13 +247,17 @@ class GaussianDeformer:
 
     def deformation_gradients(self) -> torch.Tensor:
         """(N, 3, 3) F of the last :meth:`deform` call, recovered as (F L) S^-1 R^T (after any clamp)."""
-        return (self.FL / self.scales[:, None, :]) @ self.R.transpose(1, 2)
+        return self._F(0, self.N)
+
+    def _F(self, s: int, e: int) -> torch.Tensor:
+        """F of Gaussians [s, e) from the current F L: (F L) S^-1 R^T, (e - s, 3, 3) float32."""
+        return (self.FL[s:e] / self.scales[s:e, None, :]) @ self.R[s:e].transpose(1, 2)
 
     def _apply_clamp(self) -> None:
         lo, hi = self.singular_clamp
         for s in range(0, self.N, self.chunk):
             e = min(self.N, s + self.chunk)
-            F = (self.FL[s:e] / self.scales[s:e, None, :]) @ self.R[s:e].transpose(1, 2)
+            F = self._F(s, e)
             Fc = clamp_singular_values(F, lo, hi)
             if Fc is not F:
                 self.FL[s:e] = Fc @ self.L[s:e]
@@ -270,8 +267,7 @@ class GaussianDeformer:
         out = torch.empty(self.N, 3, 3, dtype=torch.float32)
         for s in range(0, self.N, self.chunk):
             e = min(self.N, s + self.chunk)
-            F = (self.FL[s:e] / self.scales[s:e, None, :]) @ self.R[s:e].transpose(1, 2)
-            out[s:e] = polar_rotation(F.to(torch.float64)).float()
+            out[s:e] = polar_rotation(self._F(s, e))  # float64 inside, float32 out
         return out
 
     def export_quats_scales(self) -> Tuple[torch.Tensor, torch.Tensor]:

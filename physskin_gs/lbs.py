@@ -4,6 +4,9 @@
 ``F = I + sum_i [W_i A_i + (Z_i X~) grad W_i^T]`` (method.md sections 2-3). Handle transforms
 ``Z`` are (..., H, 3, 4) with H = m + 1 handles (the constant handle last); ``z = vec(Z)`` flattens
 each handle's 3x4 block row-major, so z has 12 H entries.
+
+All functions take float tensors of one dtype/device (positions in scene units, weights and Z unitless)
+and return that dtype; none raises on purpose (mismatched shapes fail inside torch.einsum).
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import torch
 
 
 def homogeneous(X: torch.Tensor) -> torch.Tensor:
-    """(N, 3) -> (N, 4) ``[X; 1]``."""
+    """(..., 3) -> (..., 4) homogeneous coordinates ``X~ = [X; 1]``, same dtype."""
     return torch.cat([X, torch.ones_like(X[..., :1])], dim=-1)
 
 

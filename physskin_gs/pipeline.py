@@ -34,7 +34,7 @@ import torch
 from physskin_gs.deform import DeformedGaussians, GaussianDeformer, rotate_sh
 from physskin_gs.errors import OptionError, PhysSkinError
 from physskin_gs.physics.simulator import SubspaceSimulator
-from physskin_gs.scene import GaussianScene
+from physskin_gs.scene import C0, GaussianScene
 
 __all__ = [
     "AnimationConfig",
@@ -186,7 +186,7 @@ def load_for_animation(path, num_mesh_gaussians: int = 20000, seed: int = 0) -> 
     r = math.sqrt(max(area, 1e-30) / num_mesh_gaussians)
     N = pts_t.shape[0]
     log_scales = torch.log(torch.tensor([r, r, 0.1 * r])).expand(N, 3).clone()
-    grey = (0.75 - 0.5) / 0.28209479177387814
+    grey = (0.75 - 0.5) / C0  # SH DC giving rgb 0.75
     scene = GaussianScene(
         means=pts_t, quats=rotmat_to_quat(R), log_scales=log_scales,
         opacity_logits=torch.full((N,), 4.0), sh_dc=torch.full((N, 3), grey), sh_rest=torch.zeros(N, 0, 3),
@@ -321,6 +321,7 @@ class AnimatedScene:
 
     @property
     def dt(self) -> float:
+        """Simulation time step in seconds; setting a non-positive or non-finite value raises OptionError."""
         return self.sim.dt
 
     @dt.setter

@@ -64,6 +64,7 @@ class GaussianScene:
     # ------------------------------------------------------------------ sizes
     @property
     def num_gaussians(self) -> int:
+        """N, the number of Gaussians."""
         return int(self.means.shape[0])
 
     def __len__(self) -> int:
@@ -124,6 +125,7 @@ class GaussianScene:
         )
 
     def to(self, device) -> "GaussianScene":
+        """A new scene with every tensor (``extra`` included) on ``device`` (str or torch.device)."""
         return replace(
             self,
             means=self.means.to(device),
@@ -136,7 +138,10 @@ class GaussianScene:
         )
 
     def with_sh_degree(self, degree: int) -> "GaussianScene":
-        """Copy truncated to SH ``degree`` (keeps the first (d+1)^2-1 coefficients per channel)."""
+        """Copy truncated to SH ``degree`` (keeps the first (d+1)^2-1 coefficients per channel).
+
+        Raises ValueError if ``degree`` exceeds :attr:`sh_degree`.
+        """
         if degree > self.sh_degree:
             raise ValueError(f"cannot raise SH degree {self.sh_degree} to {degree}")
         k = (degree + 1) ** 2 - 1
@@ -144,7 +149,8 @@ class GaussianScene:
 
 
 def normalize_quats(quats: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
-    """Normalise wxyz quaternions (..., 4); zero or non-finite ones become the identity (1, 0, 0, 0)."""
+    """Normalise wxyz quaternions (..., 4) float -> (..., 4) same dtype; quaternions with a norm <= ``eps``
+    or a non-finite norm become the identity (1, 0, 0, 0). Raises nothing."""
     norm = quats.norm(dim=-1, keepdim=True)
     ok = torch.isfinite(norm) & (norm > eps)
     ident = torch.zeros_like(quats)
@@ -153,7 +159,10 @@ def normalize_quats(quats: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
 
 
 def quat_to_rotmat(quats: torch.Tensor) -> torch.Tensor:
-    """(..., 4) wxyz quaternions (any norm) -> (..., 3, 3) rotation matrices."""
+    """(..., 4) wxyz quaternions (any norm, float) -> (..., 3, 3) rotation matrices, same dtype.
+
+    Normalised with :func:`normalize_quats` first, so zero or non-finite quaternions give the identity.
+    """
     q = normalize_quats(quats)
     w, x, y, z = q.unbind(-1)
     R = torch.stack(

@@ -16,9 +16,9 @@ from typing import Optional
 import torch
 
 from physskin_gs.errors import OptionError
+from physskin_gs.scene import C0 as _C0  # 1 / (2 sqrt(pi)), the one DC constant of the project
 
 #: Normalisation constants of the real SH basis, band by band.
-_C0 = 0.28209479177387814  # 1 / (2 sqrt(pi))
 _C1 = 0.4886025119029199  # sqrt(3 / (4 pi))
 _C2 = (1.0925484305920792, -1.0925484305920792, 0.31539156525252005, -1.0925484305920792, 0.5462742152960396)
 _C3 = (

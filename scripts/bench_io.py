@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from physskin_gs.io import load_scene, save_scene
+from physskin_gs.io.splat import SPLAT_DTYPE
 from physskin_gs.scene import GaussianScene
 
 
@@ -48,11 +49,11 @@ def main() -> None:
         return np.stack([v[name] for name in v.dtype.names], axis=1)
 
     splat_path = os.path.join(out_dir, f"bench_{n}.splat")
-    rec = np.zeros(n, dtype=[("p", "<f4", 3), ("s", "<f4", 3), ("c", "u1", 4), ("q", "u1", 4)])
-    rec["p"] = scene.means.numpy()
-    rec["s"] = scene.scales.numpy()
-    rec["c"] = 128
-    rec["q"] = 128
+    rec = np.zeros(n, dtype=SPLAT_DTYPE)
+    rec["pos"] = scene.means.numpy()
+    rec["scale"] = scene.scales.numpy()
+    rec["rgba"] = 128
+    rec["rot"] = 128
     rec.tofile(splat_path)
 
     base = best_of(baseline)

@@ -7,6 +7,7 @@ feed-forward skinning of 100k points <= 2 s on 2 cores.
 
 import argparse
 import time
+from pathlib import Path
 
 import torch
 
@@ -31,7 +32,7 @@ def main():
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     ck = a.checkpoint or default_checkpoint_path()
-    model = load_checkpoint(ck) if ck and __import__("pathlib").Path(ck).is_file() else PhysSkinNet().eval()
+    model = load_checkpoint(ck) if Path(ck).is_file() else PhysSkinNet().eval()
     g = torch.Generator().manual_seed(0)
     surface = torch.rand(2048, 3, generator=g) * 2 - 1
     X = torch.rand(a.points, 3, generator=g) * 2 - 1

@@ -25,7 +25,7 @@ from physskin_gs.geometry.interior import (
 )
 from physskin_gs.geometry.normalize import DegenerateGeometryError, compute_normalization, normalize_points
 from physskin_gs.geometry.sampling import farthest_point_sampling, farthest_point_sampling_reference, sample_surface
-from physskin_gs.geometry.shapes import FAMILIES, procedural_shape
+from physskin_gs.geometry.shapes import FAMILIES, procedural_shape, random_rotation
 from physskin_gs.io.mesh import Mesh, load_mesh
 
 
@@ -281,3 +281,12 @@ def test_procedural_shapes_non_degenerate(family):
         eps = 0.01
         assert s.contains(s.surface - eps * s.normals).mean() > 0.95
         assert (~s.contains(s.surface + eps * s.normals)).mean() > 0.95
+
+
+def test_random_rotation_is_proper_and_seeded():
+    R = random_rotation(np.random.default_rng(4))
+    assert R.shape == (3, 3) and R.dtype == np.float64
+    np.testing.assert_allclose(R.T @ R, np.eye(3), atol=1e-12)
+    assert np.isclose(np.linalg.det(R), 1.0)
+    assert np.array_equal(R, random_rotation(np.random.default_rng(4)))
+    assert not np.allclose(R, random_rotation(np.random.default_rng(5)))

@@ -162,8 +162,15 @@ def test_fit_skinning_budgets_and_output():
     W, G = field.weights_and_grads(s.volume[:50])
     assert W.shape == (50, 17) and G.shape == (50, 17, 3)
     assert torch.isfinite(W).all() and torch.isfinite(G).all()
-    m = skinning_metrics(field.weights(s.volume))
+    assert torch.allclose(W[:, -1], torch.ones(50))  # constant handle last
+    W_all = field.weights(s.volume)
+    m = skinning_metrics(W_all)
     assert set(m) == {"omega_orth_x1e2", "kappa_log", "h_spec"}
+    from physskin_gs.model.losses import skinning_metrics as metrics_of_columns
+
+    assert m == metrics_of_columns(W_all[:, :-1])  # the constant column is left out by default
+    assert skinning_metrics(W_all, include_constant=True) == metrics_of_columns(W_all)
+    assert 0 < m["h_spec"] <= 1 and m["omega_orth_x1e2"] >= 0
     # fine-tuning a network leaves the original untouched
     net = tiny_net()
     before = {k: v.clone() for k, v in net.state_dict().items()}

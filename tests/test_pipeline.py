@@ -158,12 +158,20 @@ def test_pins_and_material_changes():
     x = anim.cubature_positions().double()
     assert (x[pinned] - anim._cub_rest_scene[pinned]).norm(dim=1).max() < 0.02
     anim.set_material(E=5e4, nu=0.3, density=200)
+    assert anim.sim.mu == pytest.approx(5e4 / 2.6) and anim.sim.lam == pytest.approx(5e4 * 0.3 / (1.3 * 0.4))
     anim.set_damping(0.1)
     anim.set_gravity(9.8, direction=(1.0, 0.0, 0.0))
     anim.set_floor(True, height=-1.0)
     anim.dt = 0.02
+    free = torch.ones(x.shape[0], dtype=torch.bool)
+    free[pinned] = False
+    x_before = anim.cubature_positions().double()
     anim.step(2)
+    x_after = anim.cubature_positions().double()
+    assert torch.isfinite(x_after).all()
+    assert float((x_after[free, 0] - x_before[free, 0]).mean()) > 0  # gravity now pulls along +x
     anim.set_pin("box:-2,-2,-2,0,2,2")
+    assert anim.sim.pin is not None and anim.sim.pin.idx.numel() > 0
     anim.set_pin(None)
     assert anim.sim.pin is None
     for bad in ("below:2", "box:1,2", "left:0.1"):

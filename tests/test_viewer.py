@@ -24,16 +24,7 @@ from physskin_gs_viewer.camera import CameraState, look_at_wxyz, quat_wxyz_to_ro
 from physskin_gs_viewer.recorder import Recorder  # noqa: E402
 from physskin_gs_viewer.sim import SimWorker  # noqa: E402
 from physskin_gs_viewer.splats import pick_point, to_wire, weight_colors  # noqa: E402
-from physskin_gs_viewer.testing import FakeAnimatedScene, ViserWsClient, make_blob_scene  # noqa: E402
-
-
-def wait_until(pred, timeout=10.0, interval=0.02) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(interval)
-    return bool(pred())
+from physskin_gs_viewer.testing import FakeAnimatedScene, ViserWsClient, make_blob_scene, wait_until  # noqa: E402
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -241,6 +232,8 @@ def test_gui_messages_reach_the_simulation(live_app):
     c.gui_set(app.gui["gravity_dir"], "+x")
     c.gui_set(app.gui["floor"], False)
     assert wait_until(lambda: anim.floor[0] is False, 5)
+    assert wait_until(lambda: getattr(anim, "gravity_direction", None) is not None
+                      and np.array_equal(anim.gravity_direction, [1.0, 0.0, 0.0]), 5)
     # Pause: frames stop advancing.
     app.gui["play"]._impl  # noqa: B018 - the handle exists
     app.live.worker.set_playing(False)

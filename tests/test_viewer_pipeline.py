@@ -7,7 +7,6 @@ free port.
 
 from __future__ import annotations
 
-import time
 import warnings
 
 import numpy as np
@@ -19,15 +18,11 @@ pytest.importorskip("websockets")
 
 from physskin_gs_viewer.app import ViewerApp  # noqa: E402
 from physskin_gs_viewer.testing import ViserWsClient  # noqa: E402
+from physskin_gs_viewer.testing import wait_until as _wait_until  # noqa: E402
 
 
-def wait_until(pred, timeout=10.0, interval=0.05) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(interval)
-    return bool(pred())
+def wait_until(pred, timeout=10.0) -> bool:
+    return _wait_until(pred, timeout, interval=0.05)
 
 
 @pytest.fixture(scope="module")

@@ -258,10 +258,12 @@ class ViewerApp:
     # ================================================================== lifecycle
     @property
     def port(self) -> int:
+        """The bound TCP port once started (``port=0`` picks a free one), else the requested port."""
         return int(self.server.get_port()) if self.server is not None else self.requested_port
 
     @property
     def url(self) -> str:
+        """``http://host:port`` to open in a browser (``localhost`` for a wildcard bind address)."""
         host = "localhost" if self.host in ("0.0.0.0", "::", "") else self.host
         return f"http://{host}:{self.port}"
 
@@ -768,6 +770,7 @@ class ViewerApp:
                 g.position = tuple(float(x) for x in hp[i])
 
     def display_fps(self) -> float:
+        """Splat updates sent per second over the last 30 updates (0.0 with fewer than two)."""
         t = self._display_times
         if len(t) < 2 or t[-1] <= t[0]:
             return 0.0

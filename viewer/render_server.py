@@ -121,14 +121,17 @@ class ClientRenderThread:
         self._thread = threading.Thread(target=self._run, name=f"physskin-render-{client.client_id}", daemon=True)
 
     def start(self) -> "ClientRenderThread":
+        """Start the render thread; returns self."""
         self._thread.start()
         return self
 
     def camera_changed(self) -> None:
+        """Note that the client's camera moved, so the next frame is rendered even if the simulation is idle."""
         self._camera_version += 1
         self._kick.set()
 
     def stop(self, timeout: float = 2.0) -> None:
+        """Stop the thread and join it for at most ``timeout`` s (not when called from the thread itself)."""
         self._stop.set()
         self._kick.set()
         if threading.current_thread() is not self._thread:

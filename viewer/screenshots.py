@@ -60,35 +60,32 @@ def wait_stable(
     enough to call the page settled.
     """
     end = time.monotonic() + timeout
-    prev = None
-    same = 0
-    img = browser.screenshot()
-    while time.monotonic() < end:
-        time.sleep(interval)
-        img = browser.screenshot()
-        sub = img[region].astype(np.int32)
-        if object_mask(img[region]).sum() >= min_object_px and prev is not None and np.abs(sub - prev).mean() < 0.3:
-            same += 1
-            if same >= repeats:
-                return img
-        else:
-            same = 0
-        prev = sub
-    return img
+    return _poll_until_steady(
+        browser, region, end, interval, repeats, browser.screenshot(),
+        ready=lambda sub: object_mask(sub).sum() >= min_object_px, tol=0.3,
+    )
 
 
 def wait_changed(browser: HeadlessChromium, ref: np.ndarray, region, timeout: float, interval: float = 2.0, repeats: int = 2):
     """Screenshots until ``region`` differs from ``ref`` and then stays the same for ``repeats`` shots."""
-    end = time.monotonic() + timeout
+    ref_sub = ref[region].astype(np.int32)
+    return _poll_until_steady(
+        browser, region, time.monotonic() + timeout, interval, repeats, ref,
+        ready=lambda sub: (np.abs(sub - ref_sub).max(axis=2) > 40).sum() > 100, tol=0.5,
+    )
+
+
+def _poll_until_steady(browser: HeadlessChromium, region, end: float, interval: float, repeats: int, img, *, ready, tol):
+    """Screenshot every ``interval`` s until ``ready(region as int32)`` holds and ``region`` changed by a mean of
+    less than ``tol`` (0-255 levels) since the previous shot, ``repeats`` times in a row; or until the monotonic
+    time ``end``. Returns the last screenshot ((H, W, 3) uint8), or ``img`` if none was taken."""
     prev = None
     same = 0
-    img = ref
     while time.monotonic() < end:
         time.sleep(interval)
         img = browser.screenshot()
         sub = img[region].astype(np.int32)
-        changed = np.abs(sub - ref[region].astype(np.int32)).max(axis=2) > 40
-        if changed.sum() > 100 and prev is not None and np.abs(sub - prev).mean() < 0.5:
+        if ready(sub) and prev is not None and np.abs(sub - prev).mean() < tol:
             same += 1
             if same >= repeats:
                 return img

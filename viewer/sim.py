@@ -75,10 +75,12 @@ class Frame:
 
     @property
     def means(self) -> np.ndarray:
+        """(N, 3) float32 deformed means in scene units (numpy copy of ``means_t``, made once)."""
         return self._numpy("means", self.means_t)
 
     @property
     def covars(self) -> np.ndarray:
+        """(N, 3, 3) float32 deformed covariances in scene units^2 (numpy copy of ``covars_t``, made once)."""
         return self._numpy("covars", self.covars_t)
 
 
@@ -91,12 +93,14 @@ class LatestSlot:
         self._version = 0
 
     def put(self, item: Frame) -> None:
+        """Replace the content with ``item`` (older frames are dropped, not queued) and wake waiters."""
         with self._cond:
             self._item = item
             self._version = item.version
             self._cond.notify_all()
 
     def get(self) -> Optional[Frame]:
+        """The current frame without waiting, or None before the first ``put``."""
         with self._cond:
             return self._item
 
@@ -161,12 +165,14 @@ class SimWorker:
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> "SimWorker":
+        """Publish the rest state and start the simulation thread; returns self."""
         self._publish()  # the rest state, so displays have something before the first step
         self._thread = threading.Thread(target=self._run, name="physskin-sim", daemon=True)
         self._thread.start()
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Ask the thread to stop and join it for at most ``timeout`` seconds (no error if it is still running)."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
@@ -186,10 +192,12 @@ class SimWorker:
         self._wake.set()
 
     def set_playing(self, playing: bool) -> None:
+        """Run steps continuously (True) or pause (False); any thread."""
         self.playing = bool(playing)
         self._wake.set()
 
     def step_once(self, n: int = 1) -> None:
+        """Queue ``n`` single steps (used while paused); any thread."""
         with self._lock:
             self._steps_pending += int(n)
         self._wake.set()
@@ -258,6 +266,7 @@ class SimWorker:
         return len(keys)
 
     def open_drags(self) -> int:
+        """Number of drags open on the worker (all clients)."""
         with self._lock:
             return len(self._open)
 

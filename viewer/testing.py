@@ -20,6 +20,19 @@ import torch
 from physskin_gs.scene import C0, GaussianScene
 
 
+def wait_until(predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
+    """Poll ``predicate()`` every ``interval`` s for up to ``timeout`` s; True once it holds.
+
+    Returns the predicate's final value (as bool) after the deadline; raises whatever ``predicate`` raises.
+    """
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return bool(predicate())
+
+
 def make_blob_scene(n: int = 2000, seed: int = 0, size: float = 1.0, log_scale: float = -4.0) -> GaussianScene:
     """A coloured bar of ``n`` Gaussians (long along x, ``size`` units) for viewer tests; colour varies along x."""
     g = torch.Generator().manual_seed(seed)
@@ -93,6 +106,7 @@ class FakeAnimatedScene:
         self._next_id = 0
         self.material = {"E": 2e4, "nu": 0.45, "density": 100.0}
         self.gravity = 0.0
+        self.gravity_direction: Optional[np.ndarray] = None  # (3,) float64 once set_gravity gets one
         self.floor = (False, None)
         self.pin = None
         self.fail_next_step = False  # tests: make the next step raise
@@ -195,6 +209,7 @@ class FakeAnimatedScene:
 
     def set_gravity(self, g, direction=None) -> None:
         self.gravity = float(g)
+        self.gravity_direction = None if direction is None else np.asarray(direction, dtype=np.float64)
 
     def set_floor(self, enabled, height=None) -> None:
         self.floor = (bool(enabled), height)
@@ -293,12 +308,8 @@ class ViserWsClient:
             return self.latest.get((msg_type, name))
 
     def wait_for(self, predicate, timeout: float = 10.0, interval: float = 0.02) -> bool:
-        end = time.monotonic() + timeout
-        while time.monotonic() < end:
-            if predicate():
-                return True
-            time.sleep(interval)
-        return bool(predicate())
+        """:func:`wait_until` (kept as a method for callers holding only the client)."""
+        return wait_until(predicate, timeout, interval)
 
     # -------------------------------------------------------------- sending
     def send(self, msg_type: str, **fields) -> None:

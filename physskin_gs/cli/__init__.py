@@ -21,6 +21,7 @@ COMMANDS = ["info", "convert", "render", "skin", "train", "evaluate", "animate"]
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``physskin-gs`` parser with every subcommand in :data:`COMMANDS` registered (imports them)."""
     parser = argparse.ArgumentParser(
         prog="physskin-gs",
         description="Physics-based animation of 3D Gaussian Splatting scenes with PhysSkin neural skinning fields.",
@@ -41,6 +42,12 @@ def _format_warning(message, category, filename, lineno, line=None) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    """Run one subcommand; ``argv`` defaults to ``sys.argv[1:]``.
+
+    Returns the exit code: the subcommand's (0 on success), 2 for a :class:`PhysSkinError` or a missing /
+    unreadable input (``error: ...`` on stderr, no traceback), 130 on Ctrl-C. argparse itself exits with 2
+    (``SystemExit``) on bad arguments.
+    """
     warnings.formatwarning = _format_warning
     parser = build_parser()
     args = parser.parse_args(argv)

@@ -257,10 +257,9 @@ class OrbitVideo:
 
     def render(self, k: int):
         """RGB uint8 (H, W, 3) of the current state for video frame k (0-based)."""
-        import numpy as np
         import torch
 
-        from physskin_gs.render import rasterize, sh_to_rgb
+        from physskin_gs.render import rasterize, sh_to_rgb, to_uint8
 
         cam = self._orbit_camera(30.0 + self.orbit * k / max(1, self.frames - 1), 15.0, self.distance,
                                  self.target, self.up, self.width, self.height)
@@ -275,7 +274,7 @@ class OrbitVideo:
             colors = torch.cat([colors.float(), fcol])
         out = rasterize(means, covs, ops, colors.float(), cam.viewmat, cam.K, self.width, self.height,
                         background=torch.tensor([0.13, 0.14, 0.17]))
-        return (out.rgb.clamp(0, 1) * 255 + 0.5).to(torch.uint8).numpy().astype(np.uint8)
+        return to_uint8(out.rgb)
 
 
 # ------------------------------------------------------------------------------------------------ run

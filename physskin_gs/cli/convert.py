@@ -10,6 +10,7 @@ from physskin_gs.errors import OptionError
 
 
 def register(sub) -> None:
+    """Add the ``convert`` parser to ``sub`` (an argparse subparsers object)."""
     p = sub.add_parser(
         "convert",
         help="convert a Gaussian scene (INRIA PLY, .splat, compressed PLY) to an INRIA 3DGS PLY",
@@ -25,6 +26,12 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
+    """Load ``args.input``, optionally drop invalid rows, save an INRIA PLY to ``args.output``; returns 0.
+
+    Raises:
+        OptionError: output not ``.ply``, or the same file as the input (never overwritten).
+        SceneFormatError / FileNotFoundError: unreadable input (see :func:`physskin_gs.io.load_scene`).
+    """
     from physskin_gs.io import drop_invalid, load_scene, save_scene, validate
 
     if not args.output.lower().endswith(".ply"):

@@ -9,6 +9,7 @@ from physskin_gs.errors import SceneFormatError
 
 
 def register(sub) -> None:
+    """Add the ``info`` parser to ``sub`` (an argparse subparsers object)."""
     p = sub.add_parser(
         "info",
         help="describe a Gaussian scene (or mesh) file: format, counts, SH degree, bounds, problems",
@@ -76,12 +77,7 @@ def _mesh_info(path: str, fmt: str) -> dict:
                              f"mesh loader unavailable: {exc}"],
             }
         raise SceneFormatError(f"{path}: cannot read mesh: {exc}") from None
-    verts = getattr(mesh, "vertices", None)
-    faces = getattr(mesh, "faces", None)
-    import numpy as np
-
-    v = np.asarray(verts if verts is not None else mesh[0])
-    f = np.asarray(faces if faces is not None else mesh[1])
+    v, f = mesh.vertices, mesh.faces  # [V, 3] float32, [F, 3] int64
     warn = ["this is a mesh, not a Gaussian scene: commands that accept meshes sample Gaussians from it"]
     return {
         "path": path, "format": "mesh" if fmt == "mesh" else "mesh-ply", "num_gaussians": 0, "sh_degree": None,
@@ -96,6 +92,10 @@ def _fmt_vec(v) -> str:
 
 
 def run(args) -> int:
+    """Print :func:`scene_info` for ``args.path`` as text or JSON; returns 0.
+
+    Raises SceneFormatError / FileNotFoundError for an unreadable file (exit 2 via the dispatcher).
+    """
     info = scene_info(args.path, quat_order=args.quat_order)
     if args.json:
         print(json.dumps(info, indent=2))

@@ -64,6 +64,9 @@ def parse_up(text: str):
 
 
 def parse_background(text: str):
+    """``--background`` value -> (r, g, b) floats in [0, 1]: 'white', 'black' or 'r,g,b'.
+
+    Raises OptionError for anything else."""
     t = text.strip().lower()
     if t == "white":
         return (1.0, 1.0, 1.0)

@@ -17,29 +17,21 @@ from pathlib import Path
 
 from physskin_gs.errors import OptionError
 
-DEFAULT_HELD_OUT = ("c3d_spot", "pybullet_duck", "pyvista_airplane", "pybullet_torus", "robosuite_milk")
-
 
 def held_out_names():
-    """Names (file stems) kept out of training: geometry.dataset.HELD_OUT_MESHES when present."""
-    try:
-        from physskin_gs.geometry.dataset import HELD_OUT_MESHES  # type: ignore
+    """File stems of :data:`physskin_gs.geometry.dataset.HELD_OUT_MESHES` (kept out of training), a tuple of str."""
+    from physskin_gs.geometry.dataset import HELD_OUT_MESHES
+    from physskin_gs.model.data import _stem
 
-        from physskin_gs.model.data import _stem
-
-        return tuple(_stem(n) for n in HELD_OUT_MESHES)
-    except Exception:  # noqa: BLE001
-        return DEFAULT_HELD_OUT
+    return tuple(_stem(n) for n in HELD_OUT_MESHES)
 
 
 def default_data():
-    """The shared training inputs (geometry.dataset.default_training_paths) or the shared meshes folder."""
-    try:
-        from physskin_gs.geometry.dataset import default_training_paths  # type: ignore
+    """The shared training inputs, :func:`physskin_gs.geometry.dataset.default_training_paths` of
+    /work/shared/data, as a list of str (empty when that folder is absent)."""
+    from physskin_gs.geometry.dataset import default_training_paths
 
-        return [str(p) for p in default_training_paths("/work/shared/data")]
-    except Exception:  # noqa: BLE001
-        return ["/work/shared/data/meshes"]
+    return [str(p) for p in default_training_paths("/work/shared/data")]
 
 
 def register(sub) -> None:

@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 from physskin_gs.errors import OptionError
+from physskin_gs.scene import quat_to_rotmat
 from physskin_gs.geometry.normalize import DegenerateGeometryError, Normalization, compute_normalization, finite_rows
 from physskin_gs.geometry.sampling import farthest_point_sampling, sample_surface, triangle_areas_normals
 
@@ -389,20 +390,9 @@ def _box_radii_voxels(
         half = np.repeat(2.0 * np.sqrt(s2.max(axis=1, keepdims=True)), 3, axis=1)  # sphere around the 2-sigma ellipsoid
     else:
         q = np.nan_to_num(np.asarray(quats, dtype=np.float32), nan=0.0, posinf=0.0, neginf=0.0)
-        n = np.sqrt((q * q).sum(axis=1))
-        bad = ~(n > 1e-12)
-        q = q / np.where(bad, 1.0, n)[:, None]
-        q[bad] = (1.0, 0.0, 0.0, 0.0)
-        w, x, y, z = q.T
-        # Sigma_aa = sum_k R_ak^2 s_k^2, one matrix row of R at a time.
-        rows = (
-            (1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)),
-            (2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)),
-            (2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)),
-        )
-        half = np.empty_like(s2)
-        for a_, (r0, r1, r2) in enumerate(rows):
-            half[:, a_] = 2.0 * np.sqrt(r0 * r0 * s2[:, 0] + r1 * r1 * s2[:, 1] + r2 * r2 * s2[:, 2])
+        R = quat_to_rotmat(torch.from_numpy(q)).numpy()  # [N, 3, 3]; zero quats -> identity
+        # Sigma_aa = sum_k R_ak^2 s_k^2
+        half = 2.0 * np.sqrt(np.einsum("nak,nk->na", R * R, s2))
     return np.clip(np.floor(half / world_voxel + 0.5), 0, max_radius).astype(np.int64)
 
 

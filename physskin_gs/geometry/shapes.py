@@ -25,8 +25,10 @@ from dataclasses import dataclass, field
 from typing import List, Optional, Tuple
 
 import numpy as np
+import torch
 
 from physskin_gs.geometry.normalize import compute_normalization
+from physskin_gs.scene import quat_to_rotmat
 
 FAMILIES = ("blob", "superquadric", "limbs", "plate", "rod")
 
@@ -135,16 +137,8 @@ def _superquadric_mesh(a: np.ndarray, e1: float, e2: float, nu: int = 48, nv: in
 
 def random_rotation(rng: np.random.Generator) -> np.ndarray:
     """(3, 3) uniformly random proper rotation (from a normalised Gaussian quaternion)."""
-    q = rng.normal(size=4)
-    q /= np.linalg.norm(q)
-    w, x, y, z = q
-    return np.array(
-        [
-            [1 - 2 * (y * y + z * z), 2 * (x * y - w * z), 2 * (x * z + w * y)],
-            [2 * (x * y + w * z), 1 - 2 * (x * x + z * z), 2 * (y * z - w * x)],
-            [2 * (x * z - w * y), 2 * (y * z + w * x), 1 - 2 * (x * x + y * y)],
-        ]
-    )
+    q = torch.from_numpy(rng.normal(size=4))  # float64; normalised by quat_to_rotmat
+    return quat_to_rotmat(q).numpy()
 
 
 def _frame_along(direction: np.ndarray, rng: np.random.Generator) -> np.ndarray:

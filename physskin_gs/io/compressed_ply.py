@@ -16,6 +16,7 @@ import torch
 from physskin_gs.errors import OptionError, SceneFormatError
 from physskin_gs.io.inria_ply import rest_names
 from physskin_gs.io.ply_header import PlyHeader, read_elements, read_ply_header, warn
+from physskin_gs.io.splat import ALPHA_EPS
 from physskin_gs.scene import C0, GaussianScene
 
 CHUNK_SIZE = 256
@@ -25,7 +26,6 @@ CHUNK_REQUIRED = (
 )
 CHUNK_COLOR = ("min_r", "min_g", "min_b", "max_r", "max_g", "max_b")
 VERTEX_REQUIRED = ("packed_position", "packed_rotation", "packed_scale", "packed_color")
-ALPHA_EPS = 1.0 / 512.0
 
 
 def unorm(v: np.ndarray, bits: int) -> np.ndarray:
@@ -69,7 +69,12 @@ def _lerp(lo: np.ndarray, hi: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def check_compressed_header(header: PlyHeader) -> None:
-    """Raise SceneFormatError when a compressed-PLY header lacks required elements/properties."""
+    """Check a compressed-PLY header before any data is read (formats.md 3).
+
+    Raises:
+        SceneFormatError: missing ``chunk``/``vertex`` element or required property, zero splats, a chunk
+            table whose length is not ceil(N / 256), or an ``sh`` element whose row count differs from N.
+    """
     path = header.path
     chunk, vertex = header.element("chunk"), header.element("vertex")
     if chunk is None or vertex is None:
@@ -104,6 +109,7 @@ def load_compressed_ply(path: str, quat_order: str = "wxyz", header: PlyHeader =
     Args:
         path: file path.
         quat_order: must be ``"wxyz"``; the packed rotation has a fixed component order.
+        header: the already parsed header of ``path`` (read here when None).
 
     Returns:
         GaussianScene: means (N, 3), quats (N, 4) unit wxyz, log_scales (N, 3), opacity_logits (N,),
@@ -113,6 +119,7 @@ def load_compressed_ply(path: str, quat_order: str = "wxyz", header: PlyHeader =
     Raises:
         SceneFormatError: missing elements/properties, a chunk table shorter than ceil(N/256), a bad sh count,
             or a truncated file.
+        OptionError: ``quat_order`` other than ``"wxyz"``.
     """
     if quat_order != "wxyz":
         raise OptionError("quat_order: a compressed PLY always stores wxyz rotations; leave quat_order='wxyz'")

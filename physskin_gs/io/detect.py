@@ -46,7 +46,10 @@ GS_MARKERS = ("f_dc_0", "f_dc_1", "f_dc_2", "opacity", "scale_0", "scale_1", "sc
 
 
 def classify_ply(header: PlyHeader) -> str:
-    """Classify a parsed PLY header as inria-ply / compressed-ply / 2dgs-ply / mesh-ply."""
+    """Classify a parsed PLY header as inria-ply / compressed-ply / 2dgs-ply / mesh-ply (formats.md 1, 3).
+
+    Raises nothing: an incomplete 3DGS header is still "inria-ply" (the loader names the missing fields).
+    """
     vertex = header.element("vertex")
     names = set(vertex.names) if vertex is not None else set()
     if header.element("chunk") is not None and "packed_position" in names:
@@ -97,6 +100,7 @@ def detect_format(path) -> str:
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
+        IsADirectoryError: ``path`` is a directory.
         SceneFormatError: the file is empty, or its content matches no supported format (the message names
             the file and what was found).
     """

@@ -7,6 +7,7 @@ vertex property is kept in ``scene.extra`` (float32) and written back after the 
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import tempfile
@@ -199,8 +200,6 @@ def load_inria_ply(
     if skipped:
         warn(f"{path}: ignoring list vertex properties {skipped}")
     if extra:
-        import logging
-
         logging.getLogger(__name__).info("%s: keeping extra vertex properties %s", path, list(extra))
 
     return GaussianScene(
@@ -234,7 +233,13 @@ def _np(t) -> np.ndarray:
 
 
 def scene_to_inria_array(scene: GaussianScene) -> Tuple[List[str], np.ndarray]:
-    """(names, (N, P) float32 array) of the INRIA record layout for ``scene``; normals are zeros."""
+    """(names, (N, P) float32 array) of the INRIA record layout for ``scene``; normals are zeros.
+
+    P = 17 + 3K + len(scene.extra) with names from :func:`inria_property_names`; values are the raw ones.
+
+    Raises:
+        SceneFormatError: ``scene.extra`` names clash with INRIA names, or K is not (d+1)^2 - 1.
+    """
     n = scene.num_gaussians
     k = scene.sh_rest.shape[1]
     names = inria_property_names(scene.sh_degree, scene.extra.keys())
@@ -273,10 +278,16 @@ def save_inria_ply(scene: GaussianScene, path, *, overwrite_source: bool = False
     ``scene.extra`` in insertion order; normals are written as zeros. The file is written to a temporary
     file in the same directory and renamed into place (atomic on POSIX).
 
+    Args:
+        scene: the scene to write.
+        path: output file (str or PathLike); its folder must exist.
+        overwrite_source: allow ``path`` to be ``scene.source`` (off: the input is never overwritten).
+
     Returns the absolute output path.
 
     Raises:
-        OptionError: ``path`` is the scene's input file (``scene.source``) or a directory.
+        OptionError: ``path`` is the scene's input file (``scene.source``), a directory, or in a folder
+            that does not exist.
         SceneFormatError: inconsistent scene (SH count, clashing extra names).
     """
     path = os.fspath(path)

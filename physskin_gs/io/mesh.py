@@ -17,6 +17,8 @@ import numpy as np
 import torch
 
 from physskin_gs.errors import SceneFormatError
+from physskin_gs.io.detect import UNSUPPORTED_CONTAINERS
+from physskin_gs.io.ply_header import read_ply_header
 
 #: File extensions accepted by :func:`load_mesh`.
 MESH_EXTENSIONS = (".obj", ".ply", ".stl", ".glb", ".gltf", ".off")
@@ -51,10 +53,12 @@ class Mesh:
 
     @property
     def num_vertices(self) -> int:
+        """V, the number of vertices."""
         return int(self.vertices.shape[0])
 
     @property
     def num_faces(self) -> int:
+        """F, the number of triangles."""
         return int(self.faces.shape[0])
 
     @property
@@ -84,24 +88,11 @@ class Mesh:
 def _ply_vertex_properties(path: str) -> Optional[tuple]:
     """(vertex property names, element names) from a PLY header, or None when the header is unreadable."""
     try:
-        with open(path, "rb") as fh:
-            head = fh.read(1 << 16)
-    except OSError:
+        header = read_ply_header(path)
+    except (SceneFormatError, OSError):
         return None
-    if not head.startswith(b"ply"):
-        return None
-    end = head.find(b"end_header")
-    if end < 0:
-        return None
-    props, elements, current = [], [], None
-    for line in head[:end].decode("ascii", errors="replace").splitlines():
-        tok = line.split()
-        if len(tok) >= 2 and tok[0] == "element":
-            current = tok[1]
-            elements.append(current)
-        elif len(tok) >= 3 and tok[0] == "property" and current == "vertex":
-            props.append(tok[-1])
-    return props, elements
+    vertex = header.element("vertex")
+    return (vertex.names if vertex is not None else []), [e.name for e in header.elements]
 
 
 def load_mesh(path: str, *, weld: bool = True) -> Mesh:
@@ -127,7 +118,7 @@ def load_mesh(path: str, *, weld: bool = True) -> Mesh:
     if os.path.isdir(path):
         raise SceneFormatError(f"{path}: is a directory, not a mesh file")
     ext = os.path.splitext(path)[1].lower()
-    if ext == ".splat" or ext in (".ksplat", ".spz", ".sog", ".lcc"):
+    if ext == ".splat" or ext[1:] in UNSUPPORTED_CONTAINERS:
         raise SceneFormatError(f"{path}: is a Gaussian splat file, not a mesh; use physskin_gs.io.load_scene")
     if ext not in MESH_EXTENSIONS:
         raise SceneFormatError(

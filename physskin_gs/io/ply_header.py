@@ -42,6 +42,8 @@ def warn(message: str) -> None:
 
 @dataclass
 class PlyProperty:
+    """One ``property`` line of a PLY header; ``type`` is a numpy type code (for a list, its item type)."""
+
     name: str
     type: str  # numpy type code, e.g. "f4"; for lists the item type
     is_list: bool = False
@@ -50,16 +52,20 @@ class PlyProperty:
 
 @dataclass
 class PlyElement:
+    """One ``element NAME COUNT`` of a PLY header with its properties in file order."""
+
     name: str
     count: int
     properties: List[PlyProperty] = field(default_factory=list)
 
     @property
     def names(self) -> List[str]:
+        """Property names in file order (list properties included)."""
         return [p.name for p in self.properties]
 
     @property
     def has_lists(self) -> bool:
+        """True when a row has a variable size (any list property)."""
         return any(p.is_list for p in self.properties)
 
     def dtype(self, byte_order: str) -> np.dtype:
@@ -69,6 +75,8 @@ class PlyElement:
 
 @dataclass
 class PlyHeader:
+    """A parsed PLY header (:func:`read_ply_header`): ``data_offset`` is the byte offset of the first data byte."""
+
     path: str
     format: str  # "ascii" | "binary_little_endian" | "binary_big_endian"
     elements: List[PlyElement]
@@ -76,6 +84,7 @@ class PlyHeader:
     comments: List[str] = field(default_factory=list)
 
     def element(self, name: str) -> Optional[PlyElement]:
+        """The first element called ``name``, or None."""
         for e in self.elements:
             if e.name == name:
                 return e
@@ -83,6 +92,7 @@ class PlyHeader:
 
     @property
     def byte_order(self) -> str:
+        """numpy byte-order prefix of the data, ``">"`` for binary big-endian, else ``"<"``."""
         return ">" if self.format == "binary_big_endian" else "<"
 
 
@@ -92,9 +102,10 @@ def is_ply(head: bytes) -> bool:
 
 
 def read_ply_header(path: str) -> PlyHeader:
-    """Parse the header of the PLY file at ``path``.
+    """Parse the header of the PLY file at ``path`` (reads at most about 1 MiB, never the data).
 
     Raises:
+        FileNotFoundError / OSError: the file cannot be opened.
         SceneFormatError: not a PLY file, header without ``end_header``, unknown format/type, or a bad line.
     """
     with open(path, "rb") as f:

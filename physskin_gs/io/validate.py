@@ -22,7 +22,8 @@ QUAT_EPS = 1e-8
 
 
 def invalid_mask(scene: GaussianScene) -> torch.Tensor:
-    """(N,) bool: rows with a non-finite mean, log-scale, quaternion, opacity or SH value, or a zero-norm quaternion."""
+    """(N,) bool: rows with a non-finite mean, log-scale, quaternion, opacity or SH value, or a zero-norm
+    quaternion (norm <= :data:`QUAT_EPS`); formats.md 7. Raises nothing."""
     bad = ~torch.isfinite(scene.means).all(dim=1)
     bad |= ~torch.isfinite(scene.log_scales).all(dim=1)
     bad |= ~torch.isfinite(scene.quats).all(dim=1)
@@ -44,6 +45,7 @@ def validate(scene: GaussianScene) -> Dict:
     ``num_invalid`` (rows :func:`drop_invalid` would remove), the booleans ``opacities_look_activated``
     (every opacity in [0, 1]) and ``scales_look_exponentiated`` (every log-scale > 0, or exp(log-scale)
     larger than the scene extent), and ``warnings``: a list of human-readable strings.
+    ``num_invalid`` counts the same rows as :func:`invalid_mask`. The scene is not modified; raises nothing.
     """
     n = scene.num_gaussians
     means, ls, q, op = scene.means, scene.log_scales, scene.quats, scene.opacity_logits
@@ -54,18 +56,21 @@ def validate(scene: GaussianScene) -> Dict:
     fin_sh = torch.isfinite(scene.sh_dc).all(dim=1)
     if scene.sh_rest.shape[1]:
         fin_sh &= torch.isfinite(scene.sh_rest).flatten(1).all(dim=1)
+    fin_op = torch.isfinite(op)
     finite_ls = torch.where(torch.isfinite(ls), ls, torch.zeros_like(ls))
+    # same rows as invalid_mask(scene), from the masks already computed here
+    invalid = ~(fin_means & fin_ls & fin_q & fin_op & fin_sh & (qn > QUAT_EPS))
     rep: Dict = {
         "num_gaussians": n,
         "nan_inf_means": int((~fin_means).sum()),
         "nan_inf_scales": int((~fin_ls).sum()),
         "nan_inf_quats": int((~fin_q).sum()),
         "zero_norm_quats": int((fin_q & ~(qn > QUAT_EPS)).sum()),
-        "nan_inf_opacities": int((~torch.isfinite(op)).sum()),
+        "nan_inf_opacities": int((~fin_op).sum()),
         "nan_inf_sh": int((~fin_sh).sum()),
         "log_scale_below_min": int(((finite_ls < LOG_SCALE_LOW) & torch.isfinite(ls)).any(dim=1).sum()),
         "log_scale_above_max": int(((finite_ls > LOG_SCALE_HIGH) & torch.isfinite(ls)).any(dim=1).sum()),
-        "num_invalid": int(invalid_mask(scene).sum()) if n else 0,
+        "num_invalid": int(invalid.sum()),
         "opacities_look_activated": False,
         "scales_look_exponentiated": False,
     }
@@ -91,7 +96,7 @@ def validate(scene: GaussianScene) -> Dict:
     if rep["log_scale_above_max"]:
         warnings.append(f"{rep['log_scale_above_max']} Gaussians with a log-scale above {LOG_SCALE_HIGH:g} (kept)")
 
-    fop = op[torch.isfinite(op)]
+    fop = op[fin_op]
     if fop.numel() >= 2 and bool(((fop >= 0) & (fop <= 1)).all()):
         rep["opacities_look_activated"] = True
         warnings.append(
@@ -134,7 +139,8 @@ def drop_invalid(scene: GaussianScene) -> Tuple[GaussianScene, int]:
 
 
 def finite_bbox(scene: GaussianScene) -> Tuple[List[float], List[float]]:
-    """(min, max) corners of the finite means, as lists of 3 floats (None entries if there are none)."""
+    """(min, max) corners of the rows whose mean is finite, as lists of 3 floats in scene units
+    (``[None] * 3`` each if there are none). Raises nothing."""
     m = scene.means[torch.isfinite(scene.means).all(dim=1)]
     if m.shape[0] == 0:
         return [None] * 3, [None] * 3

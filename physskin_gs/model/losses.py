@@ -63,6 +63,7 @@ def fd_stencil(X: torch.Tensor, delta: float = FD_DELTA, scheme: str = "central"
 
     central: (N, 3) -> (7N, 3) = [X; X+d e0; X-d e0; X+d e1; X-d e1; X+d e2; X-d e2].
     forward: (N, 3) -> (4N, 3) = [X; X+d e0; X+d e1; X+d e2].
+    Same dtype/device as X; ``delta`` in normalised-frame units. Raises ValueError for another ``scheme``.
     """
     eye = torch.eye(3, dtype=X.dtype, device=X.device) * delta
     if scheme == "central":
@@ -77,7 +78,10 @@ def fd_stencil(X: torch.Tensor, delta: float = FD_DELTA, scheme: str = "central"
 def fields_from_stencil(
     W_all: torch.Tensor, n: int, delta: float = FD_DELTA, scheme: str = "central"
 ) -> Tuple[torch.Tensor, torch.Tensor]:
-    """Split stencil outputs ((7 or 4) N, H) into W (N, H) at X and the finite-difference dW/dX (N, H, 3)."""
+    """Split stencil outputs ((7 or 4) N, H) into W (N, H) at X and the finite-difference dW/dX (N, H, 3).
+
+    Inverse layout of :func:`fd_stencil` with the same ``delta`` and ``scheme`` (method.md 6.5); any float dtype.
+    """
     W = W_all[:n]
     if scheme == "central":
         P = W_all[n:].reshape(6, n, -1)  # [6, N, H]
@@ -113,7 +117,10 @@ def network_fields(
 def sample_transforms(
     batch: int, num_handles: int, sigma: float, generator: Optional[torch.Generator] = None, dtype=torch.float32
 ) -> torch.Tensor:
-    """Random rest-relative handle transforms Z = sigma * N(0, 1), shape (B, H, 3, 4) (method.md 6.1)."""
+    """Random rest-relative handle transforms Z = sigma * N(0, 1), shape (B, H, 3, 4), ``dtype`` (method.md 6.1).
+
+    ``sigma`` is in normalised-frame units; Z[..., :3] is the linear part A, Z[..., 3] the translation.
+    """
     return sigma * torch.randn(batch, num_handles, 3, 4, generator=generator, dtype=dtype)
 
 
@@ -145,7 +152,11 @@ def det3(F: torch.Tensor) -> torch.Tensor:
 
 
 def blended_energy_density_fast(F: torch.Tensor, mu: float, lam: float, s: float) -> torch.Tensor:
-    """Same value as :func:`physskin_gs.elastic.blended_energy_density` (method.md 6.2), with det3."""
+    """Same value as :func:`physskin_gs.elastic.blended_energy_density` (method.md 6.2), with det3.
+
+    F (..., 3, 3) -> psi (...) in Pa (mu, lam in Pa); ``s`` in [0, 1] blends linear (0) to Neo-Hookean (1).
+    Held to the reference by tests/test_losses.py.
+    """
     tr_e = F[..., 0, 0] + F[..., 1, 1] + F[..., 2, 2] - 3.0
     out = 0.0
     if s < 1.0:
@@ -196,13 +207,13 @@ def smoothness_loss(grad_learned: torch.Tensor) -> torch.Tensor:
 # Metrics (method.md 11)
 
 
-def skinning_metrics(W: torch.Tensor, include_constant: bool = False) -> Dict[str, float]:
+def skinning_metrics(W: torch.Tensor) -> Dict[str, float]:
     """Omega_orth (x1e-2), kappa_log and H_spec of a weight matrix (method.md 11).
 
     Args:
-        W: (N, K) or (N, m + 1) weights. If ``include_constant`` is False and W has a last column that is
-            constant, pass only the learned columns (callers use ``W[:, :-1]``); this function uses all given
-            columns, each L2-normalised over the N points.
+        W: (N, K) weights, any float dtype (computed in float64). Every given column is used, each
+            L2-normalised over the N points; to leave out the constant handle pass ``W[:, :-1]`` (or use
+            :func:`physskin_gs.model.skinning_metrics`, which does that by default). K >= 2.
     Returns:
         dict ``omega_orth_x1e2`` = 100 ||What^T What - I||_F^2 / (K (K - 1)); ``kappa_log`` = log2(1 + lmax/lmin);
         ``h_spec`` = -sum p ln p / ln K with p = lambda / sum lambda (0 ln 0 = 0). lmin <= 0 gives kappa inf.

@@ -89,6 +89,8 @@ def compute_losses(
 
 
 def active_losses(cfg: TrainConfig, step: int) -> List[str]:
+    """Names of the losses optimised at ``step``: ["orth"] during the orthogonality-only warm-up
+    (``orth_only_frac`` of the steps, method.md 4.3.1), then ["pot", "orth"] plus "smooth" when ``cfg.smooth``."""
     if step < int(cfg.orth_only_frac * cfg.steps):
         return ["orth"]
     names = ["pot", "orth"]

@@ -223,6 +223,7 @@ class SubspaceSimulator:
 
     @property
     def density(self) -> float:
+        """Mass density in kg/m^3 (set with :meth:`set_material`)."""
         return self._density
 
     def _rebuild_mass(self) -> None:
@@ -243,6 +244,9 @@ class SubspaceSimulator:
             self.g_vec = -self.gravity * self.up
 
     def set_up(self, up) -> None:
+        """Up direction (3,) in the simulation frame (normalised here); gravity becomes -g up.
+
+        Raises OptionError if ``up`` is zero or not finite."""
         u = torch.as_tensor(up, dtype=torch.float64).reshape(3)
         if not torch.isfinite(u).all() or u.norm() == 0:
             raise OptionError(f"up vector must be non-zero and finite, got {up}")
@@ -254,6 +258,9 @@ class SubspaceSimulator:
         self.floor_height = None if height is None else float(height)
 
     def set_damping(self, c: float) -> None:
+        """Rayleigh stiffness-damping coefficient c >= 0 (beta = c * dt; see the class docstring).
+
+        Raises OptionError if c < 0 or not finite."""
         if not (c >= 0 and math.isfinite(c)):
             raise OptionError(f"damping must be >= 0, got {c}")
         self.damping = float(c)
@@ -294,6 +301,7 @@ class SubspaceSimulator:
             self.drags[drag_id].target = t.expand(self.drags[drag_id].idx.numel(), 3).clone()
 
     def remove_drag(self, drag_id: int) -> None:
+        """Remove the drag spring ``drag_id`` (from :meth:`add_drag`); an unknown id is ignored."""
         self.drags.pop(drag_id, None)
 
     # ------------------------------------------------------------------------------------------ state
