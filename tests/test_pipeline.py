@@ -99,7 +99,9 @@ def test_frame_scaling_and_scene_transforms():
     """Handle transforms in the simulation frame map to the scene frame (Z_scene = [A | b/s - A c]) and
     the weight gradients follow grad_sim W = grad_norm W / (s s_n)."""
     sc = _blob_scene(offset=(3.0, -1.0, 2.0), size=4.0)
-    anim = _prepare(sc, select="-10,-10,-10,10,10,10", scale=0.25)
+    # a deterministic analytic field: a time-budgeted fit varies from run to run, and with it how exactly the
+    # simulator's whitened basis keeps the constant handle
+    anim = _prepare(sc, select="-10,-10,-10,10,10,10", scale=0.25, skinning="rbf")
     assert anim.sim_scale == 0.25
     sim = anim.sim
     # a pure stretch diag(2, 1, 1) of the simulation frame about its origin doubles the x-extent in the scene
