@@ -64,7 +64,8 @@ class AnimationConfig:
     ``up``: 'auto' (meshes +y; .splat/compressed PLY -y; INRIA PLY +z; see :func:`resolve_up`), or 'y', '-y', 'z', '-z', 'x', '-x'.
     ``pin``: None, ``"below:F"`` (the bottom fraction F of the object's height) or ``"box:xmin,...,zmax"``
     (scene units). ``damping``: Rayleigh coefficient c (beta = c dt; see the simulator). ``friction``: viscous
-    floor friction (1/s). ``hessian_every``: 1 = full Newton (default), 0 = one Hessian per step.
+    floor friction (1/s). ``solver``: the simulator's Hessian policy, "adaptive" (default), "chord" or "newton"
+    (see :class:`physskin_gs.physics.simulator.SubspaceSimulator`).
     ``clamp_anisotropy``: clamp F's singular values to [0.2, 5] for the Gaussians (needle guard).
     """
 
@@ -89,7 +90,7 @@ class AnimationConfig:
     clamp_anisotropy: bool = True
     num_handles_fallback: int = 16
     friction: float = 10.0  # viscous floor friction, 1/s (0 = frictionless floor)
-    hessian_every: int = 1  # 1 = full Newton; 0 = Hessian once per step (faster, see SubspaceSimulator)
+    solver: str = "adaptive"  # Hessian policy of the Newton solve: "adaptive", "chord" or "newton"
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -294,7 +295,7 @@ class AnimatedScene:
             X_sim, Wc, Gc / (s_n * self.sim_scale), volume=volume_scene * self.sim_scale ** 3,
             E=config.E, nu=config.nu, density=config.density, dt=config.dt, gravity=config.gravity,
             up=up, floor_height=floor_sim, damping=config.damping, newton_iters=config.newton_iters,
-            friction=config.friction, hessian_every=config.hessian_every)
+            friction=config.friction, solver=config.solver)
         # Gaussians: weights and scene-frame gradients once, then the precomputed deformer
         mov = scene.subset(self._idx)
         Wg, Gg = _weights_chunked(field, norm.to_normalized(mov.means.double()).float())

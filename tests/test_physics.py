@@ -234,3 +234,59 @@ def test_rigid_rotation_has_no_elastic_energy():
     assert sim.energies()["elastic"] == pytest.approx(0.0, abs=1e-9)
     x = sim.positions()
     assert torch.allclose(x, X.double() @ R.T + torch.tensor([0.1, 0.2, 0.3], dtype=torch.float64), atol=1e-9)
+
+
+def test_assembly_matches_dense_reference():
+    X, W, dW, V = _beam(96, m=5, seed=6)
+    sim = SubspaceSimulator(X, W, dW, V)
+    g = torch.Generator().manual_seed(7)
+    q = 0.1 * torch.randn(3, sim.K4, generator=g, dtype=torch.float64)
+    F = sim.deformation_gradients(q)
+    Hc = nh.projected_hessian(F, sim.mu, sim.lam) * sim.v_p
+    fast = sim._assemble(Hc)
+    ref = sim._assemble_reference(Hc)
+    assert (fast - ref).abs().max() <= 1e-5 * ref.abs().max()  # float32 GEMM
+    assert torch.allclose(fast, fast.T)
+
+
+def _drop_and_drag(solver, steps=25):
+    X, W, dW, V = _beam(192, m=5, seed=8, length=0.6, width=0.3)
+    sim = SubspaceSimulator(X, W, dW, V, E=3e4, nu=0.4, density=100, dt=0.03, up=(0, 0, 1), floor_height=-0.3,
+                            damping=0.05, newton_iters=30, solver=solver, grad_tol=1e-7, tol=1e-10)
+    did = sim.add_drag(torch.arange(8))
+    hess = 0
+    for k in range(steps):
+        sim.update_drag(did, X[:8].double() + torch.tensor([0.0, 0.1 * math.sin(0.3 * k), 0.05], dtype=torch.float64))
+        hess += sim.step().hessians
+    return sim, hess
+
+
+def test_solver_policies_converge_to_the_same_motion():
+    ref, h_newton = _drop_and_drag("newton")
+    scale = float((ref.positions() - ref.X).norm(dim=1).max())
+    assert scale > 0.05  # it moved
+    for solver in ("chord", "adaptive"):
+        sim, h = _drop_and_drag(solver)
+        assert float((sim.positions() - ref.positions()).norm(dim=1).max()) < 1e-4 * max(scale, 1.0)
+        assert h < h_newton  # fewer Hessians than full Newton for the same answer
+    with pytest.raises(OptionError):
+        ref.solver = "bfgs"
+    ref.hessian_every = 0
+    assert ref.solver == "chord"
+
+
+def test_adaptive_reuses_the_factor_when_calm_and_refreshes_on_changes():
+    X, W, dW, V = _beam(192, m=5, seed=9, length=0.6, width=0.3)
+    sim = SubspaceSimulator(X, W, dW, V, E=3e4, nu=0.4, density=100, dt=0.03, up=(0, 0, 1), floor_height=None,
+                            gravity=0.0, damping=0.05, newton_iters=5, solver="adaptive")
+    sim.set_pins(torch.nonzero(X[:, 0] < -0.25).flatten())
+    did = sim.add_drag(torch.nonzero(X[:, 0] > 0.25).flatten())
+    sim.update_drag(did, X[X[:, 0] > 0.25].double() + torch.tensor([0.0, 0.0, 0.05], dtype=torch.float64))
+    for _ in range(60):  # settle against the drag
+        sim.step()
+    calm = sum(sim.step().hessians for _ in range(20))
+    assert calm <= 2  # converged steps hand their factor on (hessian_max_age = 20 allows one refresh)
+    sim.remove_drag(did)  # the Hessian's spring term changed: the next step must refactor
+    assert sim.step().hessians >= 1
+    sim.solver = "chord"
+    assert sum(sim.step().hessians for _ in range(3)) == 3

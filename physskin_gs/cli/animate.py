@@ -72,6 +72,9 @@ def register(sub) -> None:
     p.add_argument("--select", help="moving part: box 'xmin,ymin,zmin,xmax,ymax,zmax' or a rule like 'opacity>0.1'")
     p.add_argument("--cubature", dest="num_cubature", type=int, default=1024, help="cubature points (default 1024)")
     p.add_argument("--newton-iters", dest="newton_iters", type=int, default=5, help="Newton iterations per step")
+    p.add_argument("--solver", choices=("adaptive", "chord", "newton"), default="adaptive",
+                   help="Hessian policy: 'newton' refactors the Hessian every iteration, 'chord' once per step, "
+                        "'adaptive' (default) hands a converged step's factor on to the next step")
     p.add_argument("--mesh-gaussians", dest="mesh_gaussians", type=int, default=20000,
                    help="Gaussians sampled on a mesh input's surface (default 20000)")
     p.add_argument("--seed", type=int, default=0)
@@ -98,7 +101,7 @@ def config_from_args(args):
         floor_height=floor_height, damping=args.damping, num_cubature=args.num_cubature,
         newton_iters=args.newton_iters, skinning=args.skinning, checkpoint=args.checkpoint,
         fit_seconds=args.fit_seconds, select=args.select, scale=args.scale, pin=args.pin, seed=args.seed,
-        friction=args.friction,
+        friction=args.friction, solver=getattr(args, "solver", "adaptive"),
     )
 
 

@@ -303,6 +303,11 @@ def _project_sym3_soa(a00, a01, a02, a11, a12, a22):
     return res
 
 
+_IJ = [1, 2, 5]  # (i, j) = (0,1), (0,2), (1,2) in row-major 3x3 index 3 i + j
+_JI = [3, 6, 7]  # their transposes (j, i)
+_II = [0, 4, 8]
+
+
 def projected_hessian(F: torch.Tensor, mu, lam) -> torch.Tensor:
     """PSD-projected stable Neo-Hookean Hessian (n, 9, 9) from the analytic eigensystem (module docstring).
 
@@ -321,28 +326,23 @@ def projected_hessian(F: torch.Tensor, mu, lam) -> torch.Tensor:
     g0, g1, g2 = s1 * s2, s0 * s2, s0 * s1
     A = _project_sym3_soa(mu_a + lam_a * g0 * g0, lam_a * g0 * g1 + c * s2, lam_a * g0 * g2 + c * s1,
                           mu_a + lam_a * g1 * g1, lam_a * g1 * g2 + c * s0, mu_a + lam_a * g2 * g2)
-    # twist / flip eigenvalues for pairs (0,1), (0,2), (1,2) with third index k = 2, 1, 0
-    sk = (s2, s1, s0)
-    flip = [np.maximum(mu_a - c * x, 0.0) for x in sk]
-    twist = [np.maximum(mu_a + c * x, 0.0) for x in sk]
-    # small dense block K in the frame dF = U M V^T: index (i, j) -> 3 i + j
-    K = np.zeros((n, 9, 9))
-    di = (0, 4, 8)
-    comps = [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2)]
-    for (i, j), x in zip(comps, A):
-        K[:, di[i], di[j]] = x
-        K[:, di[j], di[i]] = x
-    for (i, j), fl, tw in zip(((0, 1), (0, 2), (1, 2)), flip, twist):
-        p, q = 3 * i + j, 3 * j + i
-        d = 0.5 * (fl + tw)
-        o = 0.5 * (fl - tw)
-        K[:, p, p] = d
-        K[:, q, q] = d
-        K[:, p, q] = o
-        K[:, q, p] = o
-    U = torch.from_numpy(np.stack([np.stack(u, -1) for u in (u0, u1, u2)], -1))  # [n, 3(a), 3(i)]
-    V = torch.from_numpy(np.stack([np.stack(v, -1) for v in (v0, v1, v2)], -1))
-    Q = (U[:, :, None, :, None] * V[:, None, :, None, :]).reshape(n, 9, 9)  # U (x) V
-    Q = Q.to(out_dtype)
-    Kt = torch.from_numpy(K).to(out_dtype)
-    return torch.bmm(torch.bmm(Q, Kt), Q.transpose(1, 2))  # rotate back in the caller's precision
+    # twist / flip eigenvalues for pairs (i, j) = (0,1), (0,2), (1,2) with third index k = 2, 1, 0
+    sk = np.stack([s2, s1, s0], 1)  # [n, 3]
+    flip = np.maximum(mu_a[:, None] - c[:, None] * sk, 0.0)  # modes (u_i v_j^T + u_j v_i^T) / sqrt 2
+    twist = np.maximum(mu_a[:, None] + c[:, None] * sk, 0.0)  # modes (u_i v_j^T - u_j v_i^T) / sqrt 2
+    # projected Hessian = C^T B with C the 9 unit modes (rows) and B the clamped block matrix applied to them:
+    # twist and flip modes are eigenvectors; the 3 scaling modes u_i v_i^T carry the clamped 3x3 block A+.
+    wd = np.float32 if out_dtype == torch.float32 else np.float64  # rotation back in the caller's precision
+    U = np.stack([np.stack(u, -1) for u in (u0, u1, u2)], 1).astype(wd)  # [n, i, a]
+    V = np.stack([np.stack(v, -1) for v in (v0, v1, v2)], 1).astype(wd)  # [n, j, b]
+    UV = (U[:, :, None, :, None] * V[:, None, :, None, :]).reshape(n, 9, 9)  # [n, (i, j), (a, b)] = vec(u_i v_j^T)
+    Pij, Pji = UV[:, _IJ], UV[:, _JI]  # [n, 3, 9] for the pairs (i, j) and (j, i)
+    r = wd(1.0 / math.sqrt(2.0))
+    T = (Pij - Pji) * r
+    Fm = (Pij + Pji) * r
+    D = UV[:, _II]  # [n, 3, 9] scaling modes
+    Ap = np.stack([A[0], A[1], A[2], A[1], A[3], A[4], A[2], A[4], A[5]], 1).astype(wd).reshape(n, 3, 3)
+    C = np.concatenate([T, Fm, D], 1)  # [n, 9, 9]
+    B = np.concatenate([T * twist.astype(wd)[:, :, None], Fm * flip.astype(wd)[:, :, None], np.matmul(Ap, D)], 1)
+    H = torch.from_numpy(np.matmul(C.transpose(0, 2, 1), B))
+    return H if H.dtype == out_dtype else H.to(out_dtype)

@@ -45,6 +45,13 @@ from physskin_gs.physics import neohookean as nh
 __all__ = ["SubspaceSimulator", "StepStats", "orthonormal_handle_basis", "single_thread"]
 
 
+# 6 blocks (a <= a') of the 3x3 block structure over output axes; the other 3 are transposes
+_PAIRS = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))
+# flat index into a row-major (9, 9) per-point Hessian giving the layout [b', (b, pair)]:
+# H[(3a + b), (3a' + b')] for pair = (a, a')
+_PAIR_INDEX = torch.tensor([(3 * a + b) * 9 + 3 * c + bp for bp in range(3) for b in range(3) for (a, c) in _PAIRS])
+
+
 @contextmanager
 def single_thread(n: Optional[int] = 1):
     """Run small per-point kernels on ``n`` intra-op threads (default 1: torch's thread pool is far slower for
@@ -85,11 +92,36 @@ class StepStats:
     grad_norm: float = 0.0
     substeps: int = 1
     rejected: int = 0
+    hessians: int = 0
     energy: Dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"ms": self.ms, "newton_iters": self.newton_iters, "grad_norm": self.grad_norm,
-                "substeps": self.substeps, "rejected": self.rejected, "energy": dict(self.energy)}
+                "substeps": self.substeps, "rejected": self.rejected, "hessians": self.hessians, "energy": dict(self.energy)}
+
+
+@dataclass
+class _StepContext:
+    h: float  # step size (s)
+    q_pred: torch.Tensor  # (3, 4H') q_t + h qdot_t
+    q_prev: torch.Tensor  # (3, 4H') q_t
+    D: Optional[torch.Tensor]  # (12H', 12H') dissipation matrix of this step, or None
+
+
+@dataclass
+class _Eval:
+    """The step objective's intermediate values at one iterate (structure-of-arrays over cubature points)."""
+
+    q: torch.Tensor  # (3, 4H')
+    x: torch.Tensor  # (3, n) positions, metres
+    F: torch.Tensor  # (3, 3, n) deformation gradients [a, b, c]
+    J: torch.Tensor  # (n,) det F
+    cof0: tuple  # first row of cof(F), 3 x (n,)
+    pe: Dict[str, torch.Tensor] = field(default_factory=dict)  # potential energy terms (J)
+    d: Optional[torch.Tensor] = None  # (n,) floor penetration (<= 0) or None without a floor
+    Mdq: Optional[torch.Tensor] = None  # (3, 4H') M (q - q_pred)
+    Dv: Optional[torch.Tensor] = None  # (12H',) D (q - q_prev)
+    E: Optional[torch.Tensor] = None  # objective value
 
 
 @dataclass
@@ -121,9 +153,16 @@ class SubspaceSimulator:
             metres, so 1e-6 is a micrometre-scale change), or when the residual |G| / h^2 (a force, N) falls below
             grad_tol times the object's weight (method.md 9.2 uses an absolute |G| < 1e-3).
         friction: viscous floor friction eta (1/s) on cubature points touching the floor (0 = frictionless).
-        hessian_every: recompute the Hessian every k Newton iterations (1 = full Newton, the default; 0 = only at
-            the first iteration of a step, reusing its Cholesky factor: a chord/lagged-Hessian Newton that is
-            cheaper per iteration but converges linearly).
+        solver: Hessian policy of the Newton iterations. "newton": a fresh Hessian at every iteration (quadratic
+            convergence, the reference). "chord": one Hessian per step, its Cholesky factor reused by the step's
+            later iterations. "adaptive" (default): like "chord", but a step that converged (to ``grad_tol`` /
+            ``tol``) hands its factor on to the next step, so a calm scene factors the Hessian rarely; it is
+            refreshed after a step that did not converge, when the step size, material, springs, floor or
+            damping change, and at least every ``hessian_max_age`` steps. With every policy a line search that
+            fails with a factor from an earlier iterate refreshes it and retries. All minimise the same objective
+            with the exact gradient and Armijo line search, so they converge to the same solution; they differ in
+            cost per iteration and in how many iterations a given accuracy takes.
+        hessian_every: legacy alias: 1 -> "newton", 0 -> "chord" (overrides ``solver`` when given).
         num_threads: torch intra-op threads used during :meth:`step` (None: leave torch's setting).
     Raises OptionError for invalid material or shapes.
     """
@@ -139,7 +178,8 @@ class SubspaceSimulator:
                  up=(0.0, 0.0, 1.0), floor_height: Optional[float] = None, damping: float = 0.02,
                  newton_iters: int = 5, orthonormalize: bool = True, project_psd: bool = True,
                  tol: float = 1e-6, num_threads: Optional[int] = 1, grad_tol: float = 1e-3,
-                 hessian_every: int = 1, friction: float = 10.0) -> None:
+                 solver: str = "adaptive", friction: float = 10.0, hessian_every: Optional[int] = None,
+                 hessian_max_age: int = 20) -> None:
         if points.ndim != 2 or points.shape[1] != 3:
             raise OptionError(f"cubature points must be (n, 3), got {tuple(points.shape)}")
         n = points.shape[0]
@@ -161,7 +201,15 @@ class SubspaceSimulator:
         self.tol = tol
         self.num_threads = num_threads
         self.grad_tol = float(grad_tol)
-        self.hessian_every = int(hessian_every)
+        self.solver = solver
+        if hessian_every is not None:
+            self.hessian_every = hessian_every
+        self.hessian_max_age = int(hessian_max_age)
+        self._hess_version = 0  # bumped by every change that changes the Hessian beyond the state
+        self._chol: Optional[torch.Tensor] = None  # cached Cholesky factor of the step Hessian
+        self._chol_key = None
+        self._chol_age = 0
+        self._chol_converged = False  # the last step converged (the adaptive policy may reuse its factor)
         self._density = float(density)
         self.set_material(E=E, nu=nu, density=density)
         if orthonormalize:
@@ -180,9 +228,14 @@ class SubspaceSimulator:
         # G[n, b, h, c] = W[n,h] delta(b,c) + dW[n,h,b] Xh[n,c]
         G = W[:, None, :, None] * eye34[None, :, None, :] + dW.permute(0, 2, 1)[:, :, :, None] * Xh[:, None, None, :]
         self.G = G.reshape(n, 3, self.K4).contiguous()  # [n, 3, 4H] float64
-        self.G32 = self.G.float()
-        self.G_all = self.G.reshape(n * 3, self.K4)  # [3n, 4H]
-        self.G_all32T = self.G32.reshape(n * 3, self.K4).T.contiguous()  # [4H, 3n]
+        self.G_all = self.G.reshape(n * 3, self.K4)  # [3n, 4H], rows (c, b)
+        self.G_all32T = self.G_all.float().T.contiguous()  # [4H, 3n]
+        self.G3_32 = self.G.permute(1, 0, 2).contiguous().float()  # [3 (b), n, 4H]
+        # [Phi; G] with G's rows ordered (b, c): q @ PhiG^T gives displacements and F - I as contiguous rows
+        self.PhiG = torch.cat([self.Phi, self.G.permute(1, 0, 2).reshape(3 * n, self.K4)], 0).contiguous()  # [4n, 4H]
+        self.PhiG_T = self.PhiG.T.contiguous()  # [4H, 4n]
+        self.Xt = self.X.T.contiguous()  # [3, n]
+        self._eye3n = torch.eye(3, dtype=dd)[:, :, None]  # [3, 3, 1]
         self.pin = None
         self.drags = {}
         self._rebuild_mass()
@@ -218,8 +271,37 @@ class SubspaceSimulator:
         self.m_p = self.total_mass / self.n  # kg per cubature point
         self.v_p = self.volume / self.n  # m^3 per cubature point
         self._K0 = None
+        self.invalidate_hessian()
         if hasattr(self, "Phi"):
             self._rebuild_mass()
+
+    SOLVERS = ("newton", "chord", "adaptive")
+
+    @property
+    def solver(self) -> str:
+        """Hessian policy: "newton", "chord" or "adaptive" (class docstring). Settable at any time."""
+        return self._solver
+
+    @solver.setter
+    def solver(self, value: str) -> None:
+        if value not in self.SOLVERS:
+            raise OptionError(f"solver must be one of {', '.join(self.SOLVERS)}, got {value!r}")
+        self._solver = value
+        self._chol = None
+
+    @property
+    def hessian_every(self) -> int:
+        """Legacy alias of :attr:`solver`: 1 for "newton", 0 otherwise; setting 1/0 selects "newton"/"chord"."""
+        return 1 if self._solver == "newton" else 0
+
+    @hessian_every.setter
+    def hessian_every(self, value: int) -> None:
+        self.solver = "newton" if int(value) >= 1 else "chord"
+
+    def invalidate_hessian(self) -> None:
+        """Drop the cached Hessian factor (called by every setter that changes the objective's Hessian)."""
+        self._hess_version += 1
+        self._chol = None
 
     @property
     def density(self) -> float:
@@ -256,6 +338,7 @@ class SubspaceSimulator:
     def set_floor(self, height: Optional[float]) -> None:
         """Floor plane at ``height`` along up (metres, simulation frame), or None to remove it."""
         self.floor_height = None if height is None else float(height)
+        self.invalidate_hessian()
 
     def set_damping(self, c: float) -> None:
         """Rayleigh stiffness-damping coefficient c >= 0 (beta = c * dt; see the class docstring).
@@ -264,6 +347,7 @@ class SubspaceSimulator:
         if not (c >= 0 and math.isfinite(c)):
             raise OptionError(f"damping must be >= 0, got {c}")
         self.damping = float(c)
+        self.invalidate_hessian()
 
     def _make_spring(self, idx: torch.Tensor, target: Optional[torch.Tensor], k: float) -> _Spring:
         idx = torch.as_tensor(idx, dtype=torch.long).reshape(-1)
@@ -277,10 +361,12 @@ class SubspaceSimulator:
         """Pin cubature points ``idx`` to ``targets`` (k, 3) (default: their rest positions); None removes pins."""
         if idx is None:
             self.pin = None
+            self.invalidate_hessian()
             return
         if targets is None:
             targets = self.X[torch.as_tensor(idx, dtype=torch.long)]
         self.pin = self._make_spring(idx, targets, self.PIN_K)
+        self.invalidate_hessian()
 
     def add_drag(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None, k: Optional[float] = None) -> int:
         """Start a drag spring on cubature points ``idx`` (targets default to their current positions). Returns id."""
@@ -288,6 +374,7 @@ class SubspaceSimulator:
         did = self._next_drag
         self._next_drag += 1
         self.drags[did] = s
+        self.invalidate_hessian()
         return did
 
     def update_drag(self, drag_id: int, targets: torch.Tensor) -> None:
@@ -302,7 +389,8 @@ class SubspaceSimulator:
 
     def remove_drag(self, drag_id: int) -> None:
         """Remove the drag spring ``drag_id`` (from :meth:`add_drag`); an unknown id is ignored."""
-        self.drags.pop(drag_id, None)
+        if self.drags.pop(drag_id, None) is not None:
+            self.invalidate_hessian()
 
     # ------------------------------------------------------------------------------------------ state
     def reset(self) -> None:
@@ -330,19 +418,7 @@ class SubspaceSimulator:
 
     # ------------------------------------------------------------------------------------------ energies
     def _potential(self, q: torch.Tensor) -> Dict[str, torch.Tensor]:
-        x = self.positions(q)
-        F = self.deformation_gradients(q)
-        out = {
-            "elastic": self.v_p * nh.energy_density(F, self.mu, self.lam).sum(),
-            "gravity": -self.m_p * (x @ self.g_vec).sum(),
-        }
-        if self.floor_height is not None:
-            d = (x @ self.up - self.floor_height).clamp_max(0.0)
-            out["floor"] = self.m_p * self.FLOOR_K * (d * d).sum()
-        for name, s in ([("pin", self.pin)] if self.pin else []) + [(f"drag{k}", v) for k, v in self.drags.items()]:
-            r = x[s.idx] - s.target
-            out[name] = out.get(name, 0.0) + self.m_p * s.k * (r * r).sum()
-        return out
+        return self._eval(q, None).pe
 
     def kinetic_energy(self) -> float:
         """1/2 qdot^T M qdot (J)."""
@@ -361,167 +437,217 @@ class SubspaceSimulator:
             self._K0 = self._assemble(nh.hessian(F0.contiguous(), self.mu, self.lam) * self.v_p)
         return self._K0
 
-    _PAIRS_A = torch.tensor([0, 0, 0, 1, 1, 2])
-    _PAIRS_B = torch.tensor([0, 1, 2, 1, 2, 2])
+    _PAIRS = _PAIRS
+    _PAIR_INDEX = _PAIR_INDEX
 
     def _assemble(self, Hc: torch.Tensor) -> torch.Tensor:
         """sum_c J_c^T Hc_c J_c for per-point (n, 9, 9) Hessians (volume weights included) -> (12H', 12H') in
-        q order, float64. Only the 6 blocks (a <= a') are formed: one small bmm for Y and ONE GEMM
-        ``G_all^T [4H, 3n] @ Y [3n, 6 * 4H]`` (module docstring); the other 3 blocks are transposes."""
+        q order, float64 (method.md 9.2). Only the 6 blocks (a <= a') are formed: Y[c, (b, pair), k'] =
+        sum_b' Hc[c, (a, b), (a', b')] G[c, b', k'] by three broadcast multiply-adds, then ONE float32 GEMM
+        ``G_all^T [4H, 3n] @ Y [3n, 6 * 4H]`` (module docstring); the other 3 blocks are transposes.
+        :meth:`_assemble_reference` is the plain per-point version it is tested against."""
         n, K4 = self.n, self.K4
-        H5 = Hc.to(torch.float32).reshape(n, 3, 3, 3, 3)  # [n, a, b, a', b']
-        Hp = H5[:, self._PAIRS_A, :, self._PAIRS_B, :]  # [6, n, b, b'] (advanced indices first)
-        Hb = Hp.permute(1, 2, 0, 3).reshape(n, 18, 3)  # [n, (b, pair), b']
-        Y = torch.bmm(Hb, self.G32)  # [n, 18, 4H] = [n, b, (pair, k')]
-        R = torch.mm(self.G_all32T, Y.reshape(n * 3, 6 * K4)).to(torch.float64)  # [4H, (pair, k')]
-        R = R.reshape(K4, 6, K4)
+        Hs = Hc.to(torch.float32).reshape(n, 81).index_select(1, self._PAIR_INDEX).reshape(n, 3, 18)  # [n, b', (b, pair)]
+        G3 = self.G3_32  # [3 (b'), n, 4H]
+        Y = torch.mul(Hs[:, 0, :, None], G3[0][:, None, :])  # [n, 18, 4H]
+        Y.addcmul_(Hs[:, 1, :, None], G3[1][:, None, :])
+        Y.addcmul_(Hs[:, 2, :, None], G3[2][:, None, :])
+        R = torch.mm(self.G_all32T, Y.view(n * 3, 6 * K4)).to(torch.float64).view(K4, 6, K4)  # [4H, (pair, k')]
         out = torch.empty(3, K4, 3, K4, dtype=torch.float64)
-        for p, (a, c) in enumerate(zip(self._PAIRS_A.tolist(), self._PAIRS_B.tolist())):
+        for p, (a, c) in enumerate(self._PAIRS):
             blk = R[:, p, :]
             if a == c:
-                blk = 0.5 * (blk + blk.T)
-                out[a, :, a, :] = blk
+                out[a, :, a, :] = 0.5 * (blk + blk.T)
             else:
                 out[a, :, c, :] = blk
                 out[c, :, a, :] = blk.T
         return out.reshape(3 * K4, 3 * K4)
 
-    def _objective(self, q, q_pred, q_prev, beta_h, with_derivs: bool):
-        """Backward-Euler objective E(q) (method.md 9.2), optionally with gradient (3, 4H) and Hessian.
+    def _assemble_reference(self, Hc: torch.Tensor) -> torch.Tensor:
+        """Plain reference of :meth:`_assemble`: ``sum_c J_c^T Hc_c J_c`` with the dense J_c = I_3 (x) G_c (9, 12H'),
+        float64. Slow; for tests."""
+        J = torch.einsum("ad,nbk->nabdk", torch.eye(3, dtype=torch.float64), self.G).reshape(self.n, 9, 3 * self.K4)
+        return torch.einsum("nik,nij,njl->kl", J, Hc.to(torch.float64), J)
 
-        ``beta_h``: a float (Rayleigh term ``beta_h/2 |q - q_prev|_K0^2``) or a precomputed (12H', 12H') matrix D
-        for ``1/2 |q - q_prev|_D^2`` (Rayleigh plus floor friction, built once per step)."""
-        if isinstance(beta_h, torch.Tensor):
-            Dmat = beta_h
-        elif beta_h > 0:
-            Dmat = beta_h * self._rest_stiffness()
-        else:
-            Dmat = None
-        dq = q - q_pred
-        inert = 0.5 * (dq * (dq @ self.Mblk)).sum()
-        h2 = self.dt * self.dt
-        x = self.positions(q)
-        F = self.deformation_gradients(q)
-        psi = nh.energy_density(F, self.mu, self.lam)
-        pe = self.v_p * psi.sum() - self.m_p * (x @ self.g_vec).sum()
-        d = None
+    # ------------------------------------------------------------------------------------------ evaluation
+    def _eval(self, q: torch.Tensor, ctx: Optional["_StepContext"]) -> "_Eval":
+        """Objective of one step at q (method.md 9.2), in structure-of-arrays form: ONE GEMM
+        ``q [3, 4H] @ [Phi; G]^T [4H, 4n]`` gives the displacements and F - I at all cubature points as contiguous
+        rows, then everything is elementwise over n. With ctx None only the potential terms are evaluated."""
+        n = self.n
+        out = q @ self.PhiG_T  # [3, 4n] = [a, (block, c)]: block 0 = x - X, block 1 + b = (F - I)[:, a, b]
+        x = self.Xt + out[:, :n]  # [3, n]
+        F = out[:, n:].view(3, 3, n) + self._eye3n  # [a, b, n]
+        f = [F[a, b] for a in range(3) for b in range(3)]  # 9 x [n]
+        c00 = f[4] * f[8] - f[5] * f[7]
+        c01 = f[5] * f[6] - f[3] * f[8]
+        c02 = f[3] * f[7] - f[4] * f[6]
+        J = f[0] * c00 + f[1] * c01 + f[2] * c02
+        I1 = (F * F).sum((0, 1))
+        psi = 0.5 * self.mu * (I1 - 3.0) + 0.5 * self.lam * (J - 1.0) ** 2 - self.mu * (J - 1.0)
+        ev = _Eval(q=q, x=x, F=F, J=J, cof0=(c00, c01, c02))
+        ev.pe["elastic"] = self.v_p * psi.sum()
+        ev.pe["gravity"] = -self.m_p * (self.g_vec @ x).sum()
         if self.floor_height is not None:
-            d = (x @ self.up - self.floor_height).clamp_max(0.0)
-            pe = pe + self.m_p * self.FLOOR_K * (d * d).sum()
-        springs = ([self.pin] if self.pin else []) + list(self.drags.values())
-        for s in springs:
-            r = x[s.idx] - s.target
-            pe = pe + self.m_p * s.k * (r * r).sum()
-        damp = 0.0
-        if Dmat is not None:
-            v = (q - q_prev).reshape(-1)
-            damp = 0.5 * (v @ (Dmat @ v))
-        Eval = inert + h2 * pe + damp
-        if not with_derivs:
-            return Eval
-        # gradient
-        P = nh.first_piola(F, self.mu, self.lam)  # [n, 3, 3] (a, b)
-        gq = dq @ self.Mblk  # [3, 4H]
-        # elastic: dE/dQ[a, k] = v sum_c sum_b P[c, a, b] G[c, b, k]
-        g_el = self.v_p * (P.permute(1, 0, 2).reshape(3, self.n * 3) @ self.G_all)
-        f_ext = torch.zeros(3, self.n, dtype=torch.float64)  # d(penalties)/dx, transposed
-        f_ext -= self.m_p * self.g_vec[:, None]
-        if d is not None:
-            f_ext += 2.0 * self.m_p * self.FLOOR_K * self.up[:, None] * d[None, :]
-        for s in springs:
-            r = x[s.idx] - s.target
-            f_ext.index_add_(1, s.idx, (2.0 * self.m_p * s.k) * r.T)
-        g_pe = g_el + f_ext @ self.Phi
-        grad = gq + h2 * g_pe
-        if Dmat is not None:
-            grad = grad + (Dmat @ (q - q_prev).reshape(-1)).reshape(3, self.K4)
-        if with_derivs == "grad":
-            return Eval, grad
-        # Hessian
+            ev.d = (self.up @ x - self.floor_height).clamp_max(0.0)  # [n]
+            ev.pe["floor"] = self.m_p * self.FLOOR_K * (ev.d * ev.d).sum()
+        for name, s in self._springs():
+            r = x[:, s.idx] - s.target.T  # [3, k]
+            ev.pe[name] = ev.pe.get(name, 0.0) + self.m_p * s.k * (r * r).sum()
+        if ctx is None:
+            return ev
+        dq = q - ctx.q_pred
+        ev.Mdq = dq @ self.Mblk  # [3, 4H]
+        ev.E = 0.5 * (dq * ev.Mdq).sum() + ctx.h * ctx.h * sum(ev.pe.values())
+        if ctx.D is not None:
+            v = (q - ctx.q_prev).reshape(-1)
+            ev.Dv = ctx.D @ v
+            ev.E = ev.E + 0.5 * (v @ ev.Dv)
+        return ev
+
+    def _springs(self):
+        return ([("pin", self.pin)] if self.pin else []) + [(f"drag{k}", v) for k, v in self.drags.items()]
+
+    def _gradient(self, ev: "_Eval", ctx: "_StepContext") -> torch.Tensor:
+        """Gradient (3, 4H) of the step objective at ``ev`` (from :meth:`_eval`): inertia + h^2 (elastic P through
+        G, external forces through Phi, as ONE GEMM ``[f_ext | v P] [3, 4n] @ [Phi; G] [4n, 4H]``) + dissipation."""
+        n = self.n
+        F, f = ev.F, ev.F.view(9, n)
+        c00, c01, c02 = ev.cof0
+        cof = torch.stack([c00, c01, c02,
+                           f[2] * f[7] - f[1] * f[8], f[0] * f[8] - f[2] * f[6], f[1] * f[6] - f[0] * f[7],
+                           f[1] * f[5] - f[2] * f[4], f[2] * f[3] - f[0] * f[5], f[0] * f[4] - f[1] * f[3]])
+        c = self.lam * (ev.J - 1.0) - self.mu  # [n]
+        rhs = torch.empty(3, 4 * n, dtype=torch.float64)
+        torch.add(self.mu * self.v_p * F.reshape(3, 3 * n), (cof * (self.v_p * c)).view(3, 3 * n),
+                  out=rhs[:, n:])  # v P[a, b, c]
+        fx = rhs[:, :n]
+        fx.copy_((-self.m_p * self.g_vec)[:, None].expand(3, n))
+        if ev.d is not None:
+            fx.add_((2.0 * self.m_p * self.FLOOR_K) * self.up[:, None] * ev.d[None, :])
+        for _, s in self._springs():
+            r = ev.x[:, s.idx] - s.target.T
+            fx.index_add_(1, s.idx, (2.0 * self.m_p * s.k) * r)
+        grad = ev.Mdq + (ctx.h * ctx.h) * (rhs @ self.PhiG)
+        if ev.Dv is not None:
+            grad = grad + ev.Dv.view(3, self.K4)
+        return grad
+
+    def _hessian(self, ev: "_Eval", ctx: "_StepContext") -> torch.Tensor:
+        """Hessian (12H', 12H') float64 of the step objective at ``ev``: h^2 (assembled per-point PSD-projected
+        Neo-Hookean Hessians + spring and active-floor terms) + mass + dissipation."""
+        Fn = ev.F.permute(2, 0, 1)  # [n, a, b]
         if self.project_psd:
-            Hc = nh.projected_hessian(F.float(), self.mu, self.lam)  # float32 out: assembled in float32 anyway
+            Hc = nh.projected_hessian(Fn.float(), self.mu, self.lam)  # float32 out: assembled in float32 anyway
         else:
-            Hc = nh.hessian(F, self.mu, self.lam)
-        Hel = self._assemble(Hc * self.v_p)
+            Hc = nh.hessian(Fn.contiguous(), self.mu, self.lam)
+        h2 = ctx.h * ctx.h
+        Hmat = self._assemble(Hc * self.v_p).mul_(h2)
         K4 = self.K4
-        Hmat = h2 * Hel
         blk = self.Mblk.clone()
-        for s in springs:
+        for _, s in self._springs():
             blk += h2 * 2.0 * s.hess
         for a in range(3):
             Hmat[a * K4:(a + 1) * K4, a * K4:(a + 1) * K4] += blk
-        if d is not None:
-            act = d < 0
-            if act.any():
+        if ev.d is not None:
+            act = ev.d < 0
+            if bool(act.any()):
                 Pa = self.Phi[act]
-                Hf = (2.0 * self.m_p * self.FLOOR_K * h2) * torch.kron(torch.outer(self.up, self.up), Pa.T @ Pa)
-                Hmat += Hf
-        if Dmat is not None:
-            Hmat = Hmat + Dmat
-        return Eval, grad, Hmat
+                Hmat += (2.0 * self.m_p * self.FLOOR_K * h2) * torch.kron(torch.outer(self.up, self.up), Pa.T @ Pa)
+        if ctx.D is not None:
+            Hmat += ctx.D
+        return Hmat
+
+    def _objective(self, q, q_pred, q_prev, beta_h, with_derivs):
+        """Backward-Euler objective E(q) (method.md 9.2) with optional gradient (3, 4H) (``with_derivs="grad"``)
+        and Hessian (``True``). ``beta_h``: Rayleigh coefficient of ``beta_h/2 |q - q_prev|_K0^2``, or a
+        (12H', 12H') dissipation matrix. Convenience wrapper over the step internals (tests, benchmarks)."""
+        if isinstance(beta_h, torch.Tensor):
+            D = beta_h
+        else:
+            D = beta_h * self._rest_stiffness() if beta_h > 0 else None
+        ctx = _StepContext(h=self.dt, q_pred=q_pred, q_prev=q_prev, D=D)
+        ev = self._eval(q, ctx)
+        if not with_derivs:
+            return ev.E
+        grad = self._gradient(ev, ctx)
+        if with_derivs == "grad":
+            return ev.E, grad
+        return ev.E, grad, self._hessian(ev, ctx)
 
     # ------------------------------------------------------------------------------------------ stepping
-    def _newton(self, q0: torch.Tensor, qdot0: torch.Tensor, h: float):
-        """One backward-Euler step of size h from (q0, qdot0). Returns (q, iters, grad_norm, ok)."""
-        old_dt = self.dt
-        self.dt = h
-        try:
-            q_pred = q0 + h * qdot0
-            beta_h = self._step_dissipation(q0, h)
-            q = q_pred.clone()
-            eps = self.HESS_EPS * self.m_p * self.n
-            gnorm = float("inf")
-            iters = 0
-            L = None
-            gtol = self.grad_tol * h * h * self.total_mass * 9.8  # residual force below grad_tol x weight
-            for it in range(self.newton_iters):
-                need_h = L is None or (self.hessian_every > 0 and it % self.hessian_every == 0)
-                if need_h:
-                    Eval, grad, Hm = self._objective(q, q_pred, q0, beta_h, True)
-                    if not torch.isfinite(Hm).all():
-                        return q, iters, float("nan"), False
-                else:
-                    Eval, grad = self._objective(q, q_pred, q0, beta_h, "grad")
-                gnorm = float(grad.norm())
-                if not math.isfinite(gnorm):
-                    return q, iters, gnorm, False
-                if gnorm < gtol:
+    def _factor(self, Hm: torch.Tensor):
+        """Cholesky factor of Hm + eps I (eps = HESS_EPS x total mass, x100 on failure, 6 tries) or None."""
+        reg = self.HESS_EPS * self.m_p * self.n
+        eye = torch.eye(Hm.shape[0], dtype=Hm.dtype)
+        for _ in range(6):
+            L, info = torch.linalg.cholesky_ex(Hm + reg * eye)
+            if int(info) == 0:
+                return L
+            reg *= 100.0
+        return None
+
+    def _newton(self, q0: torch.Tensor, qdot0: torch.Tensor, h: float, stats: StepStats):
+        """One backward-Euler step of size h from (q0, qdot0) by Newton with Armijo backtracking (module docstring;
+        the Hessian policy is :attr:`solver`). Returns (q, final _Eval or None, iters, grad_norm, ok)."""
+        ctx = _StepContext(h=h, q_pred=q0 + h * qdot0, q_prev=q0, D=self._step_dissipation(q0, h))
+        key = (self._hess_version, h)
+        if not (self.solver == "adaptive" and self._chol_converged and self._chol_key == key
+                and self._chol_age < self.hessian_max_age):
+            self._chol = None
+        self._chol_age += 1
+        q = ctx.q_pred.clone()
+        ev = self._eval(q, ctx)
+        gtol = self.grad_tol * h * h * self.total_mass * 9.8  # residual force below grad_tol x weight
+        gnorm, iters = float("inf"), 0
+        factor_at = -1  # iteration at which the current factor was computed (-1: an earlier step)
+        self._chol_converged = False
+        for it in range(self.newton_iters):
+            grad = self._gradient(ev, ctx)
+            gnorm = float(grad.norm())
+            if not math.isfinite(gnorm):
+                return q, None, iters, gnorm, False
+            g = grad.reshape(-1)
+            if gnorm < gtol:
+                self._chol_converged = True
+                break
+            if self._chol is None or self.solver == "newton":
+                Hm = self._hessian(ev, ctx)
+                if not torch.isfinite(Hm).all():
+                    return q, None, iters, float("nan"), False
+                self._chol = self._factor(Hm)
+                if self._chol is None:
+                    return q, None, iters, gnorm, False
+                self._chol_key, self._chol_age = key, 0
+                factor_at = it
+                stats.hessians += 1
+            iters = it + 1
+            delta = -torch.cholesky_solve(g[:, None], self._chol)[:, 0]
+            slope = float(g @ delta)
+            if slope >= 0 or float(delta.abs().max()) < self.tol:
+                if slope < 0:  # converged: take the tiny last step
+                    q = q + delta.view(3, self.K4)
+                    ev = self._eval(q, ctx)
+                    self._chol_converged = True
+                break
+            t, E0 = 1.0, float(ev.E)
+            D = delta.view(3, self.K4)
+            accepted = False
+            for _ in range(10):
+                qn = q + t * D
+                evn = self._eval(qn, ctx)
+                En = float(evn.E)
+                if math.isfinite(En) and En <= E0 + 1e-3 * t * slope:
+                    accepted = True
                     break
-                iters = it + 1
-                g = grad.reshape(-1)
-                if need_h:
-                    reg = eps
-                    eye = torch.eye(Hm.shape[0], dtype=Hm.dtype)
-                    for _ in range(6):
-                        L, info = torch.linalg.cholesky_ex(Hm + reg * eye)
-                        if int(info) == 0:
-                            break
-                        reg *= 100.0
-                    else:
-                        return q, iters, gnorm, False
-                delta = -torch.cholesky_solve(g[:, None], L)[:, 0]
-                slope = float(g @ delta)
-                if slope >= 0 or float(delta.abs().max()) < self.tol:
-                    if slope < 0:
-                        q = q + delta.reshape(3, self.K4)  # converged: take the tiny last step
-                    break
-                t = 1.0
-                E0 = float(Eval)
-                D = delta.reshape(3, self.K4)
-                accepted = False
-                for _ in range(10):
-                    qn = q + t * D
-                    En = float(self._objective(qn, q_pred, q0, beta_h, False))
-                    if math.isfinite(En) and En <= E0 + 1e-3 * t * slope:
-                        accepted = True
-                        break
-                    t *= 0.3
-                if not accepted:
-                    break
-                q = qn
-            return q, iters, gnorm, bool(torch.isfinite(q).all())
-        finally:
-            self.dt = old_dt
+                t *= 0.3
+            if not accepted:
+                if factor_at < it:  # a factor from an earlier iterate: refresh it and retry from this one
+                    self._chol = None
+                    continue
+                break
+            q, ev = qn, evn
+        return q, ev, iters, gnorm, bool(torch.isfinite(q).all())
 
     def _step_dissipation(self, q0: torch.Tensor, h: float):
         """Constant dissipation matrix D of one step: Rayleigh ``beta h K0`` (beta = damping * h) plus viscous floor
@@ -538,28 +664,26 @@ class SubspaceSimulator:
                 PT = torch.eye(3, dtype=torch.float64) - torch.outer(self.up, self.up)
                 Kf = (h * self.friction * self.m_p) * torch.kron(PT, Pc.T @ Pc)
                 D = Kf if D is None else D + Kf
-        return D if D is not None else 0.0
+        return D
 
-    def _sane(self, q: torch.Tensor) -> bool:
-        if not torch.isfinite(q).all():
+    def _sane(self, q: torch.Tensor, ev: Optional["_Eval"]) -> bool:
+        if ev is None or not torch.isfinite(q).all():
             return False
-        F = self.deformation_gradients(q)
-        # bounded handle transforms: singular values of F within a generous range, displacement bounded
-        fro = F.reshape(self.n, 9).norm(dim=1)
-        if not torch.isfinite(fro).all() or float(fro.max()) > 50.0:
-            return False
-        return True
+        # bounded handle transforms: |F|_Frobenius <= 50 at every cubature point
+        fro2 = (ev.F * ev.F).sum((0, 1))
+        return bool(torch.isfinite(fro2).all()) and float(fro2.max()) <= 2500.0
 
     def _advance(self, h: float, depth: int, stats: StepStats) -> bool:
-        q, iters, gnorm, ok = self._newton(self.q, self.qdot, h)
+        q, ev, iters, gnorm, ok = self._newton(self.q, self.qdot, h, stats)
         stats.newton_iters += iters
         stats.grad_norm = gnorm
-        if ok and self._sane(q):
+        if ok and self._sane(q, ev):
             self.qdot = (q - self.q) / h
             self.q = q
             self.time += h
             return True
         stats.rejected += 1
+        self._chol = None
         if depth >= 3:
             return False
         stats.substeps += 1
