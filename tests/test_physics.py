@@ -290,3 +290,24 @@ def test_adaptive_reuses_the_factor_when_calm_and_refreshes_on_changes():
     assert sim.step().hessians >= 1
     sim.solver = "chord"
     assert sum(sim.step().hessians for _ in range(3)) == 3
+
+
+def test_whitening_keeps_the_constant_handle_exactly():
+    X, W, dW, V = _beam(200, m=6, seed=10)
+    # a nearly dependent pair of columns plus the constant handle last (as the pipeline passes them)
+    W2 = torch.cat([W[:, :-1], W[:, :1] * (1.0 + 1e-7 * torch.rand(200, 1, dtype=torch.float32)), W[:, -1:]], 1).double()
+    assert torch.allclose(W2[:, -1], torch.ones(200, dtype=torch.float64))
+    m = torch.rand(200, dtype=torch.float64) + 0.5
+    T = orthonormal_handle_basis(W2, m, rel_tol=1e-9)
+    Wn = W2 @ T
+    gram = (Wn * m[:, None]).T @ Wn / m.sum()
+    assert torch.allclose(gram, torch.eye(T.shape[1], dtype=torch.float64), atol=1e-7)
+    assert T.shape[1] < W2.shape[1]  # the dependent direction was dropped
+    assert torch.allclose(Wn[:, -1], torch.ones(200, dtype=torch.float64), atol=1e-12)  # constant kept exactly
+    # a pure stretch through the constant handle is reproduced exactly by the simulator's basis
+    sim = SubspaceSimulator(X, W2.float(), torch.cat([dW[:, :-1], dW[:, :1], dW[:, -1:]], 1), V, gravity=0.0)
+    Z = torch.zeros(sim.H_orig, 3, 4, dtype=torch.float64)
+    Z[-1, 0, 0] = 1.0  # diag(2, 1, 1)
+    sim.q = torch.linalg.lstsq(sim.T, Z.reshape(sim.H_orig, 12)).solution.reshape(sim.H, 3, 4).permute(1, 0, 2).reshape(3, sim.K4)
+    x = sim.positions()
+    assert torch.allclose(x[:, 0], 2.0 * X[:, 0].double(), atol=1e-9)

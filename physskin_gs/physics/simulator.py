@@ -72,11 +72,25 @@ def orthonormal_handle_basis(W: torch.Tensor, mass: torch.Tensor, rel_tol: float
     """Whitening transform T (H, H') with ``(W T)^T diag(mass) (W T) / sum(mass) = I`` (H' <= H).
 
     W: (n, H) weights at the cubature points; mass: (n,) lumped masses (kg). Directions of the Gram matrix with
-    eigenvalue below ``rel_tol * max`` (linearly dependent columns) are dropped. float64.
+    eigenvalue below ``rel_tol * max`` (linearly dependent columns) are dropped. When the last column is constant
+    (the constant handle), it is kept EXACTLY as the last whitened column and the others are orthogonalised
+    against it before whitening, so dropping a direction can never remove the constant function from the span
+    (affine motion through the constant handle stays exact). float64.
     """
     Wd = W.to(torch.float64)
     m = mass.to(torch.float64)
-    gram = (Wd * m[:, None]).T @ Wd / m.sum()
+    msum = m.sum()
+    H = Wd.shape[1]
+    last = Wd[:, -1]
+    c = last.mean()
+    if H > 1 and float(c.abs()) > 0 and float((last - c).abs().max()) <= 1e-9 * float(c.abs()):
+        coef = (m @ Wd[:, :-1]) / (msum * c)  # [H-1]: mass-weighted projection of each column on the constant
+        P = torch.cat([torch.eye(H - 1, dtype=torch.float64), -coef[None, :]], 0)  # [H, H-1]
+        T_rest = P @ orthonormal_handle_basis(Wd @ P, m, rel_tol)
+        T_const = torch.zeros(H, 1, dtype=torch.float64)
+        T_const[-1, 0] = 1.0 / c
+        return torch.cat([T_rest, T_const], 1)
+    gram = (Wd * m[:, None]).T @ Wd / msum
     gram = 0.5 * (gram + gram.T)
     lam, U = torch.linalg.eigh(gram)
     keep = lam > rel_tol * lam.max().clamp_min(1e-300)
