@@ -34,6 +34,7 @@ __all__ = [
     "hessian",
     "project_psd_eigh",
     "projected_hessian",
+    "projected_hessian_soa",
     "svd3",
     "sym3_eigh",
 ]
@@ -303,9 +304,8 @@ def _project_sym3_soa(a00, a01, a02, a11, a12, a22):
     return res
 
 
-_IJ = [1, 2, 5]  # (i, j) = (0,1), (0,2), (1,2) in row-major 3x3 index 3 i + j
-_JI = [3, 6, 7]  # their transposes (j, i)
-_II = [0, 4, 8]
+_I = [0, 0, 1]  # the pairs (i, j) = (0,1), (0,2), (1,2) of twist / flip modes
+_J = [1, 2, 2]
 
 
 def projected_hessian(F: torch.Tensor, mu, lam) -> torch.Tensor:
@@ -314,12 +314,20 @@ def projected_hessian(F: torch.Tensor, mu, lam) -> torch.Tensor:
     F: (n, 3, 3) (any float dtype; computed in float64 and returned in F's dtype). mu, lam: Pa, scalars or (n,).
     Equals :func:`project_psd_eigh` applied to :func:`hessian` (tested).
     """
-    out_dtype = F.dtype
     n = F.shape[0]
-    f = _np64(F.reshape(n, 9)).T.copy()
+    mu_a = _np64(mu) if torch.is_tensor(mu) else mu
+    lam_a = _np64(lam) if torch.is_tensor(lam) else lam
+    return projected_hessian_soa(_np64(F.reshape(n, 9)).T.copy(), mu_a, lam_a, F.dtype)
+
+
+def projected_hessian_soa(f: np.ndarray, mu, lam, dtype=torch.float32) -> torch.Tensor:
+    """:func:`projected_hessian` from F given as structure-of-arrays: f (9, n) float64 with f[3a + b] = F_ab
+    (contiguous rows). mu, lam: Pa, scalars or (n,) arrays. Returns (n, 9, 9) torch tensor in ``dtype``; the
+    eigensystem is computed in float64, the rotation back (a batched 9x9 product) in ``dtype``."""
+    n = f.shape[1]
     (u0, u1, u2), (s0, s1, s2), (v0, v1, v2) = _svd3_soa(f)
-    mu_a = np.broadcast_to(np.asarray(_np64(torch.as_tensor(mu)) if torch.is_tensor(mu) else mu, dtype=np.float64), (n,))
-    lam_a = np.broadcast_to(np.asarray(_np64(torch.as_tensor(lam)) if torch.is_tensor(lam) else lam, dtype=np.float64), (n,))
+    mu_a = np.broadcast_to(np.asarray(mu, dtype=np.float64), (n,))
+    lam_a = np.broadcast_to(np.asarray(lam, dtype=np.float64), (n,))
     J = s0 * s1 * s2
     c = lam_a * (J - 1.0) - mu_a
     # scaling block (modes u_i v_i^T), projected in closed form where needed
@@ -327,22 +335,26 @@ def projected_hessian(F: torch.Tensor, mu, lam) -> torch.Tensor:
     A = _project_sym3_soa(mu_a + lam_a * g0 * g0, lam_a * g0 * g1 + c * s2, lam_a * g0 * g2 + c * s1,
                           mu_a + lam_a * g1 * g1, lam_a * g1 * g2 + c * s0, mu_a + lam_a * g2 * g2)
     # twist / flip eigenvalues for pairs (i, j) = (0,1), (0,2), (1,2) with third index k = 2, 1, 0
+    wd = np.float32 if dtype == torch.float32 else np.float64  # rotation back in the caller's precision
     sk = np.stack([s2, s1, s0], 1)  # [n, 3]
-    flip = np.maximum(mu_a[:, None] - c[:, None] * sk, 0.0)  # modes (u_i v_j^T + u_j v_i^T) / sqrt 2
-    twist = np.maximum(mu_a[:, None] + c[:, None] * sk, 0.0)  # modes (u_i v_j^T - u_j v_i^T) / sqrt 2
+    flip = np.maximum(mu_a[:, None] - c[:, None] * sk, 0.0).astype(wd)  # modes (u_i v_j^T + u_j v_i^T) / sqrt 2
+    twist = np.maximum(mu_a[:, None] + c[:, None] * sk, 0.0).astype(wd)  # modes (u_i v_j^T - u_j v_i^T) / sqrt 2
     # projected Hessian = C^T B with C the 9 unit modes (rows) and B the clamped block matrix applied to them:
     # twist and flip modes are eigenvectors; the 3 scaling modes u_i v_i^T carry the clamped 3x3 block A+.
-    wd = np.float32 if out_dtype == torch.float32 else np.float64  # rotation back in the caller's precision
     U = np.stack([np.stack(u, -1) for u in (u0, u1, u2)], 1).astype(wd)  # [n, i, a]
     V = np.stack([np.stack(v, -1) for v in (v0, v1, v2)], 1).astype(wd)  # [n, j, b]
-    UV = (U[:, :, None, :, None] * V[:, None, :, None, :]).reshape(n, 9, 9)  # [n, (i, j), (a, b)] = vec(u_i v_j^T)
-    Pij, Pji = UV[:, _IJ], UV[:, _JI]  # [n, 3, 9] for the pairs (i, j) and (j, i)
+    Pij = U[:, _I, :, None] * V[:, _J, None, :]  # [n, pair, a, b] = u_i v_j^T
+    Pji = U[:, _J, :, None] * V[:, _I, None, :]  # u_j v_i^T
     r = wd(1.0 / math.sqrt(2.0))
-    T = (Pij - Pji) * r
-    Fm = (Pij + Pji) * r
-    D = UV[:, _II]  # [n, 3, 9] scaling modes
+    C = np.empty((n, 9, 3, 3), dtype=wd)
+    np.subtract(Pij, Pji, out=C[:, 0:3])
+    np.add(Pij, Pji, out=C[:, 3:6])
+    C[:, 0:6] *= r
+    np.multiply(U[:, :, :, None], V[:, :, None, :], out=C[:, 6:9])  # scaling modes u_i v_i^T
+    C = C.reshape(n, 9, 9)
+    B = np.empty((n, 9, 9), dtype=wd)
+    np.multiply(C[:, 0:3], twist[:, :, None], out=B[:, 0:3])
+    np.multiply(C[:, 3:6], flip[:, :, None], out=B[:, 3:6])
     Ap = np.stack([A[0], A[1], A[2], A[1], A[3], A[4], A[2], A[4], A[5]], 1).astype(wd).reshape(n, 3, 3)
-    C = np.concatenate([T, Fm, D], 1)  # [n, 9, 9]
-    B = np.concatenate([T * twist.astype(wd)[:, :, None], Fm * flip.astype(wd)[:, :, None], np.matmul(Ap, D)], 1)
-    H = torch.from_numpy(np.matmul(C.transpose(0, 2, 1), B))
-    return H if H.dtype == out_dtype else H.to(out_dtype)
+    np.matmul(Ap, C[:, 6:9], out=B[:, 6:9])
+    return torch.from_numpy(np.matmul(C.transpose(0, 2, 1), B))

@@ -573,11 +573,10 @@ class SubspaceSimulator:
     def _hessian(self, ev: "_Eval", ctx: "_StepContext") -> torch.Tensor:
         """Hessian (12H', 12H') float64 of the step objective at ``ev``: h^2 (assembled per-point PSD-projected
         Neo-Hookean Hessians + spring and active-floor terms) + mass + dissipation."""
-        Fn = torch.from_numpy(ev.F).permute(2, 0, 1)  # [n, a, b]
-        if self.project_psd:
-            Hc = nh.projected_hessian(Fn.float(), self.mu, self.lam)  # float32 out: assembled in float32 anyway
+        if self.project_psd:  # float32 out: assembled in float32 anyway
+            Hc = nh.projected_hessian_soa(ev.F.reshape(9, self.n), self.mu, self.lam, torch.float32)
         else:
-            Hc = nh.hessian(Fn.contiguous(), self.mu, self.lam)
+            Hc = nh.hessian(torch.from_numpy(ev.F).permute(2, 0, 1).contiguous(), self.mu, self.lam)
         h2 = ctx.h * ctx.h
         Hmat = self._assemble(Hc * self.v_p).mul_(h2)
         K4 = self.K4
