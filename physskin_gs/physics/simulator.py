@@ -333,6 +333,7 @@ class SubspaceSimulator:
         """Drop the cached Hessian factor (called by every setter that changes the objective's Hessian)."""
         self._hess_version += 1
         self._chol = None
+        self._pe_cache = None
 
     @property
     def density(self) -> float:
@@ -355,6 +356,7 @@ class SubspaceSimulator:
             self.g_vec = self.gravity * d
         else:
             self.g_vec = -self.gravity * self.up
+        self._pe_cache = None
 
     def set_up(self, up) -> None:
         """Up direction (3,) in the simulation frame (normalised here); gravity becomes -g up.
@@ -365,6 +367,7 @@ class SubspaceSimulator:
             raise OptionError(f"up vector must be non-zero and finite, got {up}")
         self.up = u / u.norm()
         self.g_vec = -self.gravity * self.up
+        self._pe_cache = None
 
     def set_floor(self, height: Optional[float]) -> None:
         """Floor plane at ``height`` along up (metres, simulation frame), or None to remove it."""
@@ -417,6 +420,7 @@ class SubspaceSimulator:
             raise OptionError("drag targets must have one row per selected point")
         if torch.isfinite(t).all():
             self.drags[drag_id].target = t.expand(self.drags[drag_id].idx.numel(), 3).clone()
+            self._pe_cache = None
 
     def remove_drag(self, drag_id: int) -> None:
         """Remove the drag spring ``drag_id`` (from :meth:`add_drag`); an unknown id is ignored."""
@@ -457,7 +461,8 @@ class SubspaceSimulator:
 
     def energies(self) -> Dict[str, float]:
         """Kinetic, elastic, gravity (relative to rest), penalty energies and their total, in J."""
-        pe = {k: float(v) for k, v in self._potential(self.q).items()}
+        cached = getattr(self, "_pe_cache", None)
+        pe = dict(cached[1]) if cached is not None and cached[0] is self.q else self._potential(self.q)
         pe["kinetic"] = self.kinetic_energy()
         pe["total"] = sum(pe.values())
         return pe
@@ -716,6 +721,7 @@ class SubspaceSimulator:
         if ok and self._sane(q, ev):
             self.qdot = (q - self.q) / h
             self.q = q
+            self._pe_cache = (q, ev.pe)  # potential terms at the new state, for energies()
             self.time += h
             return True
         stats.rejected += 1
