@@ -4,11 +4,13 @@ All geometry here is in the *scene frame* (scene units). Handle transforms Z (H,
 ``mu' = mu + sum_i W_i Z_i [mu; 1]`` (PhysSkin Eq. 2) and the exact deformation gradient
 ``F = I + sum_i [W_i A_i + (Z_i mu~) grad W_i^T]`` (method.md 3, with the grad-W term).
 
-Fast path (:class:`GaussianDeformer`). With Zm (3, 4H), ``Zm[a, (h, c)] = Z[h, a, c]``, the per-Gaussian factor
-``P_n = [phi_n^T; (G_n^T L_n)^T]`` (4, 4H) is precomputed once, where ``phi = W (x) mu~``,
-``G[b, (h, c)] = W_h delta_bc + dW_h/dX_b mu~_c`` and ``L = R S`` is the rest covariance factor. Then ONE GEMM
-``Zm [3, 4H] x P [4H, 4N]`` (P stored K-major) gives both the mean displacement and ``(F - I) L``; ``Sigma' = (F L)(F L)^T`` stays PSD
-even for det F <= 0. :func:`deform_reference` is the plain version built from :mod:`physskin_gs.lbs`.
+Fast path (:class:`GaussianDeformer`). Only compact per-Gaussian data is kept (W and grad W of the non-constant
+handles, rest mean, rest covariance factor ``L = R S``: 4K + 12 floats); per frame ``P = [I | 0] + sum_h W_h Z_h``
+(the constant handle folded in), ``x' = P X~`` and ``F = P[:, :3] + sum_h (Z_h X~) grad W_h^T`` are formed per
+Gaussian, then ``Sigma' = (F L)(F L)^T``, which stays PSD even for det F <= 0. A fused C kernel (compiled once
+through :mod:`physskin_gs._native`) does this in one streaming pass; without a C compiler a blocked torch kernel
+(one GEMM per cache-sized block plus broadcast multiply-adds) does the same. :func:`deform_reference` is the plain
+version built from :mod:`physskin_gs.lbs`; tests hold both kernels to it.
 
 Export: ``F L = U diag(s) V^T`` by one-sided Jacobi (accurate for the column-scaled F L of flat surfels with
 log-scales near -23, where an eigen-decomposition of Sigma' would lose the thin axis), det U = +1, quaternion from
@@ -18,11 +20,15 @@ d equal the original ones seen from R_F^T d.
 
 from __future__ import annotations
 
+import ctypes
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import torch
 
+from physskin_gs import _native
 from physskin_gs.lbs import deformation_gradient, lbs_points
 from physskin_gs.physics.neohookean import _det3, svd3
 from physskin_gs.scene import quat_to_rotmat, rotmat_to_quat
@@ -38,6 +44,7 @@ __all__ = [
     "sh_basis",
     "eval_sh",
     "clamp_singular_values",
+    "native_available",
 ]
 
 MIN_LOG_SCALE = -30.0  # numerics only; real files reach about -23
@@ -176,8 +183,201 @@ def deform_reference(means: torch.Tensor, covars: torch.Tensor, W: torch.Tensor,
 
 
 # ------------------------------------------------------------------------------------------------ fast path
+_MAX_WORKERS = 8  # Python-level worker threads for the per-frame blocks (each runs single-threaded torch ops)
+_POOL: Optional[ThreadPoolExecutor] = None
+_POOL_SIZE = 0
+_POOL_LOCK = threading.Lock()
+
+
+def _worker_pool(n: int) -> ThreadPoolExecutor:
+    """A process-wide pool with at least n worker threads (created on first use)."""
+    global _POOL, _POOL_SIZE
+    with _POOL_LOCK:
+        if _POOL is None or _POOL_SIZE < n:
+            if _POOL is not None:
+                _POOL.shutdown(wait=False)
+            _POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="physskin-deform")
+            _POOL_SIZE = n
+        return _POOL
+
+
+class _Workspace:
+    """Cache-sized temporaries of one block of C Gaussians (one per worker thread) and their views."""
+
+    def __init__(self, C: int) -> None:
+        f32 = torch.float32
+        self.P = torch.empty(12, 4 * C, dtype=f32)  # [(a, c), (r, n)]
+        self.Q = torch.empty(3, 4, C, dtype=f32)  # [a, r, n]
+        self.Fe = torch.empty(3, 5, C, dtype=f32)  # [a, b, n] with columns 0, 1 repeated as 3, 4 (for det F)
+        self.F = self.Fe[:, :3]  # [a, b, n]
+        self.FL = torch.empty(3, 3, C, dtype=f32)  # [a, d, n]
+        self.S = torch.empty(3, 3, C, dtype=f32)  # [a, e, n]
+        Pv = self.P.view(3, 4, 4, C)  # [a, c, r, n]
+        self.P0 = self.P[:, :C]  # r = 0
+        self.Pc = [Pv[:, c] for c in range(4)]  # [a, r, n] for each c
+        self.PF = Pv[:, :3, 0]  # [a, b, n]: P[a, b, 0]
+        self.Q0, self.Q1 = self.Q[:, 0], self.Q[:, 1:]
+        self.Fb = [self.F[:, b:b + 1] for b in range(3)]  # [3, 1, n]
+        self.FLa = [self.FL[:, None, d] for d in range(3)]  # [3, 1, n]
+        self.FLb = [self.FL[None, :, d] for d in range(3)]  # [1, 3, n]
+        self.cross = torch.empty(3, C, dtype=f32)
+        self.fro2 = torch.empty(C, dtype=f32)
+        self.det = torch.empty(C, dtype=f32)
+        self.aos = {"S": self.S.permute(2, 0, 1), "F": self.F.permute(2, 0, 1), "FL": self.FL.permute(2, 0, 1)}
+
+
+_NATIVE_TILE = 8  # Gaussians per tile of the native storage (one AVX2 vector)
+_NATIVE_MAX_HANDLES = 256
+_NATIVE_SRC = r"""
+/* physskin_gs GaussianDeformer kernel (see physskin_gs/deform.py). Storage: tiles of 8 Gaussians, each tile R = 4K + 12
+   rows of 8 floats: rows 4h + r (h < K, r = 0: W_h, r = 1..3: dW_h/dX_{r-1}), then the rest mean (3 rows), then
+   L = R S row-major (9 rows, L[a][d] at row 3a + d). Zk (K, 3, 4) row-major, B (3, 4) = [I | 0] + constant handles.
+   Outputs (row-major per Gaussian; NULL pointers are skipped): means (n, 3) = x', covars (n, 3, 3) = (F L)(F L)^T,
+   F (n, 3, 3), FL (n, 3, 3). With clamp != 0 the Gaussians whose F may have singular values outside [lo, hi]
+   (|F|_F^2 > hi^2 or det F < lo |F|_F^2, 1e-5 margins, or NaN) are listed in bad[] with their F in Fbad (k, 9);
+   returns their count (outputs are written unclamped; the caller fixes those rows), or -1 if K > 256. */
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+typedef float v8 __attribute__((vector_size(32)));
+typedef int32_t v8i __attribute__((vector_size(32)));
+static inline v8 ld(const float* p) { v8 v; memcpy(&v, p, sizeof v); return v; }
+static inline v8 splat(float x) { v8 v = {x, x, x, x, x, x, x, x}; return v; }
+
+int physskin_deform(int K, int n, const float* restrict D, const float* restrict Zk, const float* restrict B,
+                    float* restrict means, float* restrict covars, float* restrict Fo, float* restrict FLo,
+                    int clamp, float lo, float hi, int32_t* restrict bad, float* restrict Fbad)
+{
+    if (K < 0 || K > 256) return -1;  /* Zv below lives on the stack (at most 96 KiB) */
+    v8 Zv[K > 0 ? K : 1][12];
+    for (int h = 0; h < K; ++h)
+        for (int k = 0; k < 12; ++k) Zv[h][k] = splat(Zk[12 * h + k]);
+    const v8 hi2 = splat(hi * hi * (1.0f - 1e-5f)), lo1 = splat(lo * (1.0f + 1e-5f));
+    const int R = 4 * K + 12;
+    int nbad = 0;
+    for (int i = 0; i < n; i += 8) {
+        const float* tile = D + (size_t)(i / 8) * R * 8;
+        const float* X = tile + 32 * K;
+        const float* L = X + 24;
+        const v8 x0 = ld(X), x1 = ld(X + 8), x2 = ld(X + 16);
+        v8 P[12];  /* sum_h W_h Z_h + B */
+        for (int k = 0; k < 12; ++k) P[k] = splat(B[k]);
+        for (int h = 0; h < K; ++h) {
+            const v8 w = ld(tile + 32 * h);
+            for (int k = 0; k < 12; ++k) P[k] += Zv[h][k] * w;
+        }
+        v8 G[9];  /* sum_h (Z_h X~) grad W_h^T */
+        for (int k = 0; k < 9; ++k) G[k] = splat(0.0f);
+        for (int h = 0; h < K; ++h) {
+            const v8 g0 = ld(tile + 32 * h + 8), g1 = ld(tile + 32 * h + 16), g2 = ld(tile + 32 * h + 24);
+            for (int a = 0; a < 3; ++a) {
+                const v8 u = Zv[h][4 * a] * x0 + Zv[h][4 * a + 1] * x1 + Zv[h][4 * a + 2] * x2 + Zv[h][4 * a + 3];
+                G[3 * a] += u * g0;
+                G[3 * a + 1] += u * g1;
+                G[3 * a + 2] += u * g2;
+            }
+        }
+        v8 M[3], F[9];
+        for (int a = 0; a < 3; ++a) {
+            M[a] = P[4 * a] * x0 + P[4 * a + 1] * x1 + P[4 * a + 2] * x2 + P[4 * a + 3];
+            for (int b = 0; b < 3; ++b) F[3 * a + b] = P[4 * a + b] + G[3 * a + b];
+        }
+        const int m = n - i < 8 ? n - i : 8;
+        if (clamp) {
+            v8 fro2 = F[0] * F[0];
+            for (int k = 1; k < 9; ++k) fro2 += F[k] * F[k];
+            const v8 det = F[0] * (F[4] * F[8] - F[5] * F[7]) - F[1] * (F[3] * F[8] - F[5] * F[6])
+                         + F[2] * (F[3] * F[7] - F[4] * F[6]);
+            const v8i flag = (fro2 > hi2) | (det < lo1 * fro2) | (fro2 != fro2);
+            for (int t = 0; t < m; ++t)
+                if (flag[t]) {
+                    bad[nbad] = i + t;
+                    for (int k = 0; k < 9; ++k) Fbad[9 * nbad + k] = F[k][t];
+                    ++nbad;
+                }
+        }
+        v8 FL[9];
+        for (int d = 0; d < 3; ++d) {
+            const v8 l0 = ld(L + 8 * d), l1 = ld(L + 8 * (3 + d)), l2 = ld(L + 8 * (6 + d));
+            for (int a = 0; a < 3; ++a) FL[3 * a + d] = F[3 * a] * l0 + F[3 * a + 1] * l1 + F[3 * a + 2] * l2;
+        }
+        if (means) {
+            float* o = means + 3 * (size_t)i;
+            for (int t = 0; t < m; ++t) { o[3 * t] = M[0][t]; o[3 * t + 1] = M[1][t]; o[3 * t + 2] = M[2][t]; }
+        }
+        if (covars) {
+            v8 S[6];
+            S[0] = FL[0] * FL[0] + FL[1] * FL[1] + FL[2] * FL[2];
+            S[1] = FL[0] * FL[3] + FL[1] * FL[4] + FL[2] * FL[5];
+            S[2] = FL[0] * FL[6] + FL[1] * FL[7] + FL[2] * FL[8];
+            S[3] = FL[3] * FL[3] + FL[4] * FL[4] + FL[5] * FL[5];
+            S[4] = FL[3] * FL[6] + FL[4] * FL[7] + FL[5] * FL[8];
+            S[5] = FL[6] * FL[6] + FL[7] * FL[7] + FL[8] * FL[8];
+            float* o = covars + 9 * (size_t)i;
+            for (int t = 0; t < m; ++t) {
+                float* c = o + 9 * t;
+                c[0] = S[0][t]; c[1] = S[1][t]; c[2] = S[2][t];
+                c[3] = S[1][t]; c[4] = S[3][t]; c[5] = S[4][t];
+                c[6] = S[2][t]; c[7] = S[4][t]; c[8] = S[5][t];
+            }
+        }
+        if (Fo) {
+            float* o = Fo + 9 * (size_t)i;
+            for (int t = 0; t < m; ++t)
+                for (int k = 0; k < 9; ++k) o[9 * t + k] = F[k][t];
+        }
+        if (FLo) {
+            float* o = FLo + 9 * (size_t)i;
+            for (int t = 0; t < m; ++t)
+                for (int k = 0; k < 9; ++k) o[9 * t + k] = FL[k][t];
+        }
+    }
+    return nbad;
+}
+"""
+_NATIVE_STATE: dict = {}
+
+
+def _native_kernel():
+    """The compiled ``physskin_deform`` function (ctypes) or None, and the reason when None."""
+    if "fn" not in _NATIVE_STATE:
+        lib, why = _native.load("physskin_deform", _NATIVE_SRC)
+        fn = None
+        if lib is not None:
+            fn = lib.physskin_deform
+            P, i32, f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
+            fn.argtypes = [i32, i32, P, P, P, P, P, P, P, i32, f32, f32, P, P]
+            fn.restype = i32
+        _NATIVE_STATE["fn"], _NATIVE_STATE["why"] = fn, why
+    return _NATIVE_STATE["fn"], _NATIVE_STATE["why"]
+
+
+def native_available() -> bool:
+    """Whether the compiled deformation kernel can be used on this machine (see :mod:`physskin_gs._native`)."""
+    return _native_kernel()[0] is not None
+
+
 class GaussianDeformer:
-    """Per-frame deformation of N Gaussians by handle transforms, precomputed for speed (module docstring).
+    """Per-frame deformation of N Gaussians by handle transforms (module docstring; method.md 10).
+
+    Only compact per-Gaussian data is kept, float32: W and grad W of the K non-constant handles, the rest mean and
+    the rest covariance factor ``L = R S``, i.e. 4K + 12 floats (304 bytes for K = 16) per Gaussian. Handles whose
+    weight is exactly 1 with zero gradient for every Gaussian (the field's constant handle) are folded into a
+    per-frame bias ``B = [I | 0] + sum_const Z_h``. Per frame, per Gaussian:
+    ``P = B + sum_h W_h Z_h`` (3, 4), ``x' = P X~``, ``F = P[:, :3] + sum_h (Z_h X~) grad W_h^T`` (exactly
+    ``I + sum_h (W_h A_h + (Z_h X~) grad W_h^T)``), ``Sigma' = (F L)(F L)^T`` (PSD even for det F <= 0).
+
+    Two interchangeable kernels (tests hold both to :func:`deform_reference`):
+
+    * native (default when a C compiler is available, :func:`native_available`): a fused C kernel over tiles of 8
+      Gaussians stored tile-major (each tile's 4K + 12 rows of 8 floats contiguous, so one frame streams the data
+      once); the clamp test runs inside it and only the flagged F go through the SVD.
+    * torch: blocks of ``block_size`` Gaussians stored structure-of-arrays; per block one GEMM
+      ``Zt [12, K] @ WG_b [K, 4C]`` gives ``P[a, c, r, n] = sum_h Z_h[a, c] WG[h, r, n]`` (r = 0: W, r = 1..3:
+      grad W) and broadcast multiply-adds do the rest in cache.
+
+    With ``torch.get_num_threads() > 1`` the blocks are shared by that many worker threads (at most 8); the torch
+    kernel's ops then run single-threaded (torch's thread count is set to 1 during the call and restored).
 
     Args:
         means: (N, 3) rest centres, scene units. quats: (N, 4) wxyz (any norm; normalised here).
@@ -185,98 +385,364 @@ class GaussianDeformer:
             scene frame (grad W in 1/scene-unit).
         chunk_size: Gaussians per chunk for precompute and for the SVD-based kernels (1M+ friendly).
         singular_clamp: (lo, hi) clamp of F's singular values (needle guard) or None.
-    Memory: the factor is 16 H float32 per Gaussian (1.1 kB for H = 17).
+        block_size: Gaussians per block / per kernel call (results do not depend on it).
+        native: True to require the C kernel, False for the torch kernel, None (default) for C when available.
+    Buffers: ``means`` (N, 3) and ``covars`` (N, 3, 3) are overwritten by each :meth:`deform`; ``FL`` (N, 3, 3)
+    is computed on first access after a deform (rendering does not need it).
+    Raises ValueError for inconsistent shapes, RuntimeError for ``native=True`` without a usable C kernel.
     """
 
     def __init__(self, means: torch.Tensor, quats: torch.Tensor, log_scales: torch.Tensor, weights: torch.Tensor,
                  weight_grads: torch.Tensor, chunk_size: int = 1 << 17,
-                 singular_clamp: Optional[Tuple[float, float]] = None) -> None:
+                 singular_clamp: Optional[Tuple[float, float]] = None, block_size: int = 8192,
+                 native: Optional[bool] = None) -> None:
         N, H = weights.shape
-        self.N, self.H, self.K4 = N, H, 4 * H
-        self.chunk = int(chunk_size)
+        if means.shape != (N, 3) or quats.shape != (N, 4) or log_scales.shape != (N, 3) \
+                or weight_grads.shape != (N, H, 3):
+            raise ValueError(f"GaussianDeformer: inconsistent shapes means {tuple(means.shape)}, quats "
+                             f"{tuple(quats.shape)}, log_scales {tuple(log_scales.shape)}, weights "
+                             f"{tuple(weights.shape)}, weight_grads {tuple(weight_grads.shape)}")
+        self.N, self.H = N, H
+        self.chunk = max(1, int(chunk_size))
         self.singular_clamp = singular_clamp
-        f32 = torch.float32
-        self.rest_means = torch.nan_to_num(means.to(f32))
-        self.R = quat_to_rotmat(torch.nan_to_num(quats.to(f32)))  # normalised inside
-        self.scales = torch.exp(torch.nan_to_num(log_scales.to(f32), nan=MIN_LOG_SCALE).clamp(MIN_LOG_SCALE, 20.0))
-        L = self.R * self.scales[:, None, :]  # [N, 3, 3] = R S
-        self.L = L
-        # factor stored K-major, [4H, N, 4]: the per-frame GEMM is Zm [3, 4H] @ factor [4H, 4N], which MKL
-        # streams faster than the [4N, 4H] @ [4H, 3] orientation (skinny output)
-        self.factor = torch.empty(self.K4, N, 4, dtype=f32)
-        eye34 = torch.zeros(3, 4, dtype=f32)
-        eye34[:, :3] = torch.eye(3)
+        # constant handles (W == 1 and dW == 0 for every Gaussian) become a per-frame bias
+        is_const = torch.full((H,), N > 0, dtype=torch.bool)
         for s in range(0, N, self.chunk):
             e = min(N, s + self.chunk)
-            Wc = torch.nan_to_num(weights[s:e].to(f32))
-            dWc = torch.nan_to_num(weight_grads[s:e].to(f32))
-            mu = torch.cat([self.rest_means[s:e], torch.ones(e - s, 1, dtype=f32)], dim=1)  # [n, 4]
-            Lc = L[s:e]
-            blk = torch.empty(e - s, 4, self.K4, dtype=f32)
-            blk[:, 0] = (Wc[:, :, None] * mu[:, None, :]).reshape(e - s, self.K4)
-            gL = torch.bmm(dWc, Lc)  # [n, H, 3(d)] = grad W_h . L[:, d]
-            # term[d, h, c] = W_h L[c, d] (c < 3) + mu~_c gL[h, d]
-            term = (Wc[:, None, :, None] * torch.cat([Lc.transpose(1, 2), torch.zeros(e - s, 3, 1)], dim=2)[:, :, None, :]
-                    + gL.permute(0, 2, 1)[:, :, :, None] * mu[:, None, None, :])  # [n, 3(d), H, 4]
-            blk[:, 1:] = term.reshape(e - s, 3, self.K4)
-            self.factor[:, s:e, :] = blk.permute(2, 0, 1)
-        self._flat = self.factor.view(self.K4, N * 4)
-        self._out = torch.empty(3, N * 4, dtype=f32)
-        self.means = self.rest_means.clone()
-        self.covars = (L @ L.transpose(1, 2)).contiguous()
-        self.FL = L.clone()
-        self._Zm = torch.zeros(3, self.K4, dtype=f32)
+            is_const &= (weights[s:e] == 1).all(0) & (weight_grads[s:e] == 0).all(2).all(0)
+        self._const = torch.nonzero(is_const).flatten()
+        self._keep = torch.nonzero(~is_const).flatten()
+        self.K = K = int(self._keep.numel())
+        kfn, why = _native_kernel() if native is not False else (None, "")
+        if kfn is not None and K > _NATIVE_MAX_HANDLES:
+            kfn, why = None, f"native deformation kernel: {K} handles > {_NATIVE_MAX_HANDLES}"
+        if native and kfn is None:
+            raise RuntimeError(why)
+        self.native = kfn is not None
+        self._kfn = kfn
+        T8 = _NATIVE_TILE
+        C = max(1, int(block_size))
+        self.block = C = -(-C // T8) * T8 if self.native else C  # native: whole tiles per call
+        self.nblocks = nb = (N + C - 1) // C
+        f32 = torch.float32
+        self._R = R = 4 * K + 12  # floats per Gaussian
+        if self.native:
+            self._D = torch.zeros(-(-N // T8), R, T8, dtype=f32)  # [tile, row, lane]
+        else:
+            self.WG = torch.zeros(nb, K, 4, C, dtype=f32)  # [block, handle, (W, dW/dX_b), Gaussian]
+            self.Xb = torch.zeros(nb, 3, C, dtype=f32)  # rest means [block, a, Gaussian]
+            self.Lb = torch.zeros(nb, 3, 3, C, dtype=f32)  # L = R S [block, a, d, Gaussian]
+        self.means = torch.empty(N, 3, dtype=f32)
+        self.covars = torch.empty(N, 3, 3, dtype=f32)
+        for s in range(0, N, self.chunk):
+            e = min(N, s + self.chunk)
+            mu = torch.nan_to_num(means[s:e].to(f32))
+            Rq = quat_to_rotmat(torch.nan_to_num(quats[s:e].to(f32)))  # normalised inside
+            sc = torch.exp(torch.nan_to_num(log_scales[s:e].to(f32), nan=MIN_LOG_SCALE).clamp(MIN_LOG_SCALE, 20.0))
+            L = Rq * sc[:, None, :]  # [n, 3, 3]
+            self.means[s:e] = mu
+            self.covars[s:e] = L @ L.transpose(1, 2)
+            Wc = torch.nan_to_num(weights[s:e].to(f32))[:, self._keep]  # [n, K]
+            dWc = torch.nan_to_num(weight_grads[s:e].to(f32))[:, self._keep]  # [n, K, 3]
+            if self.native:
+                rows = torch.cat([torch.cat([Wc[:, :, None], dWc], 2).reshape(e - s, 4 * K), mu,
+                                  L.reshape(e - s, 9)], 1)  # [n, R]
+                self._native_rows(s, e, rows)
+            else:
+                self._scatter(s, e, mu, L, Wc, dWc)
+        self._Zt = torch.zeros(12, K, dtype=f32)  # Zt[(a, c), h] = Z[h, a, c]
+        self._bias = torch.zeros(12, 1, dtype=f32)
+        self._Zk = torch.zeros(max(K, 1), 12, dtype=f32)  # native: Z of the stored handles, row-major 3x4 each
+        self._FL_cache: Optional[torch.Tensor] = None
+        self._FL_key = None
+        self._ws: list = []  # torch kernel: per worker slot temporaries
+        self._scratch: list = []  # native kernel: per worker slot clamp scratch
+        self._blkv: list = []
+        if not self.native:
+            self._ws.append(_Workspace(C))
+            for b in range(nb):  # per-block views (creating views costs microseconds each, so they are made once)
+                s, e = b * C, min(N, (b + 1) * C)
+                self._blkv.append(dict(
+                    s=s, e=e, n=e - s, WG=self.WG[b].view(K, 4 * C), x=[self.Xb[b, a] for a in range(3)],
+                    L=[self.Lb[b, None, j] for j in range(3)], means_T=self.means[s:e].T, covars=self.covars[s:e]))
 
+    # ---------------------------------------------------------------- storage
+    def _native_rows(self, s: int, e: int, rows: torch.Tensor) -> None:
+        """Write per-Gaussian rows (e - s, R) of Gaussians [s, e) into the tile-major storage."""
+        T8, R = _NATIVE_TILE, self._R
+        t0, t1 = s // T8, -(-e // T8)
+        pad = torch.zeros((t1 - t0) * T8, R, dtype=rows.dtype)
+        pad[s - t0 * T8: s - t0 * T8 + (e - s)] = rows
+        if s % T8:  # keep the Gaussians of a shared first tile that an earlier chunk wrote
+            keep = self._D[t0].T[: s - t0 * T8]
+            pad[: s - t0 * T8] = keep
+        self._D[t0:t1] = pad.view(t1 - t0, T8, R).transpose(1, 2)
+
+    def _scatter(self, s: int, e: int, mu, L, Wc, dWc) -> None:
+        """Write Gaussians [s, e) (row-per-Gaussian chunk data) into the blocked structure-of-arrays storage."""
+        C = self.block
+        i = s
+        while i < e:
+            b, o = divmod(i, C)
+            j = min(e, (b + 1) * C)
+            r0, r1, o1 = i - s, j - s, o + (j - i)
+            self.WG[b, :, 0, o:o1] = Wc[r0:r1].T
+            self.WG[b, :, 1:, o:o1] = dWc[r0:r1].permute(1, 2, 0)
+            self.Xb[b, :, o:o1] = mu[r0:r1].T
+            self.Lb[b, :, :, o:o1] = L[r0:r1].permute(1, 2, 0)
+            i = j
+
+    def _native_field(self, lo: int, hi: int) -> torch.Tensor:
+        """Rows [lo, hi) of the native storage for every Gaussian: (N, hi - lo) (a copy)."""
+        return self._D[:, lo:hi, :].permute(0, 2, 1).reshape(-1, hi - lo)[: self.N].clone()
+
+    @property
+    def rest_means(self) -> torch.Tensor:
+        """(N, 3) float32 rest centres (a copy)."""
+        if self.native:
+            return self._native_field(4 * self.K, 4 * self.K + 3)
+        return self.Xb.permute(0, 2, 1).reshape(-1, 3)[: self.N].clone()
+
+    @property
+    def L(self) -> torch.Tensor:
+        """(N, 3, 3) float32 rest covariance factor L = R S (a copy)."""
+        if self.native:
+            return self._native_field(4 * self.K + 3, self._R).view(-1, 3, 3)
+        return self.Lb.permute(0, 3, 1, 2).reshape(-1, 3, 3)[: self.N].clone()
+
+    def nbytes_per_frame(self) -> Tuple[int, int]:
+        """(bytes read, bytes written) by one :meth:`deform`: the compact per-Gaussian data (tile/block padding
+        included) and the means + covariances."""
+        if self.native:
+            read = self._D.numel() * 4
+        else:
+            read = (self.WG.numel() + self.Xb.numel() + self.Lb.numel()) * 4
+        return read, (self.means.numel() + self.covars.numel()) * 4
+
+    # ---------------------------------------------------------------- per frame
     def _set_Z(self, Z: torch.Tensor) -> None:
-        # Zm[a, (h, c)] = Z[h, a, c]
-        self._Zm.copy_(Z.to(torch.float32).permute(1, 0, 2).reshape(3, self.K4))
+        Z = torch.nan_to_num(Z.detach().to(torch.float32))
+        if Z.shape != (self.H, 3, 4):
+            raise ValueError(f"handle transforms must be ({self.H}, 3, 4), got {tuple(Z.shape)}")
+        Zk = Z[self._keep]  # [K, 3, 4]
+        self._Zt.copy_(Zk.permute(1, 2, 0).reshape(12, self.K))
+        self._Zk[: self.K] = Zk.reshape(self.K, 12)
+        bias = Z[self._const].sum(0)  # [3, 4]
+        bias[:, :3] += torch.eye(3)
+        self._bias.copy_(bias.reshape(12, 1))
+        self._FL_cache = None
 
+    def _run(self, fn, nslots_extra=None, torch_ops: bool = True) -> None:
+        """Call fn(slot, b) for every block b: serially (slot 0), or shared by worker threads (slots 0..T-1) when
+        torch has more than one thread; blocks are handed out one at a time, so a busy core holds no one back."""
+        T = min(torch.get_num_threads(), _MAX_WORKERS, self.nblocks)
+        if T <= 1:
+            for b in range(self.nblocks):
+                fn(0, b)
+            return
+        if nslots_extra is not None:
+            nslots_extra(T)
+        blocks = iter(range(self.nblocks))
+        lock = threading.Lock()
+
+        def work(slot: int) -> None:
+            if torch_ops:
+                torch.set_num_threads(1)  # this thread's OpenMP setting: its ops stay single-threaded
+            while True:
+                with lock:
+                    b = next(blocks, None)
+                if b is None:
+                    return
+                fn(slot, b)
+
+        prev = torch.get_num_threads()
+        if torch_ops:
+            torch.set_num_threads(1)
+        try:
+            futs = [_worker_pool(T - 1).submit(work, i) for i in range(1, T)]
+            try:
+                work(0)
+            finally:
+                for f in futs:
+                    f.result()
+        finally:
+            torch.set_num_threads(prev)
+
+    # native kernel ----------------------------------------------------
+    def _native_pass(self, means: Optional[torch.Tensor], covars: Optional[torch.Tensor],
+                     Fo: Optional[torch.Tensor], FLo: Optional[torch.Tensor]) -> None:
+        """One kernel pass over all Gaussians for the current Z, writing the given (N, .) outputs; F clamped as
+        set by ``singular_clamp`` (flagged Gaussians fixed afterwards in torch)."""
+        clamp = self.singular_clamp is not None
+        lo, hi = self.singular_clamp if clamp else (0.0, 0.0)
+        C, R, K, N = self.block, self._R, self.K, self.N
+        nb = self.nblocks
+        flagged = [None] * nb
+        scratch = self._scratch  # per worker slot: flagged indices and their F
+
+        def ensure(T: int) -> None:
+            while len(scratch) < T:
+                scratch.append((torch.empty(C, dtype=torch.int32), torch.empty(C, 9)))
+
+        ensure(1)
+        base = self._D.data_ptr()
+        ptrs = [t.data_ptr() if t is not None else None for t in (means, covars, Fo, FLo)]
+        widths = (3, 9, 9, 9)
+        zk, bias = self._Zk.data_ptr(), self._bias.data_ptr()
+
+        def one(slot: int, b: int) -> None:
+            s = b * C
+            n = min(N, s + C) - s
+            bad, Fbad = scratch[slot]
+            outs = [p + 4 * w * s if p is not None else None for p, w in zip(ptrs, widths)]
+            k = self._kfn(K, n, base + 4 * R * s, zk, bias, *outs, int(clamp), lo, hi, bad.data_ptr(), Fbad.data_ptr())
+            if k < 0:
+                raise RuntimeError("native deformation kernel: too many handles (> 256)")
+            if k:
+                flagged[b] = (s + bad[:k].long(), Fbad[:k].clone())
+
+        self._run(one, ensure, torch_ops=False)
+        fixes = [f for f in flagged if f is not None]
+        if fixes:
+            idx = torch.cat([f[0] for f in fixes])
+            Fc = clamp_singular_values(torch.cat([f[1] for f in fixes]).view(-1, 3, 3), lo, hi)
+            t, lane = idx // _NATIVE_TILE, idx % _NATIVE_TILE
+            L = self._D[t, 4 * K + 3:, lane].view(-1, 3, 3)  # [k, 3, 3]
+            FL = Fc @ L
+            if covars is not None:
+                covars[idx] = FL @ FL.transpose(1, 2)
+            if Fo is not None:
+                Fo[idx] = Fc.view(-1, 9)
+            if FLo is not None:
+                FLo[idx] = FL.reshape(-1, 9)
+
+    # torch kernel ----------------------------------------------------
+    def _block_F(self, ws: _Workspace, b: int, write_means: bool = False) -> torch.Tensor:
+        """F (3, 3, C) of block b for the current Z (``ws.F``); the block's deformed means go to ``self.means``
+        when ``write_means``."""
+        v = self._blkv[b]
+        torch.mm(self._Zt, v["WG"], out=ws.P)  # P[(a, c), (r, n)] = sum_h Z[h, a, c] WG[h, r, n]
+        ws.P0.add_(self._bias)  # r = 0: + [I | 0] + constant handles
+        Pc, x, Q = ws.Pc, v["x"], ws.Q
+        torch.addcmul(Pc[3], Pc[0], x[0], out=Q)  # Q[a, r, n] = sum_c P[a, c, r, n] X~_c
+        Q.addcmul_(Pc[1], x[1])
+        Q.addcmul_(Pc[2], x[2])
+        if write_means:
+            n = v["n"]
+            v["means_T"].copy_(ws.Q0 if n == self.block else ws.Q0[:, :n])
+        return torch.add(ws.PF, ws.Q1, out=ws.F)  # F[a, b] = P[a, b, 0] + Q[a, 1 + b]
+
+    def _block_clamp(self, ws: _Workspace, n: int) -> None:
+        """Clamp the singular values of the first n columns of ``ws.F`` (3, 3, C) in place. Only columns that may
+        violate the bounds go through :func:`clamp_singular_values`: ``|F|_F^2 <= hi^2`` and
+        ``det F >= lo |F|_F^2`` (checked with a 1e-5 margin) imply ``lo <= s_i <= hi``, since
+        ``s_max <= |F|_F`` and ``det F = s_1 s_2 s_3 <= s_min |F|_F^2``."""
+        lo, hi = self.singular_clamp
+        F, Fe = ws.F, ws.Fe
+        Fe[:, 3:].copy_(Fe[:, :2])
+        # det F = F[0] . (F[1] x F[2]), the cross product from the repeated columns
+        torch.mul(Fe[1, 1:4], Fe[2, 2:5], out=ws.cross)
+        ws.cross.addcmul_(Fe[1, 2:5], Fe[2, 1:4], value=-1.0)
+        torch.sum(F[0] * ws.cross, 0, out=ws.det)
+        torch.sum(F.square().view(9, -1), 0, out=ws.fro2)
+        margin = torch.maximum(ws.fro2 - hi * hi * (1 - 1e-5), ws.fro2 * (lo * (1 + 1e-5)) - ws.det)  # > 0: check
+        margin = torch.where(torch.isnan(margin), torch.ones_like(margin), margin)
+        if n < F.shape[2]:
+            margin = margin[:n]
+        if not bool((margin > 0).any()):
+            return
+        idx = torch.nonzero(margin > 0).flatten()
+        F[:, :, idx] = clamp_singular_values(F[:, :, idx].permute(2, 0, 1), lo, hi).permute(1, 2, 0)
+
+    def _block_FL(self, ws: _Workspace, b: int) -> torch.Tensor:
+        """F L (3, 3, C) of block b from ``ws.F`` (into ``ws.FL``): FL[a, d] = sum_b F[a, b] L[b, d]."""
+        Fb, L = ws.Fb, self._blkv[b]["L"]
+        FL = torch.mul(Fb[0], L[0], out=ws.FL)
+        FL.addcmul_(Fb[1], L[1])
+        FL.addcmul_(Fb[2], L[2])
+        return FL
+
+    def _frame_block(self, slot: int, b: int) -> None:
+        """Deformed means and covariances of block b into ``self.means`` / ``self.covars`` (torch kernel)."""
+        ws, v = self._ws[slot], self._blkv[b]
+        self._block_F(ws, b, write_means=True)
+        if self.singular_clamp is not None:
+            self._block_clamp(ws, v["n"])
+        self._block_FL(ws, b)
+        S, FLa, FLb = ws.S, ws.FLa, ws.FLb
+        torch.mul(FLa[0], FLb[0], out=S)  # S[a, e] = sum_d FL[a, d] FL[e, d]
+        S.addcmul_(FLa[1], FLb[1])
+        S.addcmul_(FLa[2], FLb[2])
+        n = v["n"]
+        v["covars"].copy_(ws.aos["S"] if n == self.block else ws.aos["S"][:n])
+
+    def _workspaces(self, T: int) -> None:
+        while len(self._ws) < T:
+            self._ws.append(_Workspace(self.block))
+
+    # ---------------------------------------------------------------- public
     def deform(self, Z: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """Apply handle transforms Z (H, 3, 4) (scene frame). Returns (means (N, 3), covars (N, 3, 3)), float32
-        buffers owned by the deformer (overwritten by the next call; clone to keep). One GEMM
-        ``Zm [3, 4H] @ P [4H, 4N]`` + one 3x3 gram per Gaussian."""
+        buffers owned by the deformer (overwritten by the next call; clone to keep). ``x' = X + sum_h W_h Z_h X~``
+        (PhysSkin Eq. 2), ``Sigma' = (F L)(F L)^T`` with F as in method.md 3 (grad-W term included), F's singular
+        values clamped first when ``singular_clamp`` is set (method.md 10). Raises ValueError if Z is not
+        (H, 3, 4)."""
         self._set_Z(Z)
-        torch.mm(self._Zm, self._flat, out=self._out)  # [3, 4N]: out[a, n, r]
-        out = self._out.view(3, self.N, 4)
-        torch.add(self.rest_means, out[:, :, 0].T, out=self.means)
-        torch.add(self.L, out[:, :, 1:].permute(1, 0, 2), out=self.FL)  # F L = L + (F - I) L, [n, a, d]
-        if self.singular_clamp is not None:
-            self._apply_clamp()
-        torch.bmm(self.FL, self.FL.transpose(1, 2), out=self.covars)
+        if self.native:
+            self._native_pass(self.means, self.covars, None, None)
+        else:
+            self._run(self._frame_block, self._workspaces)
         return self.means, self.covars
 
+    def _gather(self, key: str) -> torch.Tensor:
+        """(N, 3, 3) float32 F (key "F") or F L (key "FL") for the last Z (F clamped when a clamp is set)."""
+        out = torch.empty(self.N, 3, 3, dtype=torch.float32)
+        if self.native:
+            o = out.view(self.N, 9)
+            self._native_pass(None, None, o if key == "F" else None, o if key == "FL" else None)
+            return out
+
+        def fn(slot: int, b: int) -> None:
+            ws, v = self._ws[slot], self._blkv[b]
+            self._block_F(ws, b)
+            if self.singular_clamp is not None:
+                self._block_clamp(ws, v["n"])
+            if key == "FL":
+                self._block_FL(ws, b)
+            out[v["s"]:v["e"]] = ws.aos[key][: v["n"]]
+
+        self._run(fn, self._workspaces)
+        return out
+
+    @property
+    def FL(self) -> torch.Tensor:
+        """(N, 3, 3) float32 F L of the last :meth:`deform` (after any clamp); computed on first access."""
+        key = self.singular_clamp
+        if self._FL_cache is None or self._FL_key != key:
+            self._FL_cache, self._FL_key = self._gather("FL"), key
+        return self._FL_cache
+
     def deformation_gradients(self) -> torch.Tensor:
-        """(N, 3, 3) F of the last :meth:`deform` call, recovered as (F L) S^-1 R^T (after any clamp)."""
-        return self._F(0, self.N)
-
-    def _F(self, s: int, e: int) -> torch.Tensor:
-        """F of Gaussians [s, e) from the current F L: (F L) S^-1 R^T, (e - s, 3, 3) float32."""
-        return (self.FL[s:e] / self.scales[s:e, None, :]) @ self.R[s:e].transpose(1, 2)
-
-    def _apply_clamp(self) -> None:
-        lo, hi = self.singular_clamp
-        for s in range(0, self.N, self.chunk):
-            e = min(self.N, s + self.chunk)
-            F = self._F(s, e)
-            Fc = clamp_singular_values(F, lo, hi)
-            if Fc is not F:
-                self.FL[s:e] = Fc @ self.L[s:e]
+        """(N, 3, 3) float32 F of the last :meth:`deform` call (after any clamp)."""
+        return self._gather("F")
 
     def view_rotations(self) -> torch.Tensor:
         """(N, 3, 3) float32 R_F (polar rotation of F) for the last :meth:`deform` call; chunked."""
+        F = self.deformation_gradients()
         out = torch.empty(self.N, 3, 3, dtype=torch.float32)
         for s in range(0, self.N, self.chunk):
             e = min(self.N, s + self.chunk)
-            out[s:e] = polar_rotation(self._F(s, e))  # float64 inside, float32 out
+            out[s:e] = polar_rotation(F[s:e])  # float64 inside, float32 out
         return out
 
     def export_quats_scales(self) -> Tuple[torch.Tensor, torch.Tensor]:
         """(quats (N, 4) unit wxyz, log_scales (N, 3)) of the last deformed covariances (SVD of F L, det U = +1)."""
+        FL = self.FL
         q = torch.empty(self.N, 4, dtype=torch.float32)
         ls = torch.empty(self.N, 3, dtype=torch.float32)
         for s in range(0, self.N, self.chunk):
             e = min(self.N, s + self.chunk)
-            U, sv = covariance_factor_svd(self.FL[s:e].to(torch.float64))
+            U, sv = covariance_factor_svd(FL[s:e].to(torch.float64))
             q[s:e] = rotmat_to_quat(U).float()
             ls[s:e] = torch.log(sv.clamp_min(1e-300)).clamp_min(MIN_LOG_SCALE).float()
         return q, ls

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 from physskin_gs.deform import (
@@ -12,6 +13,7 @@ from physskin_gs.deform import (
     covariance_factor_svd,
     deform_reference,
     eval_sh,
+    native_available,
     polar_rotation,
     rotate_sh,
 )
@@ -218,3 +220,198 @@ def test_anisotropy_clamp_bounds_needles():
     F = torch.diag(torch.tensor([10.0, 1.0, 0.01])).expand(3, 3, 3).clone()
     Fc = clamp_singular_values(F)
     assert torch.allclose(torch.linalg.svdvals(Fc), torch.tensor([5.0, 1.0, 0.2]).expand(3, 3), atol=1e-5)
+
+
+# ------------------------------------------------------------------------------------------------ fast kernels
+KERNELS = ["torch", "native"]
+
+
+def _native_flag(kernel):
+    """GaussianDeformer's ``native`` argument for a kernel name; skips when the C kernel cannot be built here."""
+    if kernel == "native" and not native_available():
+        pytest.skip("no C compiler: native deformation kernel unavailable")
+    return kernel == "native"
+
+
+def _random_skinning(n, H, seed, constant=True, grad_scale=1.0):
+    """Random (not smooth) weights and gradients, with the field's constant handle last when ``constant``."""
+    g = torch.Generator().manual_seed(300 + seed)
+    W = torch.randn(n, H, generator=g) * 0.5
+    dW = torch.randn(n, H, 3, generator=g) * grad_scale
+    if constant:
+        W[:, -1] = 1.0
+        dW[:, -1] = 0.0
+    return W, dW
+
+
+def _reference(means, quats, ls, W, dW, Z, clamp=None):
+    """float64 reference means, covariances and F (clamped like the deformer when ``clamp`` is given)."""
+    L = quat_to_rotmat(quats.double()) * torch.exp(ls.double())[:, None, :]
+    cov = L @ L.transpose(1, 2)
+    x, c, F = deform_reference(means.double(), cov, W.double(), dW.double(), Z.double())
+    if clamp is not None:
+        F = clamp_singular_values(F, *clamp)
+        c = F @ cov @ F.transpose(1, 2)
+    return x, c, F, L
+
+
+def _rel(a, b):
+    return ((a.double() - b).abs().amax((1, 2)) / b.abs().amax((1, 2))).max().item()
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_fast_kernels_match_reference_with_grad_term_and_ragged_blocks(kernel):
+    native = _native_flag(kernel)
+    n, H = 1003, 9  # not a multiple of the native tile (8) either
+    means, quats, ls, _ = _gaussians(n, seed=11)
+    Z = _random_Z(H, seed=11, scale=0.15)
+    for constant in (True, False):
+        W, dW = _random_skinning(n, H, seed=11, constant=constant)
+        x_ref, c_ref, F_ref, L_ref = _reference(means, quats, ls, W, dW, Z)
+        # the grad-W term matters on this data (F without it is far off)
+        F_nograd = deform_reference(means.double(), c_ref, W.double(), torch.zeros_like(dW).double(), Z.double())[2]
+        assert (F_nograd - F_ref).abs().max() > 0.1
+        for block, chunk in ((37, 1 << 17), (128, 101), (1003, 8), (4096, 1 << 17)):  # ragged blocks, chunks
+            d = GaussianDeformer(means, quats, ls, W, dW, block_size=block, chunk_size=chunk, native=native)
+            assert d.native == native
+            assert d.K == (H - 1 if constant else H)  # the constant handle is folded into the bias
+            x, c = d.deform(Z)
+            assert (x.double() - x_ref).abs().max() < 2e-6
+            assert _rel(c, c_ref) < 2e-5
+            assert (d.deformation_gradients().double() - F_ref).abs().max() < 2e-6
+            assert _rel(d.FL, F_ref @ L_ref) < 1e-5
+            assert torch.allclose(d.rest_means, means) and torch.allclose(d.L.double(), L_ref, atol=1e-6)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_worker_threads_give_the_same_result(kernel):
+    native = _native_flag(kernel)
+    n, H = 2000, 6
+    means, quats, ls, _ = _gaussians(n, seed=12)
+    W, dW = _random_skinning(n, H, seed=12)
+    Z = _random_Z(H, seed=12, scale=0.3)
+    d = GaussianDeformer(means, quats, ls, W, dW, block_size=300, singular_clamp=(0.2, 5.0), native=native)
+    prev = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        x1, c1 = (t.clone() for t in d.deform(Z))
+        F1 = d.deformation_gradients()
+        torch.set_num_threads(3)  # more workers than cores is fine
+        x3, c3 = d.deform(Z)
+        assert torch.get_num_threads() == 3  # restored after the parallel section
+        assert torch.equal(x3, x1) and torch.equal(c3, c1)
+        assert torch.equal(d.deformation_gradients(), F1)
+    finally:
+        torch.set_num_threads(prev)
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_clamp_path_matches_clamped_reference(kernel):
+    native = _native_flag(kernel)
+    n, H = 1500, 7
+    means, quats, ls, _ = _gaussians(n, seed=13)
+    W, dW = _random_skinning(n, H, seed=13, grad_scale=2.0)
+    Z = _random_Z(H, seed=13, scale=0.4)
+    clamp = (0.2, 5.0)
+    x_ref, c_ref, Fc_ref, L_ref = _reference(means, quats, ls, W, dW, Z, clamp=clamp)
+    F_raw = _reference(means, quats, ls, W, dW, Z)[2]
+    sv = torch.linalg.svdvals(F_raw)
+    violating = ((sv[:, 0] > clamp[1]) | (sv[:, 2] < clamp[0])).float().mean()
+    assert 0.05 < violating < 0.95  # both branches exercised
+    # an upper bound only (lo = 0 keeps small singular values but still catches inversions)
+    x0_ref, c0_ref = _reference(means, quats, ls, W, dW, Z, clamp=(0.0, 1.5))[:2]
+    d0 = GaussianDeformer(means, quats, ls, W, dW, singular_clamp=(0.0, 1.5), native=native)
+    x0, c0 = d0.deform(Z)
+    assert (x0.double() - x0_ref).abs().max() < 2e-6 and _rel(c0, c0_ref) < 1e-4
+    assert torch.linalg.svdvals(d0.deformation_gradients()).max() < 1.5 * (1 + 1e-5)
+    for block in (64, 1500):
+        d = GaussianDeformer(means, quats, ls, W, dW, block_size=block, singular_clamp=clamp, native=native)
+        x, c = d.deform(Z)
+        assert (x.double() - x_ref).abs().max() < 2e-6
+        assert _rel(c, c_ref) < 1e-4
+        Fc = d.deformation_gradients().double()
+        assert (Fc - Fc_ref).abs().max() < 1e-4
+        s = torch.linalg.svdvals(Fc)
+        assert s.max() < clamp[1] * (1 + 1e-5) and s.min() > clamp[0] * (1 - 1e-5)
+        assert _rel(d.FL, Fc_ref @ L_ref) < 1e-4
+    # switching the clamp off gives the raw F again (and FL follows the switch)
+    d.singular_clamp = None
+    d.deform(Z)
+    assert (d.deformation_gradients().double() - F_raw).abs().max() < 2e-6
+    assert _rel(d.FL, F_raw @ L_ref) < 1e-5
+
+
+@pytest.mark.parametrize("kernel", KERNELS)
+def test_deformer_rejects_bad_shapes_and_counts_bytes(kernel):
+    native = _native_flag(kernel)
+    means, quats, ls, _ = _gaussians(50, seed=14)
+    W, dW = _random_skinning(50, 5, seed=14)
+    try:
+        GaussianDeformer(means, quats, ls, W, dW[:, :4])
+        raise AssertionError("expected ValueError")
+    except ValueError as e:
+        assert "weight_grads" in str(e)
+    d = GaussianDeformer(means, quats, ls, W, dW, block_size=16, native=native)
+    try:
+        d.deform(torch.zeros(4, 3, 4))
+        raise AssertionError("expected ValueError")
+    except ValueError as e:
+        assert "(5, 3, 4)" in str(e)
+    read, written = d.nbytes_per_frame()
+    # K = 4 non-constant handles: 4K + 12 floats per Gaussian, padded to 4 blocks of 16 (torch) or 7 tiles of 8
+    assert read == 4 * (56 if native else 64) * (4 * 4 + 3 + 9)
+    assert written == 4 * 50 * 12
+    x, c = d.deform(torch.zeros(5, 3, 4))  # identity motion: rest state
+    assert torch.allclose(x, means) and torch.allclose(c, d.L @ d.L.transpose(1, 2))
+
+
+def test_native_and_torch_kernels_agree():
+    if not native_available():
+        pytest.skip("no C compiler: native deformation kernel unavailable")
+    means, quats, ls, _ = _gaussians(777, seed=15)
+    W, dW = _random_skinning(777, 11, seed=15, grad_scale=1.5)
+    Z = _random_Z(11, seed=15, scale=0.3)
+    dn = GaussianDeformer(means, quats, ls, W, dW, singular_clamp=(0.2, 5.0), native=True)
+    dt = GaussianDeformer(means, quats, ls, W, dW, singular_clamp=(0.2, 5.0), native=False)
+    xn, cn = dn.deform(Z)
+    xt, ct = dt.deform(Z)
+    assert (xn - xt).abs().max() < 1e-6
+    assert _rel(cn, ct.double()) < 1e-5
+    assert (dn.deformation_gradients() - dt.deformation_gradients()).abs().max() < 1e-5
+    assert _rel(dn.FL, dt.FL.double()) < 1e-5
+    assert torch.equal(dn.rest_means, dt.rest_means) and torch.equal(dn.L, dt.L)
+
+
+def test_kernel_choice_and_fallback(monkeypatch):
+    import physskin_gs.deform as deform_mod
+
+    means, quats, ls, _ = _gaussians(40, seed=16)
+    W, dW = _random_skinning(40, 4, seed=16)
+    assert GaussianDeformer(means, quats, ls, W, dW, native=False).native is False
+    monkeypatch.setattr(deform_mod, "_native_kernel", lambda: (None, "no compiler here"))
+    d = GaussianDeformer(means, quats, ls, W, dW)  # default: falls back to the torch kernel
+    assert d.native is False
+    with pytest.raises(RuntimeError, match="no compiler here"):
+        GaussianDeformer(means, quats, ls, W, dW, native=True)
+
+
+def test_native_loader_caches_and_reports_failures(tmp_path, monkeypatch):
+    from physskin_gs import _native
+
+    monkeypatch.setenv("PHYSSKIN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PHYSSKIN_NATIVE", "0")
+    lib, why = _native.load("t_add", "int add(int a, int b) { return a + b; }")
+    assert lib is None and "PHYSSKIN_NATIVE=0" in why
+    monkeypatch.setenv("PHYSSKIN_NATIVE", "1")
+    monkeypatch.setenv("CC", "physskin-no-such-compiler")
+    lib, why = _native.load("t_add", "int add(int a, int b) { return a + b; }")
+    assert lib is None and "physskin-no-such-compiler" in why
+    assert not list(tmp_path.glob("*.so"))
+    if not native_available():
+        return
+    monkeypatch.delenv("CC")
+    lib, why = _native.load("t_add", "int add(int a, int b) { return a + b; }")
+    assert why == "" and lib.add(2, 3) == 5
+    assert len(list(tmp_path.glob("t_add_*.so"))) == 1  # compiled once into the cache folder
+    lib, why = _native.load("t_bad", "this is not C")
+    assert lib is None and "failed" in why

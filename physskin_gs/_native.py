@@ -1,0 +1,98 @@
+"""Build-and-load helper for small optional C kernels (each has a pure-torch fallback and a test against it).
+
+A kernel's C source lives next to its Python caller as a string. :func:`load` compiles it once with the system C
+compiler (``$CC`` or ``cc``; ``-O3 -march=native``, retried without ``-march=native``) into a per-user cache
+folder and loads it with :mod:`ctypes` (calls release the GIL). The file name carries a hash of the source, the
+compiler command and the CPU's feature flags, so a changed kernel or another machine sharing the cache never
+loads a stale or unsuitable library. Nothing here raises: on any failure (no compiler, compile error, load error,
+or ``PHYSSKIN_NATIVE=0`` in the environment) :func:`load` returns ``(None, reason)`` and the caller falls back.
+
+Cache folder: ``$PHYSSKIN_CACHE_DIR``, else ``$XDG_CACHE_HOME/physskin_gs/native``, else
+``~/.cache/physskin_gs/native``.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+from typing import Dict, Optional, Tuple
+
+__all__ = ["load", "cache_dir"]
+
+_LOCK = threading.Lock()
+_LOADED: Dict[str, Tuple[Optional[ctypes.CDLL], str]] = {}
+
+
+def cache_dir() -> Path:
+    """Folder for compiled kernels (see the module docstring)."""
+    env = os.environ.get("PHYSSKIN_CACHE_DIR")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "physskin_gs" / "native"
+
+
+def _cpu_tag() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    return line.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _compile(cc: str, flags, src: Path, out: Path) -> Optional[str]:
+    try:
+        r = subprocess.run([cc, *flags, "-o", str(out), str(src)], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"{cc}: {e}"
+    return None if r.returncode == 0 else f"{cc} failed: {r.stderr.strip()[-400:]}"
+
+
+def load(name: str, source: str) -> Tuple[Optional[ctypes.CDLL], str]:
+    """Compile (once per source, compiler and CPU) and load C ``source`` as a shared library.
+
+    Returns (library, "") or (None, reason). Thread-safe; results are memoised per process."""
+    if os.environ.get("PHYSSKIN_NATIVE", "1").strip() == "0":
+        return None, "disabled by PHYSSKIN_NATIVE=0"
+    cc = os.environ.get("CC", "cc")
+    variants = (["-O3", "-march=native", "-std=gnu11", "-shared", "-fPIC"], ["-O3", "-std=gnu11", "-shared", "-fPIC"])
+    tag = "\0".join([source, cc, repr(variants), _cpu_tag(), platform.platform()])
+    key = hashlib.sha256(tag.encode()).hexdigest()[:16]
+    memo = f"{name}_{key}"
+    with _LOCK:
+        if memo in _LOADED:
+            return _LOADED[memo]
+        result: Tuple[Optional[ctypes.CDLL], str]
+        try:
+            folder = cache_dir()
+            folder.mkdir(parents=True, exist_ok=True)
+            lib_path = folder / f"{memo}.so"
+            if not lib_path.exists():
+                with tempfile.TemporaryDirectory(dir=folder) as tmp:
+                    src = Path(tmp) / f"{name}.c"
+                    src.write_text(source, encoding="utf-8")
+                    out = Path(tmp) / f"{memo}.so"
+                    errors = []
+                    for flags in variants:
+                        err = _compile(cc, flags, src, out)
+                        if err is None:
+                            break
+                        errors.append(err)
+                    else:
+                        raise RuntimeError("; ".join(errors))
+                    os.replace(out, lib_path)  # atomic: concurrent builders never see a partial file
+            result = (ctypes.CDLL(str(lib_path)), "")
+        except Exception as e:  # noqa: BLE001  (any failure means: use the torch fallback)
+            result = (None, f"native kernel {name!r} unavailable: {e}")
+        _LOADED[memo] = result
+        return result
