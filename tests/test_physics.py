@@ -311,3 +311,24 @@ def test_whitening_keeps_the_constant_handle_exactly():
     sim.q = torch.linalg.lstsq(sim.T, Z.reshape(sim.H_orig, 12)).solution.reshape(sim.H, 3, 4).permute(1, 0, 2).reshape(3, sim.K4)
     x = sim.positions()
     assert torch.allclose(x[:, 0], 2.0 * X[:, 0].double(), atol=1e-9)
+
+
+def test_native_hessian_rows_match_the_reference_path():
+    from physskin_gs.physics import _hessian_native
+    from physskin_gs.physics.simulator import _StepContext
+
+    if not _hessian_native.available():
+        pytest.skip(f"C kernel not available here: {_hessian_native._WHY}")
+    X, W, dW, V = _beam(160, m=5, seed=11)
+    sim = SubspaceSimulator(X, W, dW, V, E=5e4, nu=0.45, floor_height=-0.05)
+    g = torch.Generator().manual_seed(12)
+    for spread in (0.0, 0.05, 0.4, 1.5):  # rest (repeated singular values), mild, large, inverted elements
+        q = spread * torch.randn(3, sim.K4, generator=g, dtype=torch.float64)
+        ctx = _StepContext(h=sim.dt, q_pred=q.clone(), q_prev=q, D=None)
+        ev = sim._eval(q, ctx)
+        sim.use_native = True
+        H_c = sim._hessian(ev, ctx)
+        sim.use_native = False
+        H_ref = sim._hessian(ev, ctx)
+        assert (H_c - H_ref).abs().max() <= 2e-6 * H_ref.abs().max()
+    assert (ev.Jm1 < -1.0).any()  # the last state had inverted cubature points

@@ -41,6 +41,7 @@ import torch
 
 from physskin_gs.elastic import lame_parameters
 from physskin_gs.errors import OptionError
+from physskin_gs.physics import _hessian_native
 from physskin_gs.physics import neohookean as nh
 
 __all__ = ["SubspaceSimulator", "StepStats", "orthonormal_handle_basis", "single_thread"]
@@ -255,6 +256,7 @@ class SubspaceSimulator:
         self.G_all = self.G.reshape(n * 3, self.K4)  # [3n, 4H], rows (c, b)
         self.G_all32T = self.G_all.float().T.contiguous()  # [4H, 3n]
         self.G3_32 = self.G.permute(1, 0, 2).contiguous().float()  # [3 (b), n, 4H]
+        self.G32 = self.G.float().contiguous()  # [n, 3, 4H] for the C kernel
         # [Phi; G] with G's rows ordered (b, c): q @ PhiG^T gives displacements and F - I as contiguous rows
         self.PhiG_T = torch.cat([self.Phi, self.G.permute(1, 0, 2).reshape(3 * n, self.K4)], 0).T.contiguous()  # [4H, 4n]
         self._Xt_np = self.X.T.contiguous().numpy()  # [3, n]
@@ -299,6 +301,7 @@ class SubspaceSimulator:
             self._rebuild_mass()
 
     SOLVERS = ("newton", "chord", "adaptive")
+    use_native = True  # use the C Hessian-rows kernel when it is available (physics/_hessian_native.py)
 
     @property
     def _g_np(self) -> np.ndarray:
@@ -480,14 +483,19 @@ class SubspaceSimulator:
         """sum_c J_c^T Hc_c J_c for per-point (n, 9, 9) Hessians (volume weights included) -> (12H', 12H') in
         q order, float64 (method.md 9.2). Only the 6 blocks (a <= a') are formed: Y[c, (b, pair), k'] =
         sum_b' Hc[c, (a, b), (a', b')] G[c, b', k'] by three broadcast multiply-adds, then ONE float32 GEMM
-        ``G_all^T [4H, 3n] @ Y [3n, 6 * 4H]`` (module docstring); the other 3 blocks are transposes.
-        :meth:`_assemble_reference` is the plain per-point version it is tested against."""
-        n, K4 = self.n, self.K4
+        (:meth:`_assemble_rows`). :meth:`_assemble_reference` is the plain per-point version it is tested against."""
+        n = self.n
         Hs = Hc.to(torch.float32).reshape(n, 81).index_select(1, self._PAIR_INDEX).reshape(n, 3, 18)  # [n, b', (b, pair)]
         G3 = self.G3_32  # [3 (b'), n, 4H]
         Y = torch.mul(Hs[:, 0, :, None], G3[0][:, None, :])  # [n, 18, 4H]
         Y.addcmul_(Hs[:, 1, :, None], G3[1][:, None, :])
         Y.addcmul_(Hs[:, 2, :, None], G3[2][:, None, :])
+        return self._assemble_rows(Y)
+
+    def _assemble_rows(self, Y: torch.Tensor) -> torch.Tensor:
+        """(12H', 12H') float64 from the rows Y (n, 18, 4H) float32 of :meth:`_assemble`: ONE GEMM
+        ``G_all^T [4H, 3n] @ Y [3n, 6 * 4H]`` gives the 6 blocks (a <= a'); the other 3 are transposes."""
+        n, K4 = self.n, self.K4
         R = torch.mm(self.G_all32T, Y.view(n * 3, 6 * K4)).to(torch.float64).view(K4, 6, K4)  # [4H, (pair, k')]
         out = torch.empty(3, K4, 3, K4, dtype=torch.float64)
         for p, (a, c) in enumerate(self._PAIRS):
@@ -578,12 +586,19 @@ class SubspaceSimulator:
     def _hessian(self, ev: "_Eval", ctx: "_StepContext") -> torch.Tensor:
         """Hessian (12H', 12H') float64 of the step objective at ``ev``: h^2 (assembled per-point PSD-projected
         Neo-Hookean Hessians + spring and active-floor terms) + mass + dissipation."""
-        if self.project_psd:  # float32 out: assembled in float32 anyway
-            Hc = nh.projected_hessian_soa(ev.F.reshape(9, self.n), self.mu, self.lam, torch.float32)
+        Y = None
+        if self.project_psd and self.use_native:  # fused C kernel (projection + rows), held to the path below
+            Y = _hessian_native.hessian_rows(ev.F.reshape(9, self.n), self.mu, self.lam, self.v_p, self.G32)
+        if Y is not None:
+            Hel = self._assemble_rows(Y)
         else:
-            Hc = nh.hessian(torch.from_numpy(ev.F).permute(2, 0, 1).contiguous(), self.mu, self.lam)
+            if self.project_psd:  # float32 out: assembled in float32 anyway
+                Hc = nh.projected_hessian_soa(ev.F.reshape(9, self.n), self.mu, self.lam, torch.float32)
+            else:
+                Hc = nh.hessian(torch.from_numpy(ev.F).permute(2, 0, 1).contiguous(), self.mu, self.lam)
+            Hel = self._assemble(Hc * self.v_p)
         h2 = ctx.h * ctx.h
-        Hmat = self._assemble(Hc * self.v_p).mul_(h2)
+        Hmat = Hel.mul_(h2)
         K4 = self.K4
         blk = self.Mblk.clone()
         for _, s in self._springs():
