@@ -142,7 +142,19 @@ def bench_sim(args, rows):
     krow("  kernel: per-point exact Hessian (1024)", lambda: nh.hessian(F, sim.mu, sim.lam))
     ana = krow("  kernel: analytic PSD projection (1024)", lambda: nh.projected_hessian(F, sim.mu, sim.lam))
     Hc = nh.projected_hessian(F, sim.mu, sim.lam) * sim.v_p
-    krow("  kernel: J^T H J assembly, one GEMM", lambda: sim._assemble(Hc))
+    krow("  kernel: J^T H J assembly (rows + one GEMM)", lambda: sim._assemble(Hc))
+    from physskin_gs.physics import _hessian_native as hn
+
+    f_soa = sim.deformation_gradients().reshape(sim.n, 9).T.contiguous().numpy()
+    if hn.available():
+        Y = hn.hessian_rows(f_soa, sim.mu, sim.lam, sim.v_p, sim.G32)
+        numpy_path = ana + timeit(lambda: sim._assemble(Hc), 5) - timeit(lambda: sim._assemble_rows(Y), 5)
+        c_ms = krow("  kernel: C projection + rows (1024)", lambda: hn.hessian_rows(f_soa, sim.mu, sim.lam, sim.v_p,
+                                                                                     sim.G32, out=Y))
+        rows[-1] = rows[-1][:3] + (numpy_path / c_ms, "ratio = numpy/torch projection + rows / C kernel")
+        krow("  kernel: assembly GEMM alone", lambda: sim._assemble_rows(Y))
+    else:
+        rows.append(("  kernel: C projection + rows", None, None, None, f"unavailable: {hn._WHY}"))
     ref = timeit(lambda: nh.project_psd_eigh(nh.hessian(F, sim.mu, sim.lam)), 3)
     rows.append(("  kernel: eigh-clamp projection (reference)", ref, timeit.last_cpu, ref / ana,
                  "ratio = reference / analytic"))
