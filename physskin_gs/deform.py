@@ -20,6 +20,7 @@ d equal the original ones seen from R_F^T d.
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -467,6 +468,23 @@ class GaussianDeformer:
                     L=[self.Lb[b, None, j] for j in range(3)], means_T=self.means[s:e].T, covars=self.covars[s:e]))
 
     # ---------------------------------------------------------------- storage
+    def fork(self) -> "GaussianDeformer":
+        """A deformer that shares this one's read-only precomputed per-Gaussian data (no copy) but has its own
+        output buffers, transforms and temporaries, so two threads can deform concurrently (e.g. the viewer's
+        display thread beside the simulation/recording thread). ``singular_clamp`` is copied, not shared."""
+        other = copy.copy(self)
+        other.means = self.means.clone()
+        other.covars = self.covars.clone()
+        other._Zt, other._bias, other._Zk = self._Zt.clone(), self._bias.clone(), self._Zk.clone()
+        other._FL_cache, other._FL_key = None, None
+        other._scratch = []
+        other._ws = [] if self.native else [_Workspace(self.block)]
+        other._blkv = []
+        for v in self._blkv:  # per-block views into the new output buffers
+            s, e = v["s"], v["e"]
+            other._blkv.append(dict(v, means_T=other.means[s:e].T, covars=other.covars[s:e]))
+        return other
+
     def _native_rows(self, s: int, e: int, rows: torch.Tensor) -> None:
         """Write per-Gaussian rows (e - s, R) of Gaussians [s, e) into the tile-major storage."""
         T8, R = _NATIVE_TILE, self._R

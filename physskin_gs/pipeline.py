@@ -427,6 +427,12 @@ class AnimatedScene:
             self._cache_key = key
         return self.deformer
 
+    def display_deformer(self) -> GaussianDeformer:
+        """A deformer of the moving Gaussians for another thread (the viewer's display): it shares this scene's
+        precomputed data and has its own buffers (:meth:`GaussianDeformer.fork`); feed it
+        :meth:`handle_transforms_scene`. Static rows are the scene's own (``moving`` selects the deformed ones)."""
+        return self.deformer.fork()
+
     def deformed_gaussians(self, view_rotations: bool = True) -> DeformedGaussians:
         """The whole scene deformed (static part unchanged): means (N, 3), covars (N, 3, 3), view_rotations
         (N, 3, 3) (identity for static rows and for DC-only scenes), opacities (N,), sh (N, K+1, 3).

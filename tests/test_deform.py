@@ -415,3 +415,30 @@ def test_native_loader_caches_and_reports_failures(tmp_path, monkeypatch):
     assert len(list(tmp_path.glob("t_add_*.so"))) == 1  # compiled once into the cache folder
     lib, why = _native.load("t_bad", "this is not C")
     assert lib is None and "failed" in why
+
+
+@pytest.mark.parametrize("native", [False, None])
+def test_fork_shares_data_and_has_its_own_buffers(native):
+    g = torch.Generator().manual_seed(21)
+    N, H = 1003, 5
+    means = torch.randn(N, 3, generator=g)
+    quats = torch.randn(N, 4, generator=g)
+    ls = torch.rand(N, 3, generator=g) * 2 - 5
+    W = torch.rand(N, H, generator=g)
+    dW = torch.randn(N, H, 3, generator=g) * 0.3
+    d = GaussianDeformer(means, quats, ls, W, dW, block_size=256, native=native)
+    f = d.fork()
+    Z1 = torch.randn(H, 3, 4, generator=g) * 0.1
+    Z2 = torch.randn(H, 3, 4, generator=g) * 0.1
+    m1, c1 = d.deform(Z1)
+    m1, c1 = m1.clone(), c1.clone()
+    m2, c2 = f.deform(Z2)
+    assert f.means.data_ptr() != d.means.data_ptr()
+    torch.testing.assert_close(d.means, m1)  # the fork did not write into the parent's buffers
+    ref = GaussianDeformer(means, quats, ls, W, dW, block_size=256, native=native)
+    ref_m, ref_c = ref.deform(Z2)
+    torch.testing.assert_close(m2, ref_m)
+    torch.testing.assert_close(c2, ref_c)
+    torch.testing.assert_close(f.deformation_gradients(), ref.deformation_gradients())
+    ref.deform(Z1)
+    torch.testing.assert_close(d.deformation_gradients(), ref.deformation_gradients())  # each keeps its own Z

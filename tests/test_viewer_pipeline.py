@@ -45,6 +45,7 @@ def test_drag_over_websocket_moves_real_simulation_and_release_removes_spring(sm
     try:
         assert app.wait_ready(60), app.failed
         assert len(app.live.handle_gizmos) == anim.num_handles - 1
+        assert app.live.worker.source is not None  # deformation runs on the display thread
         c = ViserWsClient(app.port)
         c.send_camera((2.0, 0.0, 0.0), (0.0, 0.0, 0.0), up=tuple(app.live.up))
         assert wait_until(lambda: len(app.server.get_clients()) == 1, 10)
@@ -70,3 +71,44 @@ def test_drag_over_websocket_moves_real_simulation_and_release_removes_spring(sm
         if c is not None:
             c.close()
         app.stop()
+
+
+def test_split_deformation_matches_pipeline_and_keeps_its_cache_coherent(small_anim):
+    """The display-side deformation of a published state equals AnimatedScene.deformed_gaussians() at that state,
+    and deforming for the display never leaves the AnimatedScene's cached deformation stale."""
+    from physskin_gs_viewer.sim import SimWorker, SplitDeformSource
+
+    anim = small_anim
+    anim.reset()
+    assert SplitDeformSource.supported(anim)
+    w = SimWorker(anim, realtime=False)  # not started: driven from this thread
+    assert w.source is not None
+    hp = np.asarray(anim.handle_positions(), dtype=np.float64)
+    did = anim.start_handle_drag(0)
+    try:
+        anim.update_drag(did, hp[0] + 0.3)
+        anim.step(3)
+        w._publish()
+        frame = w.slot.get()
+        ref = anim.deformed_gaussians()
+        ref_m, ref_c = ref.means.clone(), ref.covars.clone()
+        anim.step(3)
+        with w._sim_side():
+            now = anim.deformed_gaussians()
+            now_m = now.means.clone()
+        assert (now_m - ref_m).abs().max() > 1e-6  # the state moved on
+        # display side: the frame's own (older) state, on every row and on the moving rows
+        torch.testing.assert_close(frame.means_t, ref_m, rtol=0, atol=0)
+        torch.testing.assert_close(frame.covars_t, ref_c, rtol=0, atol=0)
+        mov = anim.moving
+        m_only = w.slot.get().with_moving(lambda m, c: m.clone())
+        torch.testing.assert_close(m_only, ref_m[mov], rtol=0, atol=0)
+        frame2 = type(frame)(frame.version, frame.sim_frame, None, None, frame.handle_positions,
+                             state=frame.state, source=frame.source)  # not yet deformed: deforms in with_moving
+        torch.testing.assert_close(frame2.with_moving(lambda m, c: c.clone()), ref_c[mov], rtol=0, atol=0)
+        # the display overwrote the shared deformer with the older state: the simulation side still sees now
+        with w._sim_side():
+            torch.testing.assert_close(anim.deformed_gaussians().means, now_m, rtol=0, atol=0)
+    finally:
+        anim.end_drag(did)
+        anim.reset()

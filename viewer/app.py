@@ -3,9 +3,13 @@
 Layout of the running app:
 
 - a :class:`~physskin_gs_viewer.sim.SimWorker` thread owns the AnimatedScene and steps it at a fixed ``dt``;
-  GUI and network callbacks only post commands to it;
-- a display thread takes the newest published frame (older ones are dropped) and updates the client-side
-  Gaussian splats with one ``set_gaussians`` call, moves the handle gizmos and refreshes the stats;
+  GUI and network callbacks only post commands to it. After each step it publishes only the handle transforms
+  (:class:`~physskin_gs_viewer.sim.SplitDeformSource`), so it never waits for the display;
+- a display thread takes the newest published frame (older ones are dropped), deforms the moving Gaussians for
+  it, packs them straight into viser's 32-byte splat records (:class:`~physskin_gs_viewer.splats.SplatPacker`)
+  and updates the client-side splats with one buffer assignment; it also moves the handle gizmos and refreshes
+  the stats. Simulation of step k+1 thus overlaps deformation and upload of step k, each thread on its own core
+  with one torch thread (two OpenMP teams on two cores stall each other);
 - in server-rendered mode, one render thread per browser tab renders that tab's camera and sends a JPEG
   (:mod:`~physskin_gs_viewer.render_server`);
 - every exception in a step, a command or a render is shown in the page (and the terminal); the server keeps
@@ -33,11 +37,11 @@ from physskin_gs.errors import OptionError, SceneFormatError
 from .camera import CameraState
 from .recorder import Recorder
 from .render_server import ClientRenderThread, cuda_available, render_frame
-from .sim import Frame, SimWorker, snapshot_tensor, to_numpy
+from .sim import Frame, SimWorker, default_threads, set_thread_torch_threads, snapshot_tensor, to_numpy
 from .splats import (
     PALETTE,
+    SplatPacker,
     display_scale,
-    pack_splat_buffer,
     pick_point,
     rgba_u32,
     robust_extent,
@@ -55,9 +59,19 @@ DISPLAY_ALIASES = {"client": DISPLAY_CLIENT, "torch": DISPLAY_TORCH, "gsplat": D
 FIELD_NONE = "scene colours"
 FIELD_ALL = "all handles (argmax)"
 def _set_fast_solver(anim, on: bool) -> None:
-    """Lagged Newton (one Hessian per step) when ``on``, else full Newton; no-op for simulators without the option."""
+    """The fast Newton variant when ``on``, else full Newton; no-op for simulators without the option.
+
+    Fast is the simulator's ``"adaptive"`` solver where it has one (the Hessian factor is reused across Newton
+    iterations and steps and refreshed when progress is poor), else lagged Newton (``hessian_every = 0``: one
+    Hessian per step). Same solution either way; fewer factorisations.
+    """
     sim = getattr(anim, "sim", None)
-    if sim is not None and hasattr(sim, "hessian_every"):
+    if sim is None:
+        return
+    solvers = getattr(sim, "SOLVERS", ())
+    if "adaptive" in solvers and "newton" in solvers:
+        sim.solver = "adaptive" if on else "newton"
+    elif hasattr(sim, "hessian_every"):
         sim.hessian_every = 0 if on else 1
 
 
@@ -172,7 +186,10 @@ class LiveState:
     handle_gizmos: List[Any] = dataclasses.field(default_factory=list)
     handle_offset: int = 0  # skinning-weight column of handle gizmo 0
     live_sel: Any = None  # index for live_idx into frame arrays (a slice when it is every row)
-    live_rgba: Any = None  # (live_rgb it was made from, (L,) uint32 RGBA)
+    live_rgba: Any = None  # (live_rgb it was made from, (L,) uint32 RGBA, xray)
+    moving_rows_t: Any = None  # torch int64 moving rows of the full scene, None when every row moves
+    live_pos_t: Any = None  # torch int64 rows of the moving Gaussians shown live, None when all are
+    packer: Any = None  # SplatPacker for the live splats (display thread only)
 
 
 class ViewerApp:
@@ -192,6 +209,8 @@ class ViewerApp:
         record_dir: parent folder of recordings (each gets a time-stamped subfolder).
         render_fps: target frame rate of server-rendered mode (resolution adapts to it).
         verbose: let viser print its banner.
+        split: deform on the display thread, so that simulation and deformation + upload run on two cores
+            (:class:`~physskin_gs_viewer.sim.SplitDeformSource`); None: whenever the AnimatedScene supports it.
     """
 
     def __init__(
@@ -209,8 +228,10 @@ class ViewerApp:
         render_fps: Optional[float] = None,
         verbose: bool = False,
         progress_stream=None,
+        split: Optional[bool] = None,
     ) -> None:
         self.host = host
+        self.split = split
         self.requested_port = int(port)
         self.config = config
         self.path: Optional[Path] = None
@@ -252,6 +273,12 @@ class ViewerApp:
         self._field_choice = FIELD_NONE
         self._colors_cache = None
         self._click_enabled = True
+        #: torch intra-op threads of the display thread (deformation + packing); see sim.default_threads
+        self.display_threads = default_threads()[1]
+        import torch
+
+        # preparation (field evaluation, fitting) keeps the process's thread count; the live threads set their own
+        self._prepare_threads = torch.get_num_threads()
         self._show_handles = True
         self._xray = False
 
@@ -368,6 +395,7 @@ class ViewerApp:
     def _prepare(self, config) -> Any:
         from physskin_gs.pipeline import prepare_animation  # type: ignore[attr-defined]
 
+        set_thread_torch_threads(self._prepare_threads)  # a new thread inherits the last count set anywhere
         progress = TerminalProgress(self.progress_stream, gui_sink=lambda m, p: self._set_status(m, p))
         return prepare_animation(self.source_scene, config, progress=progress)
 
@@ -387,7 +415,7 @@ class ViewerApp:
 
     # ================================================================== activation (per AnimatedScene)
     def _activate(self, anim) -> None:
-        # live default: one Hessian per step (lagged Newton, about 2.5x faster); the "fast solver" checkbox toggles it
+        # live default: the fast solver (Hessian factor reused, about 2x faster); the "fast solver" checkbox toggles it
         fast = self.gui.get("fast")
         _set_fast_solver(anim, True if fast is None else bool(fast.value))
         try:
@@ -434,7 +462,7 @@ class ViewerApp:
         base_rgb = sh_dc_to_rgb(to_numpy(scene.sh_dc))
         opac = to_numpy(scene.opacities).reshape(-1)
 
-        worker = SimWorker(anim, realtime=self.realtime, on_error=self.report_error)
+        worker = SimWorker(anim, realtime=self.realtime, on_error=self.report_error, split=self.split)
         live = LiveState(
             anim=anim,
             worker=worker,
@@ -454,6 +482,11 @@ class ViewerApp:
             live.live_sel = slice(None)  # every row: no gather per frame
         else:
             live.live_sel = live_idx
+        import torch
+
+        live.moving_rows_t = None if len(moving_rows) == n else torch.from_numpy(moving_rows.astype(np.int64))
+        live.live_pos_t = None if live_pos is None else torch.from_numpy(np.asarray(live_pos, dtype=np.int64))
+        live.packer = SplatPacker(len(live_idx))
         worker.start()  # publishes the rest state
         frame = worker.slot.get()
 
@@ -721,6 +754,7 @@ class ViewerApp:
 
     # ================================================================== display loop
     def _display_loop(self) -> None:
+        set_thread_torch_threads(self.display_threads)  # OpenMP thread counts are per thread
         version = 0
         last_handles = 0.0
         last_stats = 0.0
@@ -751,13 +785,22 @@ class ViewerApp:
                 self._stop.wait(0.5)
 
     def _push_splats(self, live: LiveState, frame: Frame) -> None:
-        sel = live.live_sel
+        """Send ``frame``'s live splats: deform (split frames), pack into viser's layout, update the node."""
         rgba = live.live_rgba
         xray = self._xray
         if rgba is None or rgba[0] is not live.live_rgb or rgba[2] != xray:  # colours changed: repack once
             op = live.opac[live.live_idx] * (XRAY_OPACITY if xray else 1.0)
             rgba = live.live_rgba = (live.live_rgb, rgba_u32(live.live_rgb, op), xray)
-        live.moving_node.buffer = pack_splat_buffer(frame.means[sel], frame.covars[sel], live.s, rgba[1])
+            live.packer.set_rgba(rgba[1])
+        pos = live.live_pos_t
+
+        def pack(means, covars):  # runs while the deformer's buffers are valid (see Frame.with_moving)
+            if pos is not None:
+                means, covars = means[pos], covars[pos]
+            return live.packer.pack(means, covars, live.s)
+
+        buf = frame.with_moving(pack, live.moving_rows_t)
+        live.moving_node.buffer = buf  # viser copies it: the packer may overwrite its buffer next frame
 
     def _move_handle_gizmos(self, live: LiveState, frame: Frame) -> None:
         dragged = live.worker.open_drag_names()
@@ -845,7 +888,8 @@ class ViewerApp:
             g["reset"] = gui.add_button("Reset")
             g["dt"] = gui.add_number("dt (s)", float(getattr(anim, "dt", 0.03)), min=1e-4, max=0.2, step=1e-3)
             g["fast"] = gui.add_checkbox(
-                "fast solver", True, hint="one Hessian per step (lagged Newton, about 2.5x faster); off = full Newton"
+                "fast solver", True,
+                hint="reuse the Hessian factor across Newton iterations and steps (about 2x faster); off = full Newton"
             )
         with gui.add_folder("Material"):
             g["E"] = gui.add_number("E (Pa)", float(getattr(cfg, "E", 2e4)), min=1.0, max=1e9, step=100.0)

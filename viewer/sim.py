@@ -1,10 +1,12 @@
 """The live simulation loop: one worker thread owns the AnimatedScene.
 
 Every call into the AnimatedScene (step, drags, material changes, reset) happens on the worker thread, so the
-physics code needs no locks. GUI and network callbacks only *post* commands; drag targets are coalesced
-(latest wins), so a fast mouse never builds a backlog. After each step the worker publishes a :class:`Frame`
-into a :class:`LatestSlot`, which keeps only the newest frame: display and render threads that fall behind
-skip frames instead of queueing them.
+physics code needs no locks. The one exception is the deformation of the Gaussians for display: when the
+AnimatedScene supports it, a frame carries only the step's handle transforms and the displaying thread deforms
+(:class:`SplitDeformSource`, which serialises every use of the shared deformer). GUI and network callbacks
+only *post* commands; drag targets are coalesced (latest wins), so a fast mouse never builds a backlog. After
+each step the worker publishes a :class:`Frame` into a :class:`LatestSlot`, which keeps only the newest frame:
+display and render threads that fall behind skip frames instead of queueing them.
 
 The simulation advances at a fixed ``dt`` per step. With ``realtime=True`` steps are paced to wall-clock time
 (one step per ``dt`` seconds, or slower when a step takes longer); with ``realtime=False`` it runs flat out.
@@ -12,10 +14,12 @@ The simulation advances at a fixed ``dt`` per step. With ``realtime=True`` steps
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 import traceback
 from collections import deque
+from contextlib import contextmanager, nullcontext
 from typing import Any, Callable, Deque, Dict, Hashable, Optional, Tuple
 
 import numpy as np
@@ -29,6 +33,16 @@ def to_numpy(x, dtype=np.float32) -> np.ndarray:
             x = x.cpu()
         x = x.numpy()
     return np.ascontiguousarray(np.asarray(x, dtype=dtype))
+
+
+def _takes_view_rotations(anim) -> bool:
+    """Whether ``anim.deformed_gaussians`` accepts ``view_rotations=`` (the display needs no SH rotations)."""
+    import inspect
+
+    try:
+        return "view_rotations" in inspect.signature(anim.deformed_gaussians).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def snapshot_tensor(x):
@@ -46,25 +60,78 @@ def snapshot_tensor(x):
 class Frame:
     """One published simulation state, safe to read from any thread.
 
+    A frame holds either the deformed Gaussians themselves (``means_t``/``covars_t`` given: the *eager* path,
+    used for AnimatedScenes the viewer cannot deform itself) or only the small simulation state ``state`` (the
+    handle transforms) plus the :class:`SplitDeformSource` that deforms the Gaussians for it on demand, on the
+    thread that asks (the *split* path: the simulation thread never deforms, so stepping and deformation run on
+    two cores at once).
+
     Attributes:
         version: increases by one per publication.
         sim_frame: the AnimatedScene's frame counter.
-        means_t: (N, 3) torch float tensor, deformed centres, world units (a private copy; CPU or CUDA).
-        covars_t: (N, 3, 3) torch float tensor, deformed covariances, world units squared (private copy).
         handle_positions: (Hd, 3) float32 numpy, draggable handle centres, world units.
         stats: the last step's stats dict (ms, newton_iters, energy, ...) plus ``steps_per_s``.
+        state: the split path's simulation state (``(H, 3, 4)`` handle transforms), else None.
+        means_t: (N, 3) torch float tensor, deformed centres, world units (a private copy; CPU or CUDA; computed
+            on first use on the split path).
+        covars_t: (N, 3, 3) torch float tensor, deformed covariances, world units squared (private copy).
         means, covars: float32 numpy views of the above, converted on first use (so a GPU run that only
             renders on the server never copies them to the host).
     """
 
-    def __init__(self, version, sim_frame, means_t, covars_t, handle_positions, stats=None) -> None:
+    def __init__(self, version, sim_frame, means_t, covars_t, handle_positions, stats=None, *,
+                 state=None, source: "Optional[SplitDeformSource]" = None) -> None:
         self.version = int(version)
         self.sim_frame = int(sim_frame)
-        self.means_t = means_t
-        self.covars_t = covars_t
+        self._means_t = means_t
+        self._covars_t = covars_t
         self.handle_positions = handle_positions
         self.stats: Dict[str, float] = dict(stats or {})
+        self.state = state
+        self.source = source
         self._np: Dict[str, np.ndarray] = {}
+        self._full_lock = threading.Lock()
+
+    @property
+    def split(self) -> bool:
+        """True when the Gaussians are deformed on demand from ``state`` (see the class docstring)."""
+        return self.source is not None
+
+    def _full(self) -> None:
+        with self._full_lock:
+            if self._means_t is None and self.source is not None:
+                self._means_t, self._covars_t = self.source.full(self.state)
+
+    @property
+    def means_t(self):
+        """(N, 3) float32 torch tensor, deformed centres (every Gaussian, static ones included)."""
+        if self._means_t is None:
+            self._full()
+        return self._means_t
+
+    @property
+    def covars_t(self):
+        """(N, 3, 3) float32 torch tensor, deformed covariances (every Gaussian)."""
+        if self._covars_t is None:
+            self._full()
+        return self._covars_t
+
+    def with_moving(self, fn: Callable[[Any, Any], Any], moving_rows=None) -> Any:
+        """``fn(means (M, 3), covars (M, 3, 3))`` on the moving Gaussians' deformed state; returns its result.
+
+        On the split path this deforms on the calling thread and the tensors are the deformer's own buffers:
+        they are valid only inside ``fn`` (copy what must outlive it). On the eager path they are rows
+        ``moving_rows`` (None: every row) of ``means_t``/``covars_t``.
+        """
+        src = self.source
+        if src is not None:
+            if self._means_t is None:
+                return src.run_moving(self.state, fn)
+            moving_rows = None if src.all_moving else src.moving_idx  # already deformed: reuse it
+        m, c = self.means_t, self.covars_t
+        if moving_rows is not None:
+            m, c = m[moving_rows], c[moving_rows]
+        return fn(m, c)
 
     def _numpy(self, key: str, t) -> np.ndarray:
         arr = self._np.get(key)
@@ -82,6 +149,126 @@ class Frame:
     def covars(self) -> np.ndarray:
         """(N, 3, 3) float32 deformed covariances in scene units^2 (numpy copy of ``covars_t``, made once)."""
         return self._numpy("covars", self.covars_t)
+
+
+class SplitDeformSource:
+    """Deforms an AnimatedScene's Gaussians for a published simulation state, off the simulation thread.
+
+    The simulation thread only records the handle transforms ``Z = anim.handle_transforms_scene()`` (H, 3, 4)
+    after each step (:meth:`snapshot`, well under a millisecond); whichever thread displays a frame applies them
+    with the scene's :class:`~physskin_gs.deform.GaussianDeformer` (:meth:`run_moving`). This is exactly what
+    ``AnimatedScene.deformed_gaussians()`` computes (``deformer.deform(handle_transforms_scene())``, tested), but
+    the step of frame k+1 overlaps the deformation and upload of frame k.
+
+    The deformer's output buffers are shared: every use of them -- this class's, and the simulation thread's
+    own calls into the AnimatedScene that deform (the recorder hook, commands), which :class:`SimWorker` wraps
+    in :meth:`sim_side` -- holds :attr:`lock`. ``sim_side`` also drops the AnimatedScene's cached deformation,
+    which a display-side ``deform`` leaves stale.
+
+    When the AnimatedScene offers ``display_deformer()`` (a deformer of its own for the display, sharing the
+    precomputed factors), that one is used and the simulation thread never waits for the display.
+
+    Args:
+        anim: the AnimatedScene; see :meth:`supported`.
+    """
+
+    def __init__(self, anim) -> None:
+        import torch
+
+        self.anim = anim
+        self.lock = threading.Lock()
+        factory = getattr(anim, "display_deformer", None)
+        self.private = callable(factory)
+        self.deformer = factory() if self.private else anim.deformer
+        moving = to_numpy(anim.moving, dtype=bool).reshape(-1)
+        self.moving_idx = torch.from_numpy(np.nonzero(moving)[0].astype(np.int64))
+        self.num_moving = int(self.moving_idx.numel())
+        self.all_moving = self.num_moving == moving.shape[0]
+        self._rest = None  # (means (N, 3), covars (N, 3, 3)) float32, for the static rows of full()
+
+    @staticmethod
+    def supported(anim) -> bool:
+        """True when ``anim`` exposes what the split path needs: ``handle_transforms_scene()``, ``moving``,
+        ``scene`` and a ``deformer`` (or ``display_deformer()``) whose ``deform(Z)`` returns (means, covars) of
+        the moving Gaussians."""
+        d = getattr(anim, "deformer", None)
+        return (
+            callable(getattr(anim, "handle_transforms_scene", None))
+            and getattr(anim, "moving", None) is not None
+            and getattr(anim, "scene", None) is not None
+            and (callable(getattr(anim, "display_deformer", None)) or callable(getattr(d, "deform", None)))
+        )
+
+    def snapshot(self):
+        """The current simulation state to deform later: (H, 3, 4) handle transforms (a private copy). Sim thread."""
+        return self.anim.handle_transforms_scene().detach().clone()
+
+    def run_moving(self, state, fn: Callable[[Any, Any], Any]) -> Any:
+        """Deform the moving Gaussians for ``state`` and return ``fn(means (M, 3), covars (M, 3, 3))``.
+
+        The tensors are the deformer's float32 buffers, valid only inside ``fn``; any thread.
+        """
+        with self.lock:
+            means, covars = self.deformer.deform(state)
+            return fn(means, covars)
+
+    def full(self, state):
+        """(means (N, 3), covars (N, 3, 3)) float32 private tensors of every Gaussian for ``state`` (static rows at
+        rest), as ``anim.deformed_gaussians()`` returns them."""
+        if self._rest is None:
+            sc = self.anim.scene
+            self._rest = (sc.means.detach().float(), sc.covariances().detach().float())
+        rest_m, rest_c = self._rest
+
+        def scatter(m, c):
+            if self.all_moving:
+                return m.detach().clone(), c.detach().clone()
+            mm, cc = rest_m.clone(), rest_c.clone()
+            mm[self.moving_idx] = m.to(mm.dtype)
+            cc[self.moving_idx] = c.to(cc.dtype)
+            return mm, cc
+
+        return self.run_moving(state, scatter)
+
+    @contextmanager
+    def sim_side(self):
+        """Context for simulation-thread code that may deform through the AnimatedScene (exclusive with
+        :meth:`run_moving` when the deformer is shared; drops the AnimatedScene's cached deformation)."""
+        if self.private:
+            yield
+            return
+        with self.lock:
+            if hasattr(self.anim, "_cache_key"):
+                self.anim._cache_key = None  # the display may have overwritten the cached buffers
+            try:
+                yield
+            finally:
+                if hasattr(self.anim, "_cache_key"):
+                    self.anim._cache_key = None
+
+
+def default_threads() -> Tuple[int, int]:
+    """(simulation, display) torch intra-op threads for this machine.
+
+    The simulation step is many small kernels and gains nothing from a second thread (measured), while two
+    OpenMP teams on two cores fight for them (a 2-thread kernel stalls whenever the other thread holds a core).
+    So: 1 thread for the simulation and the rest (at least 1, at most 8) for the display thread's deformation.
+    """
+    cores = os.cpu_count() or 1
+    return 1, max(1, min(8, cores - 1))
+
+
+def set_thread_torch_threads(n: Optional[int]) -> None:
+    """``torch.set_num_threads(n)`` for the calling thread (OpenMP keeps the count per thread); None: no-op."""
+    if n is None or n <= 0:
+        return
+    try:
+        import torch
+
+        if torch.get_num_threads() != n:
+            torch.set_num_threads(int(n))
+    except Exception:  # noqa: BLE001 - a tuning knob, never fatal
+        pass
 
 
 class LatestSlot:
@@ -129,8 +316,9 @@ class SimWorker:
         on_error: called as ``on_error(where: str, exc: BaseException, tb: str)`` from the worker thread when a
             command or a step raises; the worker pauses itself and keeps running.
         on_step: called as ``on_step(anim, stats)`` on the worker thread after each step (recording hook).
-        publish_every_step: publish a Frame after every step (True) or only when a consumer asked for one since
-            the last publication (``request_frame``); benchmarks use True.
+        split: deform off the simulation thread (frames carry only the handle transforms, see
+            :class:`SplitDeformSource`): True, False, or None for "when the AnimatedScene supports it".
+        threads: torch intra-op threads of the simulation thread (None: :func:`default_threads`).
     """
 
     def __init__(
@@ -140,8 +328,15 @@ class SimWorker:
         realtime: bool = True,
         on_error: Optional[Callable[[str, BaseException, str], None]] = None,
         on_step: Optional[Callable[[Any, Dict[str, float]], None]] = None,
+        split: Optional[bool] = None,
+        threads: Optional[int] = None,
     ) -> None:
         self.anim = anim
+        if split is None:
+            split = SplitDeformSource.supported(anim)
+        self.source: Optional[SplitDeformSource] = SplitDeformSource(anim) if split else None
+        self.threads = default_threads()[0] if threads is None else int(threads)
+        self._vr_kw = _takes_view_rotations(anim)
         self.realtime = realtime
         self.on_error = on_error
         self.on_step = on_step
@@ -297,7 +492,8 @@ class SimWorker:
                     break
                 name, fn = self._cmds.popleft()
             try:
-                fn(self.anim)
+                with self._sim_side():
+                    fn(self.anim)
             except Exception as exc:  # noqa: BLE001
                 self.playing = False
                 self._report(name, exc)
@@ -309,9 +505,18 @@ class SimWorker:
                 with self._lock:
                     self._targets.pop(key, None)
 
+    def _sim_side(self):
+        """Context for worker-thread code that may deform through the AnimatedScene (see SplitDeformSource)."""
+        return self.source.sim_side() if self.source is not None else nullcontext()
+
     def _publish(self, stats: Optional[Dict[str, float]] = None) -> None:
         a = self.anim
-        g = a.deformed_gaussians()
+        src = self.source
+        if src is not None:
+            state, means, covars = src.snapshot(), None, None  # deformed later, by whoever displays it
+        else:
+            g = a.deformed_gaussians(view_rotations=False) if self._vr_kw else a.deformed_gaussians()
+            state, means, covars = None, snapshot_tensor(g.means), snapshot_tensor(g.covars)
         now = time.perf_counter()
         if self._hp is None or now - self._hp[0] > self.handle_period or stats is None:
             hp = a.handle_positions()  # only the gizmos use these: refreshed at most every handle_period s
@@ -320,18 +525,10 @@ class SimWorker:
         hp = self._hp[1]
         self._version += 1
         st = dict(self.last_stats if stats is None else stats)
-        self.slot.put(
-            Frame(
-                self._version,
-                int(getattr(a, "frame", 0)),
-                snapshot_tensor(g.means),
-                snapshot_tensor(g.covars),
-                hp,
-                st,
-            )
-        )
+        self.slot.put(Frame(self._version, int(getattr(a, "frame", 0)), means, covars, hp, st, state=state, source=src))
 
     def _run(self) -> None:
+        set_thread_torch_threads(self.threads)
         next_t = time.perf_counter()
         while not self._stop.is_set():
             self._process_commands()
@@ -355,7 +552,8 @@ class SimWorker:
                     stats["steps_per_s"] = (len(self._step_times) - 1) / span if span > 0 else 0.0
                 self.last_stats = stats
                 if self.on_step is not None:
-                    self.on_step(self.anim, stats)
+                    with self._sim_side():
+                        self.on_step(self.anim, stats)
                 self._publish(stats)
             except Exception as exc:  # noqa: BLE001 - shown in the page; the server keeps running
                 self.playing = False

@@ -104,6 +104,76 @@ def pack_splat_buffer(means: np.ndarray, covars: np.ndarray, s: float, rgba: np.
     return buf
 
 
+class SplatPacker:
+    """Fast per-frame version of :func:`pack_splat_buffer`, in torch, into one preallocated buffer.
+
+    The RGBA word and the zero padding word are written once (:meth:`set_rgba`); each :meth:`pack` writes only
+    the centres and the covariance upper triangle, with a few fused torch kernels (the float32 -> float16
+    conversion is vectorised), so that 100k Gaussians pack in a few milliseconds on one core instead of about
+    20 ms for the numpy path. The result is bit-identical to :func:`pack_splat_buffer` (tested).
+
+    The returned array is a view of the packer's buffer, overwritten by the next :meth:`pack`: hand it to
+    viser right away (``handle.buffer = ...`` copies it) and pack from one thread at a time.
+
+    Args:
+        n: number of Gaussians (rows).
+        rgba: optional (n,) uint32 from :func:`rgba_u32`.
+    """
+
+    def __init__(self, n: int, rgba: Optional[np.ndarray] = None) -> None:
+        import torch
+
+        self.n = int(n)
+        self._buf = torch.zeros(self.n, 8, dtype=torch.int32)  # [N, 8] words; column 3 stays 0
+        self._f32 = self._buf.view(torch.float32)  # [N, 8]: words 0..2 are the centre
+        self._f16 = self._buf.view(torch.float16)  # [N, 16]: halves 8..13 are the covariance triangle
+        self._c = torch.empty(self.n, 3, dtype=torch.float32)  # scratch, scaled centres
+        self._tri = torch.empty(self.n, 6, dtype=torch.float32)  # scratch, scaled covariance triangle
+        self._triu = torch.as_tensor(TRIU, dtype=torch.int64)
+        self._np = self._buf.numpy().view(np.uint32)  # [N, 8] uint32 view, no copy
+        if rgba is not None:
+            self.set_rgba(rgba)
+
+    def set_rgba(self, rgba: np.ndarray) -> None:
+        """Store the (n,) uint32 RGBA words (:func:`rgba_u32`) sent with every following frame."""
+        rgba = np.asarray(rgba, dtype=np.uint32).reshape(-1)
+        if rgba.shape[0] != self.n:
+            raise ValueError(f"rgba has {rgba.shape[0]} rows, the packer {self.n}")
+        self._np[:, 7] = rgba
+
+    def pack(self, means, covars, s: float) -> np.ndarray:
+        """Pack one frame.
+
+        Args:
+            means: (n, 3) float32 torch tensor (or array), centres in world units (any device; moved to the CPU).
+            covars: (n, 3, 3) float32 torch tensor (or array), covariances in world units squared.
+            s: wire scale (:func:`display_scale`); centres times ``s``, covariances times ``s^2`` clipped to
+                +-:data:`F16_COV_MAX`; non-finite values become 0.
+        Returns:
+            (n, 8) uint32 view of the packer's buffer (valid until the next call), equal to
+            ``pack_splat_buffer(means, covars, s, rgba)``.
+        """
+        import torch
+
+        m = torch.as_tensor(means)
+        c = torch.as_tensor(covars)
+        if m.device.type != "cpu":
+            m, c = m.cpu(), c.cpu()
+        if m.shape != (self.n, 3) or c.shape != (self.n, 3, 3):
+            raise ValueError(f"expected means ({self.n}, 3) and covars ({self.n}, 3, 3), got "
+                             f"{tuple(m.shape)} and {tuple(c.shape)}")
+        s32 = float(np.float32(s))
+        s2 = float(np.float32(s * s))  # as the reference: float32(s * s)
+        torch.mul(m.to(torch.float32), s32, out=self._c)  # [N, 3]
+        torch.nan_to_num_(self._c, nan=0.0, posinf=0.0, neginf=0.0)
+        self._f32[:, 0:3].copy_(self._c)
+        torch.index_select(c.to(torch.float32).reshape(self.n, 9), 1, self._triu, out=self._tri)  # [N, 6]
+        self._tri.mul_(s2).clamp_(-F16_COV_MAX, F16_COV_MAX)  # +-inf -> +-max as np.clip; NaN stays NaN
+        torch.nan_to_num_(self._tri, nan=0.0, posinf=0.0, neginf=0.0)
+        self._f16[:, 8:14].copy_(self._tri)  # float32 -> float16, round to nearest even like numpy
+        return self._np
+
+
 def sh_dc_to_rgb(sh_dc: np.ndarray) -> np.ndarray:
     """(N, 3) degree-0 SH coefficients -> (N, 3) float32 base colour ``clamp(0.5 + C0 * dc, 0, 1)``."""
     return np.clip(0.5 + SH_C0 * np.asarray(sh_dc, dtype=np.float32), 0.0, 1.0)

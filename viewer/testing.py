@@ -52,6 +52,26 @@ def make_blob_scene(n: int = 2000, seed: int = 0, size: float = 1.0, log_scale: 
     )
 
 
+class FakeDeformer:
+    """The fake scene's deformer (same contract as :class:`physskin_gs.deform.GaussianDeformer.deform`).
+
+    ``deform(Z)`` with Z (H, 3, 4) handle transforms (only the translations ``Z[:, :, 3]`` are used: the fake's
+    LBS is translation-only) returns (means (N, 3), covars (N, 3, 3)) float32 buffers owned by the deformer and
+    overwritten by the next call, like the real one.
+    """
+
+    def __init__(self, x0: torch.Tensor, W: torch.Tensor, cov0: torch.Tensor) -> None:
+        self.x0, self.W, self.cov0 = x0, W, cov0
+        self.N = x0.shape[0]
+        self.means = torch.empty_like(x0)
+        self.covars = torch.empty_like(cov0)
+
+    def deform(self, Z: torch.Tensor):
+        torch.add(self.x0, self.W @ Z[:, :, 3].to(torch.float32), out=self.means)  # [N, 3] = x0 + W u
+        self.covars.copy_(self.cov0)
+        return self.means, self.covars
+
+
 class FakeAnimatedScene:
     """Toy stand-in for ``physskin_gs.pipeline.AnimatedScene`` (same method names and return types).
 
@@ -110,6 +130,7 @@ class FakeAnimatedScene:
         self.floor = (False, None)
         self.pin = None
         self.fail_next_step = False  # tests: make the next step raise
+        self.deformer = FakeDeformer(self._x0_t, self._W_t, self.cov0)  # used by the viewer's split path
 
     # ------------------------------------------------------------------ simulation
     def _positions(self) -> np.ndarray:
@@ -153,6 +174,13 @@ class FakeAnimatedScene:
             opacities=self._opac,
             sh=self._sh,
         )
+
+    def handle_transforms_scene(self) -> torch.Tensor:
+        """(H, 3, 4) float64 handle transforms: identity linear part, translation ``u_h``."""
+        Z = torch.zeros(self.num_handles, 3, 4, dtype=torch.float64)
+        Z[:, :, :3] = torch.eye(3, dtype=torch.float64)
+        Z[:, :, 3] = torch.from_numpy(self.u)
+        return Z
 
     def deformed_scene(self) -> GaussianScene:
         from dataclasses import replace
@@ -262,9 +290,10 @@ class ViserWsClient:
         payload = self._msgpack.decode(inner)
         offset = 16 + n_comp
         buffers = []
+        view = memoryview(raw)  # zero-copy slices (a browser maps typed arrays onto the message the same way)
         for length in payload.get("binaryBufferLengths", ()):
             offset += (8 - offset % 8) % 8
-            buffers.append(raw[offset : offset + length])
+            buffers.append(view[offset : offset + length])
             offset += length
 
         def resolve(v):
