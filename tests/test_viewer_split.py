@@ -203,11 +203,6 @@ def test_fast_solver_switch_maps_to_the_simulators_options():
     assert a.sim.solver == "adaptive"
     _set_fast_solver(a, False)
     assert a.sim.solver == "newton"
-    legacy = SimpleNamespace(sim=SimpleNamespace(hessian_every=1))  # an older simulator: lagged Newton switch
-    _set_fast_solver(legacy, True)
-    assert legacy.sim.hessian_every == 0
-    _set_fast_solver(legacy, False)
-    assert legacy.sim.hessian_every == 1
     _set_fast_solver(SimpleNamespace(), True)  # no simulator: no-op
 
 

@@ -59,20 +59,12 @@ DISPLAY_ALIASES = {"client": DISPLAY_CLIENT, "torch": DISPLAY_TORCH, "gsplat": D
 FIELD_NONE = "scene colours"
 FIELD_ALL = "all handles (argmax)"
 def _set_fast_solver(anim, on: bool) -> None:
-    """The fast Newton variant when ``on``, else full Newton; no-op for simulators without the option.
-
-    Fast is the simulator's ``"adaptive"`` solver where it has one (the Hessian factor is reused across Newton
-    iterations and steps and refreshed when progress is poor), else lagged Newton (``hessian_every = 0``: one
-    Hessian per step). Same solution either way; fewer factorisations.
-    """
+    """The simulator's ``"adaptive"`` solver when ``on`` (a converged step hands its Hessian factor on to the next
+    one), else full Newton (``"newton"``: a fresh Hessian every iteration). Same solution either way, fewer
+    factorisations; no-op for scenes without a simulator that has named solvers."""
     sim = getattr(anim, "sim", None)
-    if sim is None:
-        return
-    solvers = getattr(sim, "SOLVERS", ())
-    if "adaptive" in solvers and "newton" in solvers:
+    if sim is not None and "adaptive" in getattr(sim, "SOLVERS", ()):
         sim.solver = "adaptive" if on else "newton"
-    elif hasattr(sim, "hessian_every"):
-        sim.hessian_every = 0 if on else 1
 
 
 #: Pin region used by the "pin region" checkbox when the config names none (bottom 10% of the object).

@@ -187,7 +187,6 @@ class SubspaceSimulator:
             fails with a factor from an earlier iterate refreshes it and retries. All minimise the same objective
             with the exact gradient and Armijo line search, so they converge to the same solution; they differ in
             cost per iteration and in how many iterations a given accuracy takes.
-        hessian_every: legacy alias: 1 -> "newton", 0 -> "chord" (overrides ``solver`` when given).
         num_threads: torch intra-op threads used during :meth:`step` (None: leave torch's setting).
     Raises OptionError for invalid material or shapes.
     """
@@ -203,7 +202,7 @@ class SubspaceSimulator:
                  up=(0.0, 0.0, 1.0), floor_height: Optional[float] = None, damping: float = 0.02,
                  newton_iters: int = 5, orthonormalize: bool = True, project_psd: bool = True,
                  tol: float = 1e-6, num_threads: Optional[int] = 1, grad_tol: float = 1e-3,
-                 solver: str = "adaptive", friction: float = 10.0, hessian_every: Optional[int] = None,
+                 solver: str = "adaptive", friction: float = 10.0,
                  hessian_max_age: int = 20) -> None:
         if points.ndim != 2 or points.shape[1] != 3:
             raise OptionError(f"cubature points must be (n, 3), got {tuple(points.shape)}")
@@ -227,8 +226,6 @@ class SubspaceSimulator:
         self.num_threads = num_threads
         self.grad_tol = float(grad_tol)
         self.solver = solver
-        if hessian_every is not None:
-            self.hessian_every = hessian_every
         self.hessian_max_age = int(hessian_max_age)
         self._hess_version = 0  # bumped by every change that changes the Hessian beyond the state
         self._chol: Optional[torch.Tensor] = None  # cached Cholesky factor of the step Hessian
@@ -322,15 +319,6 @@ class SubspaceSimulator:
             raise OptionError(f"solver must be one of {', '.join(self.SOLVERS)}, got {value!r}")
         self._solver = value
         self._chol = None
-
-    @property
-    def hessian_every(self) -> int:
-        """Legacy alias of :attr:`solver`: 1 for "newton", 0 otherwise; setting 1/0 selects "newton"/"chord"."""
-        return 1 if self._solver == "newton" else 0
-
-    @hessian_every.setter
-    def hessian_every(self, value: int) -> None:
-        self.solver = "newton" if int(value) >= 1 else "chord"
 
     def invalidate_hessian(self) -> None:
         """Drop the cached Hessian factor (called by every setter that changes the objective's Hessian)."""
