@@ -23,6 +23,11 @@ One step (method.md 9.2): minimise
 + (h beta / 2) (q - q_t)^T K0 (q - q_t)`` (Rayleigh stiffness damping with beta = damping * h, K0 the elastic
 Hessian at rest; rigid motions are not damped) by Newton with the analytic PSD-projected Neo-Hookean Hessian,
 a Cholesky solve (more regularisation on failure) and Armijo backtracking (alpha = 1e-3, t <- 0.3 t, <= 10 tries).
+The Hessian policy (``solver``: "newton", "chord", "adaptive") decides when the factor is recomputed (class
+docstring). Evaluation is structure-of-arrays: one GEMM ``q @ [Phi; G]^T`` gives the positions and F - I of all
+cubature points as contiguous rows, the energy and first Piola stress are elementwise numpy, and the gradient is
+one GEMM back. The per-point projected Hessians and their rows Y come from a small C kernel when one compiles
+(:mod:`physskin_gs.physics._hessian_native`), else from :func:`neohookean.projected_hessian_soa` (the reference).
 Stability guard: a step whose result is non-finite, or whose deformation gradients leave a sane range, is
 rejected and redone as two half steps (up to 3 levels); if it still fails, the state is kept and the velocity
 zeroed. The state never becomes NaN.
@@ -424,6 +429,7 @@ class SubspaceSimulator:
         self.q = torch.zeros(3, self.K4, dtype=torch.float64)
         self.qdot = torch.zeros_like(self.q)
         self.time = 0.0
+        self._chol = None
 
     def positions(self, q: Optional[torch.Tensor] = None) -> torch.Tensor:
         """(n_c, 3) current cubature positions x = X + B z (metres)."""
