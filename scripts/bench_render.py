@@ -21,6 +21,7 @@ import resource
 import sys
 import time
 
+import physskin_gs  # noqa: F401,E402  (before torch, as the CLI: sets OMP_WAIT_POLICY, see physskin_gs/__init__.py)
 import torch
 
 from physskin_gs.render import project_gaussians, rasterize, rasterize_pairs_reference

@@ -29,6 +29,7 @@ import argparse
 import statistics
 import time
 
+import physskin_gs  # noqa: F401,E402  (before torch, as the CLI: sets OMP_WAIT_POLICY, see physskin_gs/__init__.py)
 import torch
 
 

@@ -9,6 +9,7 @@ import argparse
 import time
 from pathlib import Path
 
+import physskin_gs  # noqa: F401,E402  (before torch, as the CLI: sets OMP_WAIT_POLICY, see physskin_gs/__init__.py)
 import torch
 
 from physskin_gs.model import PhysSkinNet, RBFSkinningField, default_checkpoint_path, load_checkpoint, skinning_from_model

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import physskin_gs  # noqa: F401,E402  (before torch, as the CLI: sets OMP_WAIT_POLICY, see physskin_gs/__init__.py)
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
