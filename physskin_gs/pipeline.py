@@ -528,7 +528,8 @@ class AnimatedScene:
         """Grab the cubature points dominated by learned handle ``handle`` (largest |W|); the grab point is the
         handle's current centre. Raises OptionError for a bad index."""
         if not 0 <= int(handle) < self.num_handles - 1:
-            raise OptionError(f"handle index {handle} outside [0, {self.num_handles - 2}]")
+            raise OptionError(f"handle index {handle} outside [0, {self.num_handles - 2}] (the {self.num_handles - 1} "
+                              f"learned handles; the constant handle, number {self.num_handles - 1}, is not draggable)")
         dom = self._Wc[:, :-1].abs().argmax(1)
         idx = torch.nonzero(dom == int(handle)).flatten()
         if idx.numel() == 0:

@@ -101,6 +101,23 @@ def test_missing_file_and_refuse_overwrite(splats_dir, tmp_path, capsys):
     bad.write_text('{"drags": [{"keyframes": []}]}')
     assert _run(["animate", src, "--headless", "--script", bad, *FAST]) == 2
     assert "motion.json" in capsys.readouterr().err
+    assert _run(["animate", src, "--headless", "--script", tmp_path / "missing.json", *FAST]) == 2
+    assert "--script" in capsys.readouterr().err
+    # an input that a frame of the export would overwrite is refused before anything is simulated or written
+    framed = tmp_path / "frame0002.ply"
+    shutil.copy(splats_dir / "lego_gsplat_sh3.ply", framed)
+    before = framed.read_bytes()
+    assert _run(["animate", framed, "--headless", "--frames", 3, "--export", tmp_path, *FAST]) == 2
+    assert "would overwrite the input" in capsys.readouterr().err
+    assert framed.read_bytes() == before and not (tmp_path / "frame0001.ply").exists()
+    # a handle index the scene does not have is refused after preparation, before the first frame
+    bad_handle = tmp_path / "handles.json"
+    bad_handle.write_text('{"drags": [{"handle": 99, "keyframes": [{"frame": 1, "offset": [0, 0.1, 0]}]}]}')
+    out = tmp_path / "out"
+    assert _run(["animate", src, "--headless", "--frames", 3, "--export", out, "--script", bad_handle, *FAST]) == 2
+    err = capsys.readouterr().err
+    assert "handles.json" in err and "drags[0].handle 99" in err
+    assert not (out / "frame0001.ply").exists()
 
 
 def test_viewer_mode_calls_run_viewer(monkeypatch, splats_dir):

@@ -120,7 +120,7 @@ class MotionScript:
             with open(path, "r", encoding="utf-8") as fh:
                 data = json.load(fh)
         except FileNotFoundError:
-            raise
+            raise FileNotFoundError(f"--script {path}: no such file") from None
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise OptionError(f"{path}: not a readable JSON motion script ({exc})") from None
         if not isinstance(data, dict) or not isinstance(data.get("drags"), list):
@@ -156,6 +156,14 @@ class MotionScript:
                 raise OptionError(f"{where}.radius must be positive")
             drags.append(d)
         return cls(drags, path)
+
+    def validate(self, anim) -> None:
+        """Check the handle indices against the prepared scene (before any frame is simulated or written).
+        Raises OptionError naming the script and the drag."""
+        for i, d in enumerate(self.drags):
+            if "handle" in d and not 0 <= d["handle"] < anim.num_handles - 1:
+                raise OptionError(f"{self.path}: drags[{i}].handle {d['handle']} outside [0, {anim.num_handles - 2}] "
+                                  f"(the {anim.num_handles - 1} learned handles; the constant handle is not draggable)")
 
     @staticmethod
     def _interp(kf, frame: int):
@@ -359,9 +367,12 @@ def run_headless(args) -> int:
     if export is not None:
         if export.exists() and not export.is_dir():
             raise OptionError(f"--export {export} exists and is not a directory")
-        if os.path.abspath(export) == os.path.dirname(src) or os.path.abspath(export) == src:
-            # exporting next to the input is fine unless a frame would overwrite it; checked per file below
-            pass
+        # exporting next to the input is fine unless a frame would overwrite it: refuse before simulating
+        for f in range(1, args.frames + 1):
+            for ext in (".ply", ".obj"):
+                if _same_file(str(export / f"{FRAME_PATTERN % f}{ext}"), src):
+                    raise OptionError(f"--export {export}: frame {f} would overwrite the input file {args.path}; "
+                                      "choose another folder")
         export.mkdir(parents=True, exist_ok=True)
     config = config_from_args(args)
     script = MotionScript.load(args.script) if args.script else None
@@ -379,6 +390,8 @@ def run_headless(args) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         anim = prepare_animation(scene, config, progress=progress)
+    if script is not None:
+        script.validate(anim)
     up_name = args.up if args.up != "auto" else "auto -> " + _axis_name(anim.up_vector)
     print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {anim.num_handles} handles "
           f"({anim.skinning_source}), {anim.info['num_cubature']} cubature points, up {up_name}, "
@@ -400,7 +413,7 @@ def run_headless(args) -> int:
                 script.apply(anim, f)
             st = anim.step(args.steps_per_frame)
             stats_log.append({"frame": f, "ms": round(st["ms"], 2), "newton_iters": st["newton_iters"],
-                              "rejected": st["rejected"]})
+                              "hessians": st.get("hessians", 0), "rejected": st["rejected"]})
             bar.set_postfix(ms=f"{st['ms']:.0f}", it=st["newton_iters"])
         elif script is not None:
             script.apply(anim, f)
@@ -447,6 +460,8 @@ def run_headless(args) -> int:
             "material": {"E": config.E, "nu": config.nu, "density": config.density},
             "gravity": config.gravity,
             "damping": config.damping,
+            "solver": config.solver,
+            "newton_iters": config.newton_iters,
             "floor": None if anim.sim.floor_height is None else anim.sim.floor_height / anim.sim_scale
             + float(anim.center @ anim.up_vector),
             "pin": config.pin,

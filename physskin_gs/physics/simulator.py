@@ -188,8 +188,9 @@ class SubspaceSimulator:
             later iterations. "adaptive" (default): like "chord", but a step that converged (to ``grad_tol`` /
             ``tol``) hands its factor on to the next step, so a calm scene factors the Hessian rarely; it is
             refreshed after a step that did not converge, when the step size, material, springs, floor or
-            damping change, and at least every ``hessian_max_age`` steps. With every policy a line search that
-            fails with a factor from an earlier iterate refreshes it and retries. All minimise the same objective
+            damping change, and at least every ``hessian_max_age`` steps. With "chord" and "adaptive", a factor
+            from an earlier iterate is also refreshed when the line search had to backtrack with it (new stiff
+            contacts) or failed with it. All minimise the same objective
             with the exact gradient and Armijo line search, so they converge to the same solution; they differ in
             cost per iteration and in how many iterations a given accuracy takes.
         num_threads: torch intra-op threads used during :meth:`step` (None: leave torch's setting).
@@ -651,6 +652,7 @@ class SubspaceSimulator:
         gtol = self.grad_tol * h * h * self.total_mass * 9.8  # residual force below grad_tol x weight
         gnorm, iters = float("inf"), 0
         factor_at = -1  # iteration at which the current factor was computed (-1: an earlier step)
+        poor = False  # the last iteration, with a factor from an earlier iterate, had to backtrack
         self._chol_converged = False
         for it in range(self.newton_iters):
             grad = self._gradient(ev, ctx)
@@ -661,7 +663,7 @@ class SubspaceSimulator:
             if gnorm < gtol:
                 self._chol_converged = True
                 break
-            if self._chol is None or self.solver == "newton":
+            if self._chol is None or self.solver == "newton" or poor:
                 Hm = self._hessian(ev, ctx)
                 if not torch.isfinite(Hm).all():
                     return q, None, iters, float("nan"), False
@@ -696,6 +698,9 @@ class SubspaceSimulator:
                     self._chol = None
                     continue
                 break
+            # a reused factor that needed backtracking is a poor model here (e.g. a new floor contact, whose
+            # stiff penalty the old Hessian lacks): refresh it at the next iteration
+            poor = t < 1.0 and factor_at < it
             q, ev = qn, evn
         return q, ev, iters, gnorm, bool(torch.isfinite(q).all())
 
