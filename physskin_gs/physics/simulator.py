@@ -264,6 +264,10 @@ class SubspaceSimulator:
         self.G3_32 = self.G.permute(1, 0, 2).contiguous().float()  # [3 (b), n, 4H]
         self.G32 = self.G.float().contiguous()  # [n, 3, 4H] for the C kernel
         self._Ybuf: Optional[torch.Tensor] = None  # [n, 18, 4H] Hessian rows buffer of the C kernel
+        self._rayleigh: Optional[torch.Tensor] = None  # cached beta h K0 of _step_dissipation
+        self._rayleigh_key = None
+        self._blk: Optional[torch.Tensor] = None  # cached mass + spring block of _hessian
+        self._blk_key = None
         # [Phi; G] with G's rows ordered (b, c): q @ PhiG^T gives displacements and F - I as contiguous rows
         self.PhiG_T = torch.cat([self.Phi, self.G.permute(1, 0, 2).reshape(3 * n, self.K4)], 0).T.contiguous()  # [4H, 4n]
         self._Xt_np = self.X.T.contiguous().numpy()  # [3, n]
@@ -497,8 +501,8 @@ class SubspaceSimulator:
         n, K4 = self.n, self.K4
         with single_thread(self.hessian_threads):  # the one kernel of a step that gains from a second core
             R = torch.mm(self.G_all32T, Y.view(n * 3, 6 * K4))
-        R = R.to(torch.float64).view(K4, 6, K4)  # [4H, (pair, k')]
-        out = torch.empty(3, K4, 3, K4, dtype=torch.float64)
+        R = R.view(K4, 6, K4)  # [4H, (pair, k')] float32, like the GEMM
+        out = torch.empty(3, K4, 3, K4, dtype=torch.float32)
         for p, (a, c) in enumerate(self._PAIRS):
             blk = R[:, p, :]
             if a == c:
@@ -506,7 +510,7 @@ class SubspaceSimulator:
             else:
                 out[a, :, c, :] = blk
                 out[c, :, a, :] = blk.T
-        return out.reshape(3 * K4, 3 * K4)
+        return out.reshape(3 * K4, 3 * K4).to(torch.float64)
 
     def _assemble_reference(self, Hc: torch.Tensor) -> torch.Tensor:
         """Plain reference of :meth:`_assemble`: ``sum_c J_c^T Hc_c J_c`` with the dense J_c = I_3 (x) G_c (9, 12H'),
@@ -604,9 +608,13 @@ class SubspaceSimulator:
         h2 = ctx.h * ctx.h
         Hmat = Hel.mul_(h2)
         K4 = self.K4
-        blk = self.Mblk.clone()
-        for _, s in self._springs():
-            blk += h2 * 2.0 * s.hess
+        key = (self._hess_version, h2)  # mass and spring terms change only with material / springs (version)
+        if self._blk_key != key:
+            blk = self.Mblk.clone()
+            for _, s in self._springs():
+                blk += h2 * 2.0 * s.hess
+            self._blk, self._blk_key = blk, key
+        blk = self._blk
         for a in range(3):
             Hmat[a * K4:(a + 1) * K4, a * K4:(a + 1) * K4] += blk
         if ev.d is not None:
@@ -719,7 +727,11 @@ class SubspaceSimulator:
         the step (P_T = I - up up^T, eta = ``friction`` in 1/s). Returns None when both are off."""
         D = None
         if self.damping > 0:
-            D = (self.damping * h * h) * self._rest_stiffness()
+            key = (self._hess_version, h, self.damping)  # K0 changes only with the material (version)
+            if self._rayleigh_key != key:
+                self._rayleigh = (self.damping * h * h) * self._rest_stiffness()
+                self._rayleigh_key = key
+            D = self._rayleigh
         if self.floor_height is not None and self.friction > 0:
             x0 = self.positions(q0)
             touch = (x0 @ self.up - self.floor_height) < self.CONTACT_GAP
