@@ -107,7 +107,7 @@ def bench_sim(args, rows):
                 ms = timeit(lambda: sim.step(), repeat=args.repeat * 2, warmup=2)
                 results[(solver, iters, threads)] = ms
                 rows.append((f"sim step {solver}, {iters} it, {threads} thr", ms, timeit.last_cpu, None,
-                             f"target <= 12 ms; {notes[solver]}"))
+                             f"target <= 12 ms; {notes[solver]}; assembly GEMM on {sim.hessian_threads} thr"))
     # default tolerances (stop at grad_tol / tol, at most 5 iterations): cost and accuracy per step
     for solver in ("newton", "chord", "adaptive"):
         sim = make_sim(iters=5, threads=1, solver=solver, converge=True)
