@@ -8,7 +8,9 @@ loads a stale or unsuitable library. Nothing here raises: on any failure (no com
 or ``PHYSSKIN_NATIVE=0`` in the environment) :func:`load` returns ``(None, reason)`` and the caller falls back.
 
 Cache folder: ``$PHYSSKIN_CACHE_DIR``, else ``$XDG_CACHE_HOME/physskin_gs/native``, else
-``~/.cache/physskin_gs/native``.
+``~/.cache/physskin_gs/native``. It is created private (0700); a folder or library owned by another user or
+writable by group/others is refused (the fallback runs), so nobody else can plant code that we would load. A
+library that fails to load is rebuilt once.
 """
 
 from __future__ import annotations
@@ -58,6 +60,33 @@ def _compile(cc: str, flags, src: Path, out: Path) -> Optional[str]:
     return None if r.returncode == 0 else f"{cc} failed: {r.stderr.strip()[-400:]}"
 
 
+def _check_private(path: Path) -> None:
+    """Refuse a cache folder or library that another user owns or that others may write (a planted library would
+    run as this user's code). Raises PermissionError."""
+    st = path.stat()
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise PermissionError(f"{path} is owned by another user")
+    if st.st_mode & 0o022:
+        raise PermissionError(f"{path} is writable by group or others")
+
+
+def _build(name: str, source: str, cc: str, variants, folder: Path, lib_path: Path) -> None:
+    with tempfile.TemporaryDirectory(dir=folder) as tmp:
+        src = Path(tmp) / f"{name}.c"
+        src.write_text(source, encoding="utf-8")
+        out = Path(tmp) / lib_path.name
+        errors = []
+        for flags in variants:
+            err = _compile(cc, flags, src, out)
+            if err is None:
+                break
+            errors.append(err)
+        else:
+            raise RuntimeError("; ".join(errors))
+        os.chmod(out, 0o700)
+        os.replace(out, lib_path)  # atomic: concurrent builders never see a partial file
+
+
 def load(name: str, source: str) -> Tuple[Optional[ctypes.CDLL], str]:
     """Compile (once per source, compiler and CPU) and load C ``source`` as a shared library.
 
@@ -66,7 +95,7 @@ def load(name: str, source: str) -> Tuple[Optional[ctypes.CDLL], str]:
         return None, "disabled by PHYSSKIN_NATIVE=0"
     cc = os.environ.get("CC", "cc")
     variants = (["-O3", "-march=native", "-std=gnu11", "-shared", "-fPIC"], ["-O3", "-std=gnu11", "-shared", "-fPIC"])
-    tag = "\0".join([source, cc, repr(variants), _cpu_tag(), platform.platform()])
+    tag = "\0".join([source, cc, repr(variants), _cpu_tag(), platform.machine(), platform.system()])
     key = hashlib.sha256(tag.encode()).hexdigest()[:16]
     memo = f"{name}_{key}"
     with _LOCK:
@@ -75,23 +104,20 @@ def load(name: str, source: str) -> Tuple[Optional[ctypes.CDLL], str]:
         result: Tuple[Optional[ctypes.CDLL], str]
         try:
             folder = cache_dir()
-            folder.mkdir(parents=True, exist_ok=True)
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            _check_private(folder)
             lib_path = folder / f"{memo}.so"
-            if not lib_path.exists():
-                with tempfile.TemporaryDirectory(dir=folder) as tmp:
-                    src = Path(tmp) / f"{name}.c"
-                    src.write_text(source, encoding="utf-8")
-                    out = Path(tmp) / f"{memo}.so"
-                    errors = []
-                    for flags in variants:
-                        err = _compile(cc, flags, src, out)
-                        if err is None:
-                            break
-                        errors.append(err)
-                    else:
-                        raise RuntimeError("; ".join(errors))
-                    os.replace(out, lib_path)  # atomic: concurrent builders never see a partial file
-            result = (ctypes.CDLL(str(lib_path)), "")
+            for attempt in range(2):
+                if not lib_path.exists():
+                    _build(name, source, cc, variants, folder, lib_path)
+                _check_private(lib_path)
+                try:
+                    result = (ctypes.CDLL(str(lib_path)), "")
+                    break
+                except OSError:
+                    if attempt:
+                        raise
+                    lib_path.unlink(missing_ok=True)  # a corrupt or foreign library: rebuild it once
         except Exception as e:  # noqa: BLE001  (any failure means: use the torch fallback)
             result = (None, f"native kernel {name!r} unavailable: {e}")
         _LOADED[memo] = result

@@ -600,7 +600,7 @@ class GaussianDeformer:
 
         def ensure(T: int) -> None:
             while len(scratch) < T:
-                scratch.append((torch.empty(C, dtype=torch.int32), torch.empty(C, 9)))
+                scratch.append((torch.empty(C, dtype=torch.int32), torch.empty(C, 9, dtype=torch.float32)))
 
         ensure(1)
         base = self._D.data_ptr()

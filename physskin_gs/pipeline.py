@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from physskin_gs.deform import DeformedGaussians, GaussianDeformer, rotate_sh
+from physskin_gs.physics import _hessian_native
 from physskin_gs.errors import OptionError, PhysSkinError
 from physskin_gs.physics.simulator import SubspaceSimulator
 from physskin_gs.scene import C0, GaussianScene
@@ -291,6 +292,7 @@ class AnimatedScene:
         self.height_scene = max(hi_u - lo_u, 1e-12)
         self.lowest_scene = lo_u
         floor_sim = self._floor_sim(config.floor, config.floor_height)
+        _hessian_native.available()  # compile/load the Hessian kernel now, not inside the first step
         self.sim = SubspaceSimulator(
             X_sim, Wc, Gc / (s_n * self.sim_scale), volume=volume_scene * self.sim_scale ** 3,
             E=config.E, nu=config.nu, density=config.density, dt=config.dt, gravity=config.gravity,
@@ -349,9 +351,7 @@ class AnimatedScene:
 
     def set_friction(self, eta: float) -> None:
         """Viscous floor friction eta >= 0 in 1/s."""
-        if not (eta >= 0 and math.isfinite(eta)):
-            raise OptionError(f"friction must be >= 0, got {eta}")
-        self.sim.friction = float(eta)
+        self.sim.set_friction(eta)
 
     def set_pin(self, spec: Optional[str]) -> None:
         """Pin cubature points: None, ``"below:F"`` (bottom fraction F of the height, at rest) or

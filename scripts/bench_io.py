@@ -13,7 +13,7 @@ import sys
 import time
 
 import numpy as np
-import physskin_gs  # noqa: F401,E402  (before torch, as the CLI: sets OMP_WAIT_POLICY, see physskin_gs/__init__.py)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does (physskin_gs/cli/__init__.py), before torch
 import torch
 
 from physskin_gs.io import load_scene, save_scene

@@ -15,13 +15,15 @@ Usage:
 
 from __future__ import annotations
 
+import os
+
 import argparse
 import gc
 import resource
 import sys
 import time
 
-import physskin_gs  # noqa: F401,E402  (before torch, as the CLI: sets OMP_WAIT_POLICY, see physskin_gs/__init__.py)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does (physskin_gs/cli/__init__.py), before torch
 import torch
 
 from physskin_gs.render import project_gaussians, rasterize, rasterize_pairs_reference

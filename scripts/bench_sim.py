@@ -25,11 +25,13 @@ Usage:  python scripts/bench_sim.py [--quick] [--no-1m] [--threads 2]
 
 from __future__ import annotations
 
+import os
+
 import argparse
 import statistics
 import time
 
-import physskin_gs  # noqa: F401,E402  (before torch, as the CLI: sets OMP_WAIT_POLICY, see physskin_gs/__init__.py)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does (physskin_gs/cli/__init__.py), before torch
 import torch
 
 

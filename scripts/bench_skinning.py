@@ -6,10 +6,11 @@ feed-forward skinning of 100k points <= 2 s on 2 cores.
 """
 
 import argparse
+import os
 import time
 from pathlib import Path
 
-import physskin_gs  # noqa: F401,E402  (before torch, as the CLI: sets OMP_WAIT_POLICY, see physskin_gs/__init__.py)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does (physskin_gs/cli/__init__.py), before torch
 import torch
 
 from physskin_gs.model import PhysSkinNet, RBFSkinningField, default_checkpoint_path, load_checkpoint, skinning_from_model

@@ -24,13 +24,15 @@ Usage:
 
 from __future__ import annotations
 
+import os
+
 import argparse
 import sys
 import time
 from pathlib import Path
 
 import numpy as np
-import physskin_gs  # noqa: F401,E402  (before torch, as the CLI: sets OMP_WAIT_POLICY, see physskin_gs/__init__.py)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does (physskin_gs/cli/__init__.py), before torch
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -442,3 +442,21 @@ def test_fork_shares_data_and_has_its_own_buffers(native):
     torch.testing.assert_close(f.deformation_gradients(), ref.deformation_gradients())
     ref.deform(Z1)
     torch.testing.assert_close(d.deformation_gradients(), ref.deformation_gradients())  # each keeps its own Z
+
+
+def test_native_cache_refuses_a_folder_others_can_write(tmp_path, monkeypatch):
+    from physskin_gs import _native
+
+    shared = tmp_path / "shared_cache"
+    shared.mkdir()
+    shared.chmod(0o777)
+    monkeypatch.setenv("PHYSSKIN_CACHE_DIR", str(shared))
+    lib, why = _native.load("physskin_test_perm", "int physskin_test_perm(void) { return 7; }\n")
+    assert lib is None and "writable by group or others" in why
+    private = tmp_path / "private_cache"
+    monkeypatch.setenv("PHYSSKIN_CACHE_DIR", str(private))
+    lib, why = _native.load("physskin_test_perm", "int physskin_test_perm(void) { return 7; }\n")
+    if lib is None:
+        pytest.skip(f"no C compiler here: {why}")
+    assert lib.physskin_test_perm() == 7
+    assert oct(private.stat().st_mode & 0o777) == "0o700"

@@ -18,7 +18,7 @@ from typing import Callable, Optional
 import numpy as np
 
 from .camera import CameraState, viewmat_and_K
-from .sim import Frame, LatestSlot
+from .sim import Frame, LatestSlot, default_threads, set_thread_torch_threads
 
 
 def cuda_available() -> bool:
@@ -168,6 +168,8 @@ class ClientRenderThread:
         self.height = int(np.clip(self.height, self.min_height, hi))
 
     def _run(self) -> None:
+        # a new thread starts with whatever torch thread count some other thread set last: set it explicitly
+        set_thread_torch_threads(default_threads()[1])
         seen_frame, seen_cam = -1, -1
         while not self._stop.is_set():
             if self._camera_version == seen_cam and self.slot.wait_newer(seen_frame, 0.02) is None:

@@ -254,8 +254,16 @@ def default_threads() -> Tuple[int, int]:
     OpenMP teams on two cores fight for them (a 2-thread kernel stalls whenever the other thread holds a core).
     So: 1 thread for the simulation and the rest (at least 1, at most 8) for the display thread's deformation.
     """
-    cores = os.cpu_count() or 1
+    cores = _usable_cores()
     return 1, max(1, min(8, cores - 1))
+
+
+def _usable_cores() -> int:
+    """CPUs this process may run on (affinity mask where the OS has one, else the CPU count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def set_thread_torch_threads(n: Optional[int]) -> None:
@@ -336,6 +344,9 @@ class SimWorker:
             split = SplitDeformSource.supported(anim)
         self.source: Optional[SplitDeformSource] = SplitDeformSource(anim) if split else None
         self.threads = default_threads()[0] if threads is None else int(threads)
+        sim = getattr(anim, "sim", None)
+        if sim is not None and hasattr(sim, "hessian_threads"):
+            sim.hessian_threads = self.threads  # its assembly GEMM too: the display thread holds the other core
         self._vr_kw = _takes_view_rotations(anim)
         self.realtime = realtime
         self.on_error = on_error

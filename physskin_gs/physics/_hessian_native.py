@@ -235,6 +235,11 @@ def hessian_rows(f: np.ndarray, mu: float, lam: float, vol: float, G: torch.Tens
     f = np.ascontiguousarray(f, dtype=np.float64)
     if f.shape != (9, n) or G.dtype != torch.float32 or not G.is_contiguous() or G.shape[1] != 3:
         raise ValueError(f"hessian_rows: f {f.shape} / G {tuple(G.shape)} {G.dtype} do not match")
+    if G.device.type != "cpu":
+        raise ValueError("hessian_rows: G must be a CPU tensor")
+    if out is not None and (tuple(out.shape) != (n, 18, K4) or out.dtype != torch.float32
+                            or not out.is_contiguous() or out.device.type != "cpu"):
+        raise ValueError(f"hessian_rows: out must be a contiguous CPU float32 ({n}, 18, {K4}) tensor")
     Y = out if out is not None else torch.empty(n, 18, K4, dtype=torch.float32)
     fn(n, K4, f.ctypes.data, float(mu), float(lam), float(vol), G.data_ptr(), Y.data_ptr())
     return Y

@@ -60,6 +60,13 @@ _PAIRS = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))
 _PAIR_INDEX = torch.tensor([(3 * a + b) * 9 + 3 * c + bp for bp in range(3) for b in range(3) for (a, c) in _PAIRS])
 
 
+def _same_mask(a, b) -> bool:
+    """Equality of two optional boolean masks (None = no floor)."""
+    if a is None or b is None:
+        return a is None and b is None
+    return a.shape == b.shape and bool((a == b).all())
+
+
 @contextmanager
 def single_thread(n: Optional[int] = 1):
     """Run small per-point kernels on ``n`` intra-op threads (default 1: torch's thread pool is far slower for
@@ -241,6 +248,7 @@ class SubspaceSimulator:
         self._chol_key = None
         self._chol_age = 0
         self._chol_converged = False  # the last step converged (the adaptive policy may reuse its factor)
+        self._chol_contacts = None  # floor-contact mask (n,) bool of the iterate the factor was computed at
         self._density = float(density)
         self.set_material(E=E, nu=nu, density=density)
         if orthonormalize:
@@ -272,18 +280,14 @@ class SubspaceSimulator:
         self.PhiG_T = torch.cat([self.Phi, self.G.permute(1, 0, 2).reshape(3 * n, self.K4)], 0).T.contiguous()  # [4H, 4n]
         self._Xt_np = self.X.T.contiguous().numpy()  # [3, n]
         self._eye3n_np = np.eye(3)[:, :, None]  # [3, 3, 1]
-        self.pin = None
-        self.drags = {}
+        self.pin: Optional[_Spring] = None
+        self.drags: Dict[int, _Spring] = {}
         self._rebuild_mass()
-        self.up = torch.tensor([0.0, 0.0, 1.0], dtype=dd)
         self.gravity = float(gravity)
         self.set_up(up)
         self.floor_height = floor_height
         self.damping = float(damping)
         self.friction = float(friction)
-        self.pin: Optional[_Spring] = None
-        self.drags: Dict[int, _Spring] = {}
-        self.set_up(up)
         self._next_drag = 0
         self._K0: Optional[torch.Tensor] = None
         self.reset()
@@ -372,11 +376,18 @@ class SubspaceSimulator:
             raise OptionError(f"up vector must be non-zero and finite, got {up}")
         self.up = u / u.norm()
         self.g_vec = -self.gravity * self.up
-        self._pe_cache = None
+        self.invalidate_hessian()  # the floor normal enters the contact and friction terms
 
     def set_floor(self, height: Optional[float]) -> None:
         """Floor plane at ``height`` along up (metres, simulation frame), or None to remove it."""
         self.floor_height = None if height is None else float(height)
+        self.invalidate_hessian()
+
+    def set_friction(self, eta: float) -> None:
+        """Viscous floor friction eta >= 0 (1/s) on cubature points touching the floor. Raises OptionError."""
+        if not (eta >= 0 and math.isfinite(eta)):
+            raise OptionError(f"friction must be >= 0, got {eta}")
+        self.friction = float(eta)
         self.invalidate_hessian()
 
     def set_damping(self, c: float) -> None:
@@ -666,7 +677,7 @@ class SubspaceSimulator:
         self._chol_age += 1
         q = ctx.q_pred.clone()
         ev = self._eval(q, ctx)
-        gtol = self.grad_tol * h * h * self.total_mass * 9.8  # residual force below grad_tol x weight
+        gtol = self.grad_tol * h * h * self.total_mass * 9.8  # residual force below grad_tol x weight (at 1 g)
         gnorm, iters = float("inf"), 0
         factor_at = -1  # iteration at which the current factor was computed (-1: an earlier step)
         poor = False  # the last iteration, with a factor from an earlier iterate, had to backtrack
@@ -680,6 +691,10 @@ class SubspaceSimulator:
             if gnorm < gtol:
                 self._chol_converged = True
                 break
+            if not (self._chol is None or self.solver == "newton" or poor) and factor_at < it:
+                # a factor from an earlier iterate whose floor contacts differ carries (or lacks) the stiff contact
+                # penalty: its steps are far too short (or too long), refresh it
+                poor = not _same_mask(None if ev.d is None else ev.d < 0, self._chol_contacts)
             if self._chol is None or self.solver == "newton" or poor:
                 Hm = self._hessian(ev, ctx)
                 if not torch.isfinite(Hm).all():
@@ -688,6 +703,7 @@ class SubspaceSimulator:
                 if self._chol is None:
                     return q, None, iters, gnorm, False
                 self._chol_key, self._chol_age = key, 0
+                self._chol_contacts = None if ev.d is None else ev.d < 0
                 factor_at = it
                 stats.hessians += 1
             iters = it + 1
@@ -697,7 +713,8 @@ class SubspaceSimulator:
                 if slope < 0:  # converged: take the tiny last step
                     q = q + delta.view(3, self.K4)
                     ev = self._eval(q, ctx)
-                    self._chol_converged = True
+                    # a tiny step from a stale, too stiff factor is not convergence: only a fresh one counts
+                    self._chol_converged = factor_at == it
                 break
             t, E0 = 1.0, float(ev.E)
             D = delta.view(3, self.K4)
