@@ -98,9 +98,10 @@ def load(name: str, source: str) -> Tuple[Optional[ctypes.CDLL], str]:
     tag = "\0".join([source, cc, repr(variants), _cpu_tag(), platform.machine(), platform.system()])
     key = hashlib.sha256(tag.encode()).hexdigest()[:16]
     memo = f"{name}_{key}"
+    mkey = f"{cache_dir()}/{memo}"  # per cache folder: a refused folder must not hide a usable one
     with _LOCK:
-        if memo in _LOADED:
-            return _LOADED[memo]
+        if mkey in _LOADED:
+            return _LOADED[mkey]
         result: Tuple[Optional[ctypes.CDLL], str]
         try:
             folder = cache_dir()
@@ -120,5 +121,5 @@ def load(name: str, source: str) -> Tuple[Optional[ctypes.CDLL], str]:
                     lib_path.unlink(missing_ok=True)  # a corrupt or foreign library: rebuild it once
         except Exception as e:  # noqa: BLE001  (any failure means: use the torch fallback)
             result = (None, f"native kernel {name!r} unavailable: {e}")
-        _LOADED[memo] = result
+        _LOADED[mkey] = result
         return result
