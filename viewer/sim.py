@@ -14,7 +14,6 @@ The simulation advances at a fixed ``dt`` per step. With ``realtime=True`` steps
 
 from __future__ import annotations
 
-import os
 import threading
 import time
 import traceback
@@ -254,16 +253,10 @@ def default_threads() -> Tuple[int, int]:
     OpenMP teams on two cores fight for them (a 2-thread kernel stalls whenever the other thread holds a core).
     So: 1 thread for the simulation and the rest (at least 1, at most 8) for the display thread's deformation.
     """
-    cores = _usable_cores()
+    from physskin_gs.physics.simulator import usable_cores
+
+    cores = usable_cores()
     return 1, max(1, min(8, cores - 1))
-
-
-def _usable_cores() -> int:
-    """CPUs this process may run on (affinity mask where the OS has one, else the CPU count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
 
 
 def set_thread_torch_threads(n: Optional[int]) -> None:

@@ -33,10 +33,9 @@ systematic over-estimate of counting every occupied voxel (method.md 8.7 counts 
 
 from __future__ import annotations
 
-import math
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional, Tuple, Union
 
 import numpy as np

@@ -8,14 +8,15 @@ Layout. Internally the coordinates are ordered q[a, h, c] (output axis a, handle
 a (3, 4H) matrix Q with ``x_p = X_p + Q phi_p`` where ``phi_p = W_p (x) [X_p; 1]`` (4H,), and
 ``F_p = I + Q G_p^T`` with ``G_p[b, (h, c)] = W_ph delta_bc + dW_ph/dX_b X~_pc`` (3, 4H). Then
 B = I_3 (x) phi^T and dvec(F)/dq = I_3 (x) G, so the mass matrix is block diagonal and the elastic Hessian
-``sum_c v_c J_c^T H_c J_c`` is ONE GEMM ``G_all^T [4H, 3 n_c] @ Y [3 n_c, 9 * 4H]`` (method.md 9.2).
+``sum_c v_c J_c^T H_c J_c`` is ONE GEMM ``G_all^T [4H, 3 n_c] @ Y [3 n_c, 6 * 4H]`` over the 6 blocks
+a <= a' (method.md 9.2).
 The public handle transforms are Z (H, 3, 4) with ``Z[h, a, c] = q[a, h, c]`` mapped back to the caller's basis.
 
 Handle basis conditioning (documented choice). Learned weight columns can be far from orthogonal, which makes
 the 12H x 12H Newton systems ill-conditioned. By default the simulator replaces W by W T, where T (H, H') whitens
 the columns under the lumped-mass inner product over the cubature points (eigen-decomposition of the Gram
-matrix, directions with eigenvalue < 1e-9 of the largest dropped). The span is unchanged, so the dynamics are the
-same in exact arithmetic (the constant column stays in the span: rigid motion remains exact); transforms are
+matrix, directions with eigenvalue < 1e-9 of the largest dropped; the constant handle is kept exactly). The span
+is unchanged, so the dynamics are the same in exact arithmetic (rigid and affine motion remain exact); transforms are
 mapped back with ``Z_h = sum_j T_hj Z'_j`` so deformers use the original field.
 
 One step (method.md 9.2): minimise
@@ -50,7 +51,7 @@ from physskin_gs.errors import OptionError
 from physskin_gs.physics import _hessian_native
 from physskin_gs.physics import neohookean as nh
 
-__all__ = ["SubspaceSimulator", "StepStats", "orthonormal_handle_basis", "single_thread"]
+__all__ = ["SubspaceSimulator", "StepStats", "orthonormal_handle_basis", "single_thread", "usable_cores"]
 
 
 # 6 blocks (a <= a') of the 3x3 block structure over output axes; the other 3 are transposes
@@ -58,6 +59,14 @@ _PAIRS = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))
 # flat index into a row-major (9, 9) per-point Hessian giving the layout [b', (b, pair)]:
 # H[(3a + b), (3a' + b')] for pair = (a, a')
 _PAIR_INDEX = torch.tensor([(3 * a + b) * 9 + 3 * c + bp for bp in range(3) for b in range(3) for (a, c) in _PAIRS])
+
+
+def usable_cores() -> int:
+    """CPUs this process may run on (its affinity mask where the OS has one, else the CPU count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
 
 
 def _same_mask(a, b) -> bool:
@@ -242,7 +251,7 @@ class SubspaceSimulator:
         self.grad_tol = float(grad_tol)
         self.solver = solver
         self.hessian_max_age = int(hessian_max_age)
-        self.hessian_threads = min(2, os.cpu_count() or 1) if hessian_threads is None else int(hessian_threads)
+        self.hessian_threads = min(2, usable_cores()) if hessian_threads is None else int(hessian_threads)
         self._hess_version = 0  # bumped by every change that changes the Hessian beyond the state
         self._chol: Optional[torch.Tensor] = None  # cached Cholesky factor of the step Hessian
         self._chol_key = None
@@ -269,8 +278,7 @@ class SubspaceSimulator:
         self.G = G.reshape(n, 3, self.K4).contiguous()  # [n, 3, 4H] float64
         self.G_all = self.G.reshape(n * 3, self.K4)  # [3n, 4H], rows (c, b)
         self.G_all32T = self.G_all.float().T.contiguous()  # [4H, 3n]
-        self.G3_32 = self.G.permute(1, 0, 2).contiguous().float()  # [3 (b), n, 4H]
-        self.G32 = self.G.float().contiguous()  # [n, 3, 4H] for the C kernel
+        self.G32 = self.G.float().contiguous()  # [n, 3, 4H] float32 for the row kernels
         self._Ybuf: Optional[torch.Tensor] = None  # [n, 18, 4H] Hessian rows buffer of the C kernel
         self._rayleigh: Optional[torch.Tensor] = None  # cached beta h K0 of _step_dissipation
         self._rayleigh_key = None
@@ -289,7 +297,6 @@ class SubspaceSimulator:
         self.damping = float(damping)
         self.friction = float(friction)
         self._next_drag = 0
-        self._K0: Optional[torch.Tensor] = None
         self.reset()
 
     # ------------------------------------------------------------------------------------------ parameters
@@ -500,7 +507,7 @@ class SubspaceSimulator:
         (:meth:`_assemble_rows`). :meth:`_assemble_reference` is the plain per-point version it is tested against."""
         n = self.n
         Hs = Hc.to(torch.float32).reshape(n, 81).index_select(1, self._PAIR_INDEX).reshape(n, 3, 18)  # [n, b', (b, pair)]
-        G3 = self.G3_32  # [3 (b'), n, 4H]
+        G3 = self.G32.transpose(0, 1)  # [3 (b'), n, 4H] view
         Y = torch.mul(Hs[:, 0, :, None], G3[0][:, None, :])  # [n, 18, 4H]
         Y.addcmul_(Hs[:, 1, :, None], G3[1][:, None, :])
         Y.addcmul_(Hs[:, 2, :, None], G3[2][:, None, :])
@@ -680,7 +687,7 @@ class SubspaceSimulator:
         gtol = self.grad_tol * h * h * self.total_mass * 9.8  # residual force below grad_tol x weight (at 1 g)
         gnorm, iters = float("inf"), 0
         factor_at = -1  # iteration at which the current factor was computed (-1: an earlier step)
-        poor = False  # the last iteration, with a factor from an earlier iterate, had to backtrack
+        backtracked = False  # the last iteration's line search, with a factor from an earlier iterate, backtracked
         self._chol_converged = False
         for it in range(self.newton_iters):
             grad = self._gradient(ev, ctx)
@@ -691,11 +698,12 @@ class SubspaceSimulator:
             if gnorm < gtol:
                 self._chol_converged = True
                 break
-            if not (self._chol is None or self.solver == "newton" or poor) and factor_at < it:
-                # a factor from an earlier iterate whose floor contacts differ carries (or lacks) the stiff contact
-                # penalty: its steps are far too short (or too long), refresh it
-                poor = not _same_mask(None if ev.d is None else ev.d < 0, self._chol_contacts)
-            if self._chol is None or self.solver == "newton" or poor:
+            contacts = None if ev.d is None else ev.d < 0
+            # a factor from an earlier iterate is a poor model when its line search backtracked, or when the floor
+            # contacts changed since it was computed: it lacks (or still carries) their stiff penalty
+            stale = self._chol is not None and factor_at < it and (
+                backtracked or not _same_mask(contacts, self._chol_contacts))
+            if self._chol is None or self.solver == "newton" or stale:
                 Hm = self._hessian(ev, ctx)
                 if not torch.isfinite(Hm).all():
                     return q, None, iters, float("nan"), False
@@ -703,7 +711,7 @@ class SubspaceSimulator:
                 if self._chol is None:
                     return q, None, iters, gnorm, False
                 self._chol_key, self._chol_age = key, 0
-                self._chol_contacts = None if ev.d is None else ev.d < 0
+                self._chol_contacts = contacts
                 factor_at = it
                 stats.hessians += 1
             iters = it + 1
@@ -732,9 +740,7 @@ class SubspaceSimulator:
                     self._chol = None
                     continue
                 break
-            # a reused factor that needed backtracking is a poor model here (e.g. a new floor contact, whose
-            # stiff penalty the old Hessian lacks): refresh it at the next iteration
-            poor = t < 1.0 and factor_at < it
+            backtracked = t < 1.0 and factor_at < it  # a fresh factor that backtracks stays (full Newton would too)
             q, ev = qn, evn
         return q, ev, iters, gnorm, bool(torch.isfinite(q).all())
 
