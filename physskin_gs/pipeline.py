@@ -9,9 +9,8 @@
    ``X_sim = s (X - c)``, with s = ``config.scale`` (metres per scene unit) or, when None, the value that makes
    the selected object 1 m across. Weight gradients follow the chain rule: ``grad_sim W = grad_norm W / (s s_n)``.
 3. Volume: interior fill of the selected splat (method.md 8), cubature points sampled from it (default 1024).
-4. Skinning: ``pretrained`` (checkpoint; falls back to ``fit`` with a warning when none exists), ``fit``
-   (per-object fit within ``fit_seconds``), and, if neither is available, an RBF field on farthest points
-   (warning).
+4. Skinning: the basis named by ``config.skinning`` (``eigen`` by default, ``network``/``pretrained``, ``fit``,
+   ``rbf``), built through the one registry :data:`physskin_gs.model.bases.SKINNING_BASES`.
 5. Simulation (:class:`physskin_gs.physics.simulator.SubspaceSimulator`) and Gaussian deformation
    (:class:`physskin_gs.deform.GaussianDeformer`); handle transforms are converted from the simulation frame to
    the scene frame, ``Z_scene = [A | b / s - A c]``.
@@ -34,6 +33,7 @@ import torch
 from physskin_gs.deform import DeformedGaussians, GaussianDeformer, rotate_sh
 from physskin_gs.physics import _hessian_native
 from physskin_gs.errors import OptionError, PhysSkinError
+from physskin_gs.model.bases import DEFAULT_SKINNING, resolve_skinning
 from physskin_gs.physics.simulator import SubspaceSimulator
 from physskin_gs.scene import C0, GaussianScene
 
@@ -81,7 +81,7 @@ class AnimationConfig:
     damping: float = 0.02
     num_cubature: int = 1024
     newton_iters: int = 5
-    skinning: str = "pretrained"
+    skinning: str = DEFAULT_SKINNING  # a name of physskin_gs.model.bases.SKINNING_BASES
     checkpoint: Optional[str] = None
     fit_seconds: float = 60.0
     select: Optional[str] = None
@@ -89,7 +89,7 @@ class AnimationConfig:
     pin: Optional[str] = None
     seed: int = 0
     clamp_anisotropy: bool = True
-    num_handles_fallback: int = 16
+    num_handles: int = 16
     friction: float = 10.0  # viscous floor friction, 1/s (0 = frictionless floor)
     solver: str = "adaptive"  # Hessian policy of the Newton solve: "adaptive", "chord" or "newton"
 
@@ -198,52 +198,21 @@ def load_for_animation(path, num_mesh_gaussians: int = 20000, seed: int = 0) -> 
     return scene
 
 
-def _rbf_field(volume_norm: torch.Tensor, m: int, seed: int):
-    from physskin_gs.geometry.sampling import farthest_point_sampling
-    from physskin_gs.model.field import RBFSkinningField
-
-    idx = farthest_point_sampling(volume_norm, min(m, volume_norm.shape[0]), seed=seed)
-    centers = volume_norm[torch.as_tensor(np.asarray(idx), dtype=torch.long)]
-    return RBFSkinningField(centers, radius=0.45)
-
-
 def _build_field(config: AnimationConfig, surface_norm: torch.Tensor, volume_norm: torch.Tensor,
                  progress: ProgressFn):
-    """SkinningField in the normalised frame, following config.skinning with the documented fallbacks.
-    Returns (field, source string)."""
-    mode = config.skinning
-    if mode not in ("pretrained", "fit", "rbf"):
-        raise OptionError(f"--skinning must be 'pretrained' or 'fit', got {mode!r}")
-    from physskin_gs.geometry.sampling import farthest_point_sampling
+    """SkinningField in the normalised frame from the basis named by ``config.skinning``
+    (:func:`physskin_gs.model.bases.build_skinning`). Returns (field, source string)."""
+    from physskin_gs.model.bases import SkinningFallbackWarning, SkinningOptions, build_skinning
 
-    sidx = farthest_point_sampling(surface_norm, min(2048, surface_norm.shape[0]), seed=config.seed)
-    surf = surface_norm[torch.as_tensor(np.asarray(sidx), dtype=torch.long)].float()
-    if mode == "pretrained":
-        from pathlib import Path
-
-        from physskin_gs import model as pm
-
-        ckpt = Path(config.checkpoint) if config.checkpoint else pm.default_checkpoint_path()
-        if ckpt.is_file():
-            _report(progress, "skinning: encoding with the pretrained network", 0.35)
-            net = pm.load_checkpoint(ckpt)
-            return pm.skinning_from_model(net, surf, volume_norm.float()), f"pretrained:{ckpt}"
-        if config.checkpoint:
-            raise FileNotFoundError(f"checkpoint not found: {ckpt}")
-        warnings.warn(f"no pretrained checkpoint at {ckpt}; fitting a per-object skinning field instead",
-                      PipelineWarning, stacklevel=3)
-        mode = "fit"
-    if mode == "fit":
-        from physskin_gs import model as pm
-
-        _report(progress, f"skinning: fitting (up to {config.fit_seconds:.0f} s)", 0.35)
-        try:
-            field = pm.fit_skinning(surf, volume_norm.float(), time_budget_s=config.fit_seconds)
-            return field, "fit"
-        except (NotImplementedError, ImportError, TypeError) as exc:
-            warnings.warn(f"per-object skinning fit unavailable ({type(exc).__name__}); using an RBF field on "
-                          f"{config.num_handles_fallback} farthest points", PipelineWarning, stacklevel=3)
-    return _rbf_field(volume_norm.float(), config.num_handles_fallback, config.seed), "rbf"
+    opts = SkinningOptions(num_handles=config.num_handles, checkpoint=config.checkpoint,
+                           fit_seconds=config.fit_seconds, seed=config.seed)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", SkinningFallbackWarning)
+        out = build_skinning(config.skinning, surface_norm, volume_norm, opts, progress)
+    for w in caught:
+        warnings.warn(str(w.message), PipelineWarning if issubclass(w.category, SkinningFallbackWarning)
+                      else w.category, stacklevel=3)
+    return out
 
 
 def _weights_chunked(field, x_norm: torch.Tensor, chunk: int = 65536):
@@ -592,6 +561,7 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
         raise OptionError(f"--scale must be positive, got {config.scale}")
     if not (config.dt > 0 and math.isfinite(config.dt)):
         raise OptionError(f"--dt must be positive, got {config.dt}")
+    resolve_skinning(config.skinning)  # unknown names fail before any work
     _report(progress, "selecting", 0.0)
     up = resolve_up(config.up, scene)
     moving = parse_selection(config.select, scene)

@@ -24,7 +24,7 @@ def tiny_ckpt(tmp_path):
 
 def test_skin_mesh_and_splat(tmp_path, meshes_dir, splats_dir, tiny_ckpt):
     out = tmp_path / "w.npz"
-    assert main(["skin", str(meshes_dir / "pybullet_torus.obj"), "-o", str(out), "--checkpoint", str(tiny_ckpt)]) == 0
+    assert main(["skin", str(meshes_dir / "pybullet_torus.obj"), "-o", str(out), "--skinning", "network", "--checkpoint", str(tiny_ckpt)]) == 0
     z = np.load(out, allow_pickle=False)
     n = z["weights"].shape[0]
     assert z["weights"].shape == (n, 7) and z["grads"].shape == (n, 7, 3) and z["valid"].all()
@@ -38,10 +38,10 @@ def test_skin_mesh_and_splat(tmp_path, meshes_dir, splats_dir, tiny_ckpt):
     vn = (v - z["center"]) / z["scale"]
     assert np.abs(vn).max() == pytest.approx(1.0, abs=0.02)
     # existing output is not overwritten without --force
-    assert main(["skin", str(meshes_dir / "pybullet_torus.obj"), "-o", str(out), "--checkpoint", str(tiny_ckpt)]) == 2
+    assert main(["skin", str(meshes_dir / "pybullet_torus.obj"), "-o", str(out), "--skinning", "network", "--checkpoint", str(tiny_ckpt)]) == 2
     out2 = tmp_path / "s.npz"
     assert main(["skin", str(splats_dir / "spot_mesh2splat_10k.splat"), "-o", str(out2),
-                 "--checkpoint", str(tiny_ckpt)]) == 0
+                 "--skinning", "network", "--checkpoint", str(tiny_ckpt)]) == 0
     assert np.load(out2)["weights"].shape == (10000, 7)
 
 
@@ -51,7 +51,7 @@ def test_skin_bad_inputs(tmp_path, tiny_ckpt, capsys):
     junk.write_bytes(b"not a checkpoint")
     mesh = tmp_path / "tet.obj"
     mesh.write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nf 1 2 3\nf 1 2 4\nf 1 3 4\nf 2 3 4\n")
-    assert main(["skin", str(mesh), "-o", str(tmp_path / "o.npz"), "--checkpoint", str(junk)]) == 2
+    assert main(["skin", str(mesh), "-o", str(tmp_path / "o.npz"), "--skinning", "network", "--checkpoint", str(junk)]) == 2
     assert "junk.safetensors" in capsys.readouterr().err
 
 

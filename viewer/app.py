@@ -33,6 +33,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from physskin_gs.errors import OptionError, SceneFormatError
+from physskin_gs.model.bases import resolve_skinning, skinning_names
 
 from .camera import CameraState
 from .recorder import Recorder
@@ -902,9 +903,10 @@ class ViewerApp:
             self._update_floor_grid(bool(g["floor"].value), float(fh))
             g["pin"] = gui.add_checkbox("pin region", getattr(cfg, "pin", None) is not None)
         with gui.add_folder("Skinning"):
-            src = getattr(cfg, "skinning", "pretrained")
+            names = skinning_names(aliases=False)
+            src = resolve_skinning(getattr(cfg, "skinning", None))
             g["skinning"] = gui.add_dropdown(
-                "source", ["pretrained", "fit"], initial_value=src if src in ("pretrained", "fit") else "pretrained",
+                "source", names, initial_value=src if src in names else names[0],
                 disabled=self.source_scene is None,
             )
             g["field"] = gui.add_dropdown("show field", self._field_options(anim), initial_value=FIELD_NONE)
@@ -1075,7 +1077,7 @@ class ViewerApp:
     def _switch_skinning(self, source: str) -> None:
         if self.source_scene is None or self.config is None:
             return
-        if getattr(self.config, "skinning", None) == source:
+        if resolve_skinning(getattr(self.config, "skinning", None)) == resolve_skinning(source):
             return
         self.config = dataclasses.replace(self.config, skinning=source)
 

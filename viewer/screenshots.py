@@ -201,7 +201,7 @@ def main(argv=None) -> int:
     ap.add_argument("path", help="scene file (e.g. data/spot_mesh2splat_10k.splat)")
     ap.add_argument("--out", default="docs/screenshots")
     ap.add_argument("--record", default=None, help="also record the drag into this (new) folder")
-    ap.add_argument("--skinning", default="pretrained")
+    ap.add_argument("--skinning", default="eigen")
     ap.add_argument("--pin", default="below:0.1", help="pin region (default: the bottom 10%%); 'none' for no pin")
     ap.add_argument("--pull", type=float, default=0.35, help="drag distance as a fraction of the scene extent")
     ap.add_argument("--direction", default="side", choices=["side", "up"])

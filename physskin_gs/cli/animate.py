@@ -30,6 +30,7 @@ import warnings
 from pathlib import Path
 from typing import List
 
+from physskin_gs.cli._skinning import add_skinning_arguments
 from physskin_gs.errors import OptionError, PhysSkinError
 
 FRAME_PATTERN = "frame%04d"
@@ -53,10 +54,7 @@ def register(sub) -> None:
     p.add_argument("--height", type=int, default=384, help="video height in pixels (multiple of 16; default 384)")
     p.add_argument("--orbit", type=float, default=90.0, help="degrees the video camera orbits over the clip")
     p.add_argument("--script", metavar="MOTION.json", help='scripted drags: {"drags": [{"handle": 3 | "point": [x,y,z], "radius": r, "keyframes": [{"frame": 10, "offset"|"target": [x,y,z]}], "start_frame": 5, "end_frame": 50}]} (targets in scene units; see README)')
-    p.add_argument("--skinning", choices=["pretrained", "fit"], default="pretrained",
-                   help="skinning source: pretrained network (default; falls back to fit) or per-object fit")
-    p.add_argument("--checkpoint", help="model checkpoint (.safetensors) for --skinning pretrained")
-    p.add_argument("--fit-seconds", dest="fit_seconds", type=float, default=60.0, help="time budget of --skinning fit")
+    add_skinning_arguments(p)
     p.add_argument("--E", dest="E", type=float, default=1e5, help="Young's modulus in Pa (default 1e5)")
     p.add_argument("--nu", type=float, default=0.45, help="Poisson ratio (default 0.45)")
     p.add_argument("--density", type=float, default=100.0, help="density in kg/m^3 (default 100)")

@@ -18,6 +18,7 @@ import math
 import time
 from pathlib import Path
 
+from physskin_gs.cli._skinning import shared_data_dir
 from physskin_gs.errors import OptionError
 
 
@@ -40,10 +41,10 @@ def register(sub) -> None:
 
 def default_eval_paths():
     """Held-out evaluation meshes (:data:`physskin_gs.geometry.dataset.HELD_OUT_MESHES`) present under
-    /work/shared/data/meshes, as a list of str paths (empty when none exist)."""
+    ``$PHYSSKIN_SHARED_DATA/meshes`` (default ``../shared/data`` beside the repository), as a list of str paths (empty when none exist)."""
     from physskin_gs.geometry.dataset import HELD_OUT_MESHES
 
-    root = Path("/work/shared/data/meshes")
+    root = shared_data_dir() / "meshes"
     return [str(root / n) for n in HELD_OUT_MESHES if (root / n).is_file()]
 
 

@@ -1,11 +1,18 @@
-"""``physskin-gs skin``: skinning weights at every Gaussian centre (splat) or vertex (mesh).
+"""``physskin-gs skin``: skinning weights at every Gaussian centre (splat) or vertex (mesh), or at query points.
 
-Output ``.npz`` (numpy, no pickle), N = number of Gaussians or vertices, H = m + 1 (constant handle last):
+``physskin-gs skin PATH -o OUT.npz [--skinning eigen|network|fit|rbf] [--points PTS.npy]``: the field is built
+for the object in PATH (its normalisation, volume points and column scales), then evaluated at the object's own
+points, or at ``PTS.npy`` ((N, 3) in the scene units of PATH), with the same normalisation, so ``--points`` at the
+object's own points gives the same rows.
+
+Output ``.npz`` (numpy, no pickle), N = number of Gaussians, vertices or query points, H = m + 1 (constant handle
+last):
 
 * ``weights`` (N, H) float32: W in the field's units (learned columns RMS 1 over the object's volume points,
   fixed column norms; constant column exactly 1; method.md 5). Non-finite input rows get zeros.
 * ``grads`` (N, H, 3) float32: dW/dX with respect to the NORMALISED coordinates; divide by ``scale`` for
   world units (method.md 3, frame scaling).
+* ``grads_scene`` (N, H, 3) float32: dW/dx in scene units (``grads / scale``).
 * ``center`` (3,), ``scale`` () float64: ``x_norm = (x_world - center) / scale``.
 * ``valid`` (N,) bool: rows with finite input positions.
 * ``metrics``: JSON string (Omega_orth x1e-2, kappa_log, H_spec with the constant handle excluded/included,
@@ -15,6 +22,7 @@ Output ``.npz`` (numpy, no pickle), N = number of Gaussians or vertices, H = m +
 from __future__ import annotations
 
 import json
+import os
 import time
 import warnings
 from dataclasses import dataclass
@@ -23,6 +31,7 @@ from typing import Optional
 
 import numpy as np
 
+from physskin_gs.cli._skinning import add_skinning_arguments, skinning_options
 from physskin_gs.errors import OptionError
 
 _SPLAT_FORMATS = ("inria-ply", "splat", "compressed-ply")
@@ -81,31 +90,42 @@ def prepare_object(path, seed: int = 0) -> PreparedObject:
                           sample.volume, torch.from_numpy(q.astype(np.float32)), valid)
 
 
-def field_for_object(obj: PreparedObject, method: str, checkpoint: Optional[str], fit_seconds: float, seed: int = 0):
-    """The skinning field of a prepared object: feed-forward network ('network') or per-object fit ('fit')."""
-    from physskin_gs.model import default_checkpoint_path, fit_skinning, load_checkpoint, skinning_from_model
+def field_for_object(obj: PreparedObject, method: Optional[str], options=None):
+    """(field, source) of a prepared object from the basis ``method`` (:func:`physskin_gs.model.bases.build_skinning`)."""
+    from physskin_gs.model.bases import build_skinning
 
-    if method in ("network", "pretrained"):
-        model = load_checkpoint(checkpoint or default_checkpoint_path())
-        return skinning_from_model(model, obj.surface, obj.volume)
-    if method == "fit":
-        from physskin_gs.model.checkpoint import checkpoint_metadata
-        from physskin_gs.model.fit import fit_config_like
+    return build_skinning(method, obj.surface, obj.volume, options)
 
-        ck = checkpoint or default_checkpoint_path()
-        train = checkpoint_metadata(ck).get("train_config", {}).get("train") if Path(ck).is_file() else None
-        return fit_skinning(obj.surface, obj.volume, time_budget_s=fit_seconds, seed=seed, config=fit_config_like(train))
-    raise OptionError(f"unknown skinning method {method!r} (use 'network' or 'fit')")
+
+def load_query_points(path, obj: PreparedObject):
+    """Query points from a .npy file: (N, 3) finite numbers in scene units -> (normalised (N, 3) float32 torch,
+    scene (N, 3) float64). Raises OptionError naming the file for a missing, unreadable or wrongly shaped array."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        raise OptionError(f"{path}: query points file not found")
+    try:
+        pts = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise OptionError(f"{path}: not a readable .npy array ({exc})") from None
+    if pts.ndim != 2 or pts.shape[1] != 3 or pts.shape[0] < 1 or not np.issubdtype(pts.dtype, np.number):
+        raise OptionError(f"{path}: --points needs an (N, 3) numeric array, got shape {pts.shape} {pts.dtype}")
+    pts = pts.astype(np.float64)
+    if not np.isfinite(pts).all():
+        bad = int((~np.isfinite(pts).all(1)).sum())
+        raise OptionError(f"{path}: {bad} query points are not finite")
+    q = (pts - obj.center[None]) / obj.scale
+    return torch.from_numpy(q.astype(np.float32)), pts
 
 
 def register(sub) -> None:
     p = sub.add_parser("skin", help="skinning weights and gradients at every Gaussian centre or mesh vertex")
     p.add_argument("path", help="splat scene (.ply/.splat/.compressed.ply) or mesh (.obj/.ply/.stl/...)")
     p.add_argument("-o", "--output", required=True, help="output .npz")
-    p.add_argument("--checkpoint", default=None, help="network checkpoint (default: the shipped one)")
-    p.add_argument("--skinning", choices=["network", "pretrained", "fit"], default="network",
-                   help="feed-forward network (default; 'pretrained' is an alias, as in animate) or per-object fit")
-    p.add_argument("--fit-seconds", type=float, default=60.0, help="time budget of --skinning fit")
+    p.add_argument("--points", metavar="PTS.npy", help="query points (N, 3) in scene units (.npy) instead of the "
+                   "Gaussian centres / mesh vertices; same normalisation as the object's own points")
+    add_skinning_arguments(p)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch threads")
     p.add_argument("--force", action="store_true", help="overwrite an existing output file")
@@ -116,6 +136,7 @@ def run(args) -> int:
     import torch
 
     from physskin_gs.model import skinning_metrics
+    from physskin_gs.model.bases import resolve_skinning
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -126,32 +147,53 @@ def run(args) -> int:
         raise OptionError(f"{out}: refusing to overwrite the input file")
     if out.exists() and not args.force:
         raise OptionError(f"{out}: exists (use --force to overwrite)")
+    if args.points and Path(args.points).resolve() == out.resolve():
+        raise OptionError(f"{out}: refusing to overwrite the query points file")
+    opts = skinning_options(args)
+    if resolve_skinning(args.skinning) == "network" and args.checkpoint:
+        from physskin_gs.model import load_checkpoint
+
+        load_checkpoint(args.checkpoint)  # a bad checkpoint fails before any work
     t0 = time.perf_counter()
     obj = prepare_object(args.path, seed=args.seed)
+    if args.points:
+        query, _ = load_query_points(args.points, obj)
+        valid = np.ones(query.shape[0], bool)
+    else:
+        query, valid = obj.query, obj.valid
+    if int(obj.valid.sum()) < opts.num_handles + 1:
+        raise OptionError(f"{args.path}: {int(obj.valid.sum())} usable points; skinning {opts.num_handles} handles "
+                          f"needs at least {opts.num_handles + 1}")
     t1 = time.perf_counter()
-    field = field_for_object(obj, args.skinning, args.checkpoint, args.fit_seconds, args.seed)
-    W, G = field.weights_and_grads(obj.query)
+    field, source = field_for_object(obj, args.skinning, opts)
+    W, G = field.weights_and_grads(query)
     t2 = time.perf_counter()
     W = W.numpy()
     G = G.numpy()
-    W[~obj.valid] = 0.0
-    G[~obj.valid] = 0.0
-    Wv = torch.from_numpy(W[obj.valid])
+    W[~valid] = 0.0
+    G[~valid] = 0.0
+    Wv = torch.from_numpy(W[valid])
     metrics = {
         "excluding_constant": skinning_metrics(Wv),
         "including_constant": skinning_metrics(Wv, include_constant=True),
-        "points": int(obj.valid.sum()),
+        "points": int(valid.sum()),
+        "query": "points" if args.points else ("gaussians" if obj.kind == "splat" else "vertices"),
         "kind": obj.kind,
-        "method": args.skinning,
+        "method": resolve_skinning(args.skinning),
+        "source": source,
         "checkpoint": str(args.checkpoint) if args.checkpoint else "default",
         "sample_seconds": round(t1 - t0, 3),
         "skinning_seconds": round(t2 - t1, 3),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez(out, weights=W.astype(np.float32), grads=G.astype(np.float32), center=obj.center,
-             scale=np.float64(obj.scale), valid=obj.valid, metrics=np.array(json.dumps(metrics)))
+    tmp = out.with_name(out.name + ".tmp.npz")
+    np.savez(tmp, weights=W.astype(np.float32), grads=G.astype(np.float32),
+             grads_scene=(G / obj.scale).astype(np.float32), center=obj.center,
+             scale=np.float64(obj.scale), valid=valid, metrics=np.array(json.dumps(metrics)))
+    os.replace(tmp, out)
     ex = metrics["excluding_constant"]
-    print(f"{obj.name}: {W.shape[0]} {'Gaussians' if obj.kind == 'splat' else 'vertices'}, H = {W.shape[1]} handles, "
+    what = "query points" if args.points else ("Gaussians" if obj.kind == "splat" else "vertices")
+    print(f"{obj.name}: {W.shape[0]} {what}, H = {W.shape[1]} handles, "
           f"Omega_orth x1e-2 = {ex['omega_orth_x1e2']:.3f}, kappa_log = {ex['kappa_log']:.3f}, "
           f"H_spec = {ex['h_spec']:.4f}, {metrics['skinning_seconds']:.2f} s -> {out}")
     return 0

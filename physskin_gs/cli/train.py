@@ -15,6 +15,7 @@ import os
 import time
 from pathlib import Path
 
+from physskin_gs.cli._skinning import shared_data_dir
 from physskin_gs.errors import OptionError
 
 
@@ -28,10 +29,10 @@ def held_out_names():
 
 def default_data():
     """The shared training inputs, :func:`physskin_gs.geometry.dataset.default_training_paths` of
-    /work/shared/data, as a list of str (empty when that folder is absent)."""
+    ``$PHYSSKIN_SHARED_DATA`` (default ``../shared/data`` beside the repository), as a list of str. Raises OptionError when that folder is absent."""
     from physskin_gs.geometry.dataset import default_training_paths
 
-    return [str(p) for p in default_training_paths("/work/shared/data")]
+    return [str(p) for p in default_training_paths(shared_data_dir(required=True))]
 
 
 def register(sub) -> None:
@@ -78,6 +79,12 @@ def register(sub) -> None:
     p.add_argument("--c-orth", type=float, default=1.0, help="ConFIG cosine weight of the orthogonality loss")
     p.add_argument("--c-smooth", type=float, default=1.0, help="ConFIG cosine weight of the smoothness loss")
     p.add_argument("--orth-only-frac", type=float, default=0.02)
+    p.add_argument("--w-pot", type=float, default=1.0, help="potential-energy weight (--combine sum; 0 drops the loss)")
+    p.add_argument("--w-sub", type=float, default=0.0,
+                   help="weight of the subspace loss toward each training shape's eigen basis (0 = off); the "
+                        "target is computed once per shape (cached under .cache/targets) and augmentation is then "
+                        "rotation only")
+    p.add_argument("--c-sub", type=float, default=1.0, help="ConFIG cosine weight of the subspace loss")
     p.add_argument("--no-augment", action="store_true")
     p.set_defaults(func=run)
 
@@ -89,7 +96,7 @@ def _val_shapes(args, names):
         return []
     from physskin_gs.model.data import _stem
 
-    root = Path("/work/shared/data/meshes")
+    root = shared_data_dir() / "meshes"
     files = [q for q in root.iterdir() if _stem(q.name) in names] if root.is_dir() else []
     if not files:
         return []
@@ -97,6 +104,37 @@ def _val_shapes(args, names):
         return load_shapes([str(f) for f in files], seed=1, log=lambda *_: None)
     except Exception:  # noqa: BLE001
         return []
+
+
+def attach_eigen_target(shape, num_handles: int, cache_dir: str = ".cache/targets", log=print):
+    """The shape with ``target`` = its eigen skinning basis (V, m+1) at its volume points (the label-free subspace
+    target of ``--w-sub``), computed with :func:`physskin_gs.model.eigen.build_eigen_field` and cached on disk by
+    a hash of the points (safetensors)."""
+    import hashlib
+    from dataclasses import replace
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    vol = shape.volume.float().contiguous()
+    key = hashlib.sha1(vol.numpy().tobytes() + str(num_handles).encode()).hexdigest()[:16]
+    path = Path(cache_dir) / f"eigen_{key}.safetensors"
+    if path.is_file():
+        try:
+            return replace(shape, target=load_file(str(path))["target"])
+        except Exception:  # noqa: BLE001 - a damaged cache entry is recomputed
+            pass
+    from physskin_gs.model.eigen import build_eigen_field
+
+    t0 = time.perf_counter()
+    field = build_eigen_field(vol, num_handles=num_handles)
+    W = field.weights(vol).float()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    save_file({"target": W.contiguous()}, str(tmp))
+    os.replace(tmp, path)
+    log(f"eigen target for {shape.name}: {tuple(W.shape)} in {time.perf_counter() - t0:.1f} s")
+    return replace(shape, target=W)
 
 
 def _validate(model, shapes, n_points=5000):
@@ -144,6 +182,7 @@ def run(args) -> int:
         steps=args.steps, lr=args.lr, lr_min=args.lr_min, cubature=args.cubature, transforms=args.transforms,
         sigma=args.sigma, surface_points=args.surface_points, smooth=not args.no_smooth,
         orth_only_frac=args.orth_only_frac, combine=args.combine, fd_scheme=args.fd_scheme, w_orth=args.w_orth, c_orth=args.c_orth, c_smooth=args.c_smooth, w_smooth=args.w_smooth, augment=not args.no_augment, seed=args.seed,
+        w_pot=args.w_pot, w_sub=args.w_sub, c_sub=args.c_sub,
     )
     ncfg = NetConfig(
         num_handles=args.handles, width=args.width, heads=args.heads, latents=args.latents,
@@ -177,6 +216,8 @@ def run(args) -> int:
         shapes = load_shapes(args.data or default_data(), exclude=held, seed=tcfg.seed, log=log,
                              num_procedural=args.procedural)
     val = _val_shapes(args, held) if (is_main and args.val_every > 0) else []
+    if tcfg.w_sub > 0:
+        shapes = [attach_eigen_target(s, ncfg.num_handles, log=log) for s in shapes]
 
     start = 0
     if args.resume:

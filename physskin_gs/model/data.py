@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
 
@@ -20,11 +20,13 @@ from physskin_gs.geometry.dataset import ShapeDataset
 
 @dataclass
 class TrainShape:
-    """One training object in its normalised frame: surface (S, 3) and volume (V, 3) float32 points."""
+    """One training object in its normalised frame: surface (S, 3) and volume (V, 3) float32 points, and optionally
+    a target skinning basis (V, K) at the volume points (the label-free subspace target, e.g. the eigen basis)."""
 
     name: str
     surface: torch.Tensor
     volume: torch.Tensor
+    target: Optional[torch.Tensor] = None
 
 
 def synthetic_shape(kind: str, n_surface: int = 2048, n_volume: int = 3000, seed: int = 0) -> TrainShape:
@@ -112,13 +114,19 @@ def random_rotation(g: torch.Generator) -> torch.Tensor:
 
 
 def augment(shape: TrainShape, g: torch.Generator, scale_range=(0.75, 1.25)) -> TrainShape:
-    """Random rotation + mild anisotropic scaling, then re-normalisation to [-1, 1] (method.md 7.2)."""
+    """Random rotation + mild anisotropic scaling, then re-normalisation to [-1, 1] (method.md 7.2).
+
+    A shape with a subspace ``target`` is only rotated (uniform scale 1): the eigen basis of a rotated shape is
+    the rotated basis (same values at the same points), which an anisotropic scale would change. The target
+    rows follow the volume points unchanged."""
     R = random_rotation(g)
     s = scale_range[0] + (scale_range[1] - scale_range[0]) * torch.rand(3, generator=g)
+    if shape.target is not None:
+        s = torch.ones(3)
     M = R * s  # rotate then scale each output axis
     surf = shape.surface @ M.t()
     vol = shape.volume @ M.t()
     lo, hi = surf.min(0).values, surf.max(0).values
     c = 0.5 * (lo + hi)
     k = 0.5 * float((hi - lo).max())
-    return TrainShape(shape.name, (surf - c) / k, (vol - c) / k)
+    return TrainShape(shape.name, (surf - c) / k, (vol - c) / k, shape.target)

@@ -203,6 +203,27 @@ def smoothness_loss(grad_learned: torch.Tensor) -> torch.Tensor:
     return (grad_learned**2).sum((-1, -2)).mean()
 
 
+def subspace_loss(W: torch.Tensor, target: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """Projection residual of a target subspace onto the span of the predicted weights, in [0, 1].
+
+    ``1 - ||Q_W^T Q_U||_F^2 / K``: Q_W an orthonormal basis of span(W) (N, H) and Q_U one of span(target) (N, K),
+    both under the point-sample inner product; 0 when span(W) contains the target span, 1 when they are
+    orthogonal. Only the spans matter (any invertible mix of the columns of either gives the same value), so
+    the network is free to choose its columns (the orthogonality loss picks well-conditioned ones). Q_W comes
+    from a Cholesky whitening of W^T W / N + eps tr/H I (differentiable, stable for nearly dependent columns);
+    the target is detached. Label-free: the target is the eigen basis of the same shape (physics-derived).
+    """
+    N, H = W.shape
+    Wd = W.double()
+    U = target.detach().double()
+    Qu, _ = torch.linalg.qr(U)  # [N, K]
+    G = Wd.t() @ Wd / N
+    G = G + eps * (torch.diagonal(G).mean().detach() + 1e-30) * torch.eye(H, dtype=G.dtype)
+    L = torch.linalg.cholesky(G)
+    C = torch.linalg.solve_triangular(L, Wd.t() @ Qu, upper=False) / math.sqrt(N)  # [H, K] = Q_W^T Q_U
+    return (1.0 - (C * C).sum() / Qu.shape[1]).to(W.dtype)
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Metrics (method.md 11)
 

@@ -38,6 +38,8 @@ class TrainConfig:
     c_orth: float = 1.0
     c_smooth: float = 1.0
     fd_scheme: str = "forward"  # 'forward' (4 points per centre) or 'central' (7)
+    w_sub: float = 0.0  # weight of the subspace loss toward the shape's target basis (0 = off; needs targets)
+    c_sub: float = 1.0  # its ConFIG cosine weight
     augment: bool = True
     seed: int = 0
 
@@ -69,13 +71,15 @@ def blend_at(step: int, cfg: TrainConfig) -> float:
 def compute_losses(
     model, shape: TrainShape, cfg: TrainConfig, step: int, g: torch.Generator
 ) -> Dict[str, torch.Tensor]:
-    """The three losses on one shape: ``pot`` (Eq. 8), ``orth`` (6.3), ``smooth`` (Eq. 9), plus ``W`` (N, H)."""
+    """The losses on one shape: ``pot`` (Eq. 8), ``orth`` (6.3), ``smooth`` (Eq. 9), ``sub`` (the subspace loss
+    toward the shape's target basis, when ``cfg.w_sub > 0``; :func:`losses.subspace_loss`), plus ``W`` (N, H)."""
     S = shape.surface.shape[0]
     if S > cfg.surface_points:
         surf = shape.surface[torch.randperm(S, generator=g)[: cfg.surface_points]]
     else:
         surf = shape.surface
-    X = shape.volume[torch.randint(0, shape.volume.shape[0], (cfg.cubature,), generator=g)]  # [N, 3]
+    idx = torch.randint(0, shape.volume.shape[0], (cfg.cubature,), generator=g)
+    X = shape.volume[idx]  # [N, 3]
     cache = model.encode(surf)
     W, G = L.network_fields(model, cache, X, scheme=cfg.fd_scheme)  # [N, H], [N, H, 3]
     Z = L.sample_transforms(cfg.transforms, W.shape[1], cfg.sigma, g)
@@ -85,17 +89,24 @@ def compute_losses(
         "smooth": L.smoothness_loss(G[:, :-1]),
         "W": W,
     }
+    if cfg.w_sub > 0:
+        if shape.target is None:
+            raise ValueError(f"shape {shape.name!r} has no subspace target (w_sub > 0)")
+        out["sub"] = L.subspace_loss(W, shape.target[idx])
     return out
 
 
 def active_losses(cfg: TrainConfig, step: int) -> List[str]:
     """Names of the losses optimised at ``step``: ["orth"] during the orthogonality-only warm-up
-    (``orth_only_frac`` of the steps, method.md 4.3.1), then ["pot", "orth"] plus "smooth" when ``cfg.smooth``."""
+    (``orth_only_frac`` of the steps, method.md 4.3.1), then ["pot", "orth"] ("pot" only when ``w_pot > 0``), plus
+    "smooth" when ``cfg.smooth`` and "sub" when ``w_sub > 0``."""
     if step < int(cfg.orth_only_frac * cfg.steps):
         return ["orth"]
-    names = ["pot", "orth"]
+    names = (["pot"] if cfg.w_pot > 0 else []) + ["orth"]
     if cfg.smooth:
         names.append("smooth")
+    if cfg.w_sub > 0:
+        names.append("sub")
     return names
 
 
@@ -123,7 +134,7 @@ def train_step(
     params = [p for p in model.parameters() if p.requires_grad]
     out = compute_losses(model, shape, cfg, step, g)
     names = active_losses(cfg, step)
-    weights = {"pot": cfg.w_pot, "orth": cfg.w_orth, "smooth": cfg.w_smooth}
+    weights = {"pot": cfg.w_pot, "orth": cfg.w_orth, "smooth": cfg.w_smooth, "sub": cfg.w_sub}
     if cfg.combine == "sum" or len(names) == 1:
         # one backward pass of the weighted sum (no per-loss gradients needed)
         total = sum((weights[n] if len(names) > 1 else 1.0) * out[n] for n in names)
@@ -146,10 +157,10 @@ def train_step(
 
             dist.all_reduce(grads)
             grads /= world_size
-        d = L.config_direction(grads, [{"pot": cfg.c_pot, "orth": cfg.c_orth, "smooth": cfg.c_smooth}[n] for n in names])
+        d = L.config_direction(grads, [{"pot": cfg.c_pot, "orth": cfg.c_orth, "smooth": cfg.c_smooth, "sub": cfg.c_sub}[n] for n in names])
         L.write_gradient(params, d)
         optimizer.step()
-    rec = {n: float(out[n].detach()) for n in ("pot", "orth", "smooth")}
+    rec = {n: float(out[n].detach()) for n in ("pot", "orth", "smooth", "sub") if n in out}
     if grads is not None:
         gn = grads.norm(dim=1).clamp_min(1e-30)
         cos = (grads @ d) / (gn * d.norm().clamp_min(1e-30))

@@ -1,0 +1,46 @@
+"""The ``--skinning`` options shared by animate, skin and evaluate (one set of names and help texts).
+
+The names are those of :data:`physskin_gs.model.bases.SKINNING_BASES` (a test holds the two lists equal); they
+are spelled out here so that ``--help`` does not load torch.
+"""
+
+from __future__ import annotations
+
+#: Accepted ``--skinning`` values: the bases, then the alias 'pretrained' (= network).
+SKINNING_CHOICES = ("eigen", "network", "fit", "rbf", "pretrained")
+
+SKINNING_HELP = ("skinning basis: eigen (default: skinning eigenmodes of the object's volume, the physically best "
+                 "in `evaluate --reference fem`), network (the shipped feed-forward PhysSkin network; alias "
+                 "pretrained), fit (per-object fit, --fit-seconds) or rbf (random smooth bumps, a baseline)")
+
+
+def add_skinning_arguments(p, default: str = "eigen") -> None:
+    """Add --skinning, --checkpoint and --fit-seconds to an argparse parser."""
+    p.add_argument("--skinning", choices=SKINNING_CHOICES, default=default, help=SKINNING_HELP)
+    p.add_argument("--checkpoint", help="network checkpoint (.safetensors) for --skinning network (default: the "
+                                        "shipped data/physskin_m16.safetensors)")
+    p.add_argument("--fit-seconds", dest="fit_seconds", type=float, default=60.0,
+                   help="time budget of --skinning fit in seconds (default 60)")
+
+
+def skinning_options(args):
+    """:class:`physskin_gs.model.bases.SkinningOptions` from parsed arguments (checkpoint, fit_seconds, seed)."""
+    from physskin_gs.model.bases import SkinningOptions
+
+    return SkinningOptions(checkpoint=getattr(args, "checkpoint", None), fit_seconds=float(args.fit_seconds),
+                           seed=int(getattr(args, "seed", 0) or 0))
+
+
+def shared_data_dir(required: bool = False):
+    """The shared data folder: ``$PHYSSKIN_SHARED_DATA``, else ``<repository>/../shared/data`` (a Path). With
+    ``required``, raises OptionError when it does not exist (naming both places)."""
+    import os
+    from pathlib import Path
+
+    from physskin_gs.errors import OptionError
+
+    env = os.environ.get("PHYSSKIN_SHARED_DATA")
+    root = Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    if required and not root.is_dir():
+        raise OptionError(f"shared data folder not found at {root} (set PHYSSKIN_SHARED_DATA, or pass --data)")
+    return root

@@ -1,0 +1,360 @@
+"""Classical skinning-eigenmode basis on a point cloud, without a tet mesh (``--skinning eigen``).
+
+The basis is the low end of the spectrum of a Dirichlet (homogeneous elastic-like) operator discretised with
+meshless shape functions (method.md section 13, "Laplacian eigenbasis" and "FreeForm / RKPM"):
+
+1. **Nodes.** ``n = min(num_nodes, V)`` farthest-point nodes ``x_n`` over the object's volume points.
+2. **Kernels.** A C2 cubic B-spline ``w_n(x) = w(|x - x_n| / r_n)`` with compact support ``r_n`` per node,
+   ``w(q) = 1 - 6 q^2 + 6 q^3`` on [0, 1/2], ``2 (1 - q)^3`` on [1/2, 1], 0 beyond (w(0) = 1).
+   Radius rule: ``r_n = max(radius_factor * d_k(n), min_spacing_factor * s)`` with ``d_k(n)`` the distance from
+   node n to its k-th nearest other node (k = ``radius_k``) and ``s`` the mean nearest-neighbour spacing of the
+   volume points, then capped at ``radius_cap`` times the median radius. The defaults (k = 4, factor 1.8,
+   3 s, cap 4) give about 25 nodes per interior point.
+3. **First-order correction** (reproducing kernel particle method, Liu, Jun & Zhang 1995; equivalently moving
+   least squares with a linear basis): with ``P_n(x) = [1, (x_n - x) / h]`` (h = the median radius, a fixed
+   length that only conditions the 4x4 systems),
+
+       A(x) = sum_n w_n(x) P_n P_n^T + eps S0(x) D,   S0 = sum_n w_n,   D = diag(0, 1, 1, 1),
+       Phi_n(x) = w_n(x) P_n^T A(x)^{-1} e_1.
+
+   Without the ridge (eps = 0) the Phi_n reproduce every affine function exactly: ``sum_n Phi_n = 1`` and
+   ``sum_n Phi_n x_n = x``. The tiny ridge ``eps = 1e-10`` leaves the partition of unity exact (D has a zero
+   first row) and perturbs linear reproduction by ~1e-9 where at least four non-coplanar nodes cover x; where
+   fewer do (the fringe of the supports, very thin parts) it degrades the correction smoothly to Shepard
+   (constant-reproducing) functions instead of blowing up.
+   Gradient (c = x held fixed, which is exact because the fitted polynomial does not depend on c):
+   ``d_k Phi_n = d_k w_n P_n^T b + w_n P_n^T A^{-1} (e_{k+1} / h - d_k A b)`` with ``b = A^{-1} e_1`` and
+   ``d_k A = sum_n d_k w_n P_n P_n^T + eps (d_k S0) D``.
+4. **Energy.** Over the V volume points with equal volumes ``v_p = 1 / V``:
+   stiffness ``K = (lambda + 4 mu) sum_p v_p grad Phi(p)^T grad Phi(p)`` (E = 1, Poisson ratio nu; a constant
+   factor for a homogeneous material, so it does not change the eigenvectors) and mass
+   ``M = sum_p v_p Phi(p)^T Phi(p)``. The lowest m + 1 eigenpairs of ``K c = lambda M c`` come from a dense
+   generalised ``scipy.linalg.eigh``; the constant (``c = 1``, exactly in the null space because of the
+   partition of unity) is M-projected out of that subspace and a Rayleigh-Ritz step gives m M-orthonormal
+   fields orthogonal to the constant. These are the skinning eigenmodes of Benchekroun et al. 2023
+   ("Fast complementary dynamics via skinning eigenmodes", SIGGRAPH) for a homogeneous material, computed
+   meshlessly as FreeForm (CVPR 2026) does with RKPM nodes.
+5. **Units** (field.py / method.md section 5): each learned column is divided by its RMS over the build's
+   volume points (stored in ``col_scale``; it is 1 up to rounding because ``c^T M c`` is that mean square), so
+   every learned column has RMS 1 there; the constant handle is appended last and is exactly 1.
+
+Field evaluation: ``W_j(x) = sum_n Phi_n(x) C_nj`` with the analytic gradient above, computed in float64 with
+``scipy.spatial.cKDTree`` neighbour lists and returned as float32.
+
+Outside every support (``S0(x) = 0``, i.e. farther than r_n from every node, only far outside the object) the
+field is defined as ``W(x) = C[n*]`` with ``n* = argmin_n |x - x_n| / r_n`` and zero gradient. This is
+continuous at the edge of the covered region: there only node n* covers x, so Phi_{n*} = 1 and W = C[n*].
+Values are always finite.
+
+Limitations: connectivity is only that of the kernel supports, so two parts of a thin multi-part shape closer
+than about one support radius (about 1.8x the 4th-nearest-node distance) are coupled as if glued, and a
+detached fragment with fewer than k nodes gets a larger radius (up to the cap) that may reach its neighbours;
+parts farther apart than the radii are decoupled and then appear as (near-)zero-energy piecewise-constant
+modes. Parts thinner than the node spacing only get constant-reproducing (Shepard) shape functions across
+their thickness. The basis is scalar (one weight field per handle) and ignores material heterogeneity.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Dict, Optional, Tuple, Union
+
+import numpy as np
+import scipy.linalg
+import scipy.sparse as sp
+import torch
+from scipy.spatial import cKDTree
+
+from physskin_gs.geometry.sampling import farthest_point_sampling
+from physskin_gs.model.field import SkinningField
+
+ArrayLike = Union[np.ndarray, torch.Tensor]
+
+#: Relative ridge on the linear block of the RKPM moment matrix (see the module docstring).
+RIDGE = 1e-10
+#: Query points are processed in chunks of this many (bounds memory; results do not depend on it).
+CHUNK = 32768
+
+_STATE_KEYS = ("nodes", "radius", "coeffs", "col_scale", "eigenvalues", "length_scale", "ridge")
+
+
+def cubic_spline(q: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """C2 cubic B-spline kernel of support 1 and its derivative divided by q.
+
+    Args:
+        q: (...) float64, normalised distances |x - x_n| / r_n (>= 0).
+
+    Returns:
+        (w, g): w(q) with w(0) = 1 and w = 0 for q >= 1, and g = w'(q) / q (finite at q = 0: -12), both (...).
+    """
+    q = np.asarray(q, dtype=np.float64)
+    inner = q <= 0.5
+    u = np.clip(1.0 - q, 0.0, None)
+    w = np.where(inner, 1.0 - 6.0 * q * q + 6.0 * q * q * q, 2.0 * u * u * u)
+    qs = np.where(q > 0, q, 1.0)
+    g = np.where(inner, -12.0 + 18.0 * q, -6.0 * u * u / qs)
+    return w, g
+
+
+class EigenSkinningField(SkinningField):
+    """Skinning-eigenmode field on RKPM nodes (see the module docstring for the method and its sources).
+
+    Attributes:
+        kind: ``"eigen"``.
+        num_handles: H = m + 1 (m eigenmode columns, then the constant handle).
+        nodes: (n, 3) float64 node positions, normalised frame.
+        radius: (n,) float64 kernel support radii.
+        coeffs: (n, m) float64 nodal coefficients, already divided by ``col_scale``.
+        col_scale: (m,) float64 RMS of the raw eigenmode columns over the build's volume points.
+        eigenvalues: (m,) float64 generalised eigenvalues (K c = lambda M c, E = 1) of the learned columns,
+            ascending.
+        length_scale: float, the h of the linear basis [1, (x_n - x) / h].
+        ridge: float, the relative ridge eps of the moment matrices.
+    """
+
+    kind = "eigen"
+
+    def __init__(self, nodes: np.ndarray, radius: np.ndarray, coeffs: np.ndarray, col_scale: np.ndarray,
+                 eigenvalues: np.ndarray, length_scale: float, ridge: float = RIDGE) -> None:
+        self.nodes = np.ascontiguousarray(nodes, dtype=np.float64)  # [n, 3]
+        self.radius = np.ascontiguousarray(radius, dtype=np.float64)  # [n]
+        self.coeffs = np.ascontiguousarray(coeffs, dtype=np.float64)  # [n, m]
+        self.col_scale = np.ascontiguousarray(col_scale, dtype=np.float64)  # [m]
+        self.eigenvalues = np.ascontiguousarray(eigenvalues, dtype=np.float64)  # [m]
+        self.length_scale = float(length_scale)
+        self.ridge = float(ridge)
+        n = self.nodes.shape[0]
+        if self.nodes.ndim != 2 or self.nodes.shape[1] != 3 or self.radius.shape != (n,) or \
+                self.coeffs.ndim != 2 or self.coeffs.shape[0] != n:
+            raise ValueError(f"inconsistent eigen field arrays: nodes {self.nodes.shape}, radius "
+                             f"{self.radius.shape}, coeffs {self.coeffs.shape}")
+        if not (np.all(self.radius > 0) and self.length_scale > 0):
+            raise ValueError("eigen field radii and length scale must be positive")
+        self.num_handles = int(self.coeffs.shape[1]) + 1
+
+    # ------------------------------------------------------------------ shape functions
+    def shape_functions(self, x: np.ndarray):
+        """Corrected RKPM shape functions and their gradients at query points, as sparse matrices.
+
+        Args:
+            x: (N, 3) float, normalised coordinates (finite).
+
+        Returns:
+            (Phi, dPhi, covered): Phi (N, n) scipy CSR float64; dPhi a list of 3 CSR (N, n), d Phi / d x_k with
+            the same sparsity; covered (N,) bool, False where no kernel support contains the point (those
+            rows are empty).
+        """
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        N, n = x.shape[0], self.nodes.shape[0]
+        if N == 0:
+            empty = sp.csr_matrix((0, n))
+            return empty, [empty.copy() for _ in range(3)], np.zeros(0, dtype=bool)
+        # Neighbour lists grouped by node: the pair order (ascending node within each point after the stable
+        # COO -> CSR conversion) and hence every per-point sum are independent of chunking and tree layout.
+        lists = cKDTree(x).query_ball_point(self.nodes, self.radius, return_sorted=False)
+        lens = np.fromiter(map(len, lists), dtype=np.int64, count=n)
+        cols = np.repeat(np.arange(n, dtype=np.int64), lens)  # [P]
+        rows = np.fromiter(itertools.chain.from_iterable(lists), dtype=np.int64, count=int(lens.sum()))  # [P]
+        d = self.nodes[cols] - x[rows]  # [P, 3], x_n - x
+        r = self.radius[cols]  # [P]
+        q = np.sqrt((d * d).sum(1)) / r
+        keep = q < 1.0
+        if not keep.all():
+            rows, cols, d, r, q = rows[keep], cols[keep], d[keep], r[keep], q[keep]
+        w, g = cubic_spline(q)  # [P]
+        dw = (-g / (r * r))[:, None] * d  # [P, 3], d w_n / d x
+        Pn = np.empty((rows.shape[0], 4))  # [P, 4]
+        Pn[:, 0] = 1.0
+        Pn[:, 1:] = d / self.length_scale
+        iu, ju = np.triu_indices(4)
+        outer = Pn[:, iu] * Pn[:, ju]  # [P, 10] unique entries of P_n P_n^T
+        feats = np.concatenate([w[:, None] * outer] + [dw[:, k:k + 1] * outer for k in range(3)], axis=1)  # [P, 40]
+        P = rows.shape[0]
+        summ = sp.csr_matrix((np.ones(P), (rows, np.arange(P))), shape=(N, P))
+        mom = np.asarray(summ @ feats)  # [N, 40]
+        S0 = mom[:, 0].copy()  # [N] sum of kernel weights (entry (0, 0))
+        covered = S0 > 0
+        S0s = np.where(covered, S0, 1.0)
+        dS0 = mom[:, [10, 20, 30]]  # [N, 3]
+
+        def unpack(v):  # [N, 10] -> [N, 4, 4] symmetric
+            out = np.empty((N, 4, 4))
+            out[:, iu, ju] = v
+            out[:, ju, iu] = v
+            return out
+
+        diag = np.array([0.0, 1.0, 1.0, 1.0])
+        A = unpack(mom[:, :10] / S0s[:, None])  # [N, 4, 4] normalised by S0
+        A += self.ridge * np.eye(4) * diag
+        A[~covered] = np.eye(4)
+        Ainv = np.linalg.inv(A)  # [N, 4, 4]
+        beta = Ainv[:, :, 0]  # [N, 4] = S0 * A^{-1} e1
+        delta = np.empty((N, 3, 4))  # [N, 3, 4] S0 * d_k b
+        for k in range(3):
+            dA = unpack(mom[:, 10 * (k + 1):10 * (k + 2)] / S0s[:, None])
+            dA += (self.ridge * dS0[:, k] / S0s)[:, None, None] * np.diag(diag)
+            rhs = -np.einsum("nij,nj->ni", dA, beta)
+            rhs[:, k + 1] += 1.0 / self.length_scale
+            delta[:, k] = np.einsum("nij,nj->ni", Ainv, rhs)
+        inv_s0 = 1.0 / S0s[rows]  # [P]
+        Pb = (Pn * beta[rows]).sum(1)  # [P]
+        phi = w * Pb * inv_s0
+        dphi = [(dw[:, k] * Pb + w * (Pn * delta[rows, k]).sum(1)) * inv_s0 for k in range(3)]
+        Phi = sp.csr_matrix((phi, (rows, cols)), shape=(N, n))
+        dPhi = [sp.csr_matrix((v, (rows, cols)), shape=(N, n)) for v in dphi]
+        return Phi, dPhi, covered
+
+    # ------------------------------------------------------------------ field
+    def _nearest_scaled(self, x: np.ndarray) -> np.ndarray:
+        """(N,) index of the node minimising |x - x_n| / r_n (brute force, chunked; used for uncovered points)."""
+        out = np.empty(x.shape[0], dtype=np.int64)
+        inv_r2 = 1.0 / (self.radius * self.radius)
+        for s in range(0, x.shape[0], 2048):
+            d = x[s:s + 2048, None, :] - self.nodes[None]  # [c, n, 3]
+            out[s:s + 2048] = ((d * d).sum(-1) * inv_r2).argmin(1)
+        return out
+
+    def evaluate(self, x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """Float64 field: x (N, 3) -> (W (N, H), dW/dX (N, H, 3)), constant handle last (see the module doc)."""
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        if x.ndim != 2 or x.shape[1] != 3:
+            raise ValueError(f"query points must be (N, 3), got {tuple(x.shape)}")
+        if not np.isfinite(x).all():
+            raise ValueError("query points must be finite")
+        N, m = x.shape[0], self.coeffs.shape[1]
+        W = np.zeros((N, m + 1))
+        G = np.zeros((N, m + 1, 3))
+        W[:, m] = 1.0
+        for s in range(0, N, CHUNK):
+            xs = x[s:s + CHUNK]
+            Phi, dPhi, covered = self.shape_functions(xs)
+            W[s:s + CHUNK, :m] = Phi @ self.coeffs
+            for k in range(3):
+                G[s:s + CHUNK, :m, k] = dPhi[k] @ self.coeffs
+            if not covered.all():
+                out = np.flatnonzero(~covered)
+                W[s + out, :m] = self.coeffs[self._nearest_scaled(xs[out])]
+        return W, G
+
+    def weights_and_grads(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """x: (N, 3) normalised coordinates -> (W (N, H), dW/dX (N, H, 3)) float32 on x's device.
+
+        Raises:
+            ValueError: x is not (N, 3) or has non-finite entries.
+        """
+        xt = torch.as_tensor(x)
+        W, G = self.evaluate(xt.detach().cpu().double().numpy())
+        return (torch.from_numpy(W.astype(np.float32)).to(xt.device),
+                torch.from_numpy(G.astype(np.float32)).to(xt.device))
+
+    # ------------------------------------------------------------------ save / load
+    def state(self) -> Dict[str, torch.Tensor]:
+        """Every array needed to evaluate the field, as float64 CPU tensors (round trip is bit-identical)."""
+        return {
+            "nodes": torch.from_numpy(self.nodes.copy()),
+            "radius": torch.from_numpy(self.radius.copy()),
+            "coeffs": torch.from_numpy(self.coeffs.copy()),
+            "col_scale": torch.from_numpy(self.col_scale.copy()),
+            "eigenvalues": torch.from_numpy(self.eigenvalues.copy()),
+            "length_scale": torch.tensor(self.length_scale, dtype=torch.float64),
+            "ridge": torch.tensor(self.ridge, dtype=torch.float64),
+        }
+
+    @classmethod
+    def from_state(cls, d: Dict[str, torch.Tensor]) -> "EigenSkinningField":
+        """Inverse of :meth:`state`. Raises ValueError when a key is missing or the arrays disagree."""
+        missing = [k for k in _STATE_KEYS if k not in d]
+        if missing:
+            raise ValueError(f"eigen field state lacks {missing}")
+        a = {k: torch.as_tensor(d[k]).detach().cpu().to(torch.float64).numpy() for k in _STATE_KEYS}
+        return cls(a["nodes"], a["radius"], a["coeffs"], a["col_scale"], a["eigenvalues"],
+                   float(a["length_scale"]), float(a["ridge"]))
+
+
+def _lame_factor(nu: float) -> float:
+    """lambda + 4 mu for E = 1 and Poisson ratio nu (the constant stiffness factor)."""
+    mu = 1.0 / (2.0 * (1.0 + nu))
+    lam = nu / ((1.0 + nu) * (1.0 - 2.0 * nu))
+    return lam + 4.0 * mu
+
+
+def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optional[int] = 0, num_nodes: int = 1024,
+                      nu: float = 0.45, radius_k: int = 4, radius_factor: float = 1.8,
+                      min_spacing_factor: float = 3.0, radius_cap: float = 4.0) -> EigenSkinningField:
+    """Build the skinning-eigenmode field of an object from its volume points (module docstring, steps 1-5).
+
+    Args:
+        volume: (V, 3) float numpy array or tensor, the object's volume (interior + surface) points in the
+            normalised frame; also the quadrature points of K and M and the reference set of the column units.
+        num_handles: H = m + 1, constant handle included (>= 2).
+        seed: seed of the first farthest-point node (the build is deterministic for a given seed).
+        num_nodes: number of RKPM nodes n (clipped to V; must exceed m).
+        nu: Poisson ratio in (-1, 0.5); only scales the eigenvalues (homogeneous material).
+        radius_k, radius_factor, min_spacing_factor, radius_cap: radius rule (module docstring, step 2).
+
+    Returns:
+        :class:`EigenSkinningField`.
+
+    Raises:
+        ValueError: bad shapes, non-finite points, too few points or nodes for the requested handles, or an
+            out-of-range parameter.
+    """
+    pts = volume.detach().cpu().double().numpy() if isinstance(volume, torch.Tensor) else np.asarray(volume)
+    pts = np.ascontiguousarray(pts, dtype=np.float64)
+    if pts.ndim != 2 or pts.shape[1] != 3:
+        raise ValueError(f"volume points must be (V, 3), got {tuple(pts.shape)}")
+    if not np.isfinite(pts).all():
+        raise ValueError("volume points must be finite")
+    m = int(num_handles) - 1
+    if m < 1:
+        raise ValueError(f"num_handles must be >= 2, got {num_handles}")
+    if not (-1.0 < nu < 0.5):
+        raise ValueError(f"Poisson ratio must lie in (-1, 0.5), got {nu}")
+    if radius_k < 1 or radius_factor <= 0 or min_spacing_factor < 0 or radius_cap < 1:
+        raise ValueError("invalid radius rule parameters")
+    V = pts.shape[0]
+    n = int(min(num_nodes, V))
+    if n < m + 2 or n <= radius_k:
+        raise ValueError(f"{n} nodes (from {V} points, num_nodes={num_nodes}) are too few for {num_handles} "
+                         "handles")
+
+    # 1. nodes; 2. radii
+    idx = farthest_point_sampling(pts, n, seed=seed)
+    nodes = pts[idx]  # [n, 3]
+    dn, _ = cKDTree(nodes).query(nodes, k=radius_k + 1)  # [n, k+1], column 0 is the node itself
+    dp, _ = cKDTree(pts).query(pts, k=2)  # [V, 2]
+    spacing = float(dp[:, 1].mean())
+    radius = np.maximum(radius_factor * dn[:, radius_k], min_spacing_factor * spacing)
+    radius = np.minimum(radius, radius_cap * float(np.median(radius)))
+    if not np.all(radius > 0):
+        raise ValueError("volume points are degenerate (coincident nodes)")
+    h = float(np.median(radius))
+    proto = EigenSkinningField(nodes, radius, np.zeros((n, m)), np.ones(m), np.zeros(m), h)
+
+    # 3. shape functions at the quadrature points; 4. K and M
+    Phi, dPhi, _ = proto.shape_functions(pts)
+    vol = 1.0 / V
+    M = (Phi.T @ Phi).toarray() * vol  # [n, n]
+    K = sum((D.T @ D) for D in dPhi).toarray() * (vol * _lame_factor(nu))  # [n, n]
+    M = 0.5 * (M + M.T)
+    K = 0.5 * (K + K.T)
+    M[np.diag_indices(n)] += 1e-12 * float(np.trace(M)) / n  # keeps M definite if a node barely sees points
+    lam, Q = scipy.linalg.eigh(K, M, subset_by_index=[0, m], driver="gvx" if n > 64 else "gv")  # [m+1], [n, m+1]
+
+    # drop the constant: M-project it out of the subspace, then Rayleigh-Ritz in what is left
+    one = np.ones(n)
+    Mone = M @ one
+    Qp = Q - np.outer(one, (Mone @ Q) / (one @ Mone))  # [n, m+1]
+    gram = Qp.T @ M @ Qp
+    s, U = np.linalg.eigh(0.5 * (gram + gram.T))  # ascending; s[0] ~ 0 is the removed constant
+    B = Qp @ (U[:, 1:] / np.sqrt(s[1:]))  # [n, m] M-orthonormal, M-orthogonal to 1
+    kr = B.T @ K @ B
+    mu_r, Y = np.linalg.eigh(0.5 * (kr + kr.T))
+    C = B @ Y  # [n, m]
+    flip = np.sign(C[np.abs(C).argmax(0), np.arange(m)])  # largest-magnitude coefficient positive
+    C *= np.where(flip == 0, 1.0, flip)
+
+    # 5. units: RMS 1 over the build points
+    Wb = Phi @ C  # [V, m]
+    col_scale = np.sqrt((Wb * Wb).mean(0))
+    return EigenSkinningField(nodes, radius, C / col_scale, col_scale, mu_r, h)

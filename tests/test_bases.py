@@ -1,0 +1,111 @@
+"""The one skinning-basis interface (physskin_gs.model.bases): names, building, save/load, and `skin --points`."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from physskin_gs.cli import main
+from physskin_gs.cli._skinning import SKINNING_CHOICES
+from physskin_gs.errors import CheckpointError, OptionError
+from physskin_gs.model import NetConfig, PhysSkinNet, save_checkpoint
+from physskin_gs.model.bases import (
+    DEFAULT_SKINNING,
+    SKINNING_BASES,
+    SkinningOptions,
+    build_skinning,
+    load_field,
+    resolve_skinning,
+    save_field,
+    skinning_names,
+)
+from physskin_gs.model.data import synthetic_shape
+
+
+def _tiny_ckpt(path):
+    torch.manual_seed(0)
+    net = PhysSkinNet(NetConfig(num_handles=6, width=32, heads=2, latents=8, enc_layers=1, handle_tokens=8,
+                                head_hidden=32, ff_mult=1))
+    return save_checkpoint(net, path, {"train": {"combine": "sum"}})
+
+
+def test_names_are_one_list():
+    assert tuple(skinning_names()) == SKINNING_CHOICES  # the CLI's static list is the registry's
+    assert resolve_skinning("pretrained") == "network" and resolve_skinning(None) == DEFAULT_SKINNING
+    assert resolve_skinning("EIGEN") == "eigen"
+    with pytest.raises(OptionError, match="eigen, network"):
+        resolve_skinning("bogus")
+    assert set(SKINNING_BASES) == {"eigen", "network", "fit", "rbf"}
+
+
+def test_build_checks_inputs():
+    shape = synthetic_shape("box", n_surface=64, n_volume=10)
+    with pytest.raises(OptionError, match="at least 17 volume points"):
+        build_skinning("rbf", shape.surface, shape.volume[:10])
+    with pytest.raises(CheckpointError, match="not found"):
+        build_skinning("network", shape.surface, shape.volume, SkinningOptions(checkpoint="/nonexistent/x.safetensors"))
+
+
+def _assert_same_field(a, b, x):
+    Wa, Ga = a.weights_and_grads(x)
+    Wb, Gb = b.weights_and_grads(x)
+    assert a.num_handles == b.num_handles
+    assert torch.equal(Wa, Wb) and torch.equal(Ga, Gb)
+
+
+@pytest.mark.parametrize("name", ["rbf", "network", "fit"])
+def test_save_load_round_trip(tmp_path, name):
+    shape = synthetic_shape("ellipsoid", n_surface=256, n_volume=400)
+    opts = SkinningOptions(num_handles=6, checkpoint=str(_tiny_ckpt(tmp_path / "t.safetensors")), fit_seconds=0.5)
+    field, source = build_skinning(name, shape.surface, shape.volume, opts)
+    assert field.num_handles == 7 and source.split(":")[0] == name
+    W = field.weights(shape.volume)
+    assert torch.allclose(W[:, -1], torch.ones(W.shape[0]))  # the constant handle is exactly 1, last
+    path = save_field(field, tmp_path / f"{name}.safetensors")
+    x = torch.rand(50, 3) * 2 - 1
+    _assert_same_field(field, load_field(path), x)
+
+
+def test_load_field_rejects_foreign_files(tmp_path):
+    ck = _tiny_ckpt(tmp_path / "t.safetensors")  # a checkpoint, not a field
+    with pytest.raises(CheckpointError, match="not a physskin_gs skinning field"):
+        load_field(ck)
+    junk = tmp_path / "junk.safetensors"
+    junk.write_bytes(b"junk")
+    with pytest.raises(CheckpointError):
+        load_field(junk)
+
+
+def test_skin_points_equal_the_objects_own_rows(tmp_path, splats_dir):
+    """`skin --points` at the scene's own Gaussian centres reproduces the scene's own weights and gradients."""
+    from physskin_gs.io import load_scene
+
+    src = splats_dir / "spot_mesh2splat_10k.splat"
+    full = tmp_path / "full.npz"
+    assert main(["skin", str(src), "-o", str(full), "--skinning", "rbf"]) == 0
+    means = load_scene(str(src)).means.numpy().astype(np.float64)
+    pick = np.random.default_rng(0).choice(means.shape[0], 200, replace=False)
+    np.save(tmp_path / "pts.npy", means[pick])
+    part = tmp_path / "part.npz"
+    assert main(["skin", str(src), "-o", str(part), "--skinning", "rbf", "--points", str(tmp_path / "pts.npy")]) == 0
+    a, b = np.load(full), np.load(part)
+    assert b["weights"].shape == (200, 17)
+    np.testing.assert_allclose(b["weights"], a["weights"][pick], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(b["grads"], a["grads"][pick], rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(b["grads_scene"], b["grads"] / float(b["scale"]), rtol=1e-6)
+    assert json.loads(str(b["metrics"]))["query"] == "points"
+
+
+def test_skin_points_bad_files(tmp_path, splats_dir, capsys):
+    src = splats_dir / "spot_mesh2splat_10k.splat"
+    np.save(tmp_path / "bad.npy", np.zeros((5, 2)))
+    assert main(["skin", str(src), "-o", str(tmp_path / "o.npz"), "--points", str(tmp_path / "bad.npy")]) == 2
+    assert "(N, 3)" in capsys.readouterr().err
+    nan = np.zeros((3, 3))
+    nan[1, 1] = np.nan
+    np.save(tmp_path / "nan.npy", nan)
+    assert main(["skin", str(src), "-o", str(tmp_path / "o.npz"), "--points", str(tmp_path / "nan.npy")]) == 2
+    assert "not finite" in capsys.readouterr().err
+    assert main(["skin", str(src), "-o", str(tmp_path / "o.npz"), "--points", str(tmp_path / "missing.npy")]) == 2
+    assert not (tmp_path / "o.npz").exists()
