@@ -23,7 +23,17 @@ from physskin_gs.errors import OptionError
 
 
 def register(sub) -> None:
-    p = sub.add_parser("evaluate", help="evaluate a checkpoint against the per-object fit on held-out shapes")
+    p = sub.add_parser("evaluate", help="skinning bases against a finite-element reference (--reference fem), or "
+                                        "the network against the per-object fit by orthogonality and energy")
+    p.add_argument("--reference", choices=["fem", "orth"], default="orth",
+                   help="fem: every basis against tet FEM ground truth (frequencies, mode capture, static "
+                        "deflection); orth (default): the paper's orthogonality metrics and energy, network vs fit")
+    p.add_argument("--bases", default=None,
+                   help="--reference fem: comma-separated bases (default eigen,network,rbf, plus fit when "
+                        "--fit-seconds > 0); a laplacian-fem row (tet-mesh Laplacian eigenbasis) is always added")
+    p.add_argument("--nodes", type=int, default=3000, help="--reference fem: tet-mesh nodes per shape (default 3000)")
+    p.add_argument("--modes", type=int, default=10, help="--reference fem: non-rigid FEM modes compared (default 10)")
+    p.add_argument("--density", type=float, default=1000.0, help="--reference fem: density in kg/m^3")
     p.add_argument("--checkpoint", default=None, help="network checkpoint (default: the shipped one)")
     p.add_argument("--data", nargs="+", default=None,
                    help="mesh/splat files or folders (default: the held-out shared meshes)")
@@ -32,7 +42,7 @@ def register(sub) -> None:
     p.add_argument("--fit-seconds", type=float, default=60.0, help="time budget of the per-object fit (0: skip)")
     p.add_argument("--transforms", type=int, default=64, help="random handle perturbations for the energy")
     p.add_argument("--sigma", type=float, default=0.02, help="perturbation scale (field units)")
-    p.add_argument("--E", type=float, default=5e5, help="Young's modulus (Pa) for the energy")
+    p.add_argument("--E", type=float, default=None, help="Young's modulus (Pa): default 5e5 for the energy, 1e5 for fem")
     p.add_argument("--nu", type=float, default=0.45, help="Poisson ratio for the energy")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
@@ -88,15 +98,27 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     if args.points < 17:
         raise OptionError("--points must be at least 17")
+    if args.fit_seconds < 0:
+        raise OptionError(f"--fit-seconds must be >= 0, got {args.fit_seconds}")
+    if not (-1.0 < args.nu < 0.5):
+        raise OptionError(f"--nu must lie in (-1, 0.5), got {args.nu}")
+    if args.E is not None and not (args.E > 0 and math.isfinite(args.E)):
+        raise OptionError(f"--E must be a positive number of Pa, got {args.E}")
+    paths = _input_paths(args.data)
+    if args.reference == "fem":
+        from physskin_gs.cli.evaluate_fem import run_fem
+
+        args.E = 1e5 if args.E is None else args.E
+        result = run_fem(args, paths)
+        if args.json:
+            _write_json(args.json, {"settings": {k: getattr(args, k) for k in
+                        ("nodes", "modes", "points", "fit_seconds", "E", "nu", "density", "seed", "checkpoint")},
+                        **result})
+        return 0
+    args.E = 5e5 if args.E is None else args.E
     ckpt = args.checkpoint or default_checkpoint_path()
     model = load_checkpoint(ckpt)
     fit_cfg = fit_config_like(checkpoint_metadata(ckpt).get("train_config", {}).get("train"))
-    paths = []
-    for p in args.data or default_eval_paths():
-        p = Path(p)
-        if not p.exists():
-            raise FileNotFoundError(f"{p}: evaluation input not found")
-        paths += sorted(q for q in p.iterdir() if q.is_file() and q.suffix != ".md") if p.is_dir() else [p]
     results = []
     for path in paths:
         obj = prepare_object(path, seed=args.seed)
@@ -126,9 +148,44 @@ def run(args) -> int:
         out = {"checkpoint": str(ckpt), "fit_config": fit_cfg.to_dict(), "settings": {k: getattr(args, k) for k in
                ("points", "fit_seconds", "transforms", "sigma", "E", "nu", "seed")},
                "shapes": results, "summary": summary}
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=2))
+        _write_json(args.json, out)
     return 0
+
+
+def _input_paths(data):
+    """Files to evaluate: the given files and folders' files, or the held-out meshes. Raises FileNotFoundError /
+    OptionError (nothing to evaluate)."""
+    paths = []
+    for p in data or default_eval_paths():
+        p = Path(p)
+        if not p.exists():
+            raise FileNotFoundError(f"{p}: evaluation input not found")
+        paths += sorted(q for q in p.iterdir() if q.is_file() and q.suffix != ".md") if p.is_dir() else [p]
+    if not paths:
+        raise OptionError("nothing to evaluate: pass --data (the default held-out meshes live in the shared data "
+                          "folder, $PHYSSKIN_SHARED_DATA or ../shared/data)")
+    return paths
+
+
+def _write_json(path, obj) -> None:
+    """Strict JSON (no NaN/Infinity: non-finite numbers become null), written atomically."""
+    import os
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(_finite(obj), indent=2, allow_nan=False))
+    os.replace(tmp, path)
+
+
+def _finite(x):
+    if isinstance(x, float):
+        return x if math.isfinite(x) else None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
 
 
 def _mean(vals):

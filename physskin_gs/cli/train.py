@@ -46,6 +46,7 @@ def register(sub) -> None:
     p.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this wall time")
     p.add_argument("--stop-after", type=int, default=None, help="stop (and checkpoint) after this many steps of this run")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default="auto", help="torch device: auto (cuda when available, else cpu), cpu, cuda, cuda:N")
     p.add_argument("--threads", type=int, default=None, help="torch threads per process (default 2 / world size)")
     p.add_argument("--ckpt-every", type=float, default=180.0, help="seconds between checkpoints")
     p.add_argument("--snapshot-every", type=int, default=2000, help="steps between kept snapshots")
@@ -127,7 +128,7 @@ def attach_eigen_target(shape, num_handles: int, cache_dir: str = ".cache/target
     from physskin_gs.model.eigen import build_eigen_field
 
     t0 = time.perf_counter()
-    field = build_eigen_field(vol, num_handles=num_handles)
+    field = build_eigen_field(vol, num_handles=num_handles + 1)  # m learned + the constant handle
     W = field.weights(vol).float()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
@@ -135,6 +136,28 @@ def attach_eigen_target(shape, num_handles: int, cache_dir: str = ".cache/target
     os.replace(tmp, path)
     log(f"eigen target for {shape.name}: {tuple(W.shape)} in {time.perf_counter() - t0:.1f} s")
     return replace(shape, target=W)
+
+
+def _device(name: str):
+    """torch.device from --device ('auto': cuda when available). Raises OptionError for an unusable device."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        dev = torch.device(name)
+    except (RuntimeError, ValueError) as exc:
+        raise OptionError(f"--device {name!r}: {exc}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise OptionError(f"--device {name}: CUDA is not available on this machine")
+    return dev
+
+
+def _to_device(shape, device):
+    from dataclasses import replace
+
+    return replace(shape, surface=shape.surface.to(device), volume=shape.volume.to(device),
+                   target=None if shape.target is None else shape.target.to(device))
 
 
 def _validate(model, shapes, n_points=5000):
@@ -172,6 +195,7 @@ def run(args) -> int:
     torch.set_num_threads(args.threads or max(1, 2 // world))
     if args.steps < 1:
         raise OptionError("--steps must be >= 1")
+    device = _device(args.device)
     out = Path(args.out)
     is_main = rank == 0
     if is_main:
@@ -202,7 +226,7 @@ def run(args) -> int:
         args.synthetic = saved.get("synthetic", args.synthetic)
 
     torch.manual_seed(tcfg.seed)
-    model = PhysSkinNet(ncfg)
+    model = PhysSkinNet(ncfg).to(device)
     if world > 1:
         for p in model.parameters():
             dist.broadcast(p.data, 0)
@@ -218,11 +242,13 @@ def run(args) -> int:
     val = _val_shapes(args, held) if (is_main and args.val_every > 0) else []
     if tcfg.w_sub > 0:
         shapes = [attach_eigen_target(s, ncfg.num_handles, log=log) for s in shapes]
+    shapes = [_to_device(s, device) for s in shapes]
+    val = [_to_device(s, device) for s in val]
 
     start = 0
     if args.resume:
         tensors, _ = read_checkpoint(model_path)
-        model.load_state_dict(tensors)
+        model.load_state_dict({k: v.to(device) for k, v in tensors.items()})
         start, _ = load_train_state(state_path, opt, gen)  # Adam state is identical on every rank
         if rank:
             gen.manual_seed(tcfg.seed * 1000 + rank + 7919 * start)
@@ -230,7 +256,7 @@ def run(args) -> int:
         (out / "config.json").write_text(json.dumps({
             "model": ncfg.to_dict(), "train": tcfg.to_dict(), "data": args.data, "synthetic": args.synthetic,
             "held_out": list(held), "train_shapes": [s.name for s in shapes], "world_size": world,
-            "threads": torch.get_num_threads(),
+            "threads": torch.get_num_threads(), "device": str(device),
         }, indent=2))
         log(f"training on {len(shapes)} shapes ({', '.join(s.name for s in shapes)}); held out: {', '.join(held)}")
         log(f"model: {sum(p.numel() for p in model.parameters())} parameters; steps {start} -> {tcfg.steps}")

@@ -108,7 +108,8 @@ class EigenBasis(SkinningBasis):
         from physskin_gs.model.eigen import build_eigen_field
 
         _report(progress, "skinning: eigenmodes of the object's volume points", 0.35)
-        field = build_eigen_field(torch.as_tensor(volume).float(), num_handles=options.num_handles, seed=options.seed)
+        field = build_eigen_field(torch.as_tensor(volume).float(), num_handles=options.num_handles + 1,
+                                  seed=options.seed)  # its num_handles counts the constant handle
         return field, "eigen"
 
 

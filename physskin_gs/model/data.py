@@ -123,7 +123,7 @@ def augment(shape: TrainShape, g: torch.Generator, scale_range=(0.75, 1.25)) -> 
     s = scale_range[0] + (scale_range[1] - scale_range[0]) * torch.rand(3, generator=g)
     if shape.target is not None:
         s = torch.ones(3)
-    M = R * s  # rotate then scale each output axis
+    M = (R * s).to(shape.surface.device)  # rotate then scale each output axis
     surf = shape.surface @ M.t()
     vol = shape.volume @ M.t()
     lo, hi = surf.min(0).values, surf.max(0).values

@@ -9,22 +9,29 @@ meshless shape functions (method.md section 13, "Laplacian eigenbasis" and "Free
    Radius rule: ``r_n = max(radius_factor * d_k(n), min_spacing_factor * s)`` with ``d_k(n)`` the distance from
    node n to its k-th nearest other node (k = ``radius_k``) and ``s`` the mean nearest-neighbour spacing of the
    volume points, then capped at ``radius_cap`` times the median radius. The defaults (k = 4, factor 1.8,
-   3 s, cap 4) give about 25 nodes per interior point.
-3. **First-order correction** (reproducing kernel particle method, Liu, Jun & Zhang 1995; equivalently moving
-   least squares with a linear basis): with ``P_n(x) = [1, (x_n - x) / h]`` (h = the median radius, a fixed
-   length that only conditions the 4x4 systems),
+   3 s, cap 4) give about 22 nodes per volume point. The support thus follows the node spacing (the point
+   cloud's own connectivity), not a fraction of the bounding box.
+3. **First-order correction** (reproducing kernel particle method, Liu, Jun & Zhang 1995, "Reproducing kernel
+   particle methods", IJNMF 20; equivalently moving least squares with a linear basis). With Shepard weights
+   ``s_n = w_n / S0``, ``S0 = sum_n w_n``, offsets ``P_n = [1, (x_n - x) / h]`` (h = the median radius, a
+   fixed length that only conditions the systems) and ``D = diag(0, 1, 1, 1)``:
 
-       A(x) = sum_n w_n(x) P_n P_n^T + eps S0(x) D,   S0 = sum_n w_n,   D = diag(0, 1, 1, 1),
-       Phi_n(x) = w_n(x) P_n^T A(x)^{-1} e_1.
+       A(x) = sum_n s_n P_n P_n^T + eps D,   beta = A^{-1} e_1,   Phi^RK_n = s_n P_n^T beta.
 
-   Without the ridge (eps = 0) the Phi_n reproduce every affine function exactly: ``sum_n Phi_n = 1`` and
-   ``sum_n Phi_n x_n = x``. The tiny ridge ``eps = 1e-10`` leaves the partition of unity exact (D has a zero
-   first row) and perturbs linear reproduction by ~1e-9 where at least four non-coplanar nodes cover x; where
-   fewer do (the fringe of the supports, very thin parts) it degrades the correction smoothly to Shepard
-   (constant-reproducing) functions instead of blowing up.
-   Gradient (c = x held fixed, which is exact because the fitted polynomial does not depend on c):
-   ``d_k Phi_n = d_k w_n P_n^T b + w_n P_n^T A^{-1} (e_{k+1} / h - d_k A b)`` with ``b = A^{-1} e_1`` and
-   ``d_k A = sum_n d_k w_n P_n P_n^T + eps (d_k S0) D``.
+   ``Phi^RK`` reproduces 1 exactly (D has a zero first row) and x up to the ridge ``eps = 1e-10`` (~1e-9).
+   MLS blows up where the covering nodes are nearly coplanar (the fringe of the supports outside the object,
+   parts thinner than the node spacing), so the field blends to the Shepard functions there:
+
+       Phi_n = gamma Phi^RK_n + (1 - gamma) s_n,   gamma = smooth5((rho - rho_lo) / (rho_hi - rho_lo)),
+
+   with ``rho = 3 / tr([A^{-1}]_{1:4, 1:4})`` the harmonic mean of the eigenvalues of the weighted covariance of
+   the node offsets (in units of h^2; smooth in x), ``smooth5(t) = 6t^5 - 15t^4 + 10t^3`` clipped to [0, 1],
+   ``rho_lo = 0.004``, ``rho_hi = 0.012``. On volume points the measured rho is >= 0.016 (gamma = 1, exact
+   affine reproduction); the partition of unity holds everywhere.
+   Gradients are analytic (the basis centre c = x is held fixed, which is exact because the fitted
+   polynomial does not depend on c): ``d_k beta = A^{-1} (e_{k+1} / h - d_k A beta)``,
+   ``d_k s_n = (d_k w_n - s_n d_k S0) / S0``, ``d_k rho = 3 tr([A^{-1} d_k A A^{-1}]_{1:4,1:4}) / tr^2`` and
+   ``d_k Phi_n = d_k s_n (1 + gamma (P_n.beta - 1)) + s_n (gamma P_n.d_k beta + d_k gamma (P_n.beta - 1))``.
 4. **Energy.** Over the V volume points with equal volumes ``v_p = 1 / V``:
    stiffness ``K = (lambda + 4 mu) sum_p v_p grad Phi(p)^T grad Phi(p)`` (E = 1, Poisson ratio nu; a constant
    factor for a homogeneous material, so it does not change the eigenvectors) and mass
@@ -32,32 +39,33 @@ meshless shape functions (method.md section 13, "Laplacian eigenbasis" and "Free
    generalised ``scipy.linalg.eigh``; the constant (``c = 1``, exactly in the null space because of the
    partition of unity) is M-projected out of that subspace and a Rayleigh-Ritz step gives m M-orthonormal
    fields orthogonal to the constant. These are the skinning eigenmodes of Benchekroun et al. 2023
-   ("Fast complementary dynamics via skinning eigenmodes", SIGGRAPH) for a homogeneous material, computed
+   ("Fast complementary dynamics via skinning eigenmodes", ACM TOG 42(4)) for a homogeneous material, computed
    meshlessly as FreeForm (CVPR 2026) does with RKPM nodes.
-5. **Units** (field.py / method.md section 5): each learned column is divided by its RMS over the build's
-   volume points (stored in ``col_scale``; it is 1 up to rounding because ``c^T M c`` is that mean square), so
-   every learned column has RMS 1 there; the constant handle is appended last and is exactly 1.
+5. **Units** (field.py, method.md section 5): each learned column is divided by its RMS over the build's
+   volume points (``col_scale``; 1 up to rounding since ``c^T M c`` is that mean square), so every learned
+   column has RMS 1 there; the constant handle is appended last and is exactly 1.
 
-Field evaluation: ``W_j(x) = sum_n Phi_n(x) C_nj`` with the analytic gradient above, computed in float64 with
-``scipy.spatial.cKDTree`` neighbour lists and returned as float32.
+Field evaluation: ``W_j(x) = sum_n Phi_n(x) C_nj`` with the analytic gradient, computed in float64 with
+``scipy.spatial.cKDTree`` neighbour lists, returned as float32.
 
-Outside every support (``S0(x) = 0``, i.e. farther than r_n from every node, only far outside the object) the
+**Outside every support** (``S0(x) = 0``: farther than r_n from every node, i.e. well outside the object) the
 field is defined as ``W(x) = C[n*]`` with ``n* = argmin_n |x - x_n| / r_n`` and zero gradient. This is
-continuous at the edge of the covered region: there only node n* covers x, so Phi_{n*} = 1 and W = C[n*].
-Values are always finite.
+continuous at the edge of the covered region (there only n* covers x, so Phi_{n*} = 1). Values are always
+finite, and bounded by max |C| wherever gamma = 0.
 
 Limitations: connectivity is only that of the kernel supports, so two parts of a thin multi-part shape closer
-than about one support radius (about 1.8x the 4th-nearest-node distance) are coupled as if glued, and a
-detached fragment with fewer than k nodes gets a larger radius (up to the cap) that may reach its neighbours;
-parts farther apart than the radii are decoupled and then appear as (near-)zero-energy piecewise-constant
-modes. Parts thinner than the node spacing only get constant-reproducing (Shepard) shape functions across
-their thickness. The basis is scalar (one weight field per handle) and ignores material heterogeneity.
+than about one support radius (1.8x the 4th-nearest-node distance) are coupled as if glued, and a detached
+fragment with fewer than k + 1 nodes gets a larger radius (up to the cap) that may reach its neighbours;
+parts farther apart than the radii are decoupled and give near-zero-energy piecewise-constant modes. Parts
+thinner than the node spacing get Shepard (constant-reproducing) functions. Gradients grow like
+1 / (1 - q) in the thin fringe where only the edges of two or three supports overlap. The basis is scalar
+(one weight field per handle) and ignores material heterogeneity.
 """
 
 from __future__ import annotations
 
 import itertools
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import scipy.linalg
@@ -70,12 +78,18 @@ from physskin_gs.model.field import SkinningField
 
 ArrayLike = Union[np.ndarray, torch.Tensor]
 
-#: Relative ridge on the linear block of the RKPM moment matrix (see the module docstring).
+#: Relative ridge on the linear block of the RKPM moment matrix (module docstring, step 3).
 RIDGE = 1e-10
+#: Blend band of the conditioning measure rho (module docstring, step 3).
+RHO_LO = 0.004
+RHO_HI = 0.012
 #: Query points are processed in chunks of this many (bounds memory; results do not depend on it).
-CHUNK = 32768
+CHUNK = 16384
 
-_STATE_KEYS = ("nodes", "radius", "coeffs", "col_scale", "eigenvalues", "length_scale", "ridge")
+_STATE_KEYS = ("nodes", "radius", "coeffs", "col_scale", "eigenvalues", "length_scale", "ridge", "rho_band")
+_IU, _JU = np.triu_indices(4)
+_IU3, _JU3 = np.triu_indices(3)
+_D = np.diag([0.0, 1.0, 1.0, 1.0])
 
 
 def cubic_spline(q: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -96,6 +110,37 @@ def cubic_spline(q: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
     return w, g
 
 
+def _smooth5(t: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """Quintic smoothstep 6t^5 - 15t^4 + 10t^3 on t clipped to [0, 1], and its derivative in t."""
+    t = np.clip(t, 0.0, 1.0)
+    return t * t * t * (t * (6.0 * t - 15.0) + 10.0), 30.0 * t * t * (t - 1.0) ** 2
+
+
+def _moments(m: np.ndarray, xq: np.ndarray) -> np.ndarray:
+    """Moment matrices sum_n c_n P_n P_n^T, P_n = [1, xn_n - xq], from node-feature sums.
+
+    Args:
+        m: (N, 10) sums of c_n [1, xn_n (3), upper triangle of xn_n xn_n^T (6)].
+        xq: (N, 3) the query points in the same (shifted, scaled) coordinates.
+
+    Returns:
+        (N, 4, 4) symmetric matrices.
+    """
+    N = m.shape[0]
+    m0, m1 = m[:, 0], m[:, 1:4]  # [N], [N, 3]
+    m2 = np.empty((N, 3, 3))
+    m2[:, _IU3, _JU3] = m[:, 4:]
+    m2[:, _JU3, _IU3] = m[:, 4:]
+    s1 = m1 - m0[:, None] * xq  # [N, 3] sum c (xn - xq)
+    xm = xq[:, :, None] * m1[:, None, :]  # [N, 3, 3] xq m1^T
+    out = np.empty((N, 4, 4))
+    out[:, 0, 0] = m0
+    out[:, 0, 1:] = s1
+    out[:, 1:, 0] = s1
+    out[:, 1:, 1:] = m2 - xm - xm.transpose(0, 2, 1) + m0[:, None, None] * xq[:, :, None] * xq[:, None, :]
+    return out
+
+
 class EigenSkinningField(SkinningField):
     """Skinning-eigenmode field on RKPM nodes (see the module docstring for the method and its sources).
 
@@ -104,18 +149,20 @@ class EigenSkinningField(SkinningField):
         num_handles: H = m + 1 (m eigenmode columns, then the constant handle).
         nodes: (n, 3) float64 node positions, normalised frame.
         radius: (n,) float64 kernel support radii.
-        coeffs: (n, m) float64 nodal coefficients, already divided by ``col_scale``.
+        coeffs: (n, m) float64 nodal coefficients C, already divided by ``col_scale``.
         col_scale: (m,) float64 RMS of the raw eigenmode columns over the build's volume points.
-        eigenvalues: (m,) float64 generalised eigenvalues (K c = lambda M c, E = 1) of the learned columns,
-            ascending.
+        eigenvalues: (m,) float64 generalised eigenvalues of the learned columns (K c = lambda M c with
+            E = 1, normalised-frame lengths), ascending.
         length_scale: float, the h of the linear basis [1, (x_n - x) / h].
-        ridge: float, the relative ridge eps of the moment matrices.
+        ridge: float, the ridge eps of the normalised moment matrices.
+        rho_band: (rho_lo, rho_hi) of the RKPM-to-Shepard blend.
     """
 
     kind = "eigen"
 
     def __init__(self, nodes: np.ndarray, radius: np.ndarray, coeffs: np.ndarray, col_scale: np.ndarray,
-                 eigenvalues: np.ndarray, length_scale: float, ridge: float = RIDGE) -> None:
+                 eigenvalues: np.ndarray, length_scale: float, ridge: float = RIDGE,
+                 rho_band: Tuple[float, float] = (RHO_LO, RHO_HI)) -> None:
         self.nodes = np.ascontiguousarray(nodes, dtype=np.float64)  # [n, 3]
         self.radius = np.ascontiguousarray(radius, dtype=np.float64)  # [n]
         self.coeffs = np.ascontiguousarray(coeffs, dtype=np.float64)  # [n, m]
@@ -123,34 +170,36 @@ class EigenSkinningField(SkinningField):
         self.eigenvalues = np.ascontiguousarray(eigenvalues, dtype=np.float64)  # [m]
         self.length_scale = float(length_scale)
         self.ridge = float(ridge)
+        self.rho_band = (float(rho_band[0]), float(rho_band[1]))
         n = self.nodes.shape[0]
         if self.nodes.ndim != 2 or self.nodes.shape[1] != 3 or self.radius.shape != (n,) or \
-                self.coeffs.ndim != 2 or self.coeffs.shape[0] != n:
+                self.coeffs.ndim != 2 or self.coeffs.shape[0] != n or n == 0:
             raise ValueError(f"inconsistent eigen field arrays: nodes {self.nodes.shape}, radius "
                              f"{self.radius.shape}, coeffs {self.coeffs.shape}")
-        if not (np.all(self.radius > 0) and self.length_scale > 0):
-            raise ValueError("eigen field radii and length scale must be positive")
+        if not (np.all(self.radius > 0) and self.length_scale > 0 and self.rho_band[1] > self.rho_band[0] >= 0):
+            raise ValueError("eigen field radii, length scale and blend band must be positive")
         self.num_handles = int(self.coeffs.shape[1]) + 1
 
     # ------------------------------------------------------------------ shape functions
-    def shape_functions(self, x: np.ndarray):
-        """Corrected RKPM shape functions and their gradients at query points, as sparse matrices.
+    def shape_functions(self, x: np.ndarray) -> Tuple[sp.csc_matrix, List[sp.csc_matrix], np.ndarray, np.ndarray]:
+        """Blended RKPM shape functions and their gradients at query points, as sparse matrices.
 
         Args:
             x: (N, 3) float, normalised coordinates (finite).
 
         Returns:
-            (Phi, dPhi, covered): Phi (N, n) scipy CSR float64; dPhi a list of 3 CSR (N, n), d Phi / d x_k with
-            the same sparsity; covered (N,) bool, False where no kernel support contains the point (those
-            rows are empty).
+            (Phi, dPhi, covered, gamma): Phi (N, n) scipy CSC float64; dPhi a list of 3 CSC (N, n),
+            d Phi / d x_k with the same sparsity; covered (N,) bool, False where no kernel support contains the
+            point (those rows are empty); gamma (N,) float64 in [0, 1], the RKPM share of the blend (1: affine
+            reproduction is exact; 0 there and wherever not covered: Shepard).
         """
         x = np.ascontiguousarray(x, dtype=np.float64)
         N, n = x.shape[0], self.nodes.shape[0]
         if N == 0:
-            empty = sp.csr_matrix((0, n))
-            return empty, [empty.copy() for _ in range(3)], np.zeros(0, dtype=bool)
-        # Neighbour lists grouped by node: the pair order (ascending node within each point after the stable
-        # COO -> CSR conversion) and hence every per-point sum are independent of chunking and tree layout.
+            empty = sp.csc_matrix((0, n))
+            return empty, [empty.copy() for _ in range(3)], np.zeros(0, dtype=bool), np.zeros(0)
+        # Pairs grouped by node (CSC order). Every per-point sum runs over ascending nodes, so the values do
+        # not depend on chunking or on the tree layout.
         lists = cKDTree(x).query_ball_point(self.nodes, self.radius, return_sorted=False)
         lens = np.fromiter(map(len, lists), dtype=np.int64, count=n)
         cols = np.repeat(np.arange(n, dtype=np.int64), lens)  # [P]
@@ -162,60 +211,74 @@ class EigenSkinningField(SkinningField):
         if not keep.all():
             rows, cols, d, r, q = rows[keep], cols[keep], d[keep], r[keep], q[keep]
         w, g = cubic_spline(q)  # [P]
-        dw = (-g / (r * r))[:, None] * d  # [P, 3], d w_n / d x
-        Pn = np.empty((rows.shape[0], 4))  # [P, 4]
-        Pn[:, 0] = 1.0
-        Pn[:, 1:] = d / self.length_scale
-        iu, ju = np.triu_indices(4)
-        outer = Pn[:, iu] * Pn[:, ju]  # [P, 10] unique entries of P_n P_n^T
-        feats = np.concatenate([w[:, None] * outer] + [dw[:, k:k + 1] * outer for k in range(3)], axis=1)  # [P, 40]
-        P = rows.shape[0]
-        summ = sp.csr_matrix((np.ones(P), (rows, np.arange(P))), shape=(N, P))
-        mom = np.asarray(summ @ feats)  # [N, 40]
-        S0 = mom[:, 0].copy()  # [N] sum of kernel weights (entry (0, 0))
+        dw = (-g / (r * r))[:, None] * d  # [P, 3] d w_n / d x
+        S0 = np.bincount(rows, weights=w, minlength=N)  # [N]
+        dS0 = np.stack([np.bincount(rows, weights=dw[:, k], minlength=N) for k in range(3)], 1)  # [N, 3]
         covered = S0 > 0
-        S0s = np.where(covered, S0, 1.0)
-        dS0 = mom[:, [10, 20, 30]]  # [N, 3]
+        S0 = np.where(covered, S0, 1.0)
+        inv = (1.0 / S0)[rows]  # [P]
+        sw = w * inv  # [P] Shepard weights
+        dsw = (dw - sw[:, None] * dS0[rows]) * inv[:, None]  # [P, 3]
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(cols, minlength=n))])
+        Sm = sp.csc_matrix((sw, rows, indptr), shape=(N, n))
+        Dm = [sp.csc_matrix((dsw[:, k].copy(), rows, indptr), shape=(N, n)) for k in range(3)]
 
-        def unpack(v):  # [N, 10] -> [N, 4, 4] symmetric
-            out = np.empty((N, 4, 4))
-            out[:, iu, ju] = v
-            out[:, ju, iu] = v
-            return out
-
-        diag = np.array([0.0, 1.0, 1.0, 1.0])
-        A = unpack(mom[:, :10] / S0s[:, None])  # [N, 4, 4] normalised by S0
-        A += self.ridge * np.eye(4) * diag
+        # moments of P_n = [1, (x_n - x) / h] from node features (coordinates about the chunk centre, in h)
+        c0 = x.mean(0)
+        xn = (self.nodes - c0) / self.length_scale  # [n, 3]
+        xq = (x - c0) / self.length_scale  # [N, 3]
+        feat = np.concatenate([np.ones((n, 1)), xn, xn[:, _IU3] * xn[:, _JU3]], axis=1)  # [n, 10]
+        A = _moments(np.asarray(Sm @ feat), xq) + self.ridge * _D  # [N, 4, 4]
         A[~covered] = np.eye(4)
         Ainv = np.linalg.inv(A)  # [N, 4, 4]
-        beta = Ainv[:, :, 0]  # [N, 4] = S0 * A^{-1} e1
-        delta = np.empty((N, 3, 4))  # [N, 3, 4] S0 * d_k b
+        beta = Ainv[:, :, 0]  # [N, 4]
+        tr = np.trace(Ainv[:, 1:, 1:], axis1=1, axis2=2)  # [N]
+        rho = 3.0 / tr
+        lo, hi = self.rho_band
+        gamma, dgam_dt = _smooth5((rho - lo) / (hi - lo))  # [N]
+        dbeta = np.empty((N, 3, 4))  # [N, 3, 4]
+        dgamma = np.empty((N, 3))  # [N, 3]
         for k in range(3):
-            dA = unpack(mom[:, 10 * (k + 1):10 * (k + 2)] / S0s[:, None])
-            dA += (self.ridge * dS0[:, k] / S0s)[:, None, None] * np.diag(diag)
+            dA = _moments(np.asarray(Dm[k] @ feat), xq)  # [N, 4, 4] d_k A (P_n and the ridge held fixed)
             rhs = -np.einsum("nij,nj->ni", dA, beta)
             rhs[:, k + 1] += 1.0 / self.length_scale
-            delta[:, k] = np.einsum("nij,nj->ni", Ainv, rhs)
-        inv_s0 = 1.0 / S0s[rows]  # [P]
-        Pb = (Pn * beta[rows]).sum(1)  # [P]
-        phi = w * Pb * inv_s0
-        dphi = [(dw[:, k] * Pb + w * (Pn * delta[rows, k]).sum(1)) * inv_s0 for k in range(3)]
-        Phi = sp.csr_matrix((phi, (rows, cols)), shape=(N, n))
-        dPhi = [sp.csr_matrix((v, (rows, cols)), shape=(N, n)) for v in dphi]
-        return Phi, dPhi, covered
+            dbeta[:, k] = np.einsum("nij,nj->ni", Ainv, rhs)
+            dtr = -np.einsum("nij,njk,nki->n", Ainv[:, 1:, :], dA, Ainv[:, :, 1:])  # d_k tr(A^{-1}_lin)
+            dgamma[:, k] = dgam_dt / (hi - lo) * (-3.0 * dtr / (tr * tr))
+        # Phi_n = s_n (a + bv . xn_n) with P_n . beta - 1 = beta_0 - 1 + beta_l . (xn_n - xq)
+        base = beta[:, 0] - 1.0 - (beta[:, 1:] * xq).sum(1)  # [N]
+        a = 1.0 + gamma * base
+        bv = gamma[:, None] * beta[:, 1:]  # [N, 3]
+        da = dgamma * base[:, None] + gamma[:, None] * (dbeta[:, :, 0] - np.einsum("nkj,nj->nk", dbeta[:, :, 1:], xq))
+        dbv = dgamma[:, :, None] * beta[:, None, 1:] + gamma[:, None, None] * dbeta[:, :, 1:]  # [N, 3, 3]
+        xc = xn[cols]  # [P, 3]
+        fac = a[rows] + (bv[rows] * xc).sum(1)  # [P]
+        phi = sw * fac
+        dphi = [dsw[:, k] * fac + sw * (da[rows, k] + (dbv[rows, k] * xc).sum(1)) for k in range(3)]
+        Phi = sp.csc_matrix((phi, rows, indptr), shape=(N, n))
+        dPhi = [sp.csc_matrix((v, rows, indptr), shape=(N, n)) for v in dphi]
+        return Phi, dPhi, covered, np.where(covered, gamma, 0.0)
 
     # ------------------------------------------------------------------ field
-    def _nearest_scaled(self, x: np.ndarray) -> np.ndarray:
-        """(N,) index of the node minimising |x - x_n| / r_n (brute force, chunked; used for uncovered points)."""
-        out = np.empty(x.shape[0], dtype=np.int64)
-        inv_r2 = 1.0 / (self.radius * self.radius)
-        for s in range(0, x.shape[0], 2048):
-            d = x[s:s + 2048, None, :] - self.nodes[None]  # [c, n, 3]
-            out[s:s + 2048] = ((d * d).sum(-1) * inv_r2).argmin(1)
-        return out
+    def nearest_scaled(self, x: np.ndarray) -> np.ndarray:
+        """(N,) int64 index of the node minimising |x - x_n| / r_n (exact; chunked brute force with one GEMM)."""
+        x = np.ascontiguousarray(x, dtype=np.float64)
+        inv_r2 = 1.0 / (self.radius * self.radius)  # [n]
+        yn = self.nodes * inv_r2[:, None]  # [n, 3]
+        cn = (self.nodes * yn).sum(1)  # [n]
+        best = np.empty(x.shape[0], dtype=np.int64)
+        for s in range(0, x.shape[0], 4096):
+            xu = x[s:s + 4096]  # [c, 3]
+            score = np.outer((xu * xu).sum(1), inv_r2) - 2.0 * (xu @ yn.T) + cn  # [c, n] |x - x_n|^2 / r_n^2
+            best[s:s + 4096] = score.argmin(1)
+        return best
 
     def evaluate(self, x: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
-        """Float64 field: x (N, 3) -> (W (N, H), dW/dX (N, H, 3)), constant handle last (see the module doc)."""
+        """Float64 field: x (N, 3) -> (W (N, H), dW/dX (N, H, 3)), constant handle last (see the module doc).
+
+        Raises:
+            ValueError: x is not (N, 3) or has non-finite entries.
+        """
         x = np.ascontiguousarray(x, dtype=np.float64)
         if x.ndim != 2 or x.shape[1] != 3:
             raise ValueError(f"query points must be (N, 3), got {tuple(x.shape)}")
@@ -227,13 +290,13 @@ class EigenSkinningField(SkinningField):
         W[:, m] = 1.0
         for s in range(0, N, CHUNK):
             xs = x[s:s + CHUNK]
-            Phi, dPhi, covered = self.shape_functions(xs)
+            Phi, dPhi, covered, _ = self.shape_functions(xs)
             W[s:s + CHUNK, :m] = Phi @ self.coeffs
             for k in range(3):
                 G[s:s + CHUNK, :m, k] = dPhi[k] @ self.coeffs
             if not covered.all():
                 out = np.flatnonzero(~covered)
-                W[s + out, :m] = self.coeffs[self._nearest_scaled(xs[out])]
+                W[s + out, :m] = self.coeffs[self.nearest_scaled(xs[out])]
         return W, G
 
     def weights_and_grads(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -249,7 +312,7 @@ class EigenSkinningField(SkinningField):
 
     # ------------------------------------------------------------------ save / load
     def state(self) -> Dict[str, torch.Tensor]:
-        """Every array needed to evaluate the field, as float64 CPU tensors (round trip is bit-identical)."""
+        """Every array needed to evaluate the field, as float64 CPU tensors (the round trip is bit-identical)."""
         return {
             "nodes": torch.from_numpy(self.nodes.copy()),
             "radius": torch.from_numpy(self.radius.copy()),
@@ -258,6 +321,7 @@ class EigenSkinningField(SkinningField):
             "eigenvalues": torch.from_numpy(self.eigenvalues.copy()),
             "length_scale": torch.tensor(self.length_scale, dtype=torch.float64),
             "ridge": torch.tensor(self.ridge, dtype=torch.float64),
+            "rho_band": torch.tensor(self.rho_band, dtype=torch.float64),
         }
 
     @classmethod
@@ -268,7 +332,7 @@ class EigenSkinningField(SkinningField):
             raise ValueError(f"eigen field state lacks {missing}")
         a = {k: torch.as_tensor(d[k]).detach().cpu().to(torch.float64).numpy() for k in _STATE_KEYS}
         return cls(a["nodes"], a["radius"], a["coeffs"], a["col_scale"], a["eigenvalues"],
-                   float(a["length_scale"]), float(a["ridge"]))
+                   float(a["length_scale"]), float(a["ridge"]), (float(a["rho_band"][0]), float(a["rho_band"][1])))
 
 
 def _lame_factor(nu: float) -> float:
@@ -288,7 +352,7 @@ def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optiona
             normalised frame; also the quadrature points of K and M and the reference set of the column units.
         num_handles: H = m + 1, constant handle included (>= 2).
         seed: seed of the first farthest-point node (the build is deterministic for a given seed).
-        num_nodes: number of RKPM nodes n (clipped to V; must exceed m).
+        num_nodes: number of RKPM nodes n (clipped to V; must exceed m + 1).
         nu: Poisson ratio in (-1, 0.5); only scales the eigenvalues (homogeneous material).
         radius_k, radius_factor, min_spacing_factor, radius_cap: radius rule (module docstring, step 2).
 
@@ -327,19 +391,19 @@ def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optiona
     radius = np.maximum(radius_factor * dn[:, radius_k], min_spacing_factor * spacing)
     radius = np.minimum(radius, radius_cap * float(np.median(radius)))
     if not np.all(radius > 0):
-        raise ValueError("volume points are degenerate (coincident nodes)")
+        raise ValueError("volume points are degenerate (all coincident)")
     h = float(np.median(radius))
     proto = EigenSkinningField(nodes, radius, np.zeros((n, m)), np.ones(m), np.zeros(m), h)
 
     # 3. shape functions at the quadrature points; 4. K and M
-    Phi, dPhi, _ = proto.shape_functions(pts)
+    Phi, dPhi, _, _ = proto.shape_functions(pts)
     vol = 1.0 / V
     M = (Phi.T @ Phi).toarray() * vol  # [n, n]
     K = sum((D.T @ D) for D in dPhi).toarray() * (vol * _lame_factor(nu))  # [n, n]
     M = 0.5 * (M + M.T)
     K = 0.5 * (K + K.T)
     M[np.diag_indices(n)] += 1e-12 * float(np.trace(M)) / n  # keeps M definite if a node barely sees points
-    lam, Q = scipy.linalg.eigh(K, M, subset_by_index=[0, m], driver="gvx" if n > 64 else "gv")  # [m+1], [n, m+1]
+    _, Q = scipy.linalg.eigh(K, M, subset_by_index=[0, m], driver="gvx")  # [n, m+1] M-orthonormal
 
     # drop the constant: M-project it out of the subspace, then Rayleigh-Ritz in what is left
     one = np.ones(n)
@@ -349,12 +413,12 @@ def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optiona
     s, U = np.linalg.eigh(0.5 * (gram + gram.T))  # ascending; s[0] ~ 0 is the removed constant
     B = Qp @ (U[:, 1:] / np.sqrt(s[1:]))  # [n, m] M-orthonormal, M-orthogonal to 1
     kr = B.T @ K @ B
-    mu_r, Y = np.linalg.eigh(0.5 * (kr + kr.T))
+    lam, Y = np.linalg.eigh(0.5 * (kr + kr.T))
     C = B @ Y  # [n, m]
-    flip = np.sign(C[np.abs(C).argmax(0), np.arange(m)])  # largest-magnitude coefficient positive
+    flip = np.sign(C[np.abs(C).argmax(0), np.arange(m)])  # make the largest-magnitude coefficient positive
     C *= np.where(flip == 0, 1.0, flip)
 
     # 5. units: RMS 1 over the build points
     Wb = Phi @ C  # [V, m]
     col_scale = np.sqrt((Wb * Wb).mean(0))
-    return EigenSkinningField(nodes, radius, C / col_scale, col_scale, mu_r, h)
+    return EigenSkinningField(nodes, radius, C / col_scale, col_scale, lam, h)

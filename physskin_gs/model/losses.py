@@ -218,7 +218,7 @@ def subspace_loss(W: torch.Tensor, target: torch.Tensor, eps: float = 1e-8) -> t
     U = target.detach().double()
     Qu, _ = torch.linalg.qr(U)  # [N, K]
     G = Wd.t() @ Wd / N
-    G = G + eps * (torch.diagonal(G).mean().detach() + 1e-30) * torch.eye(H, dtype=G.dtype)
+    G = G + eps * (torch.diagonal(G).mean().detach() + 1e-30) * torch.eye(H, dtype=G.dtype, device=G.device)
     L = torch.linalg.cholesky(G)
     C = torch.linalg.solve_triangular(L, Wd.t() @ Qu, upper=False) / math.sqrt(N)  # [H, K] = Q_W^T Q_U
     return (1.0 - (C * C).sum() / Qu.shape[1]).to(W.dtype)

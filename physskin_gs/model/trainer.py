@@ -82,7 +82,7 @@ def compute_losses(
     X = shape.volume[idx]  # [N, 3]
     cache = model.encode(surf)
     W, G = L.network_fields(model, cache, X, scheme=cfg.fd_scheme)  # [N, H], [N, H, 3]
-    Z = L.sample_transforms(cfg.transforms, W.shape[1], cfg.sigma, g)
+    Z = L.sample_transforms(cfg.transforms, W.shape[1], cfg.sigma, g).to(X.device)  # drawn on the CPU generator
     out = {
         "pot": L.elastic_loss(X, W, G, Z, blend=blend_at(step, cfg)),
         "orth": L.orthogonality_loss(W[:, :-1]),
