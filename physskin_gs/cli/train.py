@@ -43,6 +43,10 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="output folder (checkpoints, config.json, metrics.jsonl)")
     p.add_argument("--steps", type=int, default=4000, help="schedule length T (steps)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/model.safetensors + train_state")
+    p.add_argument("--force", action="store_true", help="start a new run in an --out folder that holds one (replaces it)")
+    p.add_argument("--init", metavar="CKPT", default=None,
+                   help="start from this checkpoint's weights (its model configuration replaces the model options; "
+                        "fresh optimiser and schedule), e.g. data/physskin_m16.safetensors")
     p.add_argument("--max-minutes", type=float, default=None, help="stop (and checkpoint) after this wall time")
     p.add_argument("--stop-after", type=int, default=None, help="stop (and checkpoint) after this many steps of this run")
     p.add_argument("--seed", type=int, default=0)
@@ -214,6 +218,12 @@ def run(args) -> int:
         head_hidden=args.head_hidden, oni=not args.no_oni, ff_mult=args.ff_mult,
     )
     model_path, state_path = out / "model.safetensors", out / "train_state.safetensors"
+    if not args.resume and not args.force and (model_path.exists() or (out / "metrics.jsonl").exists()):
+        raise OptionError(f"{out} holds a training run; use --resume to continue it or --force to start over")
+    if args.force and not args.resume and is_main:
+        for f in (model_path, state_path, out / "metrics.jsonl"):
+            if f.exists():
+                f.unlink()
     if args.resume:
         if not (model_path.is_file() and state_path.is_file()):
             raise OptionError(f"--resume: no checkpoint to resume in {out}")
@@ -224,6 +234,10 @@ def run(args) -> int:
         tcfg.steps = keep_steps  # the schedule length may be changed on resume
         args.data = saved.get("data", args.data)
         args.synthetic = saved.get("synthetic", args.synthetic)
+    elif args.init:
+        from physskin_gs.model.checkpoint import checkpoint_metadata
+
+        ncfg = NetConfig.from_dict(checkpoint_metadata(args.init)["config"])
 
     torch.manual_seed(tcfg.seed)
     model = PhysSkinNet(ncfg).to(device)
@@ -246,6 +260,9 @@ def run(args) -> int:
     val = [_to_device(s, device) for s in val]
 
     start = 0
+    if args.init and not args.resume:
+        tensors, _ = read_checkpoint(args.init)
+        model.load_state_dict({k: v.to(device) for k, v in tensors.items()})
     if args.resume:
         tensors, _ = read_checkpoint(model_path)
         model.load_state_dict({k: v.to(device) for k, v in tensors.items()})

@@ -266,6 +266,16 @@ class MeshVolume:
     resolution: int
 
 
+def _watertight(verts: np.ndarray, faces: np.ndarray) -> bool:
+    """True when every edge of the (vertex-welded) triangle mesh is shared by exactly two faces (trimesh)."""
+    try:
+        import trimesh
+
+        return bool(trimesh.Trimesh(verts, faces, process=True).is_watertight)
+    except Exception:  # noqa: BLE001 - a mesh trimesh cannot process is treated as open
+        return False
+
+
 def mesh_volume_points(
     mesh,
     n_surface: int = 4096,
@@ -278,7 +288,8 @@ def mesh_volume_points(
     """Surface samples plus voxel-fill interior samples of a triangle mesh, in the normalised frame.
 
     The mesh is normalised (method.md 7.2, flat meshes rejected), densely sampled (about 8 samples per voxel
-    face area, 50k-400k points) to rasterise the shell, filled with :func:`solid_from_shell`, and the
+    face area, 50k-400k points) to rasterise the shell, filled with :func:`solid_from_shell` (``auto``: the exterior
+    flood fill for a watertight mesh, whose concavities the axis vote would fill), and the
     interior is sampled as jittered centres of the interior voxels (with replacement when there are fewer
     voxels than ``n_interior``).
 
@@ -311,6 +322,10 @@ def mesh_volume_points(
     n_raster = int(np.clip(8.0 * area / grid.voxel_size**2, 50_000, 400_000))
     dense, _ = sample_surface(vn, faces, n_raster, rng=rng)
     shell0 = grid.rasterize(np.concatenate([dense, vn[used_v].astype(np.float32)]))
+    if method == "auto" and _watertight(verts, faces):
+        # a closed surface (or a union of closed parts) bounds exactly what the exterior flood leaves; the axis vote
+        # would also fill deep concavities (between an ant's legs: a third of its "interior" was outside)
+        method = "flood"
     solid, used = solid_from_shell(shell0, dilation=dilation, method=method)
     shell_c = close_shell(shell0, dilation)
     inner = solid & ~shell_c
