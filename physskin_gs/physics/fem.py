@@ -1,0 +1,218 @@
+"""P1 (linear tetrahedral) finite elements: the physical ground truth that skinning bases are judged against
+(method.md 13).
+
+Everything is float64 and scipy.sparse. Vector fields use node-major DOFs: DOF ``3 v + a`` is component a of
+node v. Units are those of the caller; with metres, Pa and kg/m^3, stiffness is in N/m, masses in kg and
+eigenvalues of K phi = lambda M phi in (rad/s)^2.
+
+* :func:`stiffness_matrix` - linear elasticity, ``1/2 u^T K u = int mu eps:eps + lam/2 tr(eps)^2``.
+* :func:`lumped_mass` / :func:`mass_matrix_diag` - rho vol/4 per tet node.
+* :func:`scalar_laplacian` / :func:`lumped_volume` - the scalar P1 Dirichlet operator and its lumped mass.
+* :func:`fem_modes` - lowest non-rigid free-free modes by shift-invert Lanczos.
+* :func:`static_deflection` - (K + kappa M_pinned) u = f, the simulator's mass-proportional pin springs
+  (:func:`spd_factor`: sparse LU with a symmetric ordering).
+* :func:`laplacian_eigenbasis` - the classical skinning-weight baseline (equals skinning eigenmodes for a
+  homogeneous material).
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence, Tuple
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import LinearOperator, eigsh, splu
+
+from physskin_gs.geometry.tetmesh import TetMesh, tet_volumes
+
+__all__ = [
+    "lame",
+    "shape_gradients",
+    "stiffness_matrix",
+    "lumped_mass",
+    "mass_matrix_diag",
+    "scalar_laplacian",
+    "lumped_volume",
+    "fem_modes",
+    "pin_diagonal",
+    "static_deflection",
+    "spd_factor",
+    "laplacian_eigenbasis",
+]
+
+_CHUNK = 40_000  # tets assembled at once (144 entries each): bounds the COO temporaries to ~140 MB
+
+
+def lame(E: float, nu: float) -> Tuple[float, float]:
+    """Lame parameters (mu, lam) in the units of E from Young's modulus E > 0 and Poisson ratio nu in (-1, 0.5).
+
+    Raises ValueError outside those ranges (same formulas as :func:`physskin_gs.elastic.lame_parameters`)."""
+    if not (-1.0 < nu < 0.5):
+        raise ValueError(f"Poisson ratio nu must lie in (-1, 0.5), got {nu}")
+    if not E > 0:
+        raise ValueError(f"Young's modulus E must be > 0, got {E}")
+    return E / (2.0 * (1.0 + nu)), E * nu / ((1.0 + nu) * (1.0 - 2.0 * nu))
+
+
+def shape_gradients(tm: TetMesh) -> Tuple[np.ndarray, np.ndarray]:
+    """Gradients of the four P1 hat functions of every tet, (t, 4, 3), and the tet volumes (t,) (> 0 required).
+
+    With edge rows D = [x1-x0; x2-x0; x3-x0], x - x0 = D^T xi, so grad xi_k is column k of D^-1 and
+    grad N0 = -(grad N1 + grad N2 + grad N3). Raises ValueError for a tet with non-positive volume."""
+    x = tm.nodes[tm.tets]  # [t, 4, 3]
+    D = x[:, 1:] - x[:, :1]  # [t, 3, 3] edge rows
+    vol = np.linalg.det(D) / 6.0  # [t]
+    if vol.size and not vol.min() > 0:
+        raise ValueError(f"tet mesh has {int((vol <= 0).sum())} tets with non-positive volume")
+    g123 = np.linalg.inv(D).transpose(0, 2, 1)  # [t, 3, 3] rows: grad xi_1..3
+    g = np.concatenate([-g123.sum(1, keepdims=True), g123], axis=1)  # [t, 4, 3]
+    return g, vol
+
+
+def _assemble(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n: int) -> sp.csr_matrix:
+    return sp.coo_matrix((vals.ravel(), (rows.ravel(), cols.ravel())), shape=(n, n)).tocsr()
+
+
+def stiffness_matrix(tm: TetMesh, E: float, nu: float) -> sp.csr_matrix:
+    """(3n, 3n) csr P1 linear-elastic stiffness (isotropic, homogeneous), node-major DOFs.
+
+    Element block for nodes i, j and axes a, b: V (mu (delta_ab g_i.g_j + g_ib g_ja) + lam g_ia g_jb), the
+    Hessian of V (mu eps:eps + lam/2 tr(eps)^2). Symmetrised exactly; rigid motions are in its null space.
+    Vectorised over tets (in chunks of 40k). Raises ValueError for bad E / nu or inverted tets."""
+    mu, lam = lame(E, nu)
+    g, vol = shape_gradients(tm)
+    n3 = 3 * tm.num_nodes
+    eye = np.eye(3)
+    K = sp.csr_matrix((n3, n3))
+    for s in range(0, tm.num_tets, _CHUNK):
+        gs, vs, ts = g[s : s + _CHUNK], vol[s : s + _CHUNK], tm.tets[s : s + _CHUNK]
+        gg = np.einsum("tid,tjd->tij", gs, gs)  # [t, 4, 4]
+        ke = mu * gg[:, :, None, :, None] * eye[None, None, :, None, :]  # [t, i, a, j, b]
+        ke = ke + mu * np.einsum("tib,tja->tiajb", gs, gs) + lam * np.einsum("tia,tjb->tiajb", gs, gs)
+        ke *= vs[:, None, None, None, None]
+        dof = (3 * ts[:, :, None] + np.arange(3)[None, None, :]).reshape(-1, 12)  # [t, 12]
+        rows = np.broadcast_to(dof[:, :, None], (dof.shape[0], 12, 12))
+        cols = np.broadcast_to(dof[:, None, :], (dof.shape[0], 12, 12))
+        K = K + _assemble(rows, cols, ke.reshape(-1, 12, 12), n3)
+    return ((K + K.T) * 0.5).tocsr()
+
+
+def lumped_volume(tm: TetMesh) -> np.ndarray:
+    """(n,) lumped nodal volumes: a quarter of every incident tet's volume (sums to the mesh volume)."""
+    vol = np.abs(tet_volumes(tm.nodes, tm.tets))
+    return np.bincount(tm.tets.reshape(-1), weights=np.repeat(vol / 4.0, 4), minlength=tm.num_nodes)
+
+
+def lumped_mass(tm: TetMesh, density: float) -> np.ndarray:
+    """(n,) lumped node masses, density * vol / 4 per incident tet (sums to density * volume)."""
+    if not density > 0:
+        raise ValueError(f"density must be > 0, got {density}")
+    return float(density) * lumped_volume(tm)
+
+
+def mass_matrix_diag(tm: TetMesh, density: float) -> np.ndarray:
+    """(3n,) diagonal of the lumped mass matrix in node-major DOF order (each node mass repeated 3 times)."""
+    return np.repeat(lumped_mass(tm, density), 3)
+
+
+def scalar_laplacian(tm: TetMesh) -> sp.csr_matrix:
+    """(n, n) csr P1 stiffness of the scalar Laplacian, L_ij = sum_tets V g_i . g_j (symmetric PSD,
+    constants in its null space)."""
+    g, vol = shape_gradients(tm)
+    n = tm.num_nodes
+    L = sp.csr_matrix((n, n))
+    for s in range(0, tm.num_tets, _CHUNK):
+        gs, ts = g[s : s + _CHUNK], tm.tets[s : s + _CHUNK]
+        le = np.einsum("tid,tjd->tij", gs, gs) * vol[s : s + _CHUNK, None, None]  # [t, 4, 4]
+        rows = np.broadcast_to(ts[:, :, None], le.shape)
+        cols = np.broadcast_to(ts[:, None, :], le.shape)
+        L = L + _assemble(rows, cols, le, n)
+    return ((L + L.T) * 0.5).tocsr()
+
+
+def spd_factor(A: sp.spmatrix):
+    """SuperLU factorisation of a sparse symmetric positive definite matrix, with a symmetric (minimum degree on
+    A + A^T) ordering and diagonal pivots (stable for SPD; about 1.5x faster and 20 % less fill than scipy's
+    default COLAMD on tet stiffness matrices). Returns the ``SuperLU`` object (``.solve(b)``)."""
+    return splu(sp.csc_matrix(A), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                options={"SymmetricMode": True})
+
+
+def _shift(A: sp.spmatrix, mdiag: np.ndarray, rel: float = 1e-6) -> float:
+    """A small negative shift, -rel * (typical diagonal ratio A_ii / M_ii): (A - sigma M) is then SPD and the
+    near-zero (rigid / constant) eigenpairs come first in shift-invert order whatever the spectrum's scale."""
+    d = A.diagonal()
+    return -rel * float(np.median(d / mdiag))
+
+
+def _gen_eig_lowest(A: sp.spmatrix, mdiag: np.ndarray, count: int,
+                    sigma: Optional[float]) -> Tuple[np.ndarray, np.ndarray]:
+    n = A.shape[0]
+    if count >= n:
+        raise ValueError(f"asked for {count} eigenpairs of a {n} x {n} problem")
+    sig = _shift(A, mdiag) if sigma is None else float(sigma)
+    v0 = np.random.default_rng(0).standard_normal(n)
+    Mmat = sp.diags(mdiag).tocsc()
+    lu = spd_factor(A - sig * sp.diags(mdiag))
+    op = LinearOperator((n, n), matvec=lu.solve, dtype=np.float64)
+    vals, vecs = eigsh(A.tocsc(), k=count, M=Mmat, sigma=sig, which="LM", v0=v0, OPinv=op)
+    order = np.argsort(vals)
+    vals, vecs = vals[order], vecs[:, order]
+    vecs = vecs / np.sqrt((mdiag[:, None] * vecs * vecs).sum(0))[None]  # exactly M-normalised
+    return vals, vecs
+
+
+def fem_modes(K: sp.spmatrix, Mdiag: np.ndarray, k: int = 10, rigid: int = 6,
+              sigma: Optional[float] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """Lowest ``k`` non-rigid eigenpairs of K phi = lambda M phi (free-free, M = diag(Mdiag)).
+
+    Shift-invert Lanczos (scipy ``eigsh``) at a slightly negative ``sigma`` (default -1e-6 x the median of
+    K_ii / M_ii): K - sigma M is SPD, and rigid modes (eigenvalue ~ 0) come first; the lowest ``rigid`` pairs
+    are dropped. Eigenvectors are M-normalised (phi^T M phi = 1).
+
+    Returns:
+        (eigvals (k,) ascending, in (rad/s)^2 for SI inputs; modes (3n, k)).
+    Raises ValueError if k + rigid >= 3n."""
+    Mdiag = np.asarray(Mdiag, np.float64)
+    vals, vecs = _gen_eig_lowest(K, Mdiag, int(k) + int(rigid), sigma)
+    return vals[rigid:], vecs[:, rigid:]
+
+
+def pin_diagonal(Mdiag: np.ndarray, pinned_nodes: Sequence[int], kappa: float) -> np.ndarray:
+    """(3n,) diagonal of the pin springs kappa * M on the three DOFs of every pinned node (kappa in 1/s^2; the
+    simulator's pin model, a spring of stiffness kappa m_v pulling node v to its rest position)."""
+    p = np.zeros_like(np.asarray(Mdiag, np.float64))
+    idx = np.asarray(pinned_nodes, np.int64).reshape(-1)
+    dof = (3 * idx[:, None] + np.arange(3)[None]).reshape(-1)
+    p[dof] = float(kappa) * Mdiag[dof]
+    return p
+
+
+def static_deflection(K: sp.spmatrix, Mdiag: np.ndarray, pinned_nodes: Sequence[int], load: np.ndarray,
+                      kappa: float) -> np.ndarray:
+    """(3n,) static displacement solving (K + P) u = f with P = kappa M on the pinned nodes' DOFs
+    (:func:`pin_diagonal`); sparse LU (SuperLU).
+
+    Args:
+        K: (3n, 3n) stiffness. Mdiag: (3n,) lumped mass diagonal. pinned_nodes: node indices (>= 3 nodes not on
+        a line are needed for a non-singular system). load: (3n,) nodal forces (N). kappa: pin stiffness per
+        unit mass (1/s^2), > 0.
+    Raises ValueError for no pinned node or kappa <= 0."""
+    if len(np.atleast_1d(pinned_nodes)) == 0:
+        raise ValueError("static_deflection needs at least one pinned node (free-free K is singular)")
+    if not kappa > 0:
+        raise ValueError(f"kappa must be > 0, got {kappa}")
+    A = K + sp.diags(pin_diagonal(Mdiag, pinned_nodes, kappa))
+    return spd_factor(A).solve(np.asarray(load, np.float64))
+
+
+def laplacian_eigenbasis(tm: TetMesh, m: int = 16) -> np.ndarray:
+    """(n, m + 1) skinning weights: the first ``m`` non-constant eigenvectors of L w = lambda V w
+    (:func:`scalar_laplacian`, :func:`lumped_volume`; Laplacian / skinning-eigenmode baseline, method.md 13),
+    each scaled to unit volume-weighted RMS (sum_v V_v w_v^2 = total volume), then a column of ones last.
+    Raises ValueError if m + 1 >= n."""
+    L = scalar_laplacian(tm)
+    vol = lumped_volume(tm)
+    _, vecs = _gen_eig_lowest(L, vol, int(m) + 1, None)  # V-normalised; the first is the constant
+    W = vecs[:, 1:] * np.sqrt(vol.sum())
+    return np.concatenate([W, np.ones((tm.num_nodes, 1))], axis=1)

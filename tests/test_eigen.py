@@ -1,0 +1,264 @@
+"""Skinning-eigenmode field on RKPM nodes (physskin_gs.model.eigen): reproduction, gradients, physics, I/O.
+
+Physical reference for the beam: the Neumann eigenfunctions of the Laplacian on a 2 x 0.4 x 0.4 box are
+products of cosines; the lowest non-constant ones are the axial cos(k pi (x - x0) / L), k = 1..4, with
+eigenvalues (k pi / L)^2, and the first cross-section ones cos(pi (y - y0) / b) tie with k = 5 at
+(pi / b)^2 = 25 (pi / L)^2 since L / b = 5. The field's eigenvalues include the constant factor lambda + 4 mu.
+"""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+
+from physskin_gs.geometry.normalize import normalize_points
+from physskin_gs.lbs import deformation_gradient, lbs_points
+from physskin_gs.model.eigen import EigenSkinningField, _lame_factor, build_eigen_field
+from physskin_gs.model.field import SkinningField
+
+
+def _beam(seed=0, nx=50, ny=10, nz=10):
+    """Jittered grid of a 2 x 0.4 x 0.4 box (5000 points), normalised to x in [-1, 1]."""
+    rng = np.random.default_rng(seed)
+    axes = [(np.arange(k) + 0.5) / k * e for k, e in ((nx, 2.0), (ny, 0.4), (nz, 0.4))]
+    g = np.stack(np.meshgrid(*axes, indexing="ij"), -1).reshape(-1, 3)
+    g += rng.uniform(-0.012, 0.012, g.shape)  # 0.3 x the 0.04 grid step
+    return np.asarray(normalize_points(g)[0], dtype=np.float64)
+
+
+def _ball(rng, n, center, radius):
+    p = rng.normal(size=(n, 3))
+    p *= (radius * rng.random((n, 1)) ** (1 / 3)) / np.linalg.norm(p, axis=1, keepdims=True)
+    return p + np.asarray(center)
+
+
+@pytest.fixture(scope="module")
+def beam():
+    V = _beam()
+    return V, build_eigen_field(V, 16, seed=0, num_nodes=256)
+
+
+@pytest.fixture(scope="module")
+def blobs():
+    rng = np.random.default_rng(1)
+    V = np.concatenate([_ball(rng, 2000, [-0.7, 0, 0], 0.3), _ball(rng, 2000, [0.7, 0, 0], 0.3)])
+    V = np.asarray(normalize_points(V)[0], dtype=np.float64)
+    return V, build_eigen_field(V, 8, seed=0, num_nodes=256)
+
+
+def _interior(V, n=2000, seed=3):
+    """Random points inside the beam: volume points moved by up to 0.25 of the grid step (0.02 normalised)."""
+    rng = np.random.default_rng(seed)
+    return V[rng.integers(0, len(V), n)] + rng.uniform(-0.005, 0.005, (n, 3))
+
+
+def test_interface_units_and_constant_handle(beam):
+    V, f = beam
+    assert isinstance(f, SkinningField) and f.kind == "eigen" and f.num_handles == 16
+    W, G = f.weights_and_grads(torch.from_numpy(V).float())
+    assert W.dtype == torch.float32 and G.dtype == torch.float32
+    assert W.shape == (len(V), 16) and G.shape == (len(V), 16, 3)
+    assert torch.all(W[:, -1] == 1.0) and torch.all(G[:, -1] == 0.0)
+    rms = W[:, :-1].double().pow(2).mean(0).sqrt()  # units: RMS 1 over the build's volume points
+    assert torch.allclose(rms, torch.ones(15, dtype=torch.float64), atol=1e-6)
+    np.testing.assert_allclose(f.col_scale, 1.0, atol=1e-9)  # c^T M c is that mean square already
+
+
+def test_shape_functions_reproduce_affine_functions(beam):
+    V, f = beam
+    x = _interior(V)
+    Phi, dPhi, covered, gamma = f.shape_functions(x)
+    assert covered.all() and np.all(gamma == 1.0)  # full RKPM correction everywhere inside
+    ones = np.asarray(Phi.sum(1)).ravel()
+    assert np.abs(ones - 1.0).max() < 1e-12  # measured 1e-14
+    assert np.abs(Phi @ f.nodes - x).max() < 1e-6  # measured 4e-10
+    for k in range(3):
+        assert np.abs(np.asarray(dPhi[k].sum(1)).ravel()).max() < 1e-9  # grad of 1
+        assert np.abs(dPhi[k] @ f.nodes - np.eye(3)[k]).max() < 1e-6  # grad of x = identity; measured 2e-8
+    # hence coefficients c_n = a . x_n + b give the field a . x + b exactly
+    a, b = np.array([0.3, -1.2, 0.7]), 0.4
+    np.testing.assert_allclose(Phi @ (f.nodes @ a + b), x @ a + b, atol=1e-6)
+
+
+def test_constant_handle_spans_every_affine_motion(beam):
+    V, f = beam
+    X = torch.from_numpy(_interior(V, 500))
+    W, G = (t.double() for t in f.weights_and_grads(X))
+    A = torch.tensor([[0.1, -0.3, 0.2], [0.05, 0.2, -0.1], [0.3, 0.0, -0.15]], dtype=torch.float64)
+    t = torch.tensor([0.5, -0.2, 0.1], dtype=torch.float64)
+    Z = torch.zeros(16, 3, 4, dtype=torch.float64)
+    Z[-1, :, :3], Z[-1, :, 3] = A, t
+    assert torch.allclose(lbs_points(X, W, Z), X + X @ A.T + t, atol=1e-12)
+    F = deformation_gradient(X, W, G, Z)
+    assert torch.allclose(F, (torch.eye(3, dtype=torch.float64) + A).expand_as(F), atol=1e-12)
+
+
+def _fd_check(f, x, eps):
+    _, G = f.evaluate(x)
+    worst = 0.0
+    for k in range(3):
+        dx = np.zeros(3)
+        dx[k] = eps
+        fd = (f.evaluate(x + dx)[0] - f.evaluate(x - dx)[0]) / (2 * eps)  # [N, H]
+        worst = max(worst, float((np.abs(fd - G[:, :, k]) / (np.abs(G).max() + 1e-12)).max()))
+    return worst
+
+
+def test_gradient_matches_central_differences_inside(beam):
+    V, f = beam
+    assert _fd_check(f, _interior(V, 400, seed=5), 1e-5) < 1e-3  # measured 1e-8
+
+
+def test_gradient_matches_central_differences_in_the_blend_band(beam):
+    V, f = beam
+    rng = np.random.default_rng(7)
+    r = float(np.median(f.radius))
+    top = V[:, 1].max()
+    x = np.stack([rng.uniform(-0.9, 0.9, 4000), top + rng.uniform(0, r, 4000), rng.uniform(-0.15, 0.15, 4000)], 1)
+    gamma = f.shape_functions(x)[3]
+    band = x[(gamma > 0.05) & (gamma < 0.95)]
+    assert len(band) >= 50  # measured 220 (RKPM partly blended with Shepard above the top face)
+    assert _fd_check(f, band[:200], 1e-6) < 1e-3  # measured 2e-8
+
+
+def test_beam_low_modes_are_the_axial_cosines(beam):
+    V, f = beam
+    W, _ = f.evaluate(V)
+    x = V[:, 0]
+    assert abs(np.corrcoef(W[:, 0], x)[0, 1]) > 0.95  # measured 0.993: monotone, cos(pi (x - x0) / L)-like
+    bins = np.digitize(x, np.linspace(-1, 1, 41))
+    for j in range(4):  # the first four are functions of x alone (share of variance explained by x-bins)
+        w = W[:, j]
+        mean_b = np.zeros(bins.max() + 1)
+        np.add.at(mean_b, bins, w)
+        mean_b /= np.maximum(np.bincount(bins), 1)
+        assert 1 - np.mean((w - mean_b[bins]) ** 2) / w.var() > 0.98  # measured >= 0.992
+    # eigenvalues: (k pi / L)^2 (lambda + 4 mu), k = 1..4, then the triple at k^2 = 25
+    L = x.max() - x.min()
+    ratio = f.eigenvalues / (_lame_factor(0.45) * (np.pi / L) ** 2)
+    np.testing.assert_allclose(ratio[:4], [1, 4, 9, 16], rtol=0.05)  # measured 0.984 3.94 8.90 15.99
+    np.testing.assert_allclose(ratio[4:7], 25, rtol=0.05)  # measured 25.0 25.2 25.2
+
+
+def test_beam_cross_section_modes_come_after_the_axial_ones(beam):
+    V, f = beam
+    W, _ = f.evaluate(V)
+
+    def captured(v, B):  # share of v's variance in span(B)
+        c, *_ = np.linalg.lstsq(B, v, rcond=None)
+        return 1 - np.sum((v - B @ c) ** 2) / np.sum(v * v)
+
+    for axis in (1, 2):
+        v = V[:, axis] - V[:, axis].mean()
+        assert captured(v, W[:, :4]) < 0.01  # measured 5e-6 / 1e-5
+        assert captured(v, W[:, 4:7]) > 0.9  # measured 0.98 / 0.97 (cos(pi y / b) ~ y)
+
+
+def test_learned_columns_are_mass_orthonormal(beam):
+    V, f = beam
+    W, _ = f.evaluate(V)
+    Wl = W[:, :-1]
+    gram = Wl.T @ Wl / len(V)  # the mass Gram with v_p = 1 / V
+    assert np.abs(gram - np.eye(15)).max() < 1e-8  # measured 2e-14
+    assert np.abs(Wl.mean(0)).max() < 1e-8  # M-orthogonal to the constant handle
+    assert np.all(np.diff(f.eigenvalues) >= 0) and f.eigenvalues[0] > 0
+
+
+def test_disconnected_blobs_give_a_piecewise_constant_mode(blobs):
+    V, f = blobs
+    assert np.median(f.radius) < 0.25  # gap between the blobs: 0.8 (normalised)
+    W, _ = f.evaluate(V)
+    left = V[:, 0] < 0
+    assert f.eigenvalues[0] < 1e-9 * f.eigenvalues[1]  # measured |lambda_0| 3e-14 vs 197
+    w = W[:, 0]
+    assert w[left].std() < 1e-6 and w[~left].std() < 1e-6  # constant on each blob
+    assert abs(abs(w[left].mean()) - 1) < 1e-6 and abs(w[left].mean() + w[~left].mean()) < 1e-6  # +-1
+
+
+def test_state_round_trip_is_bit_identical(beam):
+    V, f = beam
+    buf = io.BytesIO()
+    torch.save(f.state(), buf)
+    buf.seek(0)
+    g = EigenSkinningField.from_state(torch.load(buf))
+    assert g.kind == "eigen" and g.num_handles == f.num_handles
+    x = torch.from_numpy(np.concatenate([_interior(V, 300), [[3.0, 0.0, 0.0], [0.0, 0.3, 0.0]]])).float()
+    for a, b in zip(f.weights_and_grads(x), g.weights_and_grads(x)):
+        assert torch.equal(a, b)
+    with pytest.raises(ValueError, match="lacks"):
+        EigenSkinningField.from_state({k: v for k, v in f.state().items() if k != "radius"})
+
+
+def test_build_is_deterministic_for_a_seed(beam):
+    V, f = beam
+    again = build_eigen_field(torch.from_numpy(V), 16, seed=0, num_nodes=256)
+    for k, v in f.state().items():
+        assert torch.equal(v, again.state()[k]), k
+    other = build_eigen_field(V, 16, seed=1, num_nodes=256)
+    assert not torch.equal(other.state()["nodes"], f.state()["nodes"])
+    np.testing.assert_allclose(other.eigenvalues[:4], f.eigenvalues[:4], rtol=0.02)  # same physics; 0.3 %
+
+
+def test_far_points_are_finite_and_continuous_at_the_edge(beam):
+    V, f = beam
+    far = np.array([[50.0, 0, 0], [0, -1e4, 0], [3, 3, 3], [1.5, 0.1, -0.2], [-1e6, 1e6, 1e6]])
+    W, G = f.evaluate(far)
+    assert np.isfinite(W).all() and np.isfinite(G).all()
+    np.testing.assert_array_equal(W[:, :-1], f.coeffs[f.nearest_scaled(far)])
+    assert np.all(G == 0.0)
+    # leave the beam along +x from its last node: the field is continuous where the last support ends
+    n0 = int(np.argmax(f.nodes[:, 0]))
+    ray = lambda t: (f.nodes[n0] + np.array([t, 0.0, 0.0]))[None]  # noqa: E731
+    lo, hi = 0.0, 4.0 * float(f.radius.max())
+    for _ in range(60):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if f.shape_functions(ray(mid))[2][0] else (lo, mid)
+    w_in, w_out = f.evaluate(ray(lo))[0], f.evaluate(ray(hi))[0]
+    assert f.shape_functions(ray(lo))[2][0] and not f.shape_functions(ray(hi))[2][0]
+    assert np.abs(w_in - w_out).max() < 1e-6
+    # values stay bounded everywhere (Lebesgue bound 1 + sqrt(3 kappa_hi) < 10 times max |C|)
+    grid = np.random.default_rng(2).uniform(-1.5, 1.5, (20000, 3))
+    assert np.abs(f.evaluate(grid)[0]).max() <= 10 * np.abs(f.coeffs).max()  # measured 3.0 vs max |C| 2.9
+
+
+def test_errors():
+    V = _beam(nx=10, ny=4, nz=4)
+    with pytest.raises(ValueError):
+        build_eigen_field(V[:, :2])
+    bad = V.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="finite"):
+        build_eigen_field(bad)
+    with pytest.raises(ValueError, match="num_handles"):
+        build_eigen_field(V, 1)
+    with pytest.raises(ValueError, match="too few"):
+        build_eigen_field(V[:12], 16)
+    with pytest.raises(ValueError, match="Poisson"):
+        build_eigen_field(V, 4, nu=0.5)
+    f = build_eigen_field(V, 4, num_nodes=64)
+    with pytest.raises(ValueError, match="finite"):
+        f.evaluate(np.array([[0.0, np.inf, 0.0]]))
+    with pytest.raises(ValueError, match=r"\(N, 3\)"):
+        f.weights_and_grads(torch.zeros(4, 2))
+    W, G = f.weights_and_grads(torch.zeros(0, 3))
+    assert W.shape == (0, 4) and G.shape == (0, 4, 3)
+
+
+def test_values_do_not_depend_on_batching(beam):
+    V, f = beam
+    x = np.concatenate([_interior(V, 50), [[0.0, 0.4, 0.0], [1.02, 0.0, 0.0]]])
+    W, G = f.evaluate(x)
+    for i in (0, 17, 50, 51):
+        Wi, Gi = f.evaluate(x[i:i + 1])
+        assert np.array_equal(Wi[0], W[i]) and np.array_equal(Gi[0], G[i])
+
+
+def test_dense_and_lanczos_eigensolvers_agree(beam):
+    V, _ = beam
+    dense = build_eigen_field(V, 16, num_nodes=128)  # n <= 8 (m + 1): dense generalised eigh
+    lanczos = build_eigen_field(V, 16, num_nodes=129)  # ARPACK shift-invert
+    np.testing.assert_allclose(lanczos.eigenvalues[:4], dense.eigenvalues[:4], rtol=0.005)  # measured 2e-4
+    L = V[:, 0].max() - V[:, 0].min()
+    ratio = dense.eigenvalues / (_lame_factor(0.45) * (np.pi / L) ** 2)
+    np.testing.assert_allclose(ratio[:4], [1, 4, 9, 16], rtol=0.05)  # measured 0.984 3.96 8.97 16.2
