@@ -192,3 +192,26 @@ def test_fast_F_and_energy_match_reference():
     for s in (0.0, 0.3, 1.0):
         assert torch.allclose(blended_energy_density_fast(F_ref, mu, lam, s),
                               blended_energy_density(F_ref, mu, lam, s), rtol=1e-10)
+
+
+def test_subspace_loss_depends_on_spans_only():
+    """0 when span(W) contains the target span (any mix of the columns), about 1 - k/K when only k of the K target
+    directions are in it, and invariant to mixing the target's columns."""
+    from physskin_gs.model.losses import subspace_loss
+
+    g = torch.Generator().manual_seed(0)
+    U = torch.randn(400, 6, generator=g, dtype=torch.float64)
+    mix = torch.randn(6, 6, generator=g, dtype=torch.float64)
+    assert float(subspace_loss(U @ mix, U)) < 1e-6
+    assert float(subspace_loss(U, U @ mix)) < 1e-6
+    half = torch.cat([U[:, :3], torch.randn(400, 3, generator=g, dtype=torch.float64)], 1)
+    Qu, _ = torch.linalg.qr(U)
+    # exact value from the projector onto span(half)
+    Qh, _ = torch.linalg.qr(half)
+    expect = 1 - float((Qh.T @ Qu).pow(2).sum()) / 6
+    assert float(subspace_loss(half, U)) == pytest.approx(expect, abs=1e-6)
+    assert 0.4 < expect < 0.55
+    W = torch.randn(400, 6, generator=g, dtype=torch.float64, requires_grad=True)
+    loss = subspace_loss(W, U)
+    loss.backward()
+    assert torch.isfinite(W.grad).all() and float(W.grad.norm()) > 0

@@ -118,3 +118,55 @@ def test_torchrun_two_processes(tmp_path):
     lines = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [0, 1, 2]
     assert load_checkpoint(out / "model.safetensors") is not None
+
+
+def test_existing_run_is_not_restarted_silently(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--steps", "2", *TINY]) == 0
+    before = (out / "model.safetensors").read_bytes()
+    assert main(["train", "--out", str(out), "--steps", "2", *TINY]) == 2
+    assert "--resume" in capsys.readouterr().err
+    assert (out / "model.safetensors").read_bytes() == before  # nothing replaced
+    assert main(["train", "--out", str(out), "--steps", "2", "--force", *TINY]) == 0
+
+
+def test_export_samples_and_train_from_them_with_a_subspace_target(tmp_path):
+    """--export-samples writes the shapes; --samples trains from them (no mesh files); --w-sub trains toward
+    each shape's eigen basis (cached) and lowers the subspace loss on that shape."""
+    from physskin_gs.cli.train import attach_eigen_target, load_sample_dir
+    from physskin_gs.model.losses import subspace_loss
+
+    samples = tmp_path / "samples"
+    assert main(["train", "--out", str(tmp_path / "x"), "--export-samples", str(samples), *TINY]) == 0
+    shapes = load_sample_dir(samples)
+    assert [s.name for s in shapes] == ["sphere", "box", "ellipsoid"]
+    ref = synthetic_shape("box", seed=1)
+    assert torch.equal(shapes[1].volume, ref.volume) and torch.equal(shapes[1].surface, ref.surface)
+
+    torch.manual_seed(0)
+    net = tiny_net()
+    shape = attach_eigen_target(shapes[0], 6, cache_dir=str(tmp_path / "targets"), log=lambda *a: None)
+    assert shape.target.shape == (shape.volume.shape[0], 7)
+    again = attach_eigen_target(shapes[0], 6, cache_dir=str(tmp_path / "targets"), log=lambda *a: None)
+    assert torch.equal(again.target, shape.target)  # from the cache
+
+    def sub_now():
+        with torch.no_grad():
+            cache = net.encode(shape.surface[:128])
+            W, _ = network_fields(net, cache, shape.volume[:400], scheme="forward")
+            return float(subspace_loss(W, shape.target[:400]))
+
+    s0 = sub_now()
+    cfg = TrainConfig(steps=60, lr=3e-3, lr_min=3e-3, cubature=200, transforms=4, surface_points=128,
+                      augment=False, smooth=False, orth_only_frac=0.0, w_pot=0.0, w_orth=1.0, w_sub=10.0)
+    opt = torch.optim.Adam(net.parameters(), lr=cfg.lr)
+    g = torch.Generator().manual_seed(0)
+    recs = [train_step(net, opt, shape, cfg, i, g) for i in range(60)]
+    assert "sub" in recs[0] and "pot" not in [k for k in recs[0] if k.startswith("cos_")]
+    assert sub_now() < 0.6 * s0
+
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--steps", "3", "--samples", str(samples), "--w-sub", "1e3",
+                 *[a for a in TINY if a != "--synthetic"]]) == 0
+    recs = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
+    assert all("sub" in r for r in recs if not r.get("val"))

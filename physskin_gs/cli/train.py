@@ -40,6 +40,11 @@ def register(sub) -> None:
     p.add_argument("--data", nargs="+", default=None, help="mesh/splat files or folders (default: the shared meshes and training splats)")
     p.add_argument("--procedural", type=int, default=64, help="number of procedural training shapes added")
     p.add_argument("--synthetic", action="store_true", help="train on built-in synthetic shapes (tests, smoke runs)")
+    p.add_argument("--samples", metavar="DIR", default=None,
+                   help="train on the shape samples saved in DIR (*.safetensors from --export-samples) instead of "
+                        "--data: no mesh files or mesh libraries needed (a GPU machine without network)")
+    p.add_argument("--export-samples", metavar="DIR", default=None,
+                   help="write the training shapes (after sampling) to DIR as *.safetensors and exit")
     p.add_argument("--out", required=True, help="output folder (checkpoints, config.json, metrics.jsonl)")
     p.add_argument("--steps", type=int, default=4000, help="schedule length T (steps)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/model.safetensors + train_state")
@@ -109,6 +114,38 @@ def _val_shapes(args, names):
         return load_shapes([str(f) for f in files], seed=1, log=lambda *_: None)
     except Exception:  # noqa: BLE001
         return []
+
+
+def export_samples(shapes, folder) -> None:
+    """Write training shapes as shape-sample files (``NNN_name.safetensors``, see
+    :func:`physskin_gs.geometry.dataset.save_sample`) into ``folder``."""
+    from physskin_gs.geometry.dataset import ShapeSample, save_sample
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    for i, s in enumerate(shapes):
+        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in s.name)
+        save_sample(ShapeSample(name=s.name, surface=s.surface.cpu(), volume=s.volume.cpu()),
+                    folder / f"{i:03d}_{safe}.safetensors")
+
+
+def load_sample_dir(folder, exclude=()):
+    """Training shapes from the shape-sample files in ``folder`` (names in ``exclude`` skipped). Raises
+    OptionError when the folder has none."""
+    from physskin_gs.geometry.dataset import load_sample
+    from physskin_gs.model.data import TrainShape, _stem
+
+    folder = Path(folder)
+    files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    excl = {_stem(e) for e in exclude}
+    shapes = []
+    for f in files:
+        smp = load_sample(f)
+        if _stem(smp.name) not in excl:
+            shapes.append(TrainShape(str(smp.name), smp.surface.float(), smp.volume.float()))
+    if not shapes:
+        raise OptionError(f"--samples {folder}: no shape-sample files (*.safetensors) found")
+    return shapes
 
 
 def attach_eigen_target(shape, num_handles: int, cache_dir: str = ".cache/targets", log=print):
@@ -234,6 +271,7 @@ def run(args) -> int:
         tcfg.steps = keep_steps  # the schedule length may be changed on resume
         args.data = saved.get("data", args.data)
         args.synthetic = saved.get("synthetic", args.synthetic)
+        args.samples = saved.get("samples", args.samples)
     elif args.init:
         from physskin_gs.model.checkpoint import checkpoint_metadata
 
@@ -250,9 +288,15 @@ def run(args) -> int:
     held = () if args.include_held_out else held_out_names()
     if args.synthetic:
         shapes = [synthetic_shape(k, seed=i) for i, k in enumerate(["sphere", "box", "ellipsoid"])]
+    elif args.samples:
+        shapes = load_sample_dir(args.samples, exclude=held)
     else:
         shapes = load_shapes(args.data or default_data(), exclude=held, seed=tcfg.seed, log=log,
                              num_procedural=args.procedural)
+    if args.export_samples:
+        export_samples(shapes, args.export_samples)
+        log(f"wrote {len(shapes)} training shapes to {args.export_samples}")
+        return 0
     val = _val_shapes(args, held) if (is_main and args.val_every > 0) else []
     if tcfg.w_sub > 0:
         shapes = [attach_eigen_target(s, ncfg.num_handles, log=log) for s in shapes]
@@ -272,7 +316,7 @@ def run(args) -> int:
     if is_main:
         (out / "config.json").write_text(json.dumps({
             "model": ncfg.to_dict(), "train": tcfg.to_dict(), "data": args.data, "synthetic": args.synthetic,
-            "held_out": list(held), "train_shapes": [s.name for s in shapes], "world_size": world,
+            "samples": args.samples, "held_out": list(held), "train_shapes": [s.name for s in shapes], "world_size": world,
             "threads": torch.get_num_threads(), "device": str(device),
         }, indent=2))
         log(f"training on {len(shapes)} shapes ({', '.join(s.name for s in shapes)}); held out: {', '.join(held)}")
