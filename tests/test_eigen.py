@@ -36,7 +36,7 @@ def _ball(rng, n, center, radius):
 @pytest.fixture(scope="module")
 def beam():
     V = _beam()
-    return V, build_eigen_field(V, 16, seed=0, num_nodes=256)
+    return V, build_eigen_field(V, 16, seed=0, num_nodes=256, quadrature="uniform")
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def blobs():
     rng = np.random.default_rng(1)
     V = np.concatenate([_ball(rng, 2000, [-0.7, 0, 0], 0.3), _ball(rng, 2000, [0.7, 0, 0], 0.3)])
     V = np.asarray(normalize_points(V)[0], dtype=np.float64)
-    return V, build_eigen_field(V, 8, seed=0, num_nodes=256)
+    return V, build_eigen_field(V, 8, seed=0, num_nodes=256, quadrature="uniform")
 
 
 def _interior(V, n=2000, seed=3):
@@ -192,10 +192,10 @@ def test_state_round_trip_is_bit_identical(beam):
 
 def test_build_is_deterministic_for_a_seed(beam):
     V, f = beam
-    again = build_eigen_field(torch.from_numpy(V), 16, seed=0, num_nodes=256)
+    again = build_eigen_field(torch.from_numpy(V), 16, seed=0, num_nodes=256, quadrature="uniform")
     for k, v in f.state().items():
         assert torch.equal(v, again.state()[k]), k
-    other = build_eigen_field(V, 16, seed=1, num_nodes=256)
+    other = build_eigen_field(V, 16, seed=1, num_nodes=256, quadrature="uniform")
     assert not torch.equal(other.state()["nodes"], f.state()["nodes"])
     np.testing.assert_allclose(other.eigenvalues[:4], f.eigenvalues[:4], rtol=0.02)  # same physics; 0.3 %
 
@@ -256,9 +256,41 @@ def test_values_do_not_depend_on_batching(beam):
 
 def test_dense_and_lanczos_eigensolvers_agree(beam):
     V, _ = beam
-    dense = build_eigen_field(V, 16, num_nodes=128)  # n <= 8 (m + 1): dense generalised eigh
-    lanczos = build_eigen_field(V, 16, num_nodes=129)  # ARPACK shift-invert
+    dense = build_eigen_field(V, 16, num_nodes=128, quadrature="uniform")  # n <= 8 (m + 1): dense generalised eigh
+    lanczos = build_eigen_field(V, 16, num_nodes=129, quadrature="uniform")  # ARPACK shift-invert
     np.testing.assert_allclose(lanczos.eigenvalues[:4], dense.eigenvalues[:4], rtol=0.005)  # measured 2e-4
     L = V[:, 0].max() - V[:, 0].min()
     ratio = dense.eigenvalues / (_lame_factor(0.45) * (np.pi / L) ** 2)
     np.testing.assert_allclose(ratio[:4], [1, 4, 9, 16], rtol=0.05)  # measured 0.984 3.96 8.97 16.2
+
+
+def test_knn_quadrature_weighs_points_by_the_volume_they_sample():
+    """The default ``knn`` rule: about uniform on a uniform cloud; on a cloud whose surface shell is sampled 10x
+    denser than the interior, the shell's total weight moves most of the way from its point fraction (what uniform
+    weights give it) toward its volume fraction; the default build still reproduces affine functions and the beam's first mode."""
+    from physskin_gs.model.eigen import quadrature_weights
+
+    rng = np.random.default_rng(0)
+    U = rng.uniform(-1, 1, (8000, 3))
+    w = quadrature_weights(U, "knn")
+    inner = np.abs(U).max(1) < 0.8
+    assert w.sum() == pytest.approx(1.0) and np.all(w > 0)
+    assert np.median(w[inner]) * len(U) == pytest.approx(1.0, rel=0.25)
+    # a ball: coarse interior (2000 points) + a thin shell 0.9 < r < 1 sampled with 6000 points
+    def ball(n, r0, r1):
+        d = rng.normal(size=(n, 3))
+        d /= np.linalg.norm(d, axis=1, keepdims=True)
+        return d * ((r0 ** 3 + (r1 ** 3 - r0 ** 3) * rng.random((n, 1))) ** (1 / 3))
+    P = np.concatenate([ball(2000, 0.0, 0.9), ball(6000, 0.9, 1.0)])
+    shell = np.linalg.norm(P, axis=1) > 0.9
+    frac = 1 - 0.9 ** 3  # 0.271 of the volume; 0.75 of the points
+    got = quadrature_weights(P, "knn")[shell].sum()
+    assert frac < got < 0.5 < shell.mean()  # measured 0.44: most of the way from 0.75 (points) to 0.27 (volume)
+    with pytest.raises(ValueError, match="quadrature"):
+        quadrature_weights(P, "bogus")
+    V = _beam()
+    f = build_eigen_field(V, 16, seed=0, num_nodes=256)  # knn by default
+    W, _ = f.evaluate(V)
+    assert abs(np.corrcoef(W[:, 0], V[:, 0])[0, 1]) > 0.95
+    Phi = f.shape_functions(_interior(V, 300))[0]
+    assert np.abs(np.asarray(Phi.sum(1)).ravel() - 1).max() < 1e-9

@@ -12,11 +12,14 @@ import scipy.sparse as sp
 
 from physskin_gs.geometry.tetmesh import (
     TetMesh,
+    TetrahedralizationError,
     box_tetmesh,
+    glue_occupancy,
     tet_components,
     tet_volumes,
     tetmesh_for_shape,
     tetrahedralize_surface,
+    voxel_fill_tetmesh,
     voxel_tetmesh,
 )
 from physskin_gs.physics.fem import (
@@ -354,18 +357,141 @@ def test_tetmesh_for_shape_falls_back_to_voxels_on_open_surface():
 
 
 def test_tetmesh_for_shape_survives_self_intersection():
-    """Two overlapping spheres: TetGen 0.8.4 aborts the process on this input; it runs in a child, so the
-    voxel fill takes over and meshes the union."""
+    """Two overlapping spheres, as one self-intersecting surface: TetGen 0.8.4 aborts the process on this input;
+    it runs in a child, so tetrahedralize_surface raises instead, and the voxel fill meshes the union."""
     a = trimesh.creation.icosphere(subdivisions=2)
     b = a.copy()
     b.apply_translation([1.0, 0.0, 0.0])
     u = trimesh.util.concatenate([a, b])
-    tm = tetmesh_for_shape(u.vertices, u.faces, target_nodes=1200)
+    with pytest.raises(TetrahedralizationError):
+        tetrahedralize_surface(u.vertices, u.faces, target_nodes=1200)
+    tm = voxel_fill_tetmesh(u.vertices, u.faces, resolution=20)
     _check_mesh(tm)
-    assert tm.info["path"] == "voxel"
+    assert tm.info["fill"] == "flood" and tm.info["glue"]["dilations"] == 0
     r, d = 1.0, 1.0
     union = 2 * 4 / 3 * np.pi * r**3 - np.pi * (4 * r + d) * (2 * r - d) ** 2 / 12
     assert tet_volumes(tm.nodes, tm.tets).sum() == pytest.approx(union, rel=0.08)
+
+
+def test_overlapping_spheres_go_through_union_and_tetgen():
+    a = trimesh.creation.icosphere(subdivisions=3)
+    b = a.copy()
+    b.apply_translation([1.0, 0.0, 0.0])
+    u = trimesh.util.concatenate([a, b])
+    tm = tetmesh_for_shape(u.vertices, u.faces, target_nodes=1500)
+    _check_mesh(tm)
+    assert tm.info["path"] == "union+tetgen" and tm.method == "tetgen"
+    assert tm.info["union"]["bodies_in"] == 2 and tm.info["union"]["bodies_out"] == 1
+    vol = tet_volumes(tm.nodes, tm.tets).sum()
+    assert vol == pytest.approx(tm.info["union"]["volume_out"], rel=1e-4)  # TetGen fills the union (-5e-6)
+    union = 2 * 4 / 3 * np.pi - np.pi * 5 / 12  # two unit spheres 1 apart minus their lens
+    assert vol == pytest.approx(union, rel=0.02)  # polyhedral spheres: measured -0.8 %
+    np.testing.assert_allclose(tm.nodes.min(0), [-1, -1, -1], atol=0.01)
+    np.testing.assert_allclose(tm.nodes.max(0), [2, 1, 1], atol=0.01)
+    assert 750 < tm.num_nodes < 3000
+
+
+def _two_cubes(gap):
+    a = trimesh.creation.box((1.0, 1.0, 1.0))
+    a.apply_translation([0.5, 0.5, 0.5])
+    b = a.copy()
+    b.apply_translation([1.0 + gap, 0.0, 0.0])
+    return trimesh.util.concatenate([a, b])
+
+
+def test_glue_joins_two_cubes_half_a_voxel_apart():
+    """Unit cubes [0, 1]^3 and [1 + g, 2 + g] x [0, 1]^2 at R = 21 voxels along x (voxel h = (2 + g) / 21) with
+    g = h / 2: the grid is odd, so one voxel layer is centred on the gap; the winding trim empties it and the
+    fill is two 10^3-ish blocks. One box dilation glues them; the closing fills the gap layer back."""
+    R = 21
+    g = 1.0 / (R - 0.5)
+    c = _two_cubes(g)
+    h = (2.0 + g) / R
+    assert g == pytest.approx(0.5 * h, rel=1e-12)
+    raw = voxel_fill_tetmesh(c.vertices, c.faces, resolution=R, method="flood", glue=False)
+    assert raw.info["components"] == 2 and raw.info["kept_volume_fraction"] == pytest.approx(0.5, abs=0.01)
+    tm = voxel_fill_tetmesh(c.vertices, c.faces, resolution=R, method="flood")
+    _check_mesh(tm)
+    gl = tm.info["glue"]
+    assert gl["components_before"] == 2 and gl["dilations"] == 1 and gl["components_after"] == 1
+    assert gl["kept_volume_fraction"] >= 0.99 and gl["original_covered_fraction"] == 1.0
+    assert tm.info["voxel"] == pytest.approx(h, rel=1e-12)
+    vol = tet_volumes(tm.nodes, tm.tets).sum()
+    assert vol == pytest.approx(gl["voxels_kept"] * h**3, rel=1e-12)
+    # the closing fills the whole gap layer (one voxel thick, the cubes' y-z section) and adds nothing else
+    ny, nz = (int(round(np.ptp(raw.nodes[:, a]) / h)) for a in (1, 2))
+    assert gl["voxels_before"] == 2 * round(raw.info["volume"] / h**3)
+    assert gl["voxels_kept"] == gl["voxels_before"] + ny * nz and gl["bridge_voxels"] == 0
+    # both cubes (~1 each, faces rounded out to the grid: measured 10 x 11 x 11 voxels) plus the gap layer
+    assert vol == pytest.approx(2.0 + h, rel=0.15)
+    ext = np.ptp(tm.nodes, 0)
+    assert ext[0] == pytest.approx(2.0 + g, abs=1.01 * h) and ext[1] == pytest.approx(1.0, abs=1.01 * h)
+    # through tetmesh_for_shape: the union leaves two disjoint bodies, so the voxel path (flood, glued)
+    ts = tetmesh_for_shape(c.vertices, c.faces, target_nodes=1500)
+    _check_mesh(ts)
+    assert ts.info["path"] == "voxel" and ts.info["union"]["bodies_out"] == 2 and ts.info["fill"] == "flood"
+    assert "2 disjoint bodies" in ts.info["path_reason"]
+    assert ts.info["glue"]["kept_volume_fraction"] >= 0.99 and ts.info["glue"]["original_covered_fraction"] >= 0.99
+    assert abs(np.log(ts.num_nodes / 1500)) < np.log(1.3)
+
+
+def test_glue_occupancy_edge_and_corner_contacts():
+    for offset, bridge in (((4, 4, 2), 1), ((4, 4, 4), 2)):  # B meets A along an edge / at a corner
+        occ = np.zeros((10, 10, 10), bool)
+        occ[2:4, 2:4, 2:4] = True
+        occ[offset[0]:offset[0] + 2, offset[1]:offset[1] + 2, offset[2]:offset[2] + 2] = True
+        assert voxel_tetmesh(occ, (0, 0, 0), 1.0).info["components"] == 2  # not face-connected
+        kept, info = glue_occupancy(occ)
+        assert info["dilations"] == 1 and info["components_before"] == 2 and info["components_after"] == 1
+        assert info["bridge_voxels"] == bridge and kept.sum() == 16 + bridge and np.all(kept[occ])
+        assert info["kept_volume_fraction"] == 1.0 and info["original_covered_fraction"] == 1.0
+        tm = voxel_tetmesh(kept, (0, 0, 0), 1.0)
+        _check_mesh(tm)
+        assert tm.num_tets == 6 * (16 + bridge)
+        # without shaving, the dilated grid itself: two 4^3 boxes, overlapping in 2 x 2 x 4 (edge) / 2^3 (corner)
+        fat, info = glue_occupancy(occ, shave=False)
+        assert fat.sum() == 128 - (16 if bridge == 1 else 8) and info["components_after"] == 1
+    # a lone voxel 5 empty voxels away from a block is beyond two dilations (they close gaps of 4): kept out, with its share reported
+    occ = np.zeros((16, 8, 8), bool)
+    occ[2:6, 2:6, 2:6] = True
+    occ[11, 3, 3] = True
+    kept, info = glue_occupancy(occ)
+    assert info["dilations"] == 2 and info["components_after"] == 2 and not kept[11, 3, 3]
+    assert info["original_covered_fraction"] == pytest.approx(64 / 65)
+    kept, info = glue_occupancy(occ, max_dilations=0)
+    assert info["dilations"] == 0 and kept.sum() == 64
+    with pytest.raises(ValueError):
+        glue_occupancy(np.zeros((3, 3, 3), bool))
+
+
+def test_pyvista_ant_is_one_piece_with_its_legs(meshes_dir):
+    """pyvista's ant: 15 closed bodies, 9 after the union (legs and antennae do not touch the body). The voxel
+    path must keep the legs: one face-connected piece holding >= 99 % of the occupied volume, and the tet nodes
+    near (almost) every surface vertex."""
+    from scipy.spatial import cKDTree
+
+    from physskin_gs.geometry.normalize import compute_normalization
+    from physskin_gs.io.mesh import load_mesh
+
+    path = meshes_dir / "pyvista_ant.ply"
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    m = load_mesh(str(path))
+    v, f = np.asarray(m.vertices, np.float64), np.asarray(m.faces)
+    vn = compute_normalization(v[np.unique(f)]).to_normalized(v)
+    tm = tetmesh_for_shape(vn, f, target_nodes=3000)
+    _check_mesh(tm)
+    info = tm.info
+    assert info["path"] == "voxel" and info["fill"] == "flood"
+    assert info["union"]["bodies_in"] == 15 and info["union"]["bodies_out"] == 9
+    assert info["glue"]["components_before"] > 10 and info["glue"]["dilations"] >= 1
+    assert info["glue"]["kept_volume_fraction"] >= 0.99 and info["glue"]["original_covered_fraction"] >= 0.99
+    assert info["kept_volume_fraction"] == 1.0  # voxel_tetmesh found nothing more to drop
+    d, _ = cKDTree(tm.nodes).query(vn[np.unique(f)])
+    assert (d < 1.5 * info["voxel"]).mean() >= 0.95  # measured 100 %
+    # the legs stay thin: the mesh volume stays near the union's (0.102; measured 0.125 with voxel-thick legs)
+    assert info["volume"] < 1.5 * info["union"]["volume_out"]
+    assert abs(np.log(tm.num_nodes / 3000)) < np.log(1.3)
 
 
 def test_kaolin_beam_surface(meshes_dir):

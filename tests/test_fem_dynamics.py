@@ -5,8 +5,6 @@ Coarse meshes and few steps only: every test runs in a few seconds on a shared 2
 
 from __future__ import annotations
 
-import importlib
-
 import numpy as np
 import pytest
 import torch

@@ -1,0 +1,681 @@
+"""Scene analysis of a real Gaussian-splat capture: valid rows, floaters, robust extent, support plane, up axis
+and the object to animate.
+
+A real capture is rarely just the object: it holds NaN rows, near-transparent Gaussians, floaters (small
+clusters far from anything), a support (floor disc, table top) and, often, no known up axis (it may have been
+rotated arbitrarily). :func:`analyze_scene` sorts every row into exactly one of
+
+``invalid`` (non-finite mean or opacity) > ``transparent`` (opacity < threshold) > ``floater`` > ``support``
+> ``object`` > ``background``
+
+and reports the up axis, derived from the support plane when one is found and from a caller-given prior
+otherwise.
+
+Method (all stages vectorised; statistics and plane fitting on bounded random subsamples, the final
+classification of all rows O(N)):
+
+1. *Rows*: ``valid`` = finite mean and opacity; ``opaque`` = valid and opacity >= ``opacity_threshold``.
+2. *First extent*: opacity-weighted 1-99 % quantiles per axis of (a subsample of) the opaque points.
+3. *Floaters*: an occupancy grid (cubic voxels, about ``grid_resolution`` cells along the longest axis,
+   coarser for small N) over that extent padded by ``grid_pad`` per side. Voxels holding at least
+   ``min_voxel_count`` opaque points are labelled into 26-connected components (``scipy.ndimage.label``).
+   The component with the largest opacity mass is the main one; components with less than
+   ``min_cluster_fraction`` of the opaque mass, or farther than ``far_fraction`` times the extent from the
+   main one, are floaters, and so are points outside the grid and opaque points in sparser voxels that
+   do not touch (26-neighbourhood) a kept component.
+4. *Robust extent*: opacity-weighted quantiles of the opaque non-floater points.
+5. *Support plane*: plane hypotheses from the PCA normals of random seed points (k nearest neighbours in a
+   subsample), scored against the subsample: inliers are within ``plane_band`` (times the extent) of the
+   plane; each hypothesis is oriented toward the side holding more points. A support must be
+   (a) *extreme*: at most ``max_minority_fraction`` of the off-plane points lie on the minority side (the
+   object stands entirely on one side; this rejects flat panels in the middle of a scene),
+   (b) *wide*: the convex hull of its inliers projected on the plane is at least ``min_width_ratio`` times
+   the area of the hull of the projected off-plane points (the object's footprint; this rejects the flat
+   bottom or side face of an isolated object, whose hull equals the object's own cross-section), and
+   (c) *under* the object: at least ``min_coverage`` of the footprint lies inside the support's hull.
+   The best few distinct hypotheses by inlier count are refined by least squares and tested; the accepted
+   one with the most inliers wins. Its normal, oriented toward the object's mass, is the up axis.
+6. *Object*: opaque non-floater points more than ``object_clearance`` (times the extent) above the plane
+   (all of them when no plane is found) are voxelised again; the 26-connected component with the largest
+   opacity mass is the object. Everything else valid, opaque and not a floater is ``background``
+   (static), except the plane's inliers, which are ``support``.
+
+Coordinates are scene units throughout; nothing here reads files or assumes a coordinate convention except
+:data:`DEFAULT_UP`, used only when no plane is found and no prior is given.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Dict, Optional, Tuple, Union
+
+import numpy as np
+import torch
+from scipy import ndimage
+from scipy.spatial import ConvexHull, cKDTree
+from scipy.spatial import QhullError
+
+from physskin_gs.geometry.normalize import DegenerateGeometryError
+
+ArrayLike = Union[np.ndarray, torch.Tensor]
+
+#: Up axis used when no support plane is found and the caller gives no ``format_prior_up``: -y, the
+#: convention of COLMAP / OpenCV-camera captures (most real 3DGS captures). Blender/NeRF-synthetic scenes
+#: are +z up; pass ``format_prior_up`` for them.
+DEFAULT_UP = np.array([0.0, -1.0, 0.0])
+
+#: 3x3x3 structuring element: 26-connectivity for the occupancy-grid components.
+_FULL_3D = np.ones((3, 3, 3), dtype=bool)
+
+
+# ----------------------------------------------------------------------------------------------- results
+@dataclass(frozen=True)
+class SupportPlane:
+    """The plane the object stands on.
+
+    Attributes:
+        normal: (3,) float64 unit vector, oriented toward the object's mass (this is the up axis).
+        offset: d in scene units, the plane is ``{x : normal . x = d}``.
+        band: half-thickness of the inlier slab, scene units (rows with ``|normal . x - d| <= band`` are
+            inliers).
+        inliers: number of rows classified ``support`` (all rows, not the subsample).
+        inlier_fraction: inlier fraction in the plane-fitting subsample.
+        minority_fraction: fraction of the off-plane subsample points on the side away from the object.
+        width_ratio: area of the support's projected hull / area of the object's projected footprint hull.
+        coverage: fraction of the object's footprint inside the support's hull.
+        confidence: heuristic in [0, 1] (1 = wide, well populated, object entirely on one side).
+    """
+
+    normal: np.ndarray
+    offset: float
+    band: float
+    inliers: int
+    inlier_fraction: float
+    minority_fraction: float
+    width_ratio: float
+    coverage: float
+    confidence: float
+
+    def signed_distance(self, points: np.ndarray) -> np.ndarray:
+        """(M,) signed distances ``normal . x - offset`` of (M, 3) points, scene units (> 0: object side)."""
+        return np.asarray(points, dtype=np.float64) @ self.normal - self.offset
+
+
+@dataclass
+class SceneAnalysis:
+    """Result of :func:`analyze_scene`. Masks are (N,) bool over the input rows and mutually exclusive;
+    each valid row is in exactly one of transparent / floater / support / object / background.
+
+    Attributes:
+        up: (3,) float64 unit up vector in scene coordinates.
+        up_source: ``"support-plane"``, ``"format-prior"`` or ``"default"`` (:data:`DEFAULT_UP`).
+        reason: one sentence saying how ``up`` was chosen (and why a plane was rejected, if so).
+        plane: the :class:`SupportPlane`, or None when none was accepted.
+        center: (3,) float64, centre of the robust extent (scene units).
+        size: (3,) float64, per-axis size of the robust extent (scene units; quantile range, not min/max).
+        lo, hi: (3,) float64, the robust extent's quantile corners.
+        scale: float, ``max(size)``; the unit of every relative tolerance.
+        invalid: rows with a non-finite mean (or opacity).
+        transparent: valid rows with opacity below the threshold.
+        floater: opaque rows in small or far clusters, in isolated sparse voxels, or outside the padded grid.
+        support: opaque non-floater rows in the support plane's slab.
+        object: the object: largest connected component above the support.
+        background: the remaining valid opaque rows (static: below the plane, other clusters, the thin
+            layer between slab and object).
+        transparent_in_object: transparent rows that fall in the object's voxels (not part of ``object``;
+            callers that move the object may want to move these with it).
+        voxel_size: edge of the cubic occupancy voxels, scene units.
+        grid_shape: (3,) cells of the occupancy grid.
+        timings: stage name -> seconds.
+    """
+
+    up: np.ndarray
+    up_source: str
+    reason: str
+    plane: Optional[SupportPlane]
+    center: np.ndarray
+    size: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    scale: float
+    invalid: np.ndarray
+    transparent: np.ndarray
+    floater: np.ndarray
+    support: np.ndarray
+    object: np.ndarray
+    background: np.ndarray
+    transparent_in_object: np.ndarray
+    voxel_size: float
+    grid_shape: Tuple[int, int, int]
+    timings: Dict[str, float] = field(default_factory=dict)
+
+    @property
+    def num_rows(self) -> int:
+        """N, the number of input rows."""
+        return int(self.invalid.shape[0])
+
+    @property
+    def counts(self) -> Dict[str, int]:
+        """Row count per class (``invalid``, ``transparent``, ``floater``, ``support``, ``object``,
+        ``background``) plus ``total``."""
+        out = {
+            k: int(getattr(self, k).sum())
+            for k in ("invalid", "transparent", "floater", "support", "object", "background")
+        }
+        out["total"] = self.num_rows
+        return out
+
+    @property
+    def static(self) -> np.ndarray:
+        """(N,) bool, rows that stay put: support and background."""
+        return self.support | self.background
+
+    def summary(self) -> str:
+        """One line: up vector with its reason, the plane, and the moving / static / floater counts."""
+        c = self.counts
+        up = "[" + ", ".join(f"{v:+.3f}" for v in self.up) + "]"
+        if self.plane is not None:
+            p = self.plane
+            pl = (
+                f"plane n.x={p.offset:+.4g} ({p.inliers} inliers, width x{p.width_ratio:.2f}, "
+                f"conf {p.confidence:.2f})"
+            )
+        else:
+            pl = "no support plane"
+        return (
+            f"up {up} ({self.up_source}: {self.reason}); {pl}; moving {c['object']}, "
+            f"static {c['support'] + c['background']} (support {c['support']}), floaters {c['floater']}, "
+            f"transparent {c['transparent']}, invalid {c['invalid']} of {c['total']}"
+        )
+
+
+# ----------------------------------------------------------------------------------------------- helpers
+def _to_numpy(a: ArrayLike, dtype) -> np.ndarray:
+    if isinstance(a, torch.Tensor):
+        a = a.detach().cpu().numpy()
+    return np.asarray(a, dtype=dtype)
+
+
+def _unit(v, what: str) -> np.ndarray:
+    v = np.asarray(v, dtype=np.float64).reshape(-1)
+    n = float(np.linalg.norm(v)) if v.shape == (3,) else 0.0
+    if not np.isfinite(n) or n == 0.0:
+        raise ValueError(f"{what} must be a finite non-zero 3-vector, got {v!r}")
+    return v / n
+
+
+def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs) -> np.ndarray:
+    """Weighted quantiles of each column.
+
+    Args:
+        values: (M, D) float array.
+        weights: (M,) non-negative weights (total > 0).
+        qs: sequence of Q quantiles in [0, 1].
+
+    Returns:
+        (Q, D) float64; the midpoint rule, so equal weights give the midpoint (Hazen) quantiles.
+    """
+    values = np.asarray(values, dtype=np.float64)
+    w = np.asarray(weights, dtype=np.float64)
+    qs = np.asarray(qs, dtype=np.float64)
+    order = np.argsort(values, axis=0, kind="stable")  # [M, D]
+    out = np.empty((qs.shape[0], values.shape[1]))
+    for j in range(values.shape[1]):
+        ws = w[order[:, j]]
+        cw = np.cumsum(ws)
+        pos = (cw - 0.5 * ws) / cw[-1]  # [M] quantile of each sorted value
+        out[:, j] = np.interp(qs, pos, values[order[:, j], j])
+    return out
+
+
+def _subsample(idx: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """At most ``k`` of the indices ``idx``, sorted (all of them when there are few)."""
+    if idx.shape[0] <= k:
+        return idx
+    return np.sort(idx[rng.choice(idx.shape[0], size=k, replace=False)])
+
+
+def _plane_basis(n: np.ndarray) -> np.ndarray:
+    """(2, 3) orthonormal in-plane axes for the unit normal ``n``."""
+    a = np.eye(3)[int(np.argmin(np.abs(n)))]
+    u = np.cross(n, a)
+    u /= np.linalg.norm(u)
+    return np.stack([u, np.cross(n, u)])
+
+
+def _hull(points2: np.ndarray, trim: float):
+    """Convex hull of (M, 2) points after dropping the ``trim`` tails per axis; None if degenerate."""
+    if points2.shape[0] < 8:
+        return None
+    lo, hi = np.quantile(points2, [trim, 1.0 - trim], axis=0)
+    keep = np.all((points2 >= lo) & (points2 <= hi), axis=1)
+    pts = points2[keep]
+    if pts.shape[0] < 3:
+        return None
+    try:
+        return ConvexHull(pts)
+    except QhullError:
+        return None
+
+
+class _Grid:
+    """Cubic-voxel occupancy grid over an axis-aligned box (lo corner, voxel edge h, shape dims)."""
+
+    def __init__(self, lo: np.ndarray, hi: np.ndarray, resolution: int):
+        span = np.maximum(hi - lo, 1e-12)
+        self.h = float(span.max()) / resolution
+        self.dims = np.maximum(np.ceil(span / self.h).astype(np.int64), 1)  # [3]
+        self.lo = lo.astype(np.float64)
+
+    @property
+    def shape(self) -> Tuple[int, int, int]:
+        return tuple(int(v) for v in self.dims)
+
+    def flat_index(self, pts: np.ndarray) -> np.ndarray:
+        """(M,) int64 flat voxel index of (M, 3) points, -1 outside the grid."""
+        ijk = np.floor((pts - self.lo) / self.h)  # [M, 3] float
+        inside = np.all((ijk >= 0) & (ijk < self.dims), axis=1)
+        ijk = ijk.astype(np.int64)
+        flat = (ijk[:, 0] * self.dims[1] + ijk[:, 1]) * self.dims[2] + ijk[:, 2]
+        flat[~inside] = -1
+        return flat
+
+
+def _components(grid: _Grid, flat: np.ndarray, mass: np.ndarray, min_count: int):
+    """Label voxels holding >= ``min_count`` points (flat index >= 0) into 26-connected components.
+
+    Returns (labels (X, Y, Z) int32 with 0 = empty, component masses (K+1,) with index 0 unused, number K).
+    """
+    nvox = int(np.prod(grid.dims))
+    inside = flat >= 0
+    counts = np.bincount(flat[inside], minlength=nvox)
+    vmass = np.bincount(flat[inside], weights=mass[inside], minlength=nvox)
+    occ = (counts >= min_count).reshape(grid.shape)
+    labels, k = ndimage.label(occ, structure=_FULL_3D)
+    cmass = np.bincount(labels.ravel(), weights=vmass, minlength=k + 1)  # [K+1]
+    cmass[0] = 0.0
+    return labels, cmass, k
+
+
+# ----------------------------------------------------------------------------------------------- analysis
+def analyze_scene(
+    means: ArrayLike,
+    opacities: ArrayLike,
+    log_scales: Optional[ArrayLike] = None,
+    *,
+    format_prior_up=None,
+    seed: int = 0,
+    opacity_threshold: float = 0.05,
+    quantiles: Tuple[float, float] = (0.01, 0.99),
+    grid_resolution: int = 96,
+    grid_pad: float = 0.25,
+    min_voxel_count: int = 2,
+    min_cluster_fraction: float = 0.01,
+    far_fraction: float = 0.1,
+    big_scale_fraction: float = 0.1,
+    max_stat_points: int = 200_000,
+    plane_points: int = 20_000,
+    plane_hypotheses: int = 1024,
+    plane_band: float = 0.01,
+    max_minority_fraction: float = 0.03,
+    min_inlier_fraction: float = 0.01,
+    min_width_ratio: float = 1.3,
+    min_coverage: float = 0.5,
+    object_clearance: float = 0.015,
+) -> SceneAnalysis:
+    """Classify the rows of a Gaussian capture and find its support plane and up axis (see module doc).
+
+    Args:
+        means: (N, 3) float array or tensor, scene units. Non-finite rows are flagged ``invalid``.
+        opacities: (N,) activated opacities in [0, 1] (``sigmoid`` of the logits).
+        log_scales: optional (N, 3) log standard deviations. When given, Gaussians whose largest std exceeds
+            ``big_scale_fraction`` times the first extent are left out of the statistics and the plane fit
+            (a huge blob's centre says little about a surface) but are still classified.
+        format_prior_up: unit-able 3-vector used as the up axis when no support plane is accepted
+            (otherwise :data:`DEFAULT_UP`). It never overrides a detected plane.
+        seed: seed of the subsampling / hypothesis generator; equal inputs and seed give equal results.
+        opacity_threshold: rows with opacity below this are ``transparent``.
+        quantiles: (low, high) quantiles of the robust extent.
+        grid_resolution: occupancy cells along the longest padded axis (cubic voxels); reduced for small N
+            to about ``sqrt(N_opaque / 24)`` (at least 16) so surface voxels hold several points.
+        grid_pad: padding of the grid box per side, as a fraction of the first extent's size per axis.
+        min_voxel_count: opaque points a voxel needs to count as occupied (points in sparser voxels are
+            floaters unless such a voxel touches a kept component).
+        min_cluster_fraction: components with less of the opaque mass are floaters.
+        far_fraction: components farther than this times the extent from the main component are floaters.
+        big_scale_fraction: see ``log_scales``.
+        max_stat_points: subsample size of the quantile statistics.
+        plane_points: subsample size of the plane fit.
+        plane_hypotheses: number of plane hypotheses (seed points).
+        plane_band: half-thickness of the support slab, fraction of the robust extent ``scale``.
+        max_minority_fraction: most off-plane points allowed on the far side of a support.
+        min_inlier_fraction: least fraction of the plane subsample a support must hold.
+        min_width_ratio: least (support hull area) / (object footprint hull area).
+        min_coverage: least fraction of the object footprint inside the support hull.
+        object_clearance: object rows lie more than this fraction of ``scale`` above the plane.
+
+    Returns:
+        A :class:`SceneAnalysis`.
+
+    Raises:
+        ValueError: wrong shapes, or a bad ``format_prior_up``.
+        DegenerateGeometryError: no valid opaque row (nothing to analyse).
+    """
+    timings: Dict[str, float] = {}
+    t0 = time.perf_counter()
+    pts = _to_numpy(means, np.float32)
+    if pts.ndim != 2 or pts.shape[1] != 3:
+        raise ValueError(f"means must have shape (N, 3), got {pts.shape}")
+    n = pts.shape[0]
+    op = _to_numpy(opacities, np.float32).reshape(-1)
+    if op.shape[0] != n:
+        raise ValueError(f"opacities has {op.shape[0]} rows, means has {n}")
+    ls = None
+    if log_scales is not None:
+        ls = _to_numpy(log_scales, np.float32)
+        if ls.shape != (n, 3):
+            raise ValueError(f"log_scales must have shape ({n}, 3), got {ls.shape}")
+    prior = None if format_prior_up is None else _unit(format_prior_up, "format_prior_up")
+    rng = np.random.default_rng(seed)
+
+    # 1. rows ------------------------------------------------------------------------------------------
+    valid = np.isfinite(pts).all(axis=1) & np.isfinite(op)  # [N]
+    transparent = valid & (op < opacity_threshold)
+    opaque = valid & ~transparent
+    opaque_idx = np.flatnonzero(opaque)
+    if opaque_idx.shape[0] == 0:
+        raise DegenerateGeometryError(
+            f"no valid opaque Gaussians to analyse ({int((~valid).sum())} of {n} rows non-finite, "
+            f"{int(transparent.sum())} below opacity {opacity_threshold})"
+        )
+    timings["rows"] = time.perf_counter() - t0
+
+    # 2. first extent (opacity-weighted quantiles of a subsample of the opaque rows) ----------------------
+    t = time.perf_counter()
+    sub = _subsample(opaque_idx, max_stat_points, rng)
+    q = weighted_quantiles(pts[sub], op[sub], quantiles)  # [2, 3]
+    lo0, hi0 = q[0], q[1]
+    size0 = hi0 - lo0
+    scale0 = float(size0.max())
+    if not scale0 > 0.0:
+        scale0 = float(np.abs(pts[sub]).max()) or 1.0
+    stat_ok = np.ones(n, dtype=bool)
+    if ls is not None:
+        big = np.max(np.nan_to_num(ls, nan=-np.inf), axis=1) > np.log(big_scale_fraction * scale0)
+        stat_ok = ~big
+    timings["extent0"] = time.perf_counter() - t
+
+    # 3. floaters ----------------------------------------------------------------------------------------
+    t = time.perf_counter()
+    pad = grid_pad * np.maximum(size0, 0.25 * scale0)  # [3]
+    res = int(np.clip(np.sqrt(opaque_idx.shape[0] / 24.0), 16, grid_resolution))
+    grid = _Grid(lo0 - pad, hi0 + pad, res)
+    flat_op = grid.flat_index(pts[opaque_idx])  # [No]
+    labels, cmass, k = _components(grid, flat_op, op[opaque_idx], min_voxel_count)
+    floater_comp = np.ones(k + 1, dtype=bool)  # component id -> floater (0 = empty / sparse voxel)
+    if k > 0:
+        main = int(np.argmax(cmass))
+        gap = ndimage.distance_transform_edt(labels != main) * grid.h  # [X, Y, Z] distance to main comp.
+        cgap = np.asarray(ndimage.minimum(gap, labels, index=np.arange(k + 1)))
+        frac = cmass / cmass.sum()
+        floater_comp = (frac < min_cluster_fraction) | (cgap > far_fraction * scale0)
+        floater_comp[0] = True
+        floater_comp[main] = False
+    lab_flat = labels.ravel()
+    op_lab = np.where(flat_op >= 0, lab_flat[np.maximum(flat_op, 0)], 0)  # [No] component of each point
+    # a point in a sparse voxel next to a kept component belongs to it (fuzzy rims, volumetric blobs)
+    near_kept = ndimage.binary_dilation(~floater_comp[labels], structure=_FULL_3D).ravel()  # [X*Y*Z]
+    sparse_ok = (op_lab == 0) & (flat_op >= 0) & near_kept[np.maximum(flat_op, 0)]
+    floater = np.zeros(n, dtype=bool)
+    floater[opaque_idx] = floater_comp[op_lab] & ~sparse_ok
+    timings["floaters"] = time.perf_counter() - t
+
+    # 4. robust extent -------------------------------------------------------------------------------------
+    t = time.perf_counter()
+    keep = ~floater[sub] & stat_ok[sub]
+    if keep.sum() < 2:
+        keep = ~floater[sub]
+    if keep.sum() < 2:
+        keep = np.ones(sub.shape[0], dtype=bool)
+    sub = sub[keep]
+    q = weighted_quantiles(pts[sub], op[sub], quantiles)
+    lo, hi = q[0], q[1]
+    size = hi - lo
+    center = 0.5 * (lo + hi)
+    scale = float(size.max())
+    if not scale > 0.0:
+        scale = scale0
+    timings["extent"] = time.perf_counter() - t
+
+    # 5. support plane -------------------------------------------------------------------------------------
+    t = time.perf_counter()
+    plane_idx = _subsample(sub, plane_points, rng)
+    band = plane_band * scale
+    plane, why = _find_support(
+        pts[plane_idx].astype(np.float64),
+        rng,
+        hypotheses=plane_hypotheses,
+        band=band,
+        max_minority=max_minority_fraction,
+        min_inliers=min_inlier_fraction,
+        min_width=min_width_ratio,
+        min_coverage=min_coverage,
+    )
+    timings["plane"] = time.perf_counter() - t
+
+    # 6. classification of all rows ------------------------------------------------------------------------
+    t = time.perf_counter()
+    cand = opaque & ~floater  # [N]
+    support = np.zeros(n, dtype=bool)
+    above = cand.copy()
+    if plane is not None:
+        nrm, d = plane["normal"], plane["offset"]
+        sd = np.zeros(n, dtype=np.float64)
+        sd[valid] = pts[valid].astype(np.float64) @ nrm - d  # [Nv] signed distance, object side > 0
+        support = cand & (np.abs(sd) <= band)
+        above = cand & (sd > max(object_clearance * scale, band))
+        up, source = nrm, "support-plane"
+        reason = why
+    elif prior is not None:
+        up, source = prior, "format-prior"
+        reason = f"no support plane found ({why}); using the format prior"
+    else:
+        up, source = DEFAULT_UP.copy(), "default"
+        reason = f"no support plane found ({why}) and no format prior given; using the default -y"
+
+    above_idx = np.flatnonzero(above)
+    obj = np.zeros(n, dtype=bool)
+    in_object = np.zeros(n, dtype=bool)
+    if above_idx.shape[0] > 0:
+        flat_ab = grid.flat_index(pts[above_idx])
+        olabels, omass, ok_ = _components(grid, flat_ab, op[above_idx], 1)
+        if ok_ > 0:
+            best = int(np.argmax(omass))
+            olab_flat = olabels.ravel()
+            ab_lab = np.where(flat_ab >= 0, olab_flat[np.maximum(flat_ab, 0)], 0)
+            obj[above_idx] = ab_lab == best
+            tr_idx = np.flatnonzero(transparent)
+            if tr_idx.shape[0] > 0:
+                flat_tr = grid.flat_index(pts[tr_idx])
+                hit = np.where(flat_tr >= 0, olab_flat[np.maximum(flat_tr, 0)], 0) == best
+                if plane is not None:
+                    hit &= sd[tr_idx] > max(object_clearance * scale, band)
+                in_object[tr_idx] = hit
+    background = cand & ~support & ~obj
+    timings["classify"] = time.perf_counter() - t
+
+    support_plane = None
+    if plane is not None:
+        support_plane = SupportPlane(
+            normal=plane["normal"],
+            offset=float(plane["offset"]),
+            band=float(band),
+            inliers=int(support.sum()),
+            inlier_fraction=float(plane["inlier_fraction"]),
+            minority_fraction=float(plane["minority"]),
+            width_ratio=float(plane["width"]),
+            coverage=float(plane["coverage"]),
+            confidence=float(plane["confidence"]),
+        )
+    timings["total"] = time.perf_counter() - t0
+    return SceneAnalysis(
+        up=np.asarray(up, dtype=np.float64),
+        up_source=source,
+        reason=reason,
+        plane=support_plane,
+        center=center,
+        size=size,
+        lo=lo,
+        hi=hi,
+        scale=scale,
+        invalid=~valid,
+        transparent=transparent,
+        floater=floater,
+        support=support,
+        object=obj,
+        background=background,
+        transparent_in_object=in_object,
+        voxel_size=grid.h,
+        grid_shape=grid.shape,
+        timings=timings,
+    )
+
+
+def analyze_gaussian_scene(scene, **kwargs) -> SceneAnalysis:
+    """:func:`analyze_scene` of a :class:`physskin_gs.scene.GaussianScene` (means, sigmoid of the opacity
+    logits, log-scales); keyword arguments are passed through."""
+    return analyze_scene(scene.means, torch.sigmoid(scene.opacity_logits), scene.log_scales, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------- plane
+def _local_normals(p: np.ndarray, seeds: np.ndarray, k: int) -> np.ndarray:
+    """(S, 3) PCA normals (smallest-eigenvalue axis) at ``p[seeds]`` from their k nearest neighbours in p."""
+    k = min(k, p.shape[0])
+    _, nb = cKDTree(p).query(p[seeds], k=k)  # [S, k]
+    x = p[nb]  # [S, k, 3]
+    x = x - x.mean(axis=1, keepdims=True)
+    cov = np.einsum("ski,skj->sij", x, x) / k  # [S, 3, 3]
+    _, v = np.linalg.eigh(cov)  # ascending eigenvalues
+    return v[:, :, 0]
+
+
+def _score(p: np.ndarray, normals: np.ndarray, offsets: np.ndarray, band: float, chunk: int = 256):
+    """Inlier / above / below counts (H,) of H planes against points p (M, 3), in chunks of hypotheses."""
+    h = normals.shape[0]
+    inl = np.empty(h, dtype=np.int64)
+    above = np.empty(h, dtype=np.int64)
+    below = np.empty(h, dtype=np.int64)
+    p32 = p.astype(np.float32)
+    for s in range(0, h, chunk):
+        e = min(s + chunk, h)
+        sd = p32 @ normals[s:e].T.astype(np.float32) - offsets[s:e].astype(np.float32)  # [M, C]
+        inl[s:e] = np.count_nonzero(np.abs(sd) <= band, axis=0)
+        above[s:e] = np.count_nonzero(sd > band, axis=0)
+        below[s:e] = np.count_nonzero(sd < -band, axis=0)
+    return inl, above, below
+
+
+def _refine(p: np.ndarray, n: np.ndarray, d: float, band: float, iters: int = 3):
+    """Least-squares refit of a plane to its inliers in p; returns (n, d) oriented toward the majority."""
+    for _ in range(iters):
+        inl = p[np.abs(p @ n - d) <= band]
+        if inl.shape[0] < 3:
+            break
+        c = inl.mean(axis=0)
+        _, _, vt = np.linalg.svd(inl - c, full_matrices=False)
+        n_new = vt[2]
+        if n_new @ n < 0:
+            n_new = -n_new
+        n, d = n_new, float(n_new @ c)
+    sd = p @ n - d
+    if np.count_nonzero(sd < -band) > np.count_nonzero(sd > band):
+        n, d = -n, -d
+    return n, d
+
+
+def _width_test(p: np.ndarray, n: np.ndarray, d: float, band: float):
+    """(width ratio, coverage) of the plane's inlier hull against the footprint of the points above it."""
+    sd = p @ n - d
+    basis = _plane_basis(n)  # [2, 3]
+    sup2 = p[np.abs(sd) <= band] @ basis.T  # [Ms, 2]
+    obj2 = p[sd > band] @ basis.T  # [Mo, 2]
+    hs, ho = _hull(sup2, 0.02), _hull(obj2, 0.02)
+    if hs is None:
+        return 0.0, 0.0
+    if ho is None:
+        return float("inf"), 1.0
+    width = hs.volume / max(ho.volume, 1e-300)
+    eq = hs.equations  # [F, 3]: a . x + b <= 0 inside
+    inside = np.all(obj2 @ eq[:, :2].T + eq[:, 2] <= 1e-9 * max(1.0, np.abs(obj2).max()), axis=1)
+    return float(width), float(inside.mean()) if inside.shape[0] else 0.0
+
+
+def _find_support(
+    p: np.ndarray,
+    rng: np.random.Generator,
+    *,
+    hypotheses: int,
+    band: float,
+    max_minority: float,
+    min_inliers: float,
+    min_width: float,
+    min_coverage: float,
+    max_tested: int = 8,
+):
+    """Search a support plane in the (M, 3) float64 subsample p. Returns (plane dict or None, reason)."""
+    m = p.shape[0]
+    if m < 32:
+        return None, f"only {m} opaque non-floater points"
+    seeds = np.sort(rng.choice(m, size=min(hypotheses, m), replace=False))
+    normals = _local_normals(p, seeds, 16)  # [H, 3]
+    offsets = np.einsum("hi,hi->h", normals, p[seeds])  # [H]
+    inl, above, below = _score(p, normals, offsets, band)
+    flip = below > above
+    normals[flip] *= -1.0
+    offsets[flip] *= -1.0
+    minority = np.minimum(above, below) / np.maximum(above + below, 1)  # [H]
+    ok = (minority <= max_minority) & (inl >= min_inliers * m)
+    if not ok.any():
+        best = int(np.argmax(inl))
+        return None, (
+            f"no plane with the points on one side: the best-populated one ({inl[best] / m:.1%} of points) has "
+            f"{minority[best]:.1%} on its far side"
+        )
+    order = np.flatnonzero(ok)[np.argsort(-inl[ok], kind="stable")]
+    chosen = []
+    rejected = []
+    for h in order:
+        nh, dh = normals[h], offsets[h]
+        if any(abs(nh @ c[0]) > np.cos(np.deg2rad(10.0)) and abs(dh - (nh @ c[0]) * c[1]) < 3 * band for c in chosen):
+            continue
+        n_r, d_r = _refine(p, nh, dh, band)
+        sd = p @ n_r - d_r
+        n_in = int(np.count_nonzero(np.abs(sd) <= band))
+        n_ab, n_be = int(np.count_nonzero(sd > band)), int(np.count_nonzero(sd < -band))
+        mino = n_be / max(n_ab + n_be, 1)
+        chosen.append((nh, dh))
+        width, cover = _width_test(p, n_r, d_r, band)
+        if mino <= max_minority and n_in >= min_inliers * m and width >= min_width and cover >= min_coverage:
+            conf = (
+                min(1.0, (width - 1.0) / (2.0 * (min_width - 1.0)))
+                * (1.0 - mino / max_minority * 0.5)
+                * min(1.0, n_in / (5.0 * min_inliers * m))
+                * cover
+            )
+            return {
+                "normal": n_r / np.linalg.norm(n_r),
+                "offset": d_r,
+                "inlier_fraction": n_in / m,
+                "minority": mino,
+                "width": width,
+                "coverage": cover,
+                "confidence": conf,
+            }, (
+                f"support plane with {n_in / m:.1%} of sampled points, {mino:.1%} on its far side, "
+                f"{width:.2f}x the object's footprint"
+            )
+        rejected.append(f"{n_in / m:.1%} inliers, far side {mino:.1%}, width x{width:.2f}, cover {cover:.0%}")
+        if len(chosen) >= max_tested:
+            break
+    return None, "one-sided planes too narrow to be a support (" + "; ".join(rejected[:3]) + ")"

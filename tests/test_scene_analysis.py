@@ -1,0 +1,269 @@
+"""Tests of physskin_gs.geometry.scene_analysis (support plane, up axis, floaters, object mask).
+
+The two real captures (``scenes/rgd_*.compressed.ply``, no licence) are read from the shared data folder and
+the tests using them skip when it is absent. Both are levelled with the floor at y ~ -0.04 and the object
+at y < 0, so up is -y.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.spatial.transform import Rotation
+
+from physskin_gs.geometry.normalize import DegenerateGeometryError
+from physskin_gs.geometry.scene_analysis import (
+    DEFAULT_UP,
+    SceneAnalysis,
+    analyze_gaussian_scene,
+    analyze_scene,
+    weighted_quantiles,
+)
+
+SCENES = ["rgd_blkpinstripe_dress.compressed.ply", "rgd_longheadpiece.compressed.ply"]
+MINUS_Y = np.array([0.0, -1.0, 0.0])
+
+
+def angle_deg(a: np.ndarray, b: np.ndarray) -> float:
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
+    c = a @ b / (np.linalg.norm(a) * np.linalg.norm(b))
+    return float(np.degrees(np.arccos(np.clip(c, -1.0, 1.0))))
+
+
+@pytest.fixture(scope="module", params=SCENES)
+def capture(request, shared_data):
+    """(name, means (N, 3), opacities (N,), log_scales (N, 3), analysis) of one real capture."""
+    from physskin_gs.io import load_scene
+
+    path = shared_data / "scenes" / request.param
+    if not path.is_file():
+        pytest.skip(f"real capture {path} not found (shared data without scenes/)")
+    scene = load_scene(path)
+    means = scene.means.numpy().copy()
+    opac = scene.opacities.numpy().copy()
+    log_scales = scene.log_scales.numpy().copy()
+    return request.param, means, opac, log_scales, analyze_gaussian_scene(scene)
+
+
+# ------------------------------------------------------------------------------------------ real captures
+def test_real_capture_up_plane_and_object(capture):
+    name, means, opac, _, a = capture
+    assert isinstance(a, SceneAnalysis)
+    assert a.up_source == "support-plane", a.summary()
+    assert angle_deg(a.up, MINUS_Y) < 10.0, a.summary()
+    # plane n.x = d with n ~ -y: the floor height is y = -d / (-n_y) ~ -0.04
+    p = a.plane
+    floor_y = -p.offset / -p.normal[1] if p.normal[1] < 0 else np.inf
+    assert abs(floor_y - (-0.04)) < 0.03 * a.scale, (floor_y, a.scale)
+    assert p.inliers > 10_000
+    assert p.width_ratio > 1.5 and p.minority_fraction < 0.03
+    # the object: most of it is above the floor along up (y < -0.1); it is most of the opaque capture
+    y = means[a.object, 1]
+    assert a.object.sum() > 0.6 * (~a.invalid & ~a.transparent).sum()
+    assert np.mean(y < -0.1) > 0.98
+    # the floor ring (outside the object's footprint, in the floor slab) is not object
+    ring = (np.hypot(means[:, 0], means[:, 2]) > 0.75) & (np.abs(means[:, 1] + 0.04) < 0.02) & (opac > 0.05)
+    assert ring.sum() > 3000
+    assert a.object[ring].mean() < 0.01
+    assert a.support[ring].mean() > 0.9
+    # floaters exist but are few; the robust extent is inside the full bbox and excludes the extremes
+    c = a.counts
+    assert 0 < c["floater"] < 0.02 * c["total"]
+    # the floaters are isolated: none within 2 cm (~1.5x the median 8-NN spacing) of a kept Gaussian
+    from scipy.spatial import cKDTree
+
+    kept = a.object | a.support | a.background
+    gap, _ = cKDTree(means[kept]).query(means[a.floater])
+    assert gap.min() > 0.02, gap.min()
+    assert c["transparent"] == int((opac < 0.05).sum())
+    assert c["invalid"] == 0
+    assert np.all(a.lo > means.min(axis=0)) and np.all(a.hi < means.max(axis=0))
+    assert 3.5 < a.size[1] < 4.6  # the capture is about 4 units tall, the floor near its top in y
+    # every row is in exactly one class
+    total = a.invalid.astype(int) + a.transparent + a.floater + a.support + a.object + a.background
+    assert np.all(total == 1)
+    s = a.summary()
+    assert "support-plane" in s and "\n" not in s and f"moving {c['object']}" in s
+
+
+def test_real_capture_follows_a_rotation(capture):
+    name, means, opac, log_scales, a = capture
+    rot = Rotation.from_euler("xyz", [37.0, -61.0, 115.0], degrees=True).as_matrix()
+    moved = (means.astype(np.float64) @ rot.T + np.array([2.5, -7.0, 11.0])).astype(np.float32)
+    b = analyze_scene(moved, opac, log_scales)
+    assert b.up_source == "support-plane", b.summary()
+    assert angle_deg(b.up, rot @ MINUS_Y) < 10.0
+    assert angle_deg(b.up, rot @ a.up) < 1.0  # same plane, up to subsample / grid effects
+    same = (a.object & b.object).sum() / (a.object | b.object).sum()
+    assert same > 0.97, same
+    # the plane offset moves with the translation: the original floor point maps onto the new plane
+    x0 = a.plane.offset * a.plane.normal  # a point of the original plane
+    x1 = rot @ x0 + np.array([2.5, -7.0, 11.0])
+    assert abs(b.plane.signed_distance(x1[None])[0]) < 0.01 * a.scale
+
+
+def test_real_capture_added_floaters(capture):
+    name, means, opac, log_scales, a = capture
+    rng = np.random.default_rng(7)
+    n = means.shape[0]
+    k = n // 100
+    lo, hi = means.min(axis=0), means.max(axis=0)
+    cloud = (0.5 * (lo + hi) + rng.uniform(-1.5, 1.5, (k, 3)) * 0.5 * (hi - lo)).astype(np.float32)
+    m2 = np.concatenate([means, [[1e6, 1e6, 1e6]], cloud]).astype(np.float32)
+    o2 = np.concatenate([opac, [0.9], rng.uniform(0.2, 1.0, k)]).astype(np.float32)
+    l2 = np.concatenate([log_scales, np.full((k + 1, 3), -4.0)]).astype(np.float32)
+    b = analyze_scene(m2, o2, l2)
+    assert np.all(np.abs(b.size - a.size) < 0.03 * a.scale)
+    assert np.all(np.abs(b.center - a.center) < 0.03 * a.scale)
+    assert (a.object == b.object[:n]).mean() >= 0.99
+    assert b.floater[n]  # the one at 1e6
+    added = b.floater[n + 1 :]
+    assert added.mean() > 0.9, added.mean()  # the rest fell into voxels of the object / floor
+    assert angle_deg(a.up, b.up) < 1.0
+
+
+def test_lego_base_plate_is_not_a_support(shared_data):
+    """NeRF-synthetic lego (up +z) stands on a thick base plate: the best one-sided plane is the plate top
+    (normal +z) but 6 % of the points lie below it (the plate is thicker than the band) and it is only
+    1.3x the bulldozer's footprint, so it is rejected and the prior is used."""
+    from physskin_gs.io import load_scene
+
+    scene = load_scene(shared_data / "splats" / "lego_gsplat_sh3.ply")
+    a = analyze_gaussian_scene(scene, format_prior_up=(0.0, 0.0, 1.0))
+    assert a.plane is None and a.up_source == "format-prior"
+    assert np.allclose(a.up, [0.0, 0.0, 1.0])
+    b = analyze_gaussian_scene(scene, format_prior_up=(0.0, 0.0, 1.0), max_minority_fraction=0.08)
+    assert b.up_source == "support-plane" and angle_deg(b.up, [0.0, 0.0, 1.0]) < 3.0
+
+
+@pytest.mark.parametrize("name", ["spot_mesh2splat_10k.splat", "plant_capture.splat"])
+def test_isolated_real_objects_use_the_prior(shared_data, name):
+    from physskin_gs.io import load_scene
+
+    scene = load_scene(shared_data / "splats" / name)
+    a = analyze_gaussian_scene(scene, format_prior_up=(0.0, -1.0, 0.0))
+    assert a.plane is None and a.up_source == "format-prior", a.summary()
+    assert a.object.sum() > 0.9 * (~a.invalid & ~a.transparent).sum()
+
+
+# ------------------------------------------------------------------------------------------ synthetic
+def box_surface(rng, n, lo, hi, faces=(0, 1, 2, 3, 4, 5), weights=None):
+    """(n, 3) points on the faces of the box [lo, hi]; faces 0/1: x=lo/hi, 2/3: y, 4/5: z."""
+    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+    f = rng.choice(np.asarray(faces), size=n, p=weights)
+    pts = lo + rng.random((n, 3)) * (hi - lo)
+    axis = f // 2
+    side = np.where(f % 2 == 0, lo[axis], hi[axis])
+    pts[np.arange(n), axis] = side
+    return pts
+
+
+def box_on_slab(seed=0):
+    """A box [-.5,.5]x[-.5,.5]x[.03,1.53] (no bottom face; 6000 points on face x=+.5) on a thin 4x4 slab of
+    3000 points (z in [0, .02]). Returns (points (N, 3), is_box (N,), is_slab (N,))."""
+    rng = np.random.default_rng(seed)
+    slab = np.column_stack([rng.uniform(-2, 2, (3000, 2)), rng.uniform(0, 0.02, 3000)])
+    face = box_surface(rng, 6000, [-0.5, -0.5, 0.03], [0.5, 0.5, 1.53], faces=(1,))
+    rest = box_surface(rng, 6000, [-0.5, -0.5, 0.03], [0.5, 0.5, 1.53], faces=(0, 2, 3, 5))
+    pts = np.concatenate([slab, face, rest])
+    is_slab = np.zeros(len(pts), bool)
+    is_slab[:3000] = True
+    return pts, ~is_slab, is_slab
+
+
+@pytest.mark.parametrize("rot_seed", [None, 3])
+def test_slab_wins_over_a_larger_flat_face(rot_seed):
+    pts, is_box, is_slab = box_on_slab()
+    height = pts[:, 2].copy()
+    up_true = np.array([0.0, 0.0, 1.0])
+    face_n, face_d = np.array([1.0, 0.0, 0.0]), 0.5
+    if rot_seed is not None:
+        rot = Rotation.random(random_state=rot_seed).as_matrix()
+        pts = pts @ rot.T + np.array([-3.0, 1.0, 4.0])
+        face_d = face_n @ rot.T @ (rot @ np.array([0.5, 0, 0]) + np.array([-3.0, 1.0, 4.0]))
+        face_n = rot @ face_n
+        up_true = rot @ up_true
+    # precondition: the side face holds more points than the slab (naive RANSAC picks the face)
+    band = 0.03
+    on_face = np.abs(pts @ face_n - face_d) < band
+    assert on_face.sum() > 1.5 * is_slab.sum()
+    opac = np.full(len(pts), 0.8, dtype=np.float32)
+    a = analyze_scene(pts.astype(np.float32), opac)
+    assert a.up_source == "support-plane", a.summary()
+    assert angle_deg(a.up, up_true) < 2.0
+    assert a.support[is_slab].mean() > 0.97
+    # only the box's bottom rim inside the slab band (z < 0.02 + 1 % of the extent) counts as support
+    assert a.support[is_box].mean() < 0.02
+    assert not a.support[is_box & (height > 0.1)].any()
+    assert a.object[is_box & (height > 0.1)].mean() > 0.99 and not a.object[is_slab].any()
+
+
+def test_isolated_object_uses_prior_and_flags_nan_rows():
+    rng = np.random.default_rng(1)
+    pts = box_surface(rng, 8000, [-0.3, -0.2, -0.6], [0.3, 0.2, 0.6])  # flat faces, nothing under it
+    pts = np.concatenate([pts, rng.normal(0.0, 0.35, (4000, 3))])  # plus a blob: no wide plane anywhere
+    bad = rng.choice(len(pts), 25, replace=False)
+    pts = pts.astype(np.float32)
+    pts[bad[:15], 1] = np.nan
+    pts[bad[15:], 0] = np.inf
+    opac = rng.uniform(0.3, 1.0, len(pts)).astype(np.float32)
+    prior = np.array([0.6, 0.0, 0.8])
+    a = analyze_scene(pts, opac, format_prior_up=prior * 2.0)
+    assert a.plane is None
+    assert a.up_source == "format-prior" and "format prior" in a.reason and "no support plane" in a.reason
+    assert np.allclose(a.up, prior)
+    assert a.counts["invalid"] == 25 and a.invalid[bad].all()
+    assert not a.object[bad].any()
+    ok = ~a.invalid
+    assert a.object[:8000][ok[:8000]].mean() > 0.99  # the box
+    # the blob's sparse tail is flagged as floaters, its core is object
+    r = np.linalg.norm(np.nan_to_num(pts[8000:], posinf=0.0), axis=1)
+    tail = a.floater[8000:]
+    assert tail.any() and np.all(r[tail] > 0.6) and a.object[8000:][r < 0.5].mean() > 0.99
+    assert "no support plane" in a.summary()
+    # no prior: the documented default
+    b = analyze_scene(pts, opac)
+    assert b.up_source == "default" and np.allclose(b.up, DEFAULT_UP)
+
+
+def test_transparent_rows_and_errors():
+    rng = np.random.default_rng(2)
+    pts, is_box, is_slab = box_on_slab(seed=2)
+    opac = np.where(rng.random(len(pts)) < 0.2, 0.01, 0.9).astype(np.float32)
+    a = analyze_scene(pts, opac)
+    tr = opac < 0.05
+    assert np.array_equal(a.transparent, tr)
+    assert not (a.object & tr).any()
+    # transparent rows on the box fall in object voxels, those on the slab do not
+    assert a.transparent_in_object[tr & is_box].mean() > 0.9
+    assert not a.transparent_in_object[tr & is_slab].any()
+    with pytest.raises(ValueError, match="shape"):
+        analyze_scene(pts[:, :2], opac)
+    with pytest.raises(ValueError, match="rows"):
+        analyze_scene(pts, opac[:-1])
+    with pytest.raises(ValueError, match="format_prior_up"):
+        analyze_scene(pts, opac, format_prior_up=(0.0, 0.0, 0.0))
+    with pytest.raises(DegenerateGeometryError, match="no valid opaque"):
+        analyze_scene(pts, np.zeros(len(pts), np.float32))
+
+
+def test_deterministic_and_torch_input():
+    import torch
+
+    pts, _, _ = box_on_slab(seed=4)
+    opac = np.full(len(pts), 0.7, dtype=np.float32)
+    a = analyze_scene(pts, opac, seed=5)
+    b = analyze_scene(torch.from_numpy(pts.astype(np.float32)), torch.from_numpy(opac), seed=5)
+    assert np.array_equal(a.up, b.up) and a.plane.offset == b.plane.offset
+    for k in ("invalid", "transparent", "floater", "support", "object", "background"):
+        assert np.array_equal(getattr(a, k), getattr(b, k)), k
+    assert np.array_equal(a.center, b.center)
+
+
+def test_weighted_quantiles_values():
+    v = np.arange(100, dtype=np.float64)[:, None]
+    assert weighted_quantiles(v, np.ones(100), [0.5])[0, 0] == pytest.approx(49.5)
+    # two values with weights 3:1 -> midpoints at 0.375 and 0.875, the median interpolates to 0.25
+    q = weighted_quantiles(np.array([[0.0], [1.0]]), np.array([3.0, 1.0]), [0.5, 0.1, 0.95])
+    assert q[:, 0] == pytest.approx([0.25, 0.0, 1.0])
