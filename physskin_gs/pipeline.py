@@ -62,7 +62,11 @@ class AnimationConfig:
     """Options of an animation. Units: E Pa, density kg/m^3, dt s, gravity m/s^2, scale metres per scene unit,
     floor_height scene units along up (None = 25% of the object's height below its lowest point).
 
-    ``up``: 'auto' (meshes +y; .splat/compressed PLY -y; INRIA PLY +z; see :func:`resolve_up`), or 'y', '-y', 'z', '-z', 'x', '-x'.
+    ``up``: 'auto' (from the scene analysis: the normal of the support plane the object stands on; without one,
+    the format prior of :func:`resolve_up`), or 'y', '-y', 'z', '-z', 'x', '-x'.
+    ``select``: 'auto' (the object found by the scene analysis moves; support, background and floaters stay
+    static), 'all' (every finite row moves), a box or an opacity rule (:func:`parse_selection`).
+    ``floor_height`` None: the support plane when one is found, else 25% of the object's height below it.
     ``pin``: None, ``"below:F"`` (the bottom fraction F of the object's height) or ``"box:xmin,...,zmax"``
     (scene units). ``damping``: Rayleigh coefficient c (beta = c dt; see the simulator). ``friction``: viscous
     floor friction (1/s). ``solver``: the simulator's Hessian policy, "adaptive" (default), "chord" or "newton"
@@ -84,7 +88,7 @@ class AnimationConfig:
     skinning: str = DEFAULT_SKINNING  # a name of physskin_gs.model.bases.SKINNING_BASES
     checkpoint: Optional[str] = None
     fit_seconds: float = 60.0
-    select: Optional[str] = None
+    select: Optional[str] = "auto"
     scale: Optional[float] = None
     pin: Optional[str] = None
     seed: int = 0
@@ -101,9 +105,11 @@ def _report(progress: ProgressFn, stage: str, frac: float) -> None:
 
 
 def resolve_up(up: str, scene: Optional[GaussianScene] = None) -> torch.Tensor:
-    """(3,) float64 unit up vector from a name. 'auto' uses the scene's format: meshes +y (OBJ convention),
-    antimatter15 .splat and PlayCanvas compressed PLY -y (COLMAP-style captures; both spot and plant files are
-    -y up), INRIA PLY +z (Blender/NeRF-synthetic exports such as lego). Pass an explicit axis otherwise.
+    """(3,) float64 unit up vector from a name. 'auto' here is the FORMAT PRIOR only (what
+    :func:`prepare_animation` and ``render`` use when the scene analysis finds no support plane): meshes +y (OBJ
+    convention), antimatter15 .splat and PlayCanvas compressed PLY -y (COLMAP-style captures; both spot and
+    plant files are -y up), INRIA PLY +z (Blender / NeRF-synthetic exports such as lego). A capture that stands
+    on a support gets its up axis from the support plane instead, whatever its format.
 
     Raises OptionError for an unknown name."""
     key = str(up).strip().lower().lstrip("+")
@@ -121,13 +127,13 @@ _RULE = re.compile(r"^\s*opacity\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*$")
 def parse_selection(spec: Optional[str], scene: GaussianScene) -> torch.Tensor:
     """(N,) bool mask of the Gaussians that move: finite rows matching ``spec``.
 
-    ``spec``: None (all), a box ``"xmin,ymin,zmin,xmax,ymax,zmax"`` (scene units) or ``"opacity>0.1"``
+    ``spec``: None or 'all' (every finite row), a box ``"xmin,ymin,zmin,xmax,ymax,zmax"`` (scene units) or ``"opacity>0.1"``
     (also >=, <, <=; opacity is the activated value in [0, 1]). Raises OptionError for a malformed spec or an
     empty selection.
     """
     finite = torch.isfinite(scene.means).all(1) & torch.isfinite(scene.log_scales).all(1) \
         & torch.isfinite(scene.quats).all(1) & torch.isfinite(scene.opacity_logits)
-    if spec is None or str(spec).strip() == "":
+    if spec is None or str(spec).strip().lower() in ("", "all"):
         mask = finite
     else:
         s = str(spec).strip()
@@ -198,6 +204,30 @@ def load_for_animation(path, num_mesh_gaussians: int = 20000, seed: int = 0) -> 
     return scene
 
 
+def analyze_for_animation(scene: GaussianScene):
+    """:func:`physskin_gs.geometry.scene_analysis.analyze_scene` of a scene, with the format prior of
+    :func:`resolve_up` for scenes without a support plane."""
+    from physskin_gs.geometry.scene_analysis import analyze_scene
+
+    prior = resolve_up("auto", scene).numpy()
+    return analyze_scene(scene.means, scene.opacities, scene.log_scales, format_prior_up=prior, seed=0)
+
+
+def scene_analysis_facts(analysis) -> Dict:
+    """JSON-ready facts of a scene analysis (up vector in scene coordinates, its source and reason, the support
+    plane, row counts per class, seconds)."""
+    plane = None
+    if analysis.plane is not None:
+        p = analysis.plane
+        plane = {"normal": [float(v) for v in p.normal], "offset": float(p.offset), "inliers": int(p.inliers),
+                 "width_ratio": float(p.width_ratio), "confidence": float(p.confidence)}
+    return {"up": [float(v) for v in analysis.up], "up_source": analysis.up_source, "reason": analysis.reason,
+            "support_plane": plane, "counts": analysis.counts,
+            "moving_transparent": int(analysis.transparent_in_object.sum()),
+            "robust_center": [float(v) for v in analysis.center], "robust_size": [float(v) for v in analysis.size],
+            "seconds": float(sum(analysis.timings.values())), "summary": analysis.summary()}
+
+
 def _build_field(config: AnimationConfig, surface_norm: torch.Tensor, volume_norm: torch.Tensor,
                  progress: ProgressFn):
     """SkinningField in the normalised frame from the basis named by ``config.skinning``
@@ -260,6 +290,8 @@ class AnimatedScene:
         hi_u = float((scene.means[self._idx].double() @ up).max())
         self.height_scene = max(hi_u - lo_u, 1e-12)
         self.lowest_scene = lo_u
+        #: the support plane's height along up (scene units) when the scene analysis found one, else None
+        self.support_height = info.get("support_height")
         floor_sim = self._floor_sim(config.floor, config.floor_height)
         _hessian_native.available()  # compile/load the Hessian kernel now, not inside the first step
         self.sim = SubspaceSimulator(
@@ -288,7 +320,12 @@ class AnimatedScene:
     def _floor_sim(self, enabled: bool, height: Optional[float]) -> Optional[float]:
         if not enabled:
             return None
-        h = self.lowest_scene - 0.25 * self.height_scene if height is None else float(height)
+        if height is not None:
+            h = float(height)
+        elif self.support_height is not None:
+            h = float(self.support_height)
+        else:
+            h = self.lowest_scene - 0.25 * self.height_scene
         return (h - float(self.center @ self.up_vector)) * self.sim_scale
 
     @property
@@ -562,9 +599,22 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     if not (config.dt > 0 and math.isfinite(config.dt)):
         raise OptionError(f"--dt must be positive, got {config.dt}")
     resolve_skinning(config.skinning)  # unknown names fail before any work
-    _report(progress, "selecting", 0.0)
-    up = resolve_up(config.up, scene)
-    moving = parse_selection(config.select, scene)
+    _report(progress, "analysing the scene", 0.0)
+    select_auto = str(config.select or "").strip().lower() == "auto"
+    analysis = None
+    if select_auto or str(config.up).strip().lower() == "auto":
+        analysis = analyze_for_animation(scene)
+    if str(config.up).strip().lower() == "auto":
+        up = torch.as_tensor(analysis.up, dtype=torch.float64)
+    else:
+        up = resolve_up(config.up, scene)
+    if select_auto:
+        moving = torch.from_numpy(analysis.object | analysis.transparent_in_object) & parse_selection("all", scene)
+        if int(moving.sum()) < 4:
+            raise OptionError(f"the scene analysis found no object to animate ({analysis.summary()}); pass --select "
+                              "all or a box")
+    else:
+        moving = parse_selection(config.select, scene)
     idx = torch.nonzero(moving).flatten()
     mov_means = scene.means[idx]
     _report(progress, "filling the interior", 0.05)
@@ -585,7 +635,13 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     extent = float((hi - lo).max())
     if not extent > 0:
         raise PhysSkinError("the selected Gaussians have zero extent; nothing to simulate")
-    sim_scale = float(config.scale) if config.scale is not None else 1.0 / extent
+    # the default scale (the object is 1 m across) from a robust extent: 0.5-99.5 % quantiles, so a few stray
+    # rows in the selection cannot shrink the object
+    q = torch.quantile(mov_means.double()[torch.randperm(mov_means.shape[0], generator=torch.Generator()
+                       .manual_seed(config.seed))[:200000]], torch.tensor([0.005, 0.995], dtype=torch.float64), dim=0)
+    robust_extent = float((q[1] - q[0]).max())
+    robust_extent = robust_extent if robust_extent > 0 else extent
+    sim_scale = float(config.scale) if config.scale is not None else 1.0 / robust_extent
     volume = float(vol.volume)
     if vol.fallback or not volume > 0:
         # shell only: approximate the solid by half its bounding box
@@ -601,7 +657,12 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     _report(progress, "precomputing the simulator and the deformer", 0.8)
     info = {"volume_scene_units3": volume, "fill_fallback": bool(vol.fallback), "fill_messages": fill_msgs,
             "num_moving": int(idx.numel()), "num_cubature": int(cub.shape[0]), "sim_scale_m_per_unit": sim_scale,
-            "skinning": source, "up": up.tolist()}
+            "skinning": source, "up": up.tolist(), "robust_extent_scene": robust_extent,
+            "selection": "auto" if select_auto else (config.select or "all")}
+    if analysis is not None:
+        info["scene_analysis"] = scene_analysis_facts(analysis)
+        if analysis.plane is not None and str(config.up).strip().lower() == "auto":
+            info["support_height"] = float(analysis.plane.offset)  # the plane n.x = d with n = up
     anim = AnimatedScene(scene, moving, config, field, norm, up, sim_scale, center, cub.float(), volume, source, info)
     _report(progress, "ready", 1.0)
     return anim

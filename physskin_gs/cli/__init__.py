@@ -44,6 +44,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: Options whose values may start with a minus sign (an axis such as -y, a height, a box or a list of numbers).
+NEGATIVE_VALUE_OPTIONS = ("--up", "--floor", "--select", "--pin", "--gravity", "--elevation", "--azimuth", "--points")
+
+
+def join_negative_values(argv: List[str]) -> List[str]:
+    """``--up -y`` -> ``--up=-y`` (also for --floor, --select, ...): argparse takes a value that starts with '-' for
+    an option unless it is joined with '='. Only the options in :data:`NEGATIVE_VALUE_OPTIONS` are joined, and only
+    when the next word is not itself an option name (``--up --help`` stays as it is)."""
+    out: List[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in NEGATIVE_VALUE_OPTIONS and i + 1 < len(argv) and argv[i + 1].startswith("-") \
+                and not argv[i + 1].startswith("--") and len(argv[i + 1]) > 1 \
+                and (argv[i + 1][1].isdigit() or argv[i + 1][1] in ".xyzXYZ"):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
 def _format_warning(message, category, filename, lineno, line=None) -> str:
     """Warnings on the command line read as one plain line, without source file and code."""
     return f"[physskin-gs] warning: {message}\n"
@@ -58,7 +81,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """
     warnings.formatwarning = _format_warning
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(join_negative_values(list(sys.argv[1:] if argv is None else argv)))
     try:
         code = args.func(args)
     except KeyboardInterrupt:

@@ -63,11 +63,16 @@ def register(sub) -> None:
     p.add_argument("--damping", type=float, default=0.02, help="Rayleigh damping coefficient (default 0.02)")
     p.add_argument("--friction", type=float, default=10.0, help="viscous floor friction in 1/s (default 10; 0 = none)")
     p.add_argument("--floor", dest="floor_spec", default="auto",
-                   help="floor height along up in scene units, 'auto' (25%% of the object height below it) or 'off'")
+                   help="floor height along up in scene units, 'auto' (the support plane the object stands on, found "
+                        "by the scene analysis; without one 25%% of the object height below it) or 'off'")
     p.add_argument("--pin", help="pin region: 'below:0.1' (bottom 10%% of the height) or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
-    p.add_argument("--up", default="auto", help="up axis: auto, y, -y, z, -z, x, -x (default auto)")
+    p.add_argument("--up", default="auto", help="up axis: auto (default: the support plane's normal, else the "
+                   "format's convention: .splat/compressed -y, INRIA PLY +z, meshes +y), y, -y, z, -z, x, -x")
     p.add_argument("--scale", type=float, help="metres per scene unit (default: the object is 1 m across)")
-    p.add_argument("--select", help="moving part: box 'xmin,ymin,zmin,xmax,ymax,zmax' or a rule like 'opacity>0.1'")
+    p.add_argument("--select", default="auto",
+                   help="moving part: auto (default: the object the scene analysis finds; its support, background "
+                        "and floaters stay static but are rendered and exported), all, a box "
+                        "'xmin,ymin,zmin,xmax,ymax,zmax' (scene units) or a rule like 'opacity>0.1'")
     p.add_argument("--cubature", dest="num_cubature", type=int, default=1024, help="cubature points (default 1024)")
     p.add_argument("--newton-iters", dest="newton_iters", type=int, default=5, help="Newton iterations per step")
     p.add_argument("--solver", choices=("adaptive", "chord", "newton"), default="adaptive",
@@ -391,6 +396,17 @@ def run_headless(args) -> int:
     if script is not None:
         script.validate(anim)
     up_name = args.up if args.up != "auto" else "auto -> " + _axis_name(anim.up_vector)
+    sa = anim.info.get("scene_analysis")
+    if sa is not None:
+        c = sa["counts"]
+        static = anim.scene.num_gaussians - anim.info["num_moving"]
+        print(f"[physskin-gs] scene: up [{', '.join(f'{v:+.3f}' for v in sa['up'])}] ({sa['up_source']}: "
+              f"{sa['reason']})", file=sys.stderr)
+        print(f"[physskin-gs] selection {anim.info['selection']}: moving {anim.info['num_moving']}, static {static} "
+              f"(support {c['support']}, background {c['background']}, floaters {c['floater']}, transparent "
+              f"{c['transparent'] - sa['moving_transparent']}, invalid {c['invalid']})"
+              + (f"; floor = support plane" if anim.support_height is not None and config.floor
+                 and config.floor_height is None else ""), file=sys.stderr)
     print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {anim.num_handles} handles "
           f"({anim.skinning_source}), {anim.info['num_cubature']} cubature points, up {up_name}, "
           f"scale {anim.sim_scale:.4g} m/unit, prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
@@ -464,6 +480,7 @@ def run_headless(args) -> int:
             + float(anim.center @ anim.up_vector),
             "pin": config.pin,
             "select": config.select,
+            "scene_analysis": anim.info.get("scene_analysis"),
             "script": os.path.abspath(args.script) if args.script else None,
             "step_stats": stats_log,
         }

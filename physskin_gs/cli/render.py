@@ -2,9 +2,9 @@
 
 Camera: an orbit camera around the centre of the scene's robust (1st-99th percentile) bounding box,
 at ``--azimuth`` / ``--elevation`` degrees about the ``--up`` axis; the distance frames the box unless
-``--distance`` is given. Default up axis: ``-y``, the COLMAP / OpenCV convention of real captures and
-antimatter15 ``.splat`` files (the demo files plant_capture and spot are -y up); NeRF-synthetic / Blender
-objects such as lego are ``z`` up: pass ``--up z`` (formats.md 5). Backend ``auto`` uses gsplat when CUDA is
+``--distance`` is given. Default up axis ``auto``, the same rule as ``animate``: the normal of the support plane
+the object stands on (scene analysis), else the format's convention (.splat / compressed PLY -y, INRIA PLY +z,
+meshes +y). Backend ``auto`` uses gsplat when CUDA is
 available, else the pure-torch rasteriser. The input file is never overwritten.
 """
 
@@ -28,8 +28,8 @@ def register(sub) -> None:
         help="render a Gaussian scene to a PNG, or a turntable video with --turntable N",
         description=(
             "Render a Gaussian scene (INRIA PLY, .splat, compressed PLY) from an orbit camera that frames the "
-            "scene's robust bounding box. Default up axis -y (COLMAP-style captures, .splat files); use --up z for "
-            "Blender/NeRF-synthetic objects such as lego."
+            "scene's robust bounding box. Default up axis auto: the support plane's normal when the object stands "
+            "on one, else the format's convention (.splat/compressed -y, INRIA PLY +z, meshes +y)."
         ),
     )
     p.add_argument("path", help="scene file")
@@ -41,8 +41,9 @@ def register(sub) -> None:
     p.add_argument("--distance", type=float, default=None, help="camera distance from the target (default: frame the scene)")
     p.add_argument("--fov", type=float, default=40.0, help="vertical field of view in degrees (default 40)")
     p.add_argument(
-        "--up", default="-y",
-        help="up axis: y, -y, z, -z, x, -x or 'ux,uy,uz' (default -y, COLMAP captures; lego-style Blender scenes: z)",
+        "--up", default="auto",
+        help="up axis: auto (default: the normal of the support plane the object stands on, else the format's "
+             "convention, as in animate), y, -y, z, -z, x, -x or 'ux,uy,uz'",
     )
     p.add_argument("--backend", choices=["auto", "gsplat", "torch"], default="auto", help="rasteriser (default auto)")
     p.add_argument("--background", default="white", help="white, black or 'r,g,b' in [0, 1] (default white)")
@@ -116,8 +117,10 @@ def run(args) -> int:
         raise OptionError(f"--fov must be in (0, 180) degrees, got {args.fov}")
     if not args.fps > 0:
         raise OptionError(f"--fps must be positive, got {args.fps}")
-    up = parse_up(args.up)
-    up_vector(up)  # validate early
+    auto_up = str(args.up).strip().lower() == "auto"
+    up = None if auto_up else parse_up(args.up)
+    if not auto_up:
+        up_vector(up)  # validate early
     background = parse_background(args.background)
     width, height = args.width, args.height
     if args.turntable:
@@ -127,6 +130,13 @@ def run(args) -> int:
         width, height = w16, h16
 
     scene = load_scene(src, quat_order=args.quat_order)
+    if auto_up:
+        from physskin_gs.pipeline import analyze_for_animation
+
+        analysis = analyze_for_animation(scene)
+        up = [float(v) for v in analysis.up]
+        print(f"note: up {', '.join(f'{v:+.3f}' for v in up)} ({analysis.up_source}: {analysis.reason})",
+              file=sys.stderr)
     scene, dropped = drop_invalid(scene)
     if dropped:
         print(f"note: dropped {dropped} Gaussians with non-finite values or zero quaternions", file=sys.stderr)

@@ -1,0 +1,121 @@
+"""Real captures with no options: up axis and floor from the support plane, only the object moves, robust scale,
+negative option values in both spellings (issue: real captures on first contact)."""
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from physskin_gs.cli import join_negative_values, main
+from physskin_gs.pipeline import AnimationConfig, load_for_animation, prepare_animation
+from physskin_gs.scene import GaussianScene
+
+
+def _prepare(scene, **kw):
+    base = dict(num_cubature=256, newton_iters=3)
+    base.update(kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return prepare_animation(scene, AnimationConfig(**base))
+
+
+def _angle_deg(a, b):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    return math.degrees(math.acos(np.clip(a @ b / np.linalg.norm(a) / np.linalg.norm(b), -1, 1)))
+
+
+@pytest.fixture(scope="module")
+def headpiece(request):
+    from tests.conftest import SHARED_DATA
+
+    path = SHARED_DATA / "scenes" / "rgd_longheadpiece.compressed.ply"
+    if not path.is_file():
+        pytest.skip(f"scene capture not found at {path} (set PHYSSKIN_SHARED_DATA)")
+    return load_for_animation(str(path))
+
+
+@pytest.mark.slow
+def test_capture_is_upright_isolated_and_rests_on_its_support(headpiece):
+    anim = _prepare(headpiece)
+    sa = anim.info["scene_analysis"]
+    assert sa["up_source"] == "support-plane"
+    assert _angle_deg(anim.up_vector.numpy(), [0, -1, 0]) < 10  # COLMAP capture: -y up
+    moving = anim.moving.numpy()
+    # the floor patch and the background stay static; the object (above the floor along up) moves
+    assert 0.5 * headpiece.num_gaussians < moving.sum() < 0.95 * headpiece.num_gaussians
+    up = anim.up_vector.numpy()
+    d = float(sa["support_plane"]["offset"])
+    h = headpiece.means.double().numpy() @ up - d  # height above the support plane, scene units
+    assert np.median(h[moving]) > 0.2  # the object is well above the floor
+    assert np.mean(np.abs(h[~moving]) < 0.05) > 0.8  # most static rows are floor
+    # the floor of the simulation is the support plane: the object rests on it (no drop through the air)
+    assert anim.support_height == pytest.approx(d)
+    rest_low = float(np.quantile(h[moving], 0.001))
+    for _ in range(30):
+        anim.step()
+    dm = anim.deformed_gaussians(view_rotations=False).means.double().numpy()
+    hm = dm @ up - d
+    assert float(np.quantile(hm[moving], 0.001)) > -0.02 * float(np.ptp(h[moving]))  # not sunk through the floor
+    assert rest_low < 0.05 * float(np.ptp(h[moving]))  # it started ON the support, not in the air
+    assert np.array_equal(dm[~moving], headpiece.means.double().numpy()[~moving])  # static rows untouched
+
+
+@pytest.mark.slow
+def test_up_axis_rotates_with_the_capture(headpiece):
+    g = torch.Generator().manual_seed(3)
+    q, _ = torch.linalg.qr(torch.randn(3, 3, generator=g, dtype=torch.float64))
+    R = (q * torch.sign(torch.linalg.det(q))).float()  # a proper rotation
+    from physskin_gs.pipeline import analyze_for_animation
+
+    rot = GaussianScene(means=headpiece.means @ R.T + torch.tensor([0.3, -2.0, 1.0]), quats=headpiece.quats,
+                        log_scales=headpiece.log_scales, opacity_logits=headpiece.opacity_logits,
+                        sh_dc=headpiece.sh_dc, sh_rest=headpiece.sh_rest, format=headpiece.format)
+    a0, a1 = analyze_for_animation(headpiece), analyze_for_animation(rot)
+    assert _angle_deg(a1.up, R.double().numpy() @ a0.up) < 2
+    assert (a0.object == a1.object).mean() > 0.99
+
+
+def test_a_far_floater_changes_neither_scale_nor_selection(spot_scene):
+    a = _prepare(spot_scene, skinning="rbf")
+    n = spot_scene.num_gaussians
+    pad = lambda t, v: torch.cat([t, v.expand(1, *t.shape[1:]).to(t.dtype)])  # noqa: E731
+    far = GaussianScene(means=pad(spot_scene.means, torch.tensor([[1e6, 0.0, 0.0]])),
+                        quats=pad(spot_scene.quats, spot_scene.quats[:1]),
+                        log_scales=pad(spot_scene.log_scales, spot_scene.log_scales[:1]),
+                        opacity_logits=pad(spot_scene.opacity_logits, spot_scene.opacity_logits[:1]),
+                        sh_dc=pad(spot_scene.sh_dc, spot_scene.sh_dc[:1]),
+                        sh_rest=pad(spot_scene.sh_rest, spot_scene.sh_rest[:1]), format=spot_scene.format)
+    b = _prepare(far, skinning="rbf")
+    assert not bool(b.moving[n])  # the floater stays static
+    assert torch.equal(b.moving[:n], a.moving)
+    assert b.sim_scale == pytest.approx(a.sim_scale, rel=1e-6)
+    # with --select all the floater joins the object, but the robust scale still ignores it
+    c = _prepare(far, skinning="rbf", select="all")
+    assert bool(c.moving[n]) and c.sim_scale == pytest.approx(a.sim_scale, rel=0.02)
+
+
+@pytest.fixture(scope="module")
+def spot_scene():
+    from pathlib import Path
+
+    return load_for_animation(str(Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat"))
+
+
+def test_negative_option_values_in_both_spellings(tmp_path, spot_scene):
+    assert join_negative_values(["animate", "x", "--up", "-y", "--floor", "-0.6", "--select", "-1,-1,-1,1,1,1"]) == \
+        ["animate", "x", "--up=-y", "--floor=-0.6", "--select=-1,-1,-1,1,1,1"]
+    assert join_negative_values(["animate", "--up", "--help"]) == ["animate", "--up", "--help"]
+    from pathlib import Path
+
+    spot = str(Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat")
+    outs = []
+    for spelling in (["--up", "-y", "--floor", "-0.6"], ["--up=-y", "--floor=-0.6"]):
+        out = tmp_path / f"run{len(outs)}"
+        assert main(["animate", spot, "--headless", "--frames", "2", "--export", str(out), "--skinning", "rbf",
+                     "--cubature", "128", *spelling]) == 0
+        outs.append(json.loads((out / "sequence.json").read_text()))
+    for meta in outs:
+        assert meta["up_axis"] == [0.0, -1.0, 0.0] and meta["floor"] == pytest.approx(-0.6)
