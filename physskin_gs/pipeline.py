@@ -494,7 +494,7 @@ class AnimatedScene:
             return "DC only (the input has no higher SH bands)"
         if K > 15:
             return "bands 1-3 rotated per Gaussian by R_F; band 4 zeroed"
-        return "rotated per Gaussian by R_F (method.md 10)"
+        return "rotated per Gaussian by R_F (docs/method.md 10)"
 
     def skinning_weights(self) -> torch.Tensor:
         """(N_moving, H) float32 skinning weights of the moving Gaussians (field basis, constant last)."""
