@@ -83,7 +83,8 @@ def test_headless_sh_ply_rotates_sh(splats_dir, tmp_path):
     ],
 )
 def test_bad_options_exit_2(splats_dir, tmp_path, capsys, extra, message):
-    argv = ["animate", splats_dir / "spot_mesh2splat_10k.splat", "--headless", "--frames", 2, *FAST, *extra]
+    argv = ["animate", splats_dir / "spot_mesh2splat_10k.splat", "--headless", "--frames", 2, *FAST, *extra,
+            "--export", tmp_path / "seq"]
     if "--width" in extra:
         argv += ["--video", tmp_path / "v.mp4"]
     assert _run(argv) == 2

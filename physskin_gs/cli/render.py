@@ -5,7 +5,8 @@ at ``--azimuth`` / ``--elevation`` degrees about the ``--up`` axis; the distance
 ``--distance`` is given. Default up axis ``auto``, the same rule as ``animate``: the normal of the support plane
 the object stands on (scene analysis), else the format's convention (.splat / compressed PLY -y, INRIA PLY +z,
 meshes +y). Backend ``auto`` uses gsplat when CUDA is
-available, else the pure-torch rasteriser. The input file is never overwritten.
+available, else the pure-torch rasteriser. The input file is never overwritten, an existing output only with
+``--force``; what was written is checked (a missing or incomplete image or video is an error, exit code 2).
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import sys
 import time
 from pathlib import Path
 
+from physskin_gs.cli._common import (OutputError, check_int, check_number, check_output_folder, refuse_existing,
+                                     require_input_file, verify_written)
 from physskin_gs.errors import OptionError
 
 _IMAGE_EXT = {".png", ".jpg", ".jpeg"}
@@ -51,6 +54,7 @@ def register(sub) -> None:
     p.add_argument("--turntable", type=int, default=0, metavar="N", help="render N frames around the up axis into a video")
     p.add_argument("--fps", type=float, default=30.0, help="turntable frames per second (default 30)")
     p.add_argument("--quat-order", choices=["wxyz", "xyzw"], default="wxyz", help="stored quaternion order (default wxyz)")
+    p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.set_defaults(func=run)
 
 
@@ -96,12 +100,9 @@ def run(args) -> int:
     from physskin_gs.io import drop_invalid, load_scene
     from physskin_gs.render import auto_frame, render_scene_frame, to_uint8, up_vector, write_video
 
-    src, out = str(args.path), str(args.output)
-    if not os.path.exists(src):
-        raise FileNotFoundError(f"scene file not found: {src}")
+    src, out = require_input_file(args.path), str(args.output)
     ext = Path(out).suffix.lower()
-    if args.turntable < 0:
-        raise OptionError(f"--turntable must be >= 0, got {args.turntable}")
+    check_int("--turntable", args.turntable, 0, 100_000, unit="frames")
     if args.turntable and ext not in _VIDEO_EXT:
         raise OptionError(f"--turntable writes a video; give -o a {'/'.join(sorted(_VIDEO_EXT))} path, got {out!r}")
     if not args.turntable and ext not in _IMAGE_EXT:
@@ -111,12 +112,18 @@ def run(args) -> int:
     out_dir = Path(out).parent
     if str(out_dir) and not out_dir.exists():
         raise FileNotFoundError(f"output folder does not exist: {out_dir}")
+    refuse_existing(out, args.force, "--force")
+    check_output_folder(out, "-o")
     if args.width <= 0 or args.height <= 0 or args.width > 16384 or args.height > 16384:
         raise OptionError(f"--width/--height must be in 1..16384, got {args.width}x{args.height}")
-    if not (0.0 < args.fov < 180.0):
-        raise OptionError(f"--fov must be in (0, 180) degrees, got {args.fov}")
-    if not args.fps > 0:
-        raise OptionError(f"--fps must be positive, got {args.fps}")
+    check_number("--fov", args.fov, 0.0, 180.0, lo_open=True, hi_open=True, unit="degrees")
+    check_number("--fps", args.fps, 0.0, 1000.0, lo_open=True)
+    check_number("--azimuth", args.azimuth, -3600.0, 3600.0, unit="degrees")
+    check_number("--elevation", args.elevation, -90.0, 90.0, lo_open=True, hi_open=True, unit="degrees")
+    if args.distance is not None:
+        check_number("--distance", args.distance, 0.0, None, lo_open=True, unit="scene units")
+    if args.sh_degree is not None:
+        check_int("--sh-degree", args.sh_degree, 0, 4)
     auto_up = str(args.up).strip().lower() == "auto"
     up = None if auto_up else parse_up(args.up)
     if not auto_up:
@@ -141,8 +148,6 @@ def run(args) -> int:
     if dropped:
         print(f"note: dropped {dropped} Gaussians with non-finite values or zero quaternions", file=sys.stderr)
     if args.sh_degree is not None:
-        if args.sh_degree < 0:
-            raise OptionError(f"--sh-degree must be >= 0, got {args.sh_degree}")
         scene = scene.with_sh_degree(min(args.sh_degree, scene.sh_degree))
     device = torch.device("cuda" if args.backend != "torch" and torch.cuda.is_available() else "cpu")
     if args.backend == "gsplat" and device.type != "cuda":
@@ -168,7 +173,11 @@ def run(args) -> int:
         import imageio.v2 as imageio
 
         img, cover = frame(args.azimuth)
-        imageio.imwrite(out, img)
+        try:
+            imageio.imwrite(out, img)
+        except (OSError, ValueError) as exc:
+            raise OutputError(f"could not write {out}: {exc}") from None
+        verify_written(out, "image")
         print(
             f"wrote {out} ({width}x{height}, {scene.num_gaussians} Gaussians, SH degree {scene.sh_degree}, "
             f"{100 * cover:.1f}% covered, {time.perf_counter() - t0:.2f} s)"
@@ -182,6 +191,8 @@ def run(args) -> int:
         for az in tqdm(azimuths, desc="turntable", unit="frame", file=sys.stderr):
             yield frame(az)[0]
 
-    written = write_video(frames(), out, fps=args.fps)
+    written = write_video(frames(), out, fps=args.fps)  # checked after writing (raises PhysSkinError)
+    if not Path(written).is_dir():  # a folder of PNG frames when imageio-ffmpeg is missing (write_video warns)
+        verify_written(written, "video")
     print(f"wrote {written} ({n} frames, {width}x{height}, {time.perf_counter() - t0:.1f} s)")
     return 0

@@ -49,6 +49,7 @@ class PreparedObject:
     volume: "object"  # torch (V, 3)
     query: "object"  # torch (N, 3) normalised (non-finite rows zeroed)
     valid: np.ndarray  # (N,) bool
+    usable: int = -1  # points the field is built from (finite, opacity >= 0.05 for a splat; used mesh vertices)
 
 
 def prepare_object(path, seed: int = 0) -> PreparedObject:
@@ -77,17 +78,19 @@ def prepare_object(path, seed: int = 0) -> PreparedObject:
         norm = compute_normalization(means[keep], allow_flat=False, what=str(path))
         sample = sample_from_splat(scene, seed=seed, name=path.name)
         pts, kind = means, "splat"
+        usable = int(keep.sum())
     else:
         mesh = load_mesh(str(path))
         used = np.unique(mesh.faces.reshape(-1))
         norm = compute_normalization(mesh.vertices[used].astype(np.float64), allow_flat=False, what=str(path))
         sample = sample_from_mesh(mesh, seed=seed)
         pts, kind = mesh.vertices.astype(np.float64), "mesh"
+        usable = int(np.isfinite(mesh.vertices[used]).all(axis=1).sum())
     valid = finite_rows(pts)
     q = np.zeros_like(pts)
     q[valid] = norm.to_normalized(pts[valid])
     return PreparedObject(path.name, kind, np.asarray(norm.center, np.float64), float(norm.scale), sample.surface,
-                          sample.volume, torch.from_numpy(q.astype(np.float32)), valid)
+                          sample.volume, torch.from_numpy(q.astype(np.float32)), valid, usable)
 
 
 def field_for_object(obj: PreparedObject, method: Optional[str], options=None):
@@ -104,7 +107,7 @@ def load_query_points(path, obj: PreparedObject):
 
     path = Path(path)
     if not path.is_file():
-        raise OptionError(f"{path}: query points file not found")
+        raise FileNotFoundError(f"--points {path}: input file not found")
     try:
         pts = np.load(path, allow_pickle=False)
     except (ValueError, OSError) as exc:
@@ -161,11 +164,19 @@ def run(args) -> int:
         valid = np.ones(query.shape[0], bool)
     else:
         query, valid = obj.query, obj.valid
-    if int(obj.valid.sum()) < opts.num_handles + 1:
-        raise OptionError(f"{args.path}: {int(obj.valid.sum())} usable points; skinning {opts.num_handles} handles "
-                          f"needs at least {opts.num_handles + 1}")
+    usable = obj.usable if obj.usable >= 0 else int(obj.valid.sum())
+    if usable < opts.num_handles + 1:
+        what = "Gaussians (finite, opacity >= 0.05)" if obj.kind == "splat" else "vertices"
+        raise OptionError(f"{args.path}: {usable} usable {what}; skinning {opts.num_handles} handles needs at least "
+                          f"{opts.num_handles + 1}")
     t1 = time.perf_counter()
-    field, source = field_for_object(obj, args.skinning, opts)
+    try:
+        field, source = field_for_object(obj, args.skinning, opts)
+    except OptionError:
+        raise
+    except ValueError as exc:  # the basis cannot be built from so few / such points
+        raise OptionError(f"{args.path}: cannot build the {resolve_skinning(args.skinning)} skinning basis from "
+                          f"{usable} usable points ({exc})") from None
     W, G = field.weights_and_grads(query)
     t2 = time.perf_counter()
     W = W.numpy()

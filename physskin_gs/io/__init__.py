@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 from physskin_gs.errors import OptionError, SceneFormatError
-from physskin_gs.io.detect import CONVERT_HINT, UNSUPPORTED_CONTAINERS, detect_format
+from physskin_gs.io.detect import CONVERT_HINT, MESH_HINT, UNSUPPORTED_CONTAINERS, detect_format
 from physskin_gs.io.ply_header import SceneWarning
 from physskin_gs.io.validate import drop_invalid, finite_bbox, invalid_mask, validate
 from physskin_gs.scene import GaussianScene
@@ -71,10 +71,7 @@ def load_scene(path, quat_order: str = "wxyz") -> GaussianScene:
 
         return load_splat(path, quat_order=quat_order)
     if fmt == "mesh":
-        raise SceneFormatError(
-            f"{path}: this is a mesh file, not a Gaussian scene; load it with physskin_gs.io.load_mesh "
-            "(commands that accept meshes sample Gaussians from it)"
-        )
+        raise SceneFormatError(f"{path}: this is a mesh file, not a Gaussian scene; {MESH_HINT}")
     if fmt in UNSUPPORTED_CONTAINERS:
         raise SceneFormatError(f"{path}: {UNSUPPORTED_CONTAINERS[fmt]} files are not supported; {CONVERT_HINT}")
     raise SceneFormatError(f"{path}: unsupported format {fmt!r}")  # pragma: no cover
@@ -84,7 +81,8 @@ def save_scene(scene: GaussianScene, path) -> str:
     """Write ``scene`` as an INRIA 3DGS PLY (binary little-endian float32, raw values, atomic write).
 
     Property order: x y z nx ny nz (zeros) f_dc_0..2 f_rest_* (channel-major) opacity scale_0..2 rot_0..3,
-    then ``scene.extra`` in insertion order. Load -> save -> load reproduces every raw array bit for bit.
+    then ``scene.extra`` in insertion order (integer-typed extras keep their PLY type). Load -> save -> load
+    reproduces every raw array bit for bit.
 
     Returns:
         The absolute output path.

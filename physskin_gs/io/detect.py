@@ -39,6 +39,10 @@ CONVERT_HINT = (
     "or SuperSplat's export)"
 )
 
+#: What to do with a mesh given to a command (or function) that reads Gaussian scenes only.
+MESH_HINT = ("meshes are read by `physskin-gs animate` and `physskin-gs skin`, which sample Gaussians on the "
+             "surface (Python: physskin_gs.io.load_mesh)")
+
 MESH_EXTENSIONS = {".obj", ".stl", ".glb", ".gltf", ".off"}
 
 #: Vertex properties whose presence marks a PLY as a 3DGS file.
@@ -57,6 +61,10 @@ def classify_ply(header: PlyHeader) -> str:
     if "scale_0" in names and "scale_1" in names and "scale_2" not in names:
         return "2dgs-ply"
     if vertex is None or not (names & set(GS_MARKERS)):
+        # Gaussians stored under another element name ('gaussian', 'splat', ...) are a broken 3DGS PLY, not a
+        # mesh: the INRIA loader names the problem
+        if any(set(e.names) & set(GS_MARKERS) for e in header.elements if e.name != "vertex"):
+            return "inria-ply"
         return "mesh-ply"
     return "inria-ply"
 

@@ -1,8 +1,10 @@
 """INRIA 3DGS PLY reader and writer (formats.md section 1).
 
 Properties are read by *name*: ``x y z``, optional ``nx ny nz``, ``f_dc_0..2``, ``f_rest_*`` (channel-major,
-sorted by integer suffix), ``opacity``, ``scale_0..2``, ``rot_0..3`` (wxyz, not normalised). Any other scalar
-vertex property is kept in ``scene.extra`` (float32) and written back after the INRIA ones.
+sorted by integer suffix), ``opacity``, ``scale_0..2``, ``rot_0..3`` (wxyz, not normalised); these must be float
+or double (integer-typed ones are refused: their raw values are not 3DGS values). Any other scalar vertex property
+is kept in ``scene.extra`` (integer types keep their type, float and double become float32) and written back
+after the INRIA ones with the same PLY type.
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ import numpy as np
 import torch
 
 from physskin_gs.errors import OptionError, SceneFormatError
-from physskin_gs.io.ply_header import PlyHeader, read_elements, read_ply_header, warn
+from physskin_gs.io.detect import MESH_HINT
+from physskin_gs.io.ply_header import PLY_TYPE_NAMES, PlyHeader, read_elements, read_ply_header, warn
 from physskin_gs.scene import GaussianScene
 
 _F_REST = re.compile(r"^f_rest_(\d+)$")
@@ -30,6 +33,10 @@ REQUIRED_GROUPS: Tuple[Tuple[str, Tuple[str, ...]], ...] = (
     ("rot_0..3", ("rot_0", "rot_1", "rot_2", "rot_3")),
 )
 QUAT_ORDERS = ("wxyz", "xyzw")
+#: Properties only a 3DGS file has (everything required except the position).
+_GS_ONLY = {n for _, g in REQUIRED_GROUPS[1:] for n in g}
+#: Integer PLY types (numpy codes) an extra property keeps through load -> save.
+_INT_TYPES = ("i1", "u1", "i2", "u2", "i4", "u4")
 
 
 def missing_fields(names) -> List[str]:
@@ -78,6 +85,9 @@ def check_inria_header(header: PlyHeader) -> None:
     path = header.path
     vertex = header.element("vertex")
     if vertex is None:
+        holder = _gaussian_element(header)
+        if holder:
+            raise _wrong_element(path, holder)
         raise SceneFormatError(
             f"{path}: not a 3DGS PLY: no 'vertex' element (elements: {[e.name for e in header.elements]})"
         )
@@ -86,17 +96,45 @@ def check_inria_header(header: PlyHeader) -> None:
         raise SceneFormatError(f"{path}: 2D Gaussian (surfel) PLY is not supported (two scales: scale_0, scale_1)")
     miss = missing_fields(names)
     if miss:
+        holder = _gaussian_element(header)
+        if holder and not set(names) & _GS_ONLY:
+            raise _wrong_element(path, holder)
         if not any(n in names for n in ("f_dc_0", "opacity", "scale_0", "rot_0")):
             faces = header.element("face")
             kind = f"a mesh with {faces.count} faces" if faces is not None else "a plain point cloud"
             raise SceneFormatError(
                 f"{path}: not a 3DGS PLY (looks like {kind}, {vertex.count} vertices): missing {', '.join(miss)}; "
-                "load meshes with physskin_gs.io.load_mesh"
+                + MESH_HINT
             )
         raise SceneFormatError(f"{path}: incomplete 3DGS PLY: missing {', '.join(miss)}")
     lists = [p.name for p in vertex.properties if p.is_list and p.name in _all_required(names)]
     if lists:
         raise SceneFormatError(f"{path}: 3DGS vertex properties must be scalars, found list properties {lists}")
+    core = set(_all_required(names))
+    typed = [f"{PLY_TYPE_NAMES.get(p.type, p.type)} {p.name}" for p in vertex.properties
+             if p.name in core and not p.type.startswith("f")]
+    if typed:
+        raise SceneFormatError(
+            f"{path}: 3DGS properties must be float (or double), found integer-typed {', '.join(typed[:6])}"
+            + (f" and {len(typed) - 6} more" if len(typed) > 6 else "")
+            + ": their values would be read as raw integers (an opacity of 255 is not a logit); this looks like a "
+            "quantised or non-3DGS file: convert it to a float 3DGS PLY with the tool that wrote it"
+        )
+
+
+def _gaussian_element(header: PlyHeader) -> Optional[str]:
+    """Name of the first element other than 'vertex' that holds 3DGS properties (f_dc, opacity, scale, rot), or None."""
+    for e in header.elements:
+        if e.name != "vertex" and set(e.names) & _GS_ONLY:
+            return e.name
+    return None
+
+
+def _wrong_element(path: str, name: str) -> SceneFormatError:
+    return SceneFormatError(
+        f"{path}: not a readable 3DGS PLY: the Gaussians are in element '{name}', but a 3DGS PLY stores them in "
+        "element 'vertex' (rename the element in the header: 'element vertex N')"
+    )
 
 
 def _all_required(names) -> List[str]:
@@ -196,7 +234,10 @@ def load_inria_ply(
         if p.is_list:
             skipped.append(p.name)
             continue
-        extra[p.name] = torch.from_numpy(_column(rec, p.name))
+        if p.type in _INT_TYPES:  # integer extras keep their type (a uchar label stays uchar through convert)
+            extra[p.name] = torch.from_numpy(np.ascontiguousarray(rec[p.name], dtype=np.dtype(p.type)))
+        else:
+            extra[p.name] = torch.from_numpy(_column(rec, p.name))
     if skipped:
         warn(f"{path}: ignoring list vertex properties {skipped}")
     if extra:
@@ -262,6 +303,22 @@ def scene_to_inria_array(scene: GaussianScene) -> Tuple[List[str], np.ndarray]:
     return names, arr
 
 
+def _extra_type(v) -> str:
+    """numpy type code an extra property is written with: integer types that PLY has keep their type (bool as
+    uchar; int64 / uint64 as int / uint when the values fit, else double); floats are written as float."""
+    t = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+    if t.dtype == np.bool_:
+        return "u1"
+    code = t.dtype.str[1:]
+    if code in _INT_TYPES:
+        return code
+    if t.dtype.kind in "iu":
+        small = "i4" if t.dtype.kind == "i" else "u4"
+        info = np.iinfo(small)
+        return small if t.size == 0 or (int(t.min()) >= info.min and int(t.max()) <= info.max) else "f8"
+    return "f4"
+
+
 def _same_file(a: str, b: str) -> bool:
     if os.path.abspath(a) == os.path.abspath(b) or os.path.realpath(a) == os.path.realpath(b):
         return True
@@ -275,8 +332,9 @@ def save_inria_ply(scene: GaussianScene, path, *, overwrite_source: bool = False
     """Write ``scene`` as a binary little-endian float32 INRIA 3DGS PLY with raw values.
 
     Layout: x y z nx ny nz f_dc_0..2 f_rest_* (channel-major) opacity scale_0..2 rot_0..3, then
-    ``scene.extra`` in insertion order; normals are written as zeros. The file is written to a temporary
-    file in the same directory and renamed into place (atomic on POSIX).
+    ``scene.extra`` in insertion order (integer extras keep their PLY type, float ones are float); normals are
+    written as zeros. The file is written to a temporary file in the same directory, its size is checked, and it is
+    renamed into place (atomic on POSIX).
 
     Args:
         scene: the scene to write.
@@ -296,10 +354,22 @@ def save_inria_ply(scene: GaussianScene, path, *, overwrite_source: bool = False
     if scene.source and not overwrite_source and os.path.exists(path) and _same_file(path, scene.source):
         raise OptionError(f"{path}: refusing to overwrite the input file; choose another output path")
     names, arr = scene_to_inria_array(scene)
+    types = ["f4"] * (len(names) - len(scene.extra)) + [_extra_type(v) for v in scene.extra.values()]
+    if all(t == "f4" for t in types):
+        body = arr.astype("<f4", copy=False)
+    else:  # integer extras keep their type: one structured record
+        body = np.empty(arr.shape[0], dtype=[(nm, "<" + t) for nm, t in zip(names, types)])
+        core = len(names) - len(scene.extra)
+        for j, nm in enumerate(names[:core]):
+            body[nm] = arr[:, j]
+        for nm, v, t in zip(names[core:], scene.extra.values(), types[core:]):
+            vals = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
+            body[nm] = vals.reshape(-1).astype(t)
     head = ["ply", "format binary_little_endian 1.0", f"element vertex {arr.shape[0]}"]
-    head += [f"property float {nm}" for nm in names]
+    head += [f"property {PLY_TYPE_NAMES[t]} {nm}" for nm, t in zip(names, types)]
     head += ["end_header"]
     header_bytes = ("\n".join(head) + "\n").encode("ascii")
+    payload = body.tobytes()
     out_dir = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(out_dir):
         raise OptionError(f"{path}: output folder does not exist: {out_dir}")
@@ -310,9 +380,12 @@ def save_inria_ply(scene: GaussianScene, path, *, overwrite_source: bool = False
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
         with os.fdopen(fd, "wb") as f:
             f.write(header_bytes)
-            f.write(arr.astype("<f4", copy=False).tobytes())
+            f.write(payload)
             f.flush()
             os.fsync(f.fileno())
+        if os.path.getsize(tmp) != len(header_bytes) + len(payload):
+            raise OSError(f"{path}: incomplete write ({os.path.getsize(tmp)} of "
+                          f"{len(header_bytes) + len(payload)} bytes)")
         os.replace(tmp, path)
     except BaseException:
         try:

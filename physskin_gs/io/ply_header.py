@@ -30,6 +30,10 @@ PLY_TYPES: Dict[str, str] = {
 
 _MAX_HEADER_BYTES = 1 << 20
 
+#: numpy type code -> PLY type name written by our writer.
+PLY_TYPE_NAMES: Dict[str, str] = {"i1": "char", "u1": "uchar", "i2": "short", "u2": "ushort", "i4": "int",
+                                  "u4": "uint", "f4": "float", "f8": "double"}
+
 
 class SceneWarning(UserWarning):
     """A recoverable oddity in an input scene (ignored element, suspicious values, ...)."""
@@ -106,7 +110,8 @@ def read_ply_header(path: str) -> PlyHeader:
 
     Raises:
         FileNotFoundError / OSError: the file cannot be opened.
-        SceneFormatError: not a PLY file, header without ``end_header``, unknown format/type, or a bad line.
+        SceneFormatError: not a PLY file, header without ``end_header`` or over 1 MiB, unknown format/type, a
+            property listed twice in one element, or a bad line.
     """
     with open(path, "rb") as f:
         buf = b""
@@ -120,6 +125,12 @@ def read_ply_header(path: str) -> PlyHeader:
     if not is_ply(buf):
         raise SceneFormatError(f"{path}: not a PLY file (no 'ply' magic line)")
     end = buf.find(b"end_header")
+    if end < 0 and len(buf) > _MAX_HEADER_BYTES:
+        raise SceneFormatError(f"{path}: PLY header is larger than {_MAX_HEADER_BYTES >> 20} MiB (the limit) without "
+                               "an 'end_header' line; not a usable splat file")
+    if end > _MAX_HEADER_BYTES:
+        raise SceneFormatError(f"{path}: PLY header is {end} bytes, larger than the {_MAX_HEADER_BYTES >> 20} MiB "
+                               "limit; not a usable splat file")
     if end < 0:
         raise SceneFormatError(f"{path}: PLY header has no 'end_header' line (truncated or corrupt header)")
     nl = buf.find(b"\n", end)
@@ -155,6 +166,9 @@ def read_ply_header(path: str) -> PlyHeader:
         elif key == "property":
             if not elements:
                 raise SceneFormatError(f"{path}: PLY property before any element (header line {lineno})")
+            if len(parts) in (3, 5) and parts[-1] in elements[-1].names:
+                raise SceneFormatError(f"{path}: PLY property {parts[-1]!r} occurs more than once in element "
+                                       f"'{elements[-1].name}' (header line {lineno})")
             if len(parts) == 5 and parts[1] == "list":
                 ct, it = PLY_TYPES.get(parts[2]), PLY_TYPES.get(parts[3])
                 if ct is None or it is None:

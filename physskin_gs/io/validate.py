@@ -1,8 +1,13 @@
 """Sanitising report for Gaussian scenes (formats.md section 7, items 7-11 and 17).
 
 :func:`validate` counts bad or suspicious rows without changing anything; :func:`drop_invalid` removes the rows
-that cannot be used (non-finite values, zero-norm quaternions). Extreme but legal values (log-scales below -20,
-logits of 17) are reported, never altered.
+that cannot be used (non-finite values). Extreme but legal values (log-scales below -20, logits of 17) are
+reported, never altered.
+
+Zero-norm quaternions follow one rule everywhere: a zero quaternion is the identity rotation (the .splat decoder,
+the rotation maths of :func:`physskin_gs.scene.quat_to_rotmat`, rendering, animation and export all read it so).
+Such rows are counted (``zero_norm_quats``) and warned about, but they are not invalid: every command renders,
+converts and animates them, and ``drop_invalid`` keeps them.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ QUAT_EPS = 1e-8
 
 
 def invalid_mask(scene: GaussianScene) -> torch.Tensor:
-    """(N,) bool: rows with a non-finite mean, log-scale, quaternion, opacity or SH value, or a zero-norm
-    quaternion (norm <= :data:`QUAT_EPS`); formats.md 7. Raises nothing."""
+    """(N,) bool: rows with a non-finite mean, log-scale, quaternion, opacity or SH value (formats.md 7). A
+    zero-norm quaternion is the identity rotation, not invalid (module docstring). Raises nothing."""
     bad = ~torch.isfinite(scene.means).all(dim=1)
     bad |= ~torch.isfinite(scene.log_scales).all(dim=1)
     bad |= ~torch.isfinite(scene.quats).all(dim=1)
@@ -31,8 +36,6 @@ def invalid_mask(scene: GaussianScene) -> torch.Tensor:
     bad |= ~torch.isfinite(scene.sh_dc).all(dim=1)
     if scene.sh_rest.shape[1]:
         bad |= ~torch.isfinite(scene.sh_rest).flatten(1).all(dim=1)
-    qn = scene.quats.norm(dim=1)
-    bad |= ~(qn > QUAT_EPS)
     return bad
 
 
@@ -59,7 +62,7 @@ def validate(scene: GaussianScene) -> Dict:
     fin_op = torch.isfinite(op)
     finite_ls = torch.where(torch.isfinite(ls), ls, torch.zeros_like(ls))
     # same rows as invalid_mask(scene), from the masks already computed here
-    invalid = ~(fin_means & fin_ls & fin_q & fin_op & fin_sh & (qn > QUAT_EPS))
+    invalid = ~(fin_means & fin_ls & fin_q & fin_op & fin_sh)
     rep: Dict = {
         "num_gaussians": n,
         "nan_inf_means": int((~fin_means).sum()),
@@ -83,12 +86,14 @@ def validate(scene: GaussianScene) -> Dict:
         ("nan_inf_means", "NaN/Inf positions"),
         ("nan_inf_scales", "NaN/Inf log-scales"),
         ("nan_inf_quats", "NaN/Inf quaternions"),
-        ("zero_norm_quats", "zero-norm quaternions"),
         ("nan_inf_opacities", "NaN/Inf opacities"),
         ("nan_inf_sh", "NaN/Inf SH coefficients"),
     ):
         if rep[key]:
             warnings.append(f"{rep[key]} Gaussians with {what}")
+    if rep["zero_norm_quats"]:
+        warnings.append(f"{rep['zero_norm_quats']} Gaussians with zero-norm quaternions (read as the identity "
+                        "rotation; kept)")
     if rep["num_invalid"]:
         warnings.append(f"{rep['num_invalid']} invalid Gaussians in total (use --drop-invalid / drop_invalid to remove them)")
     if rep["log_scale_below_min"]:
@@ -119,7 +124,8 @@ def validate(scene: GaussianScene) -> Dict:
 
 
 def drop_invalid(scene: GaussianScene) -> Tuple[GaussianScene, int]:
-    """Remove Gaussians with non-finite values or zero-norm quaternions (see :func:`invalid_mask`).
+    """Remove Gaussians with non-finite values (see :func:`invalid_mask`; zero-norm quaternions are kept as the
+    identity rotation).
 
     Returns:
         (scene without those rows, number removed). The input scene is not modified.

@@ -15,7 +15,7 @@ from typing import Iterable, Optional, Union
 import numpy as np
 import torch
 
-from physskin_gs.errors import OptionError
+from physskin_gs.errors import OptionError, PhysSkinError
 from physskin_gs.render.cameras import Camera
 from physskin_gs.render.rasterizer import RenderOutput, rasterize
 
@@ -58,6 +58,30 @@ def _has_ffmpeg() -> bool:
     return True
 
 
+def video_frame_count(path: Union[str, os.PathLike]) -> Optional[int]:
+    """Number of video frames in the file at ``path`` as ffmpeg reads it (packets copied, nothing decoded), or
+    None when ffmpeg is not available. A file ffmpeg cannot open (missing, truncated, no video stream) gives 0."""
+    try:
+        import imageio_ffmpeg
+    except ImportError:
+        return None
+    import re
+    import subprocess
+
+    try:
+        exe = imageio_ffmpeg.get_ffmpeg_exe()
+        proc = subprocess.run(
+            [exe, "-nostdin", "-v", "error", "-stats", "-i", os.fspath(path), "-map", "0:v:0", "-c", "copy",
+             "-f", "null", "-"], capture_output=True, timeout=600,
+        )
+    except (OSError, RuntimeError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return 0
+    found = re.findall(rb"frame=\s*(\d+)", proc.stderr)
+    return int(found[-1]) if found else 0
+
+
 def write_video(
     frames: Iterable[Union[np.ndarray, torch.Tensor]],
     path: Union[str, os.PathLike],
@@ -68,6 +92,8 @@ def write_video(
 
     Frames are consumed lazily (an iterator/generator works). All frames must share one size; sides
     that are not multiples of 16 are padded by edge replication (never silently resized).
+    The video is written to a temporary name beside ``path``, checked (it exists and ffmpeg reads back as many
+    frames as were given), then renamed into place; a failed write leaves no file at ``path``.
     If imageio-ffmpeg is missing, writes PNG frames into ``<path stem>_frames/frame%04d.png`` instead,
     warns, and returns that folder.
 
@@ -75,25 +101,36 @@ def write_video(
         The path written (the video file or the PNG folder).
     Raises:
         OptionError for fps <= 0, no frames, a frame that is not (H, W, 3) uint8, or a size change.
+        FileNotFoundError: the output folder does not exist.
+        PhysSkinError: the video could not be written (ffmpeg failed, the file is missing or incomplete); the
+            message names the file and what went wrong.
     """
     path = Path(path)
-    if not fps > 0:
-        raise OptionError(f"fps must be positive, got {fps}")
+    if not fps > 0 or not np.isfinite(fps):
+        raise OptionError(f"fps must be a positive finite number, got {fps}")
     if path.parent and not path.parent.exists():
         raise FileNotFoundError(f"output folder does not exist: {path.parent}")
+    if path.parent and not path.parent.is_dir():
+        raise PhysSkinError(f"could not write video {path}: {path.parent} is not a folder")
     import imageio.v2 as imageio
 
     it = iter(frames)
     use_ffmpeg = _has_ffmpeg()
     if use_ffmpeg:
         target = path
+        partial = path.with_name(f".{path.stem}.partial{path.suffix}")
         writer = None
     else:
         target = path.with_name(path.stem + "_frames")
-        target.mkdir(exist_ok=True)
+        partial = None
+        try:
+            target.mkdir(exist_ok=True)
+        except OSError as exc:
+            raise PhysSkinError(f"could not create the frame folder {target}: {exc.strerror or exc}") from None
         warnings.warn(f"imageio-ffmpeg is not installed; writing PNG frames to {target} instead of {path}")
     shape = None
     count = 0
+    ok = False
     try:
         for frame in it:
             f = frame.detach().cpu().numpy() if isinstance(frame, torch.Tensor) else np.asarray(frame)
@@ -104,21 +141,59 @@ def write_video(
             elif f.shape != shape:
                 raise OptionError(f"video frame {count} has size {f.shape}, expected {shape} like frame 0")
             count += 1
-            if use_ffmpeg:
-                ph, pw = (-f.shape[0]) % 16, (-f.shape[1]) % 16
-                if ph or pw:
-                    f = np.pad(f, ((0, ph), (0, pw), (0, 0)), mode="edge")
-                if writer is None:
-                    writer = imageio.get_writer(
-                        str(target), fps=fps, codec="libx264", quality=quality, macro_block_size=16,
-                        pixelformat="yuv420p",
-                    )
-                writer.append_data(f)
-            else:
-                imageio.imwrite(str(target / f"frame{count:04d}.png"), f)
+            try:
+                if use_ffmpeg:
+                    ph, pw = (-f.shape[0]) % 16, (-f.shape[1]) % 16
+                    if ph or pw:
+                        f = np.pad(f, ((0, ph), (0, pw), (0, 0)), mode="edge")
+                    if writer is None:
+                        writer = imageio.get_writer(
+                            str(partial), fps=fps, codec="libx264", quality=quality, macro_block_size=16,
+                            pixelformat="yuv420p",
+                        )
+                    writer.append_data(f)
+                else:
+                    imageio.imwrite(str(target / f"frame{count:04d}.png"), f)
+            except (OSError, RuntimeError, ValueError) as exc:
+                raise PhysSkinError(f"could not write video {path}: {exc}") from None
+        ok = True
     finally:
         if use_ffmpeg and writer is not None:
-            writer.close()
+            try:
+                writer.close()
+            except (OSError, RuntimeError, ValueError) as exc:
+                if ok:
+                    ok = False
+                    _unlink(partial)
+                    raise PhysSkinError(f"could not write video {path}: {exc}") from None
+        if not ok and partial is not None:
+            _unlink(partial)
     if count == 0:
         raise OptionError(f"no frames to write to {path}")
+    if use_ffmpeg:
+        _check_video(partial, path, count)
+        os.replace(partial, path)
+    else:
+        missing = [i for i in range(1, count + 1) if not (target / f"frame{i:04d}.png").is_file()]
+        if missing:
+            raise PhysSkinError(f"could not write frame {missing[0]} of {count} to {target}")
     return target
+
+
+def _unlink(p: Optional[Path]) -> None:
+    try:
+        if p is not None:
+            p.unlink()
+    except OSError:
+        pass
+
+
+def _check_video(written: Path, path: Path, count: int) -> None:
+    """Raise PhysSkinError (and remove ``written``) unless it is a non-empty video holding ``count`` frames."""
+    if not written.is_file() or written.stat().st_size == 0:
+        _unlink(written)
+        raise PhysSkinError(f"could not write video {path}: ffmpeg produced no file (see its message above)")
+    n = video_frame_count(written)
+    if n is not None and n != count:
+        _unlink(written)
+        raise PhysSkinError(f"could not write video {path}: the file holds {n} of {count} frames")

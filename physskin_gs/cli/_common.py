@@ -1,0 +1,190 @@
+"""Rules every command shares: input files, option ranges, outputs that are checked after writing, strict JSON.
+
+* Input files: a missing one is ``PATH: input file not found`` in every command (:func:`require_input_file`).
+* Numeric options are checked before anything is loaded (:func:`check_number`, :func:`check_int`): finite, in
+  range, and the range is in the message; legal but unusual values give a warning (:func:`warn_option`).
+* Outputs: an existing output is never replaced without ``--force`` / ``--overwrite`` (:func:`refuse_existing`);
+  the folder an output goes to is checked before any work (:func:`check_output_folder`), and what a writer wrote
+  is checked afterwards (:func:`verify_written`): a missing or empty file is an error, never "wrote ...".
+* JSON written by the tools is strict (no NaN / Infinity): :func:`strict_json` turns non-finite numbers into null
+  and returns where it did, so the file can say so.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, List, Optional, Tuple
+
+from physskin_gs.errors import OptionError, PhysSkinError
+
+
+class OutputError(PhysSkinError):
+    """An output could not be written, or what was written is missing or incomplete (the message says which)."""
+
+
+# ------------------------------------------------------------------------------------------------ input files
+def input_not_found(path) -> FileNotFoundError:
+    """The one error for a missing input file: ``PATH: input file not found``."""
+    return FileNotFoundError(f"{os.fspath(path)}: input file not found")
+
+
+def require_input_file(path, option: str = "") -> str:
+    """Check that ``path`` is an existing file; returns it as str.
+
+    ``option`` (e.g. ``"--script"``) is put in front of the message for files given through an option.
+    Raises FileNotFoundError (``[OPTION ]PATH: input file not found``) or OptionError for a folder.
+    """
+    p = os.fspath(path)
+    lead = f"{option} " if option else ""
+    if not os.path.exists(p):
+        raise FileNotFoundError(f"{lead}{p}: input file not found")
+    if os.path.isdir(p):
+        raise OptionError(f"{lead}{p}: is a folder, expected an input file")
+    return p
+
+
+# ------------------------------------------------------------------------------------------------ options
+def _fmt(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _range_text(lo, hi, lo_open: bool, hi_open: bool) -> str:
+    if lo is None and hi is None:
+        return "a finite number"
+    if hi is None:
+        return f"{'>' if lo_open else '>='} {_fmt(lo)}"
+    if lo is None:
+        return f"{'<' if hi_open else '<='} {_fmt(hi)}"
+    return f"in {'(' if lo_open else '['}{_fmt(lo)}, {_fmt(hi)}{')' if hi_open else ']'}"
+
+
+def check_number(name: str, value, lo: Optional[float] = None, hi: Optional[float] = None, *,
+                 lo_open: bool = False, hi_open: bool = False, unit: str = "") -> float:
+    """``value`` as a finite float within [lo, hi] (open ends with ``lo_open`` / ``hi_open``); returns it.
+
+    Raises OptionError ``NAME must be a finite number in [lo, hi] UNIT, got VALUE``.
+    """
+    rng = _range_text(lo, hi, lo_open, hi_open)
+    what = rng if rng == "a finite number" else f"a finite number {rng}"
+    tail = f" {unit}" if unit else ""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise OptionError(f"{name} must be {what}{tail}, got {value!r}") from None
+    ok = math.isfinite(v)
+    if ok and lo is not None:
+        ok = v > lo if lo_open else v >= lo
+    if ok and hi is not None:
+        ok = v < hi if hi_open else v <= hi
+    if not ok:
+        raise OptionError(f"{name} must be {what}{tail}, got {_fmt(v)}")
+    return v
+
+
+def check_int(name: str, value, lo: Optional[int] = None, hi: Optional[int] = None, unit: str = "") -> int:
+    """``value`` as an int within [lo, hi]; returns it. Raises OptionError ``NAME must be an integer in [lo, hi]``."""
+    rng = _range_text(lo, hi, False, False)
+    what = "an integer" if rng == "a finite number" else f"an integer {rng}"
+    tail = f" {unit}" if unit else ""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise OptionError(f"{name} must be {what}{tail}, got {value!r}")
+    if (lo is not None and value < lo) or (hi is not None and value > hi):
+        raise OptionError(f"{name} must be {what}{tail}, got {value}")
+    return value
+
+
+def warn_option(message: str) -> None:
+    """A warning about a legal but unusual option value: one line on stderr (``[physskin-gs] warning: ...``)."""
+    print(f"[physskin-gs] warning: {message}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------ outputs
+def refuse_existing(path, allowed: bool, flag: str = "--force") -> None:
+    """OptionError when ``path`` exists and replacing it was not asked for with ``flag``."""
+    p = Path(path)
+    if p.exists() and not allowed:
+        raise OptionError(f"{p}: exists; refusing to replace it (use {flag} to overwrite)")
+
+
+def check_output_folder(path, option: str = "", create: bool = False) -> Path:
+    """Check, before any work, that a file can be written at ``path``: the nearest existing folder above it is a
+    folder (not a file) that this process may write. With ``create``, missing folders are made.
+
+    Returns the output's folder. Raises OutputError naming ``option`` and the folder.
+    """
+    p = Path(path)
+    lead = f"{option} {p}" if option else str(p)
+    if p.is_dir():
+        raise OutputError(f"{lead}: is a folder, expected a file name")
+    folder = p.parent if str(p.parent) else Path(".")
+    probe = folder
+    while not probe.exists():
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if not probe.is_dir():
+        raise OutputError(f"{lead}: cannot be written: {probe} is a file, not a folder")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise OutputError(f"{lead}: cannot be written: no permission to write in {probe}")
+    if create and not folder.exists():
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OutputError(f"{lead}: cannot create the folder {folder} ({exc.strerror or exc})") from None
+    if folder.is_dir():
+        try:  # permission bits do not tell everything (read-only mounts, ACLs): try to create a file
+            fd, tmp = tempfile.mkstemp(prefix=".physskin-write-test-", dir=folder)
+        except OSError as exc:
+            raise OutputError(f"{lead}: cannot be written in {folder} ({exc.strerror or exc})") from None
+        os.close(fd)
+        os.unlink(tmp)
+    return folder
+
+
+def verify_written(path, what: str = "output", min_bytes: int = 1) -> int:
+    """Check that a writer really wrote ``path``: a file of at least ``min_bytes`` bytes; returns its size.
+
+    Raises OutputError ``could not write WHAT PATH: ...`` otherwise."""
+    p = Path(path)
+    if not p.is_file():
+        raise OutputError(f"could not write {what} {p}: the file does not exist after writing")
+    size = p.stat().st_size
+    if size < min_bytes:
+        raise OutputError(f"could not write {what} {p}: {size} bytes written, expected at least {min_bytes}")
+    return size
+
+
+# ------------------------------------------------------------------------------------------------ JSON
+def strict_json(obj: Any, where: str = "") -> Tuple[Any, List[str]]:
+    """A copy of ``obj`` (dicts, lists, tuples, numbers, strings) with every non-finite float replaced by None,
+    and the key paths where that happened (``step_stats[3].ms``), so ``json.dumps(..., allow_nan=False)`` works.
+    """
+    paths: List[str] = []
+
+    def walk(x, at):
+        if isinstance(x, bool) or x is None or isinstance(x, (int, str)):
+            return x
+        if isinstance(x, float):
+            if math.isfinite(x):
+                return x
+            paths.append(at or "(value)")
+            return None
+        if isinstance(x, dict):
+            return {k: walk(v, f"{at}.{k}" if at else str(k)) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [walk(v, f"{at}[{i}]") for i, v in enumerate(x)]
+        try:  # numpy / torch scalars
+            return walk(float(x), at)
+        except (TypeError, ValueError):
+            return x
+
+    return walk(obj, where), paths
+
+
+def finite_or_none(x: Any) -> Any:
+    """:func:`strict_json` without the paths."""
+    return strict_json(x)[0]
