@@ -67,3 +67,22 @@ def test_evaluate_network_vs_fit(tmp_path, meshes_dir, tiny_ckpt):
         assert row[method]["energy_nh"] > 0
     assert r["fit_config"]["combine"] == "sum"  # the fit optimises the network's objective
     assert "energy_ratio_network_over_fit" in r["summary"]
+
+
+def test_evaluate_against_fem_prints_every_basis_side_by_side(tmp_path, meshes_dir, capsys):
+    """`evaluate --reference fem`: every basis scored against the same tet FEM; Rayleigh-Ritz ratios >= 1 (min-max),
+    the constant handle gives exactly 6 zero eigenvalues, a Galerkin subspace is never more compliant than the FEM."""
+    js = tmp_path / "fem.json"
+    assert main(["evaluate", "--reference", "fem", "--data", str(meshes_dir / "pybullet_torus.obj"), "--bases",
+                 "eigen,rbf", "--fit-seconds", "0", "--nodes", "500", "--json", str(js)]) == 0
+    out = capsys.readouterr().out
+    assert "laplacian-fem" in out and "eigen" in out and "over shapes" in out
+    r = json.loads(js.read_text())
+    row = r["shapes"][0]
+    assert set(row["bases"]) == {"eigen", "rbf", "laplacian-fem"}
+    for name, b in row["bases"].items():
+        assert b["near_zero"] == 6, name
+        assert min(b["freq_ratios"]) >= 1 - 1e-9 and b["freq_ratio_geomean"] < 3, name
+        for st in b["static"]:
+            assert 0 < st["compliance_ratio"] <= 1 + 1e-9, name
+    assert r["summary"]["eigen"]["shapes"] == 1 and row["bases"]["eigen"]["build_seconds"] < 30

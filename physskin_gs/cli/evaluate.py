@@ -96,14 +96,18 @@ def run(args) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.points < 17:
-        raise OptionError("--points must be at least 17")
-    if args.fit_seconds < 0:
-        raise OptionError(f"--fit-seconds must be >= 0, got {args.fit_seconds}")
-    if not (-1.0 < args.nu < 0.5):
-        raise OptionError(f"--nu must lie in (-1, 0.5), got {args.nu}")
-    if args.E is not None and not (args.E > 0 and math.isfinite(args.E)):
-        raise OptionError(f"--E must be a positive number of Pa, got {args.E}")
+    from physskin_gs.cli._common import check_int, check_number
+
+    check_int("--points", args.points, 17)
+    check_number("--fit-seconds", args.fit_seconds, 0, 3600, unit="s")
+    check_number("--nu", args.nu, -1.0, 0.5, lo_open=True, hi_open=True)
+    if args.E is not None:
+        check_number("--E", args.E, 0, None, lo_open=True, unit="Pa")
+    check_number("--density", args.density, 0, None, lo_open=True, unit="kg/m^3")
+    check_number("--sigma", args.sigma, 0, None, lo_open=True)
+    check_int("--transforms", args.transforms, 1)
+    check_int("--nodes", args.nodes, 100, 200000)
+    check_int("--modes", args.modes, 1, 50)
     paths = _input_paths(args.data)
     if args.reference == "fem":
         from physskin_gs.cli.evaluate_fem import run_fem
@@ -174,18 +178,10 @@ def _write_json(path, obj) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(_finite(obj), indent=2, allow_nan=False))
+    from physskin_gs.cli._common import finite_or_none
+
+    tmp.write_text(json.dumps(finite_or_none(obj), indent=2, allow_nan=False))
     os.replace(tmp, path)
-
-
-def _finite(x):
-    if isinstance(x, float):
-        return x if math.isfinite(x) else None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    return x
 
 
 def _mean(vals):

@@ -141,7 +141,12 @@ def run(args) -> int:
     from physskin_gs.model import skinning_metrics
     from physskin_gs.model.bases import resolve_skinning
 
-    if args.threads:
+    from physskin_gs.cli._common import check_int, check_number, verify_written
+
+    check_number("--fit-seconds", args.fit_seconds, 0, 3600, lo_open=True, unit="s")
+    check_int("--seed", args.seed, 0)
+    if args.threads is not None:
+        check_int("--threads", args.threads, 1, 256)
         torch.set_num_threads(args.threads)
     out = Path(args.output)
     if out.suffix != ".npz":
@@ -184,6 +189,8 @@ def run(args) -> int:
     W[~valid] = 0.0
     G[~valid] = 0.0
     Wv = torch.from_numpy(W[valid])
+    from physskin_gs.cli._common import finite_or_none
+
     metrics = {
         "excluding_constant": skinning_metrics(Wv),
         "including_constant": skinning_metrics(Wv, include_constant=True),
@@ -200,8 +207,9 @@ def run(args) -> int:
     tmp = out.with_name(out.name + ".tmp.npz")
     np.savez(tmp, weights=W.astype(np.float32), grads=G.astype(np.float32),
              grads_scene=(G / obj.scale).astype(np.float32), center=obj.center,
-             scale=np.float64(obj.scale), valid=valid, metrics=np.array(json.dumps(metrics)))
+             scale=np.float64(obj.scale), valid=valid, metrics=np.array(json.dumps(finite_or_none(metrics), allow_nan=False)))
     os.replace(tmp, out)
+    verify_written(out, "skinning weights")
     ex = metrics["excluding_constant"]
     what = "query points" if args.points else ("Gaussians" if obj.kind == "splat" else "vertices")
     print(f"{obj.name}: {W.shape[0]} {what}, H = {W.shape[1]} handles, "
