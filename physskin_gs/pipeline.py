@@ -204,6 +204,35 @@ def load_for_animation(path, num_mesh_gaussians: int = 20000, seed: int = 0) -> 
     return scene
 
 
+def invalid_rows(scene: GaussianScene) -> torch.Tensor:
+    """(N,) bool: rows with any non-finite mean, quaternion, log-scale, opacity or SH coefficient."""
+    bad = ~torch.isfinite(scene.means).all(1) | ~torch.isfinite(scene.quats).all(1)
+    bad |= ~torch.isfinite(scene.log_scales).all(1) | ~torch.isfinite(scene.opacity_logits)
+    bad |= ~torch.isfinite(scene.sh_dc).all(1)
+    if scene.sh_rest.shape[1] > 0:
+        bad |= ~torch.isfinite(scene.sh_rest).all(2).all(1)
+    return bad
+
+
+def sanitize_invalid_rows(scene: GaussianScene, center: torch.Tensor) -> GaussianScene:
+    """The scene with every invalid row (:func:`invalid_rows`) made harmless and finite, so exported frames keep
+    every row and hold no NaN/Inf: mean = ``center`` (3,), identity quaternion, log-scale -20 (a point),
+    opacity logit -20 (invisible), SH 0. Rows that were valid are not touched; a scene without invalid rows is
+    returned as it is."""
+    bad = invalid_rows(scene)
+    if not bool(bad.any()):
+        return scene
+    means, quats, ls = scene.means.clone(), scene.quats.clone(), scene.log_scales.clone()
+    op, dc, rest = scene.opacity_logits.clone(), scene.sh_dc.clone(), scene.sh_rest.clone()
+    means[bad] = center.to(means.dtype)
+    quats[bad] = torch.tensor([1.0, 0.0, 0.0, 0.0], dtype=quats.dtype)
+    ls[bad] = -20.0
+    op[bad] = -20.0
+    dc[bad] = 0.0
+    rest[bad] = 0.0
+    return replace(scene, means=means, quats=quats, log_scales=ls, opacity_logits=op, sh_dc=dc, sh_rest=rest)
+
+
 def analyze_for_animation(scene: GaussianScene):
     """:func:`physskin_gs.geometry.scene_analysis.analyze_scene` of a scene, with the format prior of
     :func:`resolve_up` for scenes without a support plane."""
@@ -485,7 +514,13 @@ class AnimatedScene:
             sh_rest[self._idx, :k3] = rot[:, 1:]
             if K > 15:
                 sh_rest[self._idx, 15:] = 0.0
-        return replace(sc, means=means, quats=quats, log_scales=log_scales, sh_rest=sh_rest)
+        out = replace(sc, means=means, quats=quats, log_scales=log_scales, sh_rest=sh_rest)
+        return sanitize_invalid_rows(out, self.center.float())
+
+    @property
+    def num_invalid(self) -> int:
+        """Rows with a non-finite value (never moved; written sanitised by :meth:`deformed_scene`)."""
+        return int(invalid_rows(self.scene).sum())
 
     def sh_handling(self) -> str:
         """How exported SH are written: 'rotated per Gaussian by R_F' or 'DC only'."""

@@ -119,3 +119,28 @@ def test_negative_option_values_in_both_spellings(tmp_path, spot_scene):
         outs.append(json.loads((out / "sequence.json").read_text()))
     for meta in outs:
         assert meta["up_axis"] == [0.0, -1.0, 0.0] and meta["floor"] == pytest.approx(-0.6)
+
+
+def test_invalid_rows_are_static_and_exported_without_nan(tmp_path, spot_scene):
+    """NaN rows never move, every frame keeps every row, and no exported value is NaN (the invalid rows are written
+    as invisible points at the object's centre)."""
+    from physskin_gs.io import load_scene, save_scene
+
+    means = spot_scene.means.clone()
+    means[:5, 0] = float("nan")
+    op = spot_scene.opacity_logits.clone()
+    op[5] = float("inf")
+    bad = GaussianScene(means=means, quats=spot_scene.quats, log_scales=spot_scene.log_scales, opacity_logits=op,
+                        sh_dc=spot_scene.sh_dc, sh_rest=spot_scene.sh_rest, format="inria-ply")
+    src = tmp_path / "bad.ply"
+    save_scene(bad, str(src))
+    out = tmp_path / "frames"
+    assert main(["animate", str(src), "--headless", "--frames", "3", "--export", str(out), "--skinning", "rbf",
+                 "--cubature", "128", "--up", "-y"]) == 0
+    meta = json.loads((out / "sequence.json").read_text())
+    assert meta["invalid_rows"]["count"] == 6
+    last = load_scene(str(out / "frame0003.ply"))
+    assert last.num_gaussians == bad.num_gaussians
+    for t in (last.means, last.quats, last.log_scales, last.opacity_logits, last.sh_dc):
+        assert torch.isfinite(t).all()
+    assert (torch.sigmoid(last.opacity_logits[:6]) < 1e-8).all()

@@ -565,6 +565,9 @@ def run_headless(args) -> int:
     if script is not None:
         script.validate(anim)
     up_name = args.up if args.up != "auto" else "auto -> " + _axis_name(anim.up_vector)
+    if anim.num_invalid:
+        print(f"[physskin-gs] warning: {anim.num_invalid} rows hold NaN/Inf values: they stay static and are written "
+              "to the exported frames as invisible points (no NaN in the output)", file=sys.stderr)
     sa = anim.info.get("scene_analysis")
     if sa is not None:
         c = sa["counts"]
@@ -659,6 +662,8 @@ def run_headless(args) -> int:
             "pin": config.pin,
             "select": config.select,
             "scene_analysis": anim.info.get("scene_analysis"),
+            "invalid_rows": {"count": anim.num_invalid, "written_as": "static, sanitised: mean at the object's "
+                             "centre, identity rotation, log-scale -20, opacity logit -20, SH 0"},
             "script": os.path.abspath(args.script) if args.script else None,
             "step_stats": stats_log,
         }
