@@ -144,3 +144,31 @@ def test_invalid_rows_are_static_and_exported_without_nan(tmp_path, spot_scene):
     for t in (last.means, last.quats, last.log_scales, last.opacity_logits, last.sh_dc):
         assert torch.isfinite(t).all()
     assert (torch.sigmoid(last.opacity_logits[:6]) < 1e-8).all()
+
+
+def _demo_capture(rotate_seed):
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "scripts" / "make_demo_capture.py"
+    spec = importlib.util.spec_from_file_location("make_demo_capture", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.make_capture(rotate_seed=rotate_seed)
+
+
+@pytest.mark.parametrize("rotate_seed", [7, 11])
+def test_licence_clean_rotated_capture(rotate_seed):
+    """Spot (CC0) on a floor disc with floaters, rotated at random (runs on a fresh clone): the up vector is found
+    from the floor, the cow moves, the floor and the floaters stay static, the floor is the support plane."""
+    from physskin_gs.pipeline import analyze_for_animation
+
+    scene, up_true = _demo_capture(rotate_seed)
+    a = analyze_for_animation(scene)
+    assert a.up_source == "support-plane" and _angle_deg(a.up, up_true) < 1.0
+    n_spot, n_floor = 10000, 6000
+    assert a.object[:n_spot].mean() > 0.95 and not a.object[n_spot:].any()
+    assert a.floater[n_spot + n_floor:].mean() > 0.9
+    anim = _prepare(scene, skinning="rbf")
+    assert anim.support_height == pytest.approx(float(a.plane.offset))
+    assert int(anim.moving[:n_spot].sum()) == int(a.object[:n_spot].sum())
