@@ -15,6 +15,24 @@ Layout of the running app:
 - every exception in a step, a command or a render is shown in the page (and the terminal); the server keeps
   running.
 
+:class:`ViewerApp` (this module) owns the server, the lifecycle (start / stop), preparation and activation of an
+AnimatedScene (:class:`LiveState`: its worker, rows, colours, nodes), errors and status, and the display mode
+(server-rendered or not). It composes one part per feature, each in its own module:
+
+==========================================  ========================================================
+``app.panel`` (:mod:`.panel`)               the GUI panel: status lines, control folders, callbacks
+``app.display`` (:mod:`.display`)           splat nodes, the display thread, colours (field, x-ray,
+                                            dim static), stats
+``app.interaction`` (:mod:`.interaction`)   handle gizmos, click-to-grab, where a click goes
+``app.recording`` (:mod:`.recording`)       live recording (start / stop, sequence.json, mp4)
+``app.selection`` (:mod:`.selection`)       scene facts, select dropdown, box gizmo, pick component
+``app.switcher`` (:mod:`.switching`)        re-preparation on a new skinning source / selection / up
+==========================================  ========================================================
+
+Each part keeps a reference to the app and uses a few of its attributes (listed in its module docstring); a
+part reaches another only through the app (``app.display``, ...). The app's older method names
+(``start_recording``, ``set_xray``, ``grab_at_ray``, ``_apply_field``, ...) delegate to them.
+
 Entry points: :func:`run_viewer` (the CLI) and :class:`ViewerApp` (programmatic, used by the tests).
 """
 
@@ -25,54 +43,37 @@ import sys
 import threading
 import time
 import traceback
-from datetime import datetime
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from physskin_gs.errors import OptionError, SceneFormatError
-from physskin_gs.model.bases import resolve_skinning, skinning_names
 
-from .camera import CameraState
-from .recorder import Recorder
-from .render_server import ClientRenderThread, cuda_available, render_frame
-from .sim import Frame, SimWorker, default_threads, set_thread_torch_threads, snapshot_tensor, to_numpy
-from .splats import (
-    PALETTE,
-    SplatPacker,
-    display_scale,
-    pick_point,
-    rgba_u32,
-    robust_extent,
-    sh_dc_to_rgb,
-    subsample_index,
-    to_wire,
-    weight_colors,
+from .constants import (  # noqa: F401 - re-exported under their old names
+    DEFAULT_PIN,
+    DIM_OPACITY,
+    DISPLAY_ALIASES,
+    DISPLAY_CLIENT,
+    DISPLAY_GSPLAT,
+    DISPLAY_TORCH,
+    FIELD_ALL,
+    FIELD_NONE,
+    GRAVITY_DIRS,
+    SELECT_CHOICES,
+    UP_CHOICES,
+    XRAY_OPACITY,
 )
-
-DISPLAY_CLIENT = "client splats"
-DISPLAY_TORCH = "server render (torch, CPU)"
-DISPLAY_GSPLAT = "server render (gsplat, CUDA)"
-#: Short names accepted for ``display`` (the CLI's ``--display``).
-DISPLAY_ALIASES = {"client": DISPLAY_CLIENT, "torch": DISPLAY_TORCH, "gsplat": DISPLAY_GSPLAT}
-FIELD_NONE = "scene colours"
-FIELD_ALL = "all handles (argmax)"
-def _set_fast_solver(anim, on: bool) -> None:
-    """The simulator's ``"adaptive"`` solver when ``on`` (a converged step hands its Hessian factor on to the next
-    one), else full Newton (``"newton"``: a fresh Hessian every iteration). Same solution either way, fewer
-    factorisations; no-op for scenes without a simulator that has named solvers."""
-    sim = getattr(anim, "sim", None)
-    if sim is not None and "adaptive" in getattr(sim, "SOLVERS", ()):
-        sim.solver = "adaptive" if on else "newton"
-
-
-#: Pin region used by the "pin region" checkbox when the config names none (bottom 10% of the object).
-DEFAULT_PIN = "below:0.1"
-#: Opacity factor of the "x-ray" display option (handle markers inside the object become visible).
-XRAY_OPACITY = 0.3
-GRAVITY_DIRS = ["down (-up)", "-x", "+x", "-y", "+y", "-z", "+z"]
+from .display import DisplayLoop
+from .interaction import Interaction
+from .panel import ControlPanel
+from .panel import set_fast_solver as _set_fast_solver
+from .recording import RecordingControl
+from .render_server import ClientRenderThread, cuda_available
+from .selection import SelectionControl
+from .sim import SimWorker, default_threads, set_thread_torch_threads, to_numpy
+from .splats import SplatPacker, display_scale, robust_extent, sh_dc_to_rgb, subsample_index
+from .switching import SceneSwitcher
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -159,7 +160,7 @@ class TerminalProgress:
 # ------------------------------------------------------------------------------------------- live state
 @dataclasses.dataclass
 class LiveState:
-    """Everything tied to one AnimatedScene (rebuilt when the skinning source changes)."""
+    """Everything tied to one AnimatedScene (rebuilt when it is re-prepared: skinning source, selection, up axis)."""
 
     anim: Any
     worker: SimWorker
@@ -174,8 +175,12 @@ class LiveState:
     opac: np.ndarray  # (N,) opacities
     live_rgb: np.ndarray  # (L, 3) colours currently shown for live_idx
     gizmo_scale: float
+    moving: Optional[np.ndarray] = None  # (N,) bool, the rows the AnimatedScene moves
+    scene_extent: float = 1.0  # robust extent of every row (picking among all rows)
     moving_node: Any = None
     static_node: Any = None
+    static_shown: Optional[np.ndarray] = None  # static rows sent to the browser (maybe subsampled)
+    static_buffer: Optional[np.ndarray] = None  # their splat records as first sent (undimmed)
     handle_gizmos: List[Any] = dataclasses.field(default_factory=list)
     handle_offset: int = 0  # skinning-weight column of handle gizmo 0
     live_sel: Any = None  # index for live_idx into frame arrays (a slice when it is every row)
@@ -192,7 +197,7 @@ class ViewerApp:
         anim_or_path: an AnimatedScene (or any object with its interface) or the path of a scene file. A
             path is validated (exists, loads) here, before any server starts.
         config: ``AnimationConfig`` for :func:`physskin_gs.pipeline.prepare_animation` (used with a path, and
-            when switching the skinning source); defaults to ``AnimationConfig()``.
+            when re-preparing on a new skinning source, selection or up axis); defaults to ``AnimationConfig()``.
         host, port: where to serve; 127.0.0.1 unless told otherwise; port 0 picks a free port.
         display: ``"auto"`` (gsplat server render with CUDA, else client splats), ``"client"``, ``"torch"``
             (server-rendered with the CPU rasteriser at reduced resolution) or ``"gsplat"`` (CUDA).
@@ -254,26 +259,93 @@ class ViewerApp:
         self.failed: Optional[str] = None
         self._stop = threading.Event()
         self._lock = threading.RLock()
-        self._display_thread: Optional[threading.Thread] = None
+        self._display_thread: Optional[threading.Thread] = None  # runs self.display's loop (see start)
         self._renderers: Dict[int, ClientRenderThread] = {}
-        self._grabs: Dict[int, Any] = {}  # client id -> grab gizmo
-        self._recorder: Optional[Recorder] = None
         self._last_notify = 0.0
         self.error_log: List[str] = []
-        self.display_updates = 0
-        self._display_times: List[float] = []
-        self.gui: Dict[str, Any] = {}
-        self._field_choice = FIELD_NONE
-        self._colors_cache = None
-        self._click_enabled = True
-        #: torch intra-op threads of the display thread (deformation + packing); see sim.default_threads
-        self.display_threads = default_threads()[1]
         import torch
 
         # preparation (field evaluation, fitting) keeps the process's thread count; the live threads set their own
         self._prepare_threads = torch.get_num_threads()
-        self._show_handles = True
-        self._xray = False
+        #: torch intra-op threads of the display thread (deformation + packing); see sim.default_threads
+        self.display_threads = default_threads()[1]
+        # the parts (each module's docstring says what it uses of the app)
+        self.panel = ControlPanel(self)  # GUI panel: status, control folders, their callbacks
+        self.gui: Dict[str, Any] = self.panel.gui  # widget name -> viser handle
+        self.display = DisplayLoop(self, self._stop, self.display_threads, self.max_live)  # splats, display thread
+        self.interaction = Interaction(self)  # handle gizmos, click-to-grab, click dispatch
+        self.recording = RecordingControl(self, self.record_dir)  # live recording
+        self.selection = SelectionControl(self)  # select dropdown, box gizmo, pick component
+        self.switcher = SceneSwitcher(self)  # re-preparation on a new skinning source / selection / up axis
+
+    # ================================================================== parts, under their old names
+    @property
+    def _grabs(self) -> Dict[int, Any]:
+        """client id -> that tab's grab gizmo (:attr:`Interaction.grabs`)."""
+        return self.interaction.grabs
+
+    @property
+    def _recorder(self):
+        """The running :class:`~physskin_gs_viewer.recorder.Recorder`, or None."""
+        return self.recording.recorder
+
+    @property
+    def display_updates(self) -> int:
+        """Display updates done so far (frames the display thread handled)."""
+        return self.display.updates
+
+    def display_fps(self) -> float:
+        """Splat updates sent per second over the last 30 updates (0.0 with fewer than two)."""
+        return self.display.fps()
+
+    def _push_splats(self, live: "LiveState", frame) -> None:
+        """Per-frame upload of the live splats (:meth:`DisplayLoop.push_splats`); the display thread calls it here."""
+        self.display.push_splats(live, frame)
+
+    def _display_colors(self) -> Tuple[np.ndarray, np.ndarray]:
+        return self.display.colors()
+
+    display_colors = _display_colors
+
+    def _apply_field(self, choice: str) -> None:
+        self.display.apply_field(choice)
+
+    def set_xray(self, on: bool) -> None:
+        """Draw the object's splats at :data:`XRAY_OPACITY` of their opacity (client-side mode)."""
+        self.display.set_xray(on)
+
+    def set_dim_static(self, on: bool) -> None:
+        """Grey the static rows and draw them at :data:`DIM_OPACITY` of their opacity (or not)."""
+        self.display.set_dim_static(on)
+
+    def grab_at_ray(self, client, origin, direction) -> Optional[np.ndarray]:
+        """Click-to-grab along a ray (:meth:`Interaction.grab_at_ray`); the picked point or None."""
+        return self.interaction.grab_at_ray(client, origin, direction)
+
+    def gravity_direction(self) -> np.ndarray:
+        """Unit gravity direction chosen in the GUI (world axes), (3,) float64."""
+        return self.panel.gravity_direction()
+
+    def start_recording(self, client=None, mp4: bool = False, out_dir=None) -> Path:
+        """Start writing every simulated step to a new folder; returns it (:meth:`RecordingControl.start`)."""
+        return self.recording.start(client=client, mp4=mp4, out_dir=out_dir)
+
+    def stop_recording(self) -> Optional[Path]:
+        """Stop the current recording, write sequence.json (and the video); returns its folder."""
+        return self.recording.stop()
+
+    def set_selection(self, spec: str) -> bool:
+        """Re-prepare the animation with ``select = spec`` ("auto", "all", a box "xmin,...,zmax" or a rule) in
+        the background, the server running on; False when the app cannot re-prepare (it was given an
+        AnimatedScene). :meth:`SceneSwitcher.wait_idle` waits for it."""
+        return self.switcher.set_selection(spec)
+
+    def set_up(self, choice: str) -> bool:
+        """Re-prepare with up axis ``choice`` ("auto", "+x", "-y", "z", ...) in the background."""
+        return self.switcher.set_up(choice)
+
+    def set_status_note(self, message: str) -> None:
+        self.panel.set_note(message)
 
     # ================================================================== lifecycle
     @property
@@ -292,6 +364,9 @@ class ViewerApp:
         import viser
 
         self.server = viser.ViserServer(host=self.host, port=self.requested_port, verbose=self.verbose)
+        if self.requested_port and self.port != self.requested_port:  # viser moves on to the next free port
+            print(f"[physskin-gs] port {self.requested_port} is in use; serving on port {self.port} instead",
+                  file=sys.stderr, flush=True)
         self.server.gui.configure_theme(control_width="medium")
         self._build_status_gui()
         self.server.on_client_connect(self._on_connect)
@@ -328,12 +403,11 @@ class ViewerApp:
         live = self.live
         if live is not None:
             live.worker.stop()
-        if self._recorder is not None:
-            try:
-                self._recorder.stop()
-            except Exception:  # noqa: BLE001
-                traceback.print_exc()
-            self._recorder = None
+        try:
+            self.recording.close()
+        except Exception:  # noqa: BLE001
+            traceback.print_exc()
+        self.selection.teardown()
         if self._display_thread is not None:
             self._display_thread.join(5.0)
         if self.server is not None:
@@ -348,15 +422,7 @@ class ViewerApp:
         if tb:
             print(tb, file=sys.stderr)
         try:
-            md = self.gui.get("error")
-            if md is not None:
-                paused = self.live is not None and not self.live.worker.playing
-                hint = "  \nThe simulation is paused; press Reset or Play to go on." if paused else ""
-                md.content = f"**Error in {where}:** `{msg}`{hint}"
-                md.visible = True
-            btn = self.gui.get("play")
-            if btn is not None and self.live is not None and not self.live.worker.playing:
-                btn.label = "Play"
+            self.panel.show_error(where, msg)
             now = time.monotonic()
             if self.server is not None and now - self._last_notify > 2.0:
                 self._last_notify = now
@@ -366,23 +432,14 @@ class ViewerApp:
             traceback.print_exc()
 
     def _set_status(self, message: str, pct: Optional[float] = None) -> None:
-        bar, text = self.gui.get("progress"), self.gui.get("status")
-        if text is not None:
-            text.content = message
-        if bar is not None:
-            if pct is None:
-                bar.visible = False
-            else:
-                bar.visible = True
-                bar.value = float(pct)
+        self.panel.set_status(message, pct)
 
     def _build_status_gui(self) -> None:
-        gui = self.server.gui
-        title = self.path.name if self.path is not None else "scene"
-        self.gui["title"] = gui.add_markdown(f"**PhysSkin-GS** — `{title}`")
-        self.gui["status"] = gui.add_markdown("Loading…")
-        self.gui["progress"] = gui.add_progress_bar(0.0, animated=True)
-        self.gui["error"] = gui.add_markdown("", visible=False)
+        self.panel.build_status(self.path.name if self.path is not None else "scene")
+
+    def _display_loop(self) -> None:
+        """Body of the display thread (:class:`~physskin_gs_viewer.display.DisplayLoop`)."""
+        self.display._run()
 
     # ================================================================== preparation
     def _prepare(self, config) -> Any:
@@ -403,6 +460,10 @@ class ViewerApp:
             self.failed = f"{type(exc).__name__}: {exc}"
             self._set_status(f"**Preparation failed:** `{self.failed}`", None)
             self.report_error("preparation", exc, traceback.format_exc())
+            try:
+                self.panel.build_recovery()  # another selection / up axis can be tried from the page
+            except Exception as exc2:  # noqa: BLE001
+                self.report_error("panel", exc2, traceback.format_exc())
             return
         self._activate(anim)
 
@@ -419,6 +480,7 @@ class ViewerApp:
             self.report_error("viewer setup", exc, traceback.format_exc())
             return
         self._set_status(self._summary(), None)
+        self.failed = None
         self.ready.set()
 
     def _summary(self) -> str:
@@ -433,10 +495,14 @@ class ViewerApp:
         parts.append(f"{len(live.handle_gizmos)} handles")
         return " · ".join(parts)
 
+    summary = _summary
+
     def _setup_live(self, anim) -> None:
+        """Make ``anim`` the live AnimatedScene: its worker, splat nodes, handle gizmos, camera and controls (the
+        previous one, if any, is torn down once the new one is ready to show)."""
         server = self.server
-        if self._recorder is not None:  # a recording belongs to one AnimatedScene
-            self.stop_recording()
+        if self.recording.active:  # a recording belongs to one AnimatedScene
+            self.recording.stop()
         scene = anim.scene
         rest = to_numpy(scene.means)
         n = rest.shape[0]
@@ -470,6 +536,8 @@ class ViewerApp:
             opac=opac,
             live_rgb=base_rgb[live_idx],
             gizmo_scale=0.2 * extent,
+            moving=moving,
+            scene_extent=robust_extent(rest) if len(static_rows) else extent,
         )
         if len(live_idx) == n:
             live.live_sel = slice(None)  # every row: no gather per frame
@@ -497,204 +565,38 @@ class ViewerApp:
         server.initial_camera.near = max(1e-3 * extent, 1e-6)
         server.initial_camera.far = max(100.0 * extent, 10.0)
 
-        visible = self.display_mode == DISPLAY_CLIENT
-        if len(static_rows):
-            st = static_rows
-            ssub = subsample_index(len(st), max(self.max_live * 5, 1_000_000), seed=1)
-            if ssub is not None:
-                st = st[ssub]
-            c, v = to_wire(frame.means[st], frame.covars[st], s)
-            live.static_node = server.scene.add_gaussian_splats(
-                "/scene/static", c, v, base_rgb[st], opac[st, None], scale=1.0 / s, visible=visible
-            )
-        c, v = to_wire(frame.means[live_idx], frame.covars[live_idx], s)
-        live.moving_node = server.scene.add_gaussian_splats(
-            "/scene/moving", c, v, live.live_rgb, opac[live_idx, None], scale=1.0 / s, visible=visible
-        )
-
-        # Handle gizmos at the handles' weight-weighted centroids.
-        hp = frame.handle_positions
-        live.handle_offset = 0  # handle i is skinning-weight column i (the constant column comes last)
-        lim = ((-1e9, 1e9),) * 3
-        for i, p in enumerate(hp):
-            g = server.scene.add_transform_controls(
-                f"/handles/h{i}",
-                scale=live.gizmo_scale,
-                disable_rotations=True,
-                disable_sliders=True,
-                translation_limits=lim,
-                position=tuple(float(x) for x in p),
-                visible=self._show_handles,
-            )
-            color = tuple(int(255 * c) for c in PALETTE[(i + live.handle_offset) % len(PALETTE)])
-            server.scene.add_icosphere(f"/handles/h{i}/marker", radius=0.025 * extent, color=color)
-            g.on_update(self._make_handle_callback(live, i, g))
-            live.handle_gizmos.append(g)
+        self.display.add_nodes(live, frame, visible=self.display_mode == DISPLAY_CLIENT)
+        self.interaction.add_handle_gizmos(live, frame.handle_positions)
 
         with self._lock:
             self.live = live
         if self.display_mode != DISPLAY_CLIENT:  # renderers follow the new simulation
             self.set_display_mode(self.display_mode)
-        self._build_controls_gui(anim)
-        if self._field_choice != FIELD_NONE:
-            self._apply_field(self._field_choice)
+        self.panel.build_controls(anim)
+        if self.display.field_choice != FIELD_NONE:
+            self.display.apply_field(self.display.field_choice)
         if self.play_on_ready:
             worker.set_playing(True)
-        self._sync_play_label()
-
-    def _update_floor_grid(self, enabled: bool, height: float) -> None:
-        """Draw the floor (a grid perpendicular to the up vector at ``height`` along it) or hide it."""
-        live = self.live
-        if live is None or self.server is None:
-            return
-        from .camera import rotmat_to_wxyz
-
-        up = live.up
-        a = np.cross(up, [1.0, 0.0, 0.0]) if abs(up[0]) < 0.9 else np.cross(up, [0.0, 1.0, 0.0])
-        a /= np.linalg.norm(a)
-        b = np.cross(up, a)
-        R = np.stack([a, b, up], axis=1)  # grid's local x, y, z (normal) -> world
-        pos = live.center - (float(live.center @ up) - float(height)) * up
-        e = live.extent
-        self.server.scene.add_grid(
-            "/floor",
-            width=3 * e,
-            height=3 * e,
-            plane="xy",
-            cell_size=e / 10,
-            section_size=e / 2,
-            wxyz=tuple(rotmat_to_wxyz(R)),
-            position=tuple(float(v) for v in pos),
-            visible=bool(enabled),
-        )
+        self.panel.sync_play_label()
 
     def _teardown_live(self, live: LiveState) -> None:
         live.worker.stop()
-        for g in live.handle_gizmos:
-            try:
-                g.remove()
-            except Exception:  # noqa: BLE001
-                pass
-        for node in (live.moving_node, live.static_node):
-            if node is not None:
-                try:
-                    node.remove()
-                except Exception:  # noqa: BLE001
-                    pass
-        for cid, g in list(self._grabs.items()):
-            try:
-                g.remove()
-            except Exception:  # noqa: BLE001
-                pass
-        self._grabs.clear()
+        self.interaction.teardown(live)
+        self.display.remove_nodes(live)
 
-    # ================================================================== interaction
-    def _make_handle_callback(self, live: LiveState, index: int, gizmo):
-        async def on_update(event) -> None:
-            key = (event.client_id, gizmo.name)
-            pos = np.asarray(gizmo.position, dtype=np.float64)
-            if event.phase == "start":
-                live.worker.begin_handle_drag(key, index, target=pos)
-            elif event.phase == "update":
-                live.worker.move_drag(key, pos)
-            elif event.phase == "end":
-                live.worker.end_drag(key)
-
-        return on_update
-
-    def grab_at_ray(self, client, origin, direction) -> Optional[np.ndarray]:
-        """Click-to-grab: pick the object's nearest Gaussian along the ray and put a grab gizmo there.
-
-        Returns the picked point (3,) or None when the ray misses the object.
-        """
-        live = self.live
-        if live is None:
-            return None
-        frame = live.worker.slot.get()
-        pts = frame.means[live.live_idx]
-        pick = None
-        for r in (0.01, 0.03, 0.08):
-            pick = pick_point(pts, origin, direction, radius=r * live.extent)
-            if pick is not None:
-                break
-        if pick is None:
-            return None
-        point = pick.point
-        old = self._grabs.pop(client.client_id, None)
-        if old is not None:
-            live.worker.end_drag((client.client_id, "/grab"))
-            try:
-                old.remove()
-            except Exception:  # noqa: BLE001
-                pass
-        g = client.scene.add_transform_controls(
-            "/grab",
-            scale=live.gizmo_scale,
-            disable_rotations=True,
-            disable_sliders=True,
-            translation_limits=((-1e9, 1e9),) * 3,
-            position=tuple(float(x) for x in point),
-        )
-        client.scene.add_icosphere("/grab/marker", radius=0.02 * live.extent, color=(255, 255, 255))
-        key = (client.client_id, "/grab")
-
-        async def on_update(event) -> None:
-            pos = np.asarray(g.position, dtype=np.float64)
-            if event.phase == "start":
-                live.worker.begin_point_drag(key, point)
-                live.worker.move_drag(key, pos)
-            elif event.phase == "update":
-                live.worker.move_drag(key, pos)
-            elif event.phase == "end":
-                live.worker.end_drag(key)
-                if self._grabs.get(client.client_id) is g:
-                    self._grabs.pop(client.client_id, None)
-                    g.remove()
-
-        g.on_update(on_update)
-        self._grabs[client.client_id] = g
-        return point
-
-    def _on_click(self, event) -> None:
-        if not self._click_enabled or self.live is None:
-            return
-        try:
-            if event.ray_origin is None or event.ray_direction is None:
-                return
-            self.grab_at_ray(event.client, event.ray_origin, event.ray_direction)
-        except Exception as exc:  # noqa: BLE001
-            self.report_error("click-to-grab", exc, traceback.format_exc())
-
+    # ================================================================== connections
     def _on_connect(self, client) -> None:
         if self.display_mode != DISPLAY_CLIENT and self.live is not None:
             self._start_renderer(client)
 
     def _on_disconnect(self, client) -> None:
-        cid = client.client_id
-        live = self.live
-        if live is not None:
-            live.worker.end_drags_of(cid)
-        self._grabs.pop(cid, None)
+        self.interaction.on_disconnect(client)
         with self._lock:
-            r = self._renderers.pop(cid, None)
+            r = self._renderers.pop(client.client_id, None)
         if r is not None:
             r.stop(timeout=0.5)
 
-    # ================================================================== server-rendered mode
-    def _display_colors(self) -> Tuple[np.ndarray, np.ndarray]:
-        """(N, 3) colours and (N,) opacities of every Gaussian as currently displayed (cached per change)."""
-        live = self.live
-        key = (id(live), id(live.live_rgb), self._field_choice)
-        cached = self._colors_cache
-        if cached is not None and cached[0] == key:
-            return cached[1], cached[2]
-        rgb = live.base_rgb
-        if self._field_choice != FIELD_NONE:
-            rgb = rgb.copy()
-            rgb[live.live_idx] = live.live_rgb
-        self._colors_cache = (key, rgb, live.opac)
-        return rgb, live.opac
-
+    # ================================================================== display mode (server-rendered or not)
     def _start_renderer(self, client) -> None:
         with self._lock:
             if client.client_id in self._renderers or self._stop.is_set():
@@ -704,7 +606,7 @@ class ViewerApp:
             r = ClientRenderThread(
                 client,
                 self.live.worker.slot,
-                self._display_colors,
+                self.display.colors,
                 backend=backend,
                 target_fps=fps,
                 initial_height=720 if backend == "gsplat" else 160,
@@ -715,12 +617,13 @@ class ViewerApp:
         client.camera.on_update(lambda _cam: r.camera_changed())
         r.start()
 
-    def set_xray(self, on: bool) -> None:
-        """Draw the object's splats at :data:`XRAY_OPACITY` of their opacity (client-side mode)."""
-        self._xray = bool(on)
-        live = self.live
-        if live is not None:
-            self._redraw(live)
+    def renderer_status(self) -> Optional[str]:
+        """The stats line of the server-side renderers (time per frame and height per tab), None without any."""
+        with self._lock:
+            rs = list(self._renderers.values())
+        if not rs:
+            return None
+        return "render " + ", ".join(f"{r.last_ms:.0f} ms @ {r.height}px" for r in rs)
 
     def set_display_mode(self, mode: str) -> None:
         """Switch between client-side splats and server-rendered images (all clients)."""
@@ -735,471 +638,13 @@ class ViewerApp:
             r.stop()
         client_side = mode == DISPLAY_CLIENT
         if live is not None:
-            for node in (live.moving_node, live.static_node):
-                if node is not None:
-                    node.visible = client_side
+            self.display.set_nodes_visible(live, client_side)
         if client_side:
             for client in self.server.get_clients().values():
                 client.scene.set_background_image(None)
         else:
             for client in self.server.get_clients().values():
                 self._start_renderer(client)
-
-    # ================================================================== display loop
-    def _display_loop(self) -> None:
-        set_thread_torch_threads(self.display_threads)  # OpenMP thread counts are per thread
-        version = 0
-        last_handles = 0.0
-        last_stats = 0.0
-        while not self._stop.is_set():
-            live = self.live
-            if live is None:
-                self._stop.wait(0.05)
-                continue
-            frame = live.worker.slot.wait_newer(version, 0.1)
-            if frame is None or self.live is not live:
-                continue
-            version = frame.version
-            try:
-                if self.display_mode == DISPLAY_CLIENT:
-                    self._push_splats(live, frame)
-                now = time.monotonic()
-                self.display_updates += 1
-                self._display_times.append(now)
-                self._display_times = self._display_times[-30:]
-                if now - last_handles > 0.1:
-                    last_handles = now
-                    self._move_handle_gizmos(live, frame)
-                if now - last_stats > 0.25:
-                    last_stats = now
-                    self._update_stats(live, frame)
-            except Exception as exc:  # noqa: BLE001 - shown in the page, the loop goes on
-                self.report_error("display update", exc, traceback.format_exc())
-                self._stop.wait(0.5)
-
-    def _push_splats(self, live: LiveState, frame: Frame) -> None:
-        """Send ``frame``'s live splats: deform (split frames), pack into viser's layout, update the node."""
-        rgba = live.live_rgba
-        xray = self._xray
-        if rgba is None or rgba[0] is not live.live_rgb or rgba[2] != xray:  # colours changed: repack once
-            op = live.opac[live.live_idx] * (XRAY_OPACITY if xray else 1.0)
-            rgba = live.live_rgba = (live.live_rgb, rgba_u32(live.live_rgb, op), xray)
-            live.packer.set_rgba(rgba[1])
-        pos = live.live_pos_t
-
-        def pack(means, covars):  # runs while the deformer's buffers are valid (see Frame.with_moving)
-            if pos is not None:
-                means, covars = means[pos], covars[pos]
-            return live.packer.pack(means, covars, live.s)
-
-        buf = frame.with_moving(pack, live.moving_rows_t)
-        live.moving_node.buffer = buf  # viser copies it: the packer may overwrite its buffer next frame
-
-    def _move_handle_gizmos(self, live: LiveState, frame: Frame) -> None:
-        dragged = live.worker.open_drag_names()
-        hp = frame.handle_positions
-        tol = 1e-4 * live.extent
-        for i, g in enumerate(live.handle_gizmos):
-            if i >= len(hp) or g.name in dragged:
-                continue
-            if np.linalg.norm(np.asarray(g.position) - hp[i]) > tol:
-                g.position = tuple(float(x) for x in hp[i])
-
-    def display_fps(self) -> float:
-        """Splat updates sent per second over the last 30 updates (0.0 with fewer than two)."""
-        t = self._display_times
-        if len(t) < 2 or t[-1] <= t[0]:
-            return 0.0
-        return (len(t) - 1) / (t[-1] - t[0])
-
-    def _update_stats(self, live: LiveState, frame: Frame) -> None:
-        md = self.gui.get("stats")
-        if md is None:
-            return
-        st = frame.stats
-        energy = st.get("energy")
-        if isinstance(energy, dict):  # the pipeline reports components (J)
-            e_txt = f"energy **{_fmt(energy.get('total'))}** J (kinetic {_fmt(energy.get('kinetic'))}, " \
-                    f"elastic {_fmt(energy.get('elastic'))})"
-        else:
-            e_txt = f"energy **{_fmt(energy)}**"
-        lines = [
-            f"display **{self.display_fps():.1f}** fps · sim **{st.get('steps_per_s', 0.0):.1f}** steps/s · "
-            f"frame {frame.sim_frame}",
-            f"**{st.get('ms', 0.0):.0f}** ms/step · Newton **{st.get('newton_iters', '-')}** · {e_txt}",
-        ]
-        with self._lock:
-            rs = list(self._renderers.values())
-        if rs:
-            lines.append("render " + ", ".join(f"{r.last_ms:.0f} ms @ {r.height}px" for r in rs))
-        if self._recorder is not None:
-            lines.append(f"● recording: {self._recorder.written} frames")
-        md.content = "  \n".join(lines)
-
-    # ================================================================== skinning field display
-    def _apply_field(self, choice: str) -> None:
-        live = self.live
-        self._field_choice = choice
-        if live is None:
-            return
-        if choice == FIELD_NONE:
-            live.live_rgb = live.base_rgb[live.live_idx]
-            self._redraw(live)
-            return
-
-        def compute(anim, live=live, choice=choice) -> None:
-            w = to_numpy(anim.skinning_weights())  # [M, H]: learned handles first, a constant column last
-            h = len(live.handle_gizmos)
-            if 0 < h < w.shape[1]:
-                w = w[:, :h]
-            if live.live_pos_in_moving is not None:
-                w = w[live.live_pos_in_moving]
-            if choice == FIELD_ALL:
-                live.live_rgb = weight_colors(w, None)
-            else:
-                h = int(choice.split()[-1])
-                live.live_rgb = weight_colors(w, h)
-
-        live.worker.submit("skinning field display", compute, publish=True)
-
-    def _redraw(self, live: LiveState) -> None:
-        live.worker.submit("redraw", lambda a: None, publish=True)
-
-    # ================================================================== GUI
-    def _build_controls_gui(self, anim) -> None:
-        if "play" in self.gui:
-            self._refresh_controls(anim)
-            return
-        gui = self.server.gui
-        cfg = self.config if self.config is not None else SimpleNamespace()
-        g = self.gui
-        g["stats"] = gui.add_markdown("")
-
-        with gui.add_folder("Simulation"):
-            g["play"] = gui.add_button("Pause", icon=None)
-            g["step"] = gui.add_button("Step")
-            g["reset"] = gui.add_button("Reset")
-            g["dt"] = gui.add_number("dt (s)", float(getattr(anim, "dt", 0.03)), min=1e-4, max=0.2, step=1e-3)
-            g["fast"] = gui.add_checkbox(
-                "fast solver", True,
-                hint="reuse the Hessian factor across Newton iterations and steps (about 2x faster); off = full Newton"
-            )
-        with gui.add_folder("Material"):
-            g["E"] = gui.add_number("E (Pa)", float(getattr(cfg, "E", 2e4)), min=1.0, max=1e9, step=100.0)
-            g["nu"] = gui.add_slider("nu", 0.0, 0.49, 0.01, float(getattr(cfg, "nu", 0.45)))
-            g["density"] = gui.add_number("density (kg/m³)", float(getattr(cfg, "density", 100.0)), min=1e-3, max=1e5, step=1.0)
-            g["damping"] = gui.add_slider("damping", 0.0, 1.0, 0.005, float(getattr(cfg, "damping", 0.02)))
-        with gui.add_folder("Environment"):
-            g["gravity"] = gui.add_checkbox("gravity", float(getattr(cfg, "gravity", 9.8) or 0.0) > 0)
-            g["gravity_dir"] = gui.add_dropdown("gravity direction", GRAVITY_DIRS, initial_value=GRAVITY_DIRS[0])
-            g["floor"] = gui.add_checkbox("floor", bool(getattr(cfg, "floor", True)))
-            fh = getattr(cfg, "floor_height", None)
-            if fh is None and hasattr(anim, "lowest_scene") and hasattr(anim, "height_scene"):
-                fh = float(anim.lowest_scene) - 0.25 * float(anim.height_scene)  # the pipeline's default
-            if fh is None:
-                rest = to_numpy(anim.scene.means)
-                fh = float((rest @ self.live.up).min()) if rest.size else 0.0
-            g["floor_height"] = gui.add_number("floor height", float(fh), step=0.01)
-            self._update_floor_grid(bool(g["floor"].value), float(fh))
-            g["pin"] = gui.add_checkbox("pin region", getattr(cfg, "pin", None) is not None)
-        with gui.add_folder("Skinning"):
-            names = skinning_names(aliases=False)
-            src = resolve_skinning(getattr(cfg, "skinning", None))
-            g["skinning"] = gui.add_dropdown(
-                "source", names, initial_value=src if src in names else names[0],
-                disabled=self.source_scene is None,
-            )
-            g["field"] = gui.add_dropdown("show field", self._field_options(anim), initial_value=FIELD_NONE)
-        with gui.add_folder("Display"):
-            modes = [DISPLAY_CLIENT, DISPLAY_TORCH] + ([DISPLAY_GSPLAT] if cuda_available() else [])
-            g["display"] = gui.add_dropdown("mode", modes, initial_value=self.display_mode)
-            g["handles"] = gui.add_checkbox("show handles", True)
-            g["xray"] = gui.add_checkbox("x-ray (see handles inside)", False)
-            g["click"] = gui.add_checkbox("click to grab", True)
-        with gui.add_folder("Record"):
-            g["record_dir"] = gui.add_text("folder", str(self.record_dir))
-            g["record_mp4"] = gui.add_checkbox("also mp4", False)
-            g["record"] = gui.add_button("Start recording", color="red")
-            g["record_status"] = gui.add_markdown("")
-
-        self._wire_callbacks()
-        self.server.scene.on_click()(self._on_click)
-
-    def _field_options(self, anim) -> List[str]:
-        """Dropdown entries: scene colours, argmax over handles, one entry per draggable handle."""
-        live = self.live
-        h = len(live.handle_gizmos) if live is not None else 0
-        return [FIELD_NONE, FIELD_ALL] + [f"handle {i}" for i in range(h)]
-
-    def _refresh_controls(self, anim) -> None:
-        self.gui["field"].options = self._field_options(anim)
-        self.gui["dt"].value = float(getattr(anim, "dt", self.gui["dt"].value))
-        self._update_floor_grid(bool(self.gui["floor"].value), float(self.gui["floor_height"].value))
-
-    def _sync_play_label(self) -> None:
-        btn = self.gui.get("play")
-        if btn is not None and self.live is not None:
-            btn.label = "Pause" if self.live.worker.playing else "Play"
-
-    def _submit(self, name: str, fn) -> None:
-        live = self.live
-        if live is not None:
-            live.worker.submit(name, fn)
-
-    def gravity_direction(self) -> np.ndarray:
-        """Unit gravity direction chosen in the GUI (world axes), (3,) float64."""
-        choice = self.gui["gravity_dir"].value
-        if choice == GRAVITY_DIRS[0]:
-            return -self.live.up
-        axis = "xyz".index(choice[1])
-        d = np.zeros(3)
-        d[axis] = 1.0 if choice[0] == "+" else -1.0
-        return d
-
-    def _wire_callbacks(self) -> None:
-        g = self.gui
-
-        @g["play"].on_click
-        def _(_e) -> None:
-            live = self.live
-            if live is None:
-                return
-            live.worker.set_playing(not live.worker.playing)
-            g["error"].visible = False
-            self._sync_play_label()
-
-        @g["step"].on_click
-        def _(_e) -> None:
-            if self.live is not None:
-                self.live.worker.set_playing(False)
-                self.live.worker.step_once()
-                self._sync_play_label()
-
-        @g["reset"].on_click
-        def _(_e) -> None:
-            if self.live is not None:
-                self.live.worker.reset()
-                g["error"].visible = False
-
-        def setter(name: str):
-            def set_dt(a, v):
-                a.dt = float(v)
-
-            return {
-                "dt": set_dt,
-                "E": lambda a, v: a.set_material(E=float(v)),
-                "nu": lambda a, v: a.set_material(nu=float(v)),
-                "density": lambda a, v: a.set_material(density=float(v)),
-                "damping": lambda a, v: a.set_damping(float(v)),
-            }[name]
-
-        for name in ("dt", "E", "nu", "density", "damping"):
-            def make(name=name):
-                fn = setter(name)
-
-                def cb(_e) -> None:
-                    v = g[name].value
-                    self._submit(f"set {name}", lambda a: fn(a, v))
-
-                return cb
-
-            g[name].on_update(make())
-
-        def apply_fast(_e=None) -> None:
-            on = bool(g["fast"].value)
-            self._submit("set solver", lambda a: _set_fast_solver(a, on))
-
-        g["fast"].on_update(apply_fast)
-
-        def apply_gravity(_e=None) -> None:
-            on = bool(g["gravity"].value)
-            mag = float(getattr(self.config, "gravity", 9.8) or 9.8) if on else 0.0
-            d = self.gravity_direction()
-            self._submit("set gravity", lambda a: a.set_gravity(mag, direction=d))
-
-        g["gravity"].on_update(apply_gravity)
-        g["gravity_dir"].on_update(apply_gravity)
-
-        def apply_floor(_e=None) -> None:
-            on, h = bool(g["floor"].value), float(g["floor_height"].value)
-            self._submit("set floor", lambda a: a.set_floor(on, height=h))
-            self._update_floor_grid(on, h)
-
-        g["floor"].on_update(apply_floor)
-        g["floor_height"].on_update(apply_floor)
-
-        @g["pin"].on_update
-        def _(_e) -> None:
-            spec = getattr(self.config, "pin", None) or DEFAULT_PIN
-            value = spec if g["pin"].value else None
-            self._submit("set pin", lambda a: a.set_pin(value))
-
-        @g["field"].on_update
-        def _(_e) -> None:
-            self._apply_field(g["field"].value)
-
-        @g["skinning"].on_update
-        def _(_e) -> None:
-            self._switch_skinning(g["skinning"].value)
-
-        @g["display"].on_update
-        def _(_e) -> None:
-            try:
-                self.set_display_mode(g["display"].value)
-            except Exception as exc:  # noqa: BLE001
-                self.report_error("display mode", exc, traceback.format_exc())
-
-        @g["handles"].on_update
-        def _(_e) -> None:
-            self._show_handles = bool(g["handles"].value)
-            if self.live is not None:
-                for gz in self.live.handle_gizmos:
-                    gz.visible = self._show_handles
-
-        @g["xray"].on_update
-        def _(_e) -> None:
-            self.set_xray(bool(g["xray"].value))
-
-        @g["click"].on_update
-        def _(_e) -> None:
-            self._click_enabled = bool(g["click"].value)
-
-        @g["record"].on_click
-        def _(event) -> None:
-            try:
-                if self._recorder is None:
-                    self.start_recording(client=event.client, mp4=bool(g["record_mp4"].value))
-                else:
-                    threading.Thread(target=self.stop_recording, daemon=True).start()
-            except Exception as exc:  # noqa: BLE001
-                self.report_error("recording", exc, traceback.format_exc())
-
-    def _switch_skinning(self, source: str) -> None:
-        if self.source_scene is None or self.config is None:
-            return
-        if resolve_skinning(getattr(self.config, "skinning", None)) == resolve_skinning(source):
-            return
-        self.config = dataclasses.replace(self.config, skinning=source)
-
-        def run() -> None:
-            self._set_status(f"Preparing skinning ({source})…", 0.0)
-            try:
-                anim = self._prepare(self.config)
-                self._activate(anim)
-            except Exception as exc:  # noqa: BLE001
-                self._set_status(self._summary(), None)
-                self.report_error(f"skinning switch to {source}", exc, traceback.format_exc())
-
-        threading.Thread(target=run, name="physskin-reprepare", daemon=True).start()
-
-    # ================================================================== recording
-    def start_recording(self, client=None, mp4: bool = False, out_dir=None) -> Path:
-        """Start writing every simulated step to a new folder; returns it."""
-        live = self.live
-        if live is None:
-            raise OptionError("the scene is not ready yet")
-        if self._recorder is not None:
-            raise OptionError("already recording")
-        parent = Path(self.gui["record_dir"].value) if "record_dir" in self.gui else self.record_dir
-        out = Path(out_dir) if out_dir is not None else parent / datetime.now().strftime("rec_%Y%m%d_%H%M%S")
-        video = self._video_renderer(client) if mp4 else None
-        rec = Recorder(out, dt=float(getattr(live.anim, "dt", 0.03)), meta=self._sequence_meta(), video_renderer=video)
-        self._recorder = rec
-        live.worker.submit("start recording", lambda a: setattr(live.worker, "on_step", lambda a2, st: rec.add(a2)))
-        if "record" in self.gui:
-            self.gui["record"].label = "Stop recording"
-            self.gui["record_status"].content = f"recording to `{out}`"
-        return out
-
-    def _sequence_meta(self) -> Dict[str, Any]:
-        """sequence.json fields describing the current simulation (the headless export's keys where known)."""
-        live = self.live
-        anim = live.anim
-        g = self.gui
-        val = lambda k, d=None: g[k].value if k in g else d  # noqa: E731
-        info = getattr(anim, "info", {}) or {}
-        sh = anim.sh_handling() if hasattr(anim, "sh_handling") else None
-        meta = {
-            "source": str(self.path) if self.path is not None else getattr(anim.scene, "source", None),
-            "up_axis": [float(v) for v in live.up],
-            "scale_m_per_unit": getattr(anim, "sim_scale", None),
-            "sh": sh,
-            "skinning": getattr(anim, "skinning_source", None),
-            "num_gaussians": int(live.base_rgb.shape[0]),
-            "num_moving": int(info.get("num_moving", len(live.live_idx))),
-            "material": {"E": val("E"), "nu": val("nu"), "density": val("density")},
-            "gravity": (float(getattr(self.config, "gravity", 9.8) or 9.8) if val("gravity", True) else 0.0),
-            "gravity_direction": [float(v) for v in self.gravity_direction()] if "gravity_dir" in g else None,
-            "damping": val("damping"),
-            "floor": float(val("floor_height")) if val("floor", False) else None,
-            "pin": (getattr(self.config, "pin", None) or DEFAULT_PIN) if val("pin", False) else None,
-            "select": getattr(self.config, "select", None),
-            "script": None,
-            "writer": "physskin-gs animate viewer (live recording)",
-        }
-        return meta
-
-    def stop_recording(self) -> Optional[Path]:
-        """Stop the current recording, write sequence.json (and the video); returns its folder."""
-        rec = self._recorder
-        live = self.live
-        if rec is None:
-            return None
-        done = threading.Event()
-
-        def detach(a) -> None:
-            if live is not None:
-                live.worker.on_step = None
-            done.set()
-
-        if live is not None and live.worker.alive:
-            live.worker.submit("stop recording", detach)
-            done.wait(10.0)
-        self._recorder = None
-        out = rec.stop()
-        msg = f"wrote {rec.written} frames to `{out}`"
-        if rec.video_path is not None:
-            msg += f" and `{rec.video_path.name}`"
-        if rec.error:
-            msg += f" (problem: {rec.error})"
-        if "record" in self.gui:
-            self.gui["record"].label = "Start recording"
-            self.gui["record_status"].content = msg
-        return out
-
-    def _video_renderer(self, client):
-        live = self.live
-        cam = None
-        if client is not None:
-            try:
-                c = client.camera
-                cam = CameraState(tuple(c.wxyz), tuple(c.position), float(c.fov), float(c.aspect))
-            except Exception:  # noqa: BLE001
-                cam = None
-        if cam is None:
-            from .camera import look_at_wxyz
-
-            pos = np.asarray(self.server.initial_camera.position, dtype=np.float64)
-            cam = CameraState(tuple(look_at_wxyz(pos, live.center, live.up)), tuple(pos), 0.9, 4 / 3)
-        h = 320
-        w = int(round(h * cam.aspect / 16)) * 16 or 16
-        backend = "gsplat" if cuda_available() else "torch"
-        rgb, opac = self._display_colors()
-
-        def render(g) -> np.ndarray:
-            f = Frame(0, 0, snapshot_tensor(g.means), snapshot_tensor(g.covars), np.zeros((0, 3), np.float32))
-            return render_frame(f, cam, w, h, rgb, opac, backend)
-
-        return render
-
-
-def _fmt(v) -> str:
-    if v is None:
-        return "-"
-    try:
-        return f"{float(v):.3g}"
-    except (TypeError, ValueError):
-        return str(v)
 
 
 # ------------------------------------------------------------------------------------------- CLI entry

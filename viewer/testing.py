@@ -52,6 +52,39 @@ def make_blob_scene(n: int = 2000, seed: int = 0, size: float = 1.0, log_scale: 
     )
 
 
+def make_capture_scene(n_object: int = 2000, n_support: int = 1500, n_floaters: int = 30, seed: int = 0,
+                       up_axis: int = 2) -> GaussianScene:
+    """A tiny "real capture" for the viewer's selection tests: an orange block standing on a wide grey slab, plus
+    a green clump of floaters far off, with up along +axis ``up_axis`` (0, 1 or 2).
+
+    Rows are in the order slab (``n_support``), block (``n_object``), floaters (``n_floaters``). The block spans
+    [-0.3, 0.3] across and [0.05, 0.9] along up; the slab is 3 x 3 and 0.02 thick at 0..0.02 along up; the floaters
+    sit around (2.5, 2.5, 2.0) (in the frame where up is the last axis).
+    """
+    rng = np.random.default_rng(seed)
+    slab = np.column_stack([rng.uniform(-1.5, 1.5, (n_support, 2)), rng.uniform(0.0, 0.02, n_support)])
+    block = rng.uniform([-0.3, -0.3, 0.05], [0.3, 0.3, 0.9], (n_object, 3))
+    floaters = rng.uniform(-0.2, 0.2, (n_floaters, 3)) + np.array([2.5, 2.5, 2.0])
+    pts = np.concatenate([slab, block, floaters])
+    order = [a for a in range(3) if a != up_axis] + [up_axis]
+    pts = pts[:, np.argsort(order)]  # the last column (up) goes to column up_axis
+    n = pts.shape[0]
+    rgb = np.empty((n, 3))
+    rgb[:n_support] = (0.5, 0.5, 0.5)
+    rgb[n_support:n_support + n_object] = (0.9, 0.45, 0.1)
+    rgb[n_support + n_object:] = (0.1, 0.8, 0.2)
+    return GaussianScene(
+        means=torch.from_numpy(pts).float(),
+        quats=torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1),
+        log_scales=torch.full((n, 3), -4.0),
+        opacity_logits=torch.full((n,), 3.0),
+        sh_dc=torch.from_numpy((rgb - 0.5) / C0).float(),
+        sh_rest=torch.zeros(n, 0, 3),
+        source="synthetic capture",
+        format="synthetic",
+    )
+
+
 class FakeDeformer:
     """The fake scene's deformer (same contract as :class:`physskin_gs.deform.GaussianDeformer.deform`).
 

@@ -1,0 +1,282 @@
+"""The display side: splat nodes, the display thread, colours (field view, x-ray, dim static) and the stats line.
+
+:class:`DisplayLoop` runs one thread that takes the newest published simulation frame (older ones are dropped),
+deforms the moving Gaussians for it, packs them into viser's 32-byte splat records
+(:class:`~physskin_gs_viewer.splats.SplatPacker`) and updates the client-side moving splats with one buffer
+assignment (client-splat mode); it also moves the handle gizmos nobody drags and refreshes the stats line.
+
+Two splat nodes per AnimatedScene: ``/scene/moving`` (the live rows, updated every frame) and ``/scene/static``
+(the rows that do not move, sent once; "dim static" rewrites only their colour words, once per toggle).
+
+The app surface used: ``live``, ``server``, ``gui``, ``display_mode``, ``_push_splats(live, frame)`` (the
+per-frame upload, looked up on the app so that tests can slow it down), ``interaction.sync_handle_gizmos``,
+``renderer_status()``, ``recording``, ``report_error``, and the stop event given to the constructor.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import traceback
+from typing import List, Optional, Tuple
+
+import numpy as np
+
+from .constants import DIM_GREY, DIM_MIX, DIM_OPACITY, DISPLAY_CLIENT, FIELD_ALL, FIELD_NONE, XRAY_OPACITY
+from .sim import Frame, set_thread_torch_threads, to_numpy
+from .splats import rgba_u32, subsample_index, to_wire, weight_colors
+
+#: Most static Gaussians sent to the browser, as a multiple of ``max_live`` (at least a million).
+STATIC_FACTOR = 5
+
+
+def dim_colors(rgb: np.ndarray, opac: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """The "dim static" look of (M, 3) colours and (M,) opacities: blended toward grey, at reduced opacity."""
+    rgb = (1.0 - DIM_MIX) * np.asarray(rgb, np.float32) + DIM_MIX * DIM_GREY
+    return rgb.astype(np.float32), np.asarray(opac, np.float32) * DIM_OPACITY
+
+
+class DisplayLoop:
+    """Splat nodes, the display thread and everything that decides the colours shown.
+
+    Args:
+        app: the :class:`~physskin_gs_viewer.app.ViewerApp` (see the module docstring for what is used).
+        stop: event that ends the thread.
+        threads: torch intra-op threads of the display thread (deformation + packing).
+        max_live: the app's cap on live rows (sets the cap on static rows sent, :data:`STATIC_FACTOR`).
+
+    Attributes:
+        updates: display updates done (frames handled).
+        field_choice: the "show field" entry (:data:`FIELD_NONE`, :data:`FIELD_ALL` or ``"handle i"``).
+        xray: moving splats at :data:`XRAY_OPACITY` of their opacity.
+        dim_static: static splats greyed and at :data:`DIM_OPACITY` of their opacity.
+    """
+
+    def __init__(self, app, stop: threading.Event, threads: int, max_live: int) -> None:
+        self.app = app
+        self._stop = stop
+        self.threads = int(threads)
+        self.max_live = int(max_live)
+        self.updates = 0
+        self._times: List[float] = []
+        self.field_choice = FIELD_NONE
+        self.xray = False
+        self.dim_static = False
+        self._colors_cache = None
+        self._thread: Optional[threading.Thread] = None
+
+    # ------------------------------------------------------------------ thread
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="physskin-display", daemon=True)
+        self._thread.start()
+
+    def join(self, timeout: float = 5.0) -> None:
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def _run(self) -> None:
+        app = self.app
+        set_thread_torch_threads(self.threads)  # OpenMP thread counts are per thread
+        version = 0
+        last_handles = 0.0
+        last_stats = 0.0
+        while not self._stop.is_set():
+            live = app.live
+            if live is None:
+                self._stop.wait(0.05)
+                continue
+            frame = live.worker.slot.wait_newer(version, 0.1)
+            if frame is None or app.live is not live:
+                continue
+            version = frame.version
+            try:
+                if app.display_mode == DISPLAY_CLIENT:
+                    app._push_splats(live, frame)
+                now = time.monotonic()
+                self.updates += 1
+                self._times.append(now)
+                self._times = self._times[-30:]
+                if now - last_handles > 0.1:
+                    last_handles = now
+                    app.interaction.sync_handle_gizmos(live, frame)
+                if now - last_stats > 0.25:
+                    last_stats = now
+                    self.update_stats(live, frame)
+            except Exception as exc:  # noqa: BLE001 - shown in the page, the loop goes on
+                app.report_error("display update", exc, traceback.format_exc())
+                self._stop.wait(0.5)
+
+    def fps(self) -> float:
+        """Splat updates sent per second over the last 30 updates (0.0 with fewer than two)."""
+        t = self._times
+        if len(t) < 2 or t[-1] <= t[0]:
+            return 0.0
+        return (len(t) - 1) / (t[-1] - t[0])
+
+    # ------------------------------------------------------------------ splat nodes
+    def add_nodes(self, live, frame: Frame, visible: bool) -> None:
+        """Create ``/scene/static`` (drawn once) and ``/scene/moving`` for ``live`` from its first frame."""
+        server = self.app.server
+        s = live.s
+        if len(live.static_idx):
+            st = live.static_idx
+            ssub = subsample_index(len(st), max(self.max_live * STATIC_FACTOR, 1_000_000), seed=1)
+            if ssub is not None:
+                st = st[ssub]
+            live.static_shown = st
+            c, v = to_wire(frame.means[st], frame.covars[st], s)
+            live.static_node = server.scene.add_gaussian_splats(
+                "/scene/static", c, v, live.base_rgb[st], live.opac[st, None], scale=1.0 / s, visible=visible
+            )
+            live.static_buffer = np.array(live.static_node.buffer, dtype=np.uint32, copy=True)
+            if self.dim_static:
+                self._apply_static_look(live)
+        c, v = to_wire(frame.means[live.live_idx], frame.covars[live.live_idx], s)
+        live.moving_node = server.scene.add_gaussian_splats(
+            "/scene/moving", c, v, live.live_rgb, live.opac[live.live_idx, None], scale=1.0 / s, visible=visible
+        )
+        self._repack_rgba(live)
+
+    def set_nodes_visible(self, live, on: bool) -> None:
+        for node in (live.moving_node, live.static_node):
+            if node is not None:
+                node.visible = bool(on)
+
+    def remove_nodes(self, live) -> None:
+        for node in (live.moving_node, live.static_node):
+            if node is not None:
+                try:
+                    node.remove()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    # ------------------------------------------------------------------ per frame
+    def _repack_rgba(self, live) -> Tuple:
+        op = live.opac[live.live_idx] * (XRAY_OPACITY if self.xray else 1.0)
+        rgba = live.live_rgba = (live.live_rgb, rgba_u32(live.live_rgb, op), self.xray)
+        live.packer.set_rgba(rgba[1])
+        return rgba
+
+    def push_splats(self, live, frame: Frame) -> None:
+        """Send ``frame``'s live splats: deform (split frames), pack into viser's layout, update the node."""
+        rgba = live.live_rgba
+        if rgba is None or rgba[0] is not live.live_rgb or rgba[2] != self.xray:  # colours changed: repack once
+            self._repack_rgba(live)
+        pos = live.live_pos_t
+
+        def pack(means, covars):  # runs while the deformer's buffers are valid (see Frame.with_moving)
+            if pos is not None:
+                means, covars = means[pos], covars[pos]
+            return live.packer.pack(means, covars, live.s)
+
+        buf = frame.with_moving(pack, live.moving_rows_t)
+        live.moving_node.buffer = buf  # viser copies it: the packer may overwrite its buffer next frame
+
+    def update_stats(self, live, frame: Frame) -> None:
+        app = self.app
+        md = app.gui.get("stats")
+        if md is None:
+            return
+        st = frame.stats
+        energy = st.get("energy")
+        if isinstance(energy, dict):  # the pipeline reports components (J)
+            e_txt = f"energy **{_fmt(energy.get('total'))}** J (kinetic {_fmt(energy.get('kinetic'))}, " \
+                    f"elastic {_fmt(energy.get('elastic'))})"
+        else:
+            e_txt = f"energy **{_fmt(energy)}**"
+        lines = [
+            f"display **{self.fps():.1f}** fps · sim **{st.get('steps_per_s', 0.0):.1f}** steps/s · "
+            f"frame {frame.sim_frame}",
+            f"**{st.get('ms', 0.0):.0f}** ms/step · Newton **{st.get('newton_iters', '-')}** · {e_txt}",
+        ]
+        render = app.renderer_status()
+        if render:
+            lines.append(render)
+        rec = app.recording.recorder
+        if rec is not None:
+            lines.append(f"● recording: {rec.written} frames")
+        md.content = "  \n".join(lines)
+
+    # ------------------------------------------------------------------ colours
+    def set_xray(self, on: bool) -> None:
+        """Draw the object's splats at :data:`XRAY_OPACITY` of their opacity (client-side mode)."""
+        self.xray = bool(on)
+        live = self.app.live
+        if live is not None:
+            self.redraw(live)
+
+    def set_dim_static(self, on: bool) -> None:
+        """Grey the static rows and lower their opacity (:func:`dim_colors`), or show them as they are."""
+        self.dim_static = bool(on)
+        live = self.app.live
+        if live is not None:
+            self._apply_static_look(live)
+
+    def _apply_static_look(self, live) -> None:
+        node, base = live.static_node, live.static_buffer
+        if node is None or base is None:
+            return
+        buf = base.copy()
+        if self.dim_static:
+            st = live.static_shown
+            rgb, op = dim_colors(live.base_rgb[st], live.opac[st])
+            buf[:, 7] = rgba_u32(rgb, op)
+        node.buffer = buf
+
+    def apply_field(self, choice: str) -> None:
+        """Colour the live splats by skinning weight (``choice``: see :attr:`field_choice`) or by the scene."""
+        live = self.app.live
+        self.field_choice = choice
+        if live is None:
+            return
+        if choice == FIELD_NONE:
+            live.live_rgb = live.base_rgb[live.live_idx]
+            self.redraw(live)
+            return
+
+        def compute(anim, live=live, choice=choice) -> None:
+            w = to_numpy(anim.skinning_weights())  # [M, H]: learned handles first, a constant column last
+            h = len(live.handle_gizmos)
+            if 0 < h < w.shape[1]:
+                w = w[:, :h]
+            if live.live_pos_in_moving is not None:
+                w = w[live.live_pos_in_moving]
+            if choice == FIELD_ALL:
+                live.live_rgb = weight_colors(w, None)
+            else:
+                live.live_rgb = weight_colors(w, int(choice.split()[-1]))
+
+        live.worker.submit("skinning field display", compute, publish=True)
+
+    def redraw(self, live) -> None:
+        """Have the worker publish the current state again (the display repacks with the new colours)."""
+        live.worker.submit("redraw", lambda a: None, publish=True)
+
+    def colors(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(N, 3) colours and (N,) opacities of every Gaussian as currently displayed (server-rendered mode;
+        cached per change)."""
+        live = self.app.live
+        key = (id(live), id(live.live_rgb), self.field_choice, self.dim_static)
+        cached = self._colors_cache
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        rgb, opac = live.base_rgb, live.opac
+        if self.field_choice != FIELD_NONE or (self.dim_static and len(live.static_idx)):
+            rgb = rgb.copy()
+        if self.field_choice != FIELD_NONE:
+            rgb[live.live_idx] = live.live_rgb
+        if self.dim_static and len(live.static_idx):
+            opac = opac.copy()
+            st = live.static_idx
+            rgb[st], opac[st] = dim_colors(rgb[st], opac[st])
+        self._colors_cache = (key, rgb, opac)
+        return rgb, opac
+
+
+def _fmt(v) -> str:
+    if v is None:
+        return "-"
+    try:
+        return f"{float(v):.3g}"
+    except (TypeError, ValueError):
+        return str(v)

@@ -1,0 +1,442 @@
+"""The GUI panel: status lines, the control folders and what each control does.
+
+:class:`ControlPanel` builds the page's panel (status, progress and error lines first; the controls once a
+scene is live) and keeps every widget in ``gui`` by name (``app.gui`` is the same dict). Its callbacks only
+post commands to the simulation worker or call the part that owns the feature:
+
+===============  ============================================================================================
+folder           controls -> owner
+===============  ============================================================================================
+Simulation       play / step / reset / dt / fast solver -> the worker
+Material         E, nu, density, damping -> the worker
+Environment      gravity, its direction, floor, floor height, pin -> the worker (+ the floor grid, here)
+Scene            moving / static / floater counts, up vector and source (here); select, box, pick component,
+                 apply selection -> :class:`~physskin_gs_viewer.selection.SelectionControl`; up axis ->
+                 :class:`~physskin_gs_viewer.switching.SceneSwitcher`
+Skinning         source -> the switcher; show field -> :class:`~physskin_gs_viewer.display.DisplayLoop`
+Display          mode -> ``app.set_display_mode``; show handles, click to grab ->
+                 :class:`~physskin_gs_viewer.interaction.Interaction`; x-ray, dim static -> the display
+Record           folder, mp4, start / stop -> :class:`~physskin_gs_viewer.recording.RecordingControl`
+===============  ============================================================================================
+
+The app surface used: ``server``, ``live``, ``config``, ``path``, ``source_scene``, ``display_mode``,
+``display``, ``interaction``, ``recording``, ``switcher``, ``selection``, ``set_display_mode``,
+``report_error``, ``_stop`` (the stop event).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import traceback
+from types import SimpleNamespace
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+
+from physskin_gs.model.bases import resolve_skinning, skinning_names
+
+from .constants import (
+    DEFAULT_PIN,
+    DISPLAY_CLIENT,
+    DISPLAY_GSPLAT,
+    DISPLAY_TORCH,
+    FIELD_ALL,
+    FIELD_NONE,
+    GRAVITY_DIRS,
+    UP_CHOICES,
+)
+from .render_server import cuda_available
+from .selection import facts_markdown, scene_facts
+from .sim import to_numpy
+
+
+def set_fast_solver(anim, on: bool) -> None:
+    """The simulator's ``"adaptive"`` solver when ``on`` (a converged step hands its Hessian factor on to the next
+    one), else full Newton (``"newton"``: a fresh Hessian every iteration). Same solution either way, fewer
+    factorisations; no-op for scenes without a simulator that has named solvers."""
+    sim = getattr(anim, "sim", None)
+    if sim is not None and "adaptive" in getattr(sim, "SOLVERS", ()):
+        sim.solver = "adaptive" if on else "newton"
+
+
+def default_floor_height(anim, config, up: np.ndarray) -> float:
+    """The floor height (scene units along ``up``) the AnimatedScene uses when the panel sets none: the config's,
+    else the support plane's, else 25% of the object's height below its lowest point (the pipeline's rule)."""
+    fh = getattr(config, "floor_height", None)
+    if fh is None:
+        fh = getattr(anim, "support_height", None)
+    if fh is None and hasattr(anim, "lowest_scene") and hasattr(anim, "height_scene"):
+        fh = float(anim.lowest_scene) - 0.25 * float(anim.height_scene)
+    if fh is None:
+        rest = to_numpy(anim.scene.means)
+        fh = float((rest @ up).min()) if rest.size else 0.0
+    return float(fh)
+
+
+def up_choice(up) -> str:
+    """The up-axis dropdown entry for ``AnimationConfig.up`` (``"z"`` -> ``"+z"``; unknown names -> ``"auto"``)."""
+    s = str(up or "auto").strip().lower()
+    if s in ("x", "y", "z"):
+        s = "+" + s
+    return s if s in UP_CHOICES else "auto"
+
+
+class ControlPanel:
+    """The page's panel (see the module docstring). ``gui``: widget name -> viser handle."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self.gui: Dict[str, Any] = {}
+
+    # ================================================================== status
+    def build_status(self, title: str) -> None:
+        gui = self.app.server.gui
+        self.gui["title"] = gui.add_markdown(f"**PhysSkin-GS** — `{title}`")
+        self.gui["status"] = gui.add_markdown("Loading…")
+        self.gui["progress"] = gui.add_progress_bar(0.0, animated=True)
+        self.gui["error"] = gui.add_markdown("", visible=False)
+
+    def set_status(self, message: str, pct: Optional[float] = None) -> None:
+        bar, text = self.gui.get("progress"), self.gui.get("status")
+        if text is not None:
+            text.content = message
+        if bar is not None:
+            if pct is None:
+                bar.visible = False
+            else:
+                bar.visible = True
+                bar.value = float(pct)
+
+    def set_note(self, message: str) -> None:
+        """A line under the scene facts (what a pick did, what to do next); empty hides it."""
+        md = self.gui.get("scene_note")
+        if md is not None:
+            md.content = message
+            md.visible = bool(message)
+
+    def show_error(self, where: str, msg: str) -> None:
+        md = self.gui.get("error")
+        live = self.app.live
+        if md is not None:
+            paused = live is not None and not live.worker.playing
+            hint = "  \nThe simulation is paused; press Reset or Play to go on." if paused else ""
+            md.content = f"**Error in {where}:** `{msg}`{hint}"
+            md.visible = True
+        btn = self.gui.get("play")
+        if btn is not None and live is not None and not live.worker.playing:
+            btn.label = "Play"
+
+    # ================================================================== controls
+    def build_controls(self, anim) -> None:
+        """Add the control folders for the first live AnimatedScene; later ones only refresh them."""
+        if "play" in self.gui:
+            self.refresh(anim)
+            return
+        app = self.app
+        gui = app.server.gui
+        cfg = app.config if app.config is not None else SimpleNamespace()
+        g = self.gui
+        live = app.live
+        g["stats"] = gui.add_markdown("")
+
+        with gui.add_folder("Simulation"):
+            g["play"] = gui.add_button("Pause", icon=None)
+            g["step"] = gui.add_button("Step")
+            g["reset"] = gui.add_button("Reset")
+            g["dt"] = gui.add_number("dt (s)", float(getattr(anim, "dt", 0.03)), min=1e-4, max=0.2, step=1e-3)
+            g["fast"] = gui.add_checkbox(
+                "fast solver", True,
+                hint="reuse the Hessian factor across Newton iterations and steps (about 2x faster); off = full Newton"
+            )
+        with gui.add_folder("Material"):
+            g["E"] = gui.add_number("E (Pa)", float(getattr(cfg, "E", 2e4)), min=1.0, max=1e9, step=100.0)
+            g["nu"] = gui.add_slider("nu", 0.0, 0.49, 0.01, float(getattr(cfg, "nu", 0.45)))
+            g["density"] = gui.add_number("density (kg/m³)", float(getattr(cfg, "density", 100.0)), min=1e-3, max=1e5, step=1.0)
+            g["damping"] = gui.add_slider("damping", 0.0, 1.0, 0.005, float(getattr(cfg, "damping", 0.02)))
+        with gui.add_folder("Environment"):
+            g["gravity"] = gui.add_checkbox("gravity", float(getattr(cfg, "gravity", 9.8) or 0.0) > 0)
+            g["gravity_dir"] = gui.add_dropdown("gravity direction", GRAVITY_DIRS, initial_value=GRAVITY_DIRS[0])
+            g["floor"] = gui.add_checkbox("floor", bool(getattr(cfg, "floor", True)))
+            fh = default_floor_height(anim, cfg, live.up)
+            g["floor_height"] = gui.add_number("floor height", fh, step=0.01)
+            self.update_floor_grid(bool(g["floor"].value), fh)
+            g["pin"] = gui.add_checkbox("pin region", getattr(cfg, "pin", None) is not None)
+        can_switch = app.switcher.available
+        if "scene_facts" not in g:
+            self._build_scene_folder(cfg, facts_markdown(scene_facts(anim)))
+        else:  # built when the first preparation failed (build_recovery)
+            self.show_scene_facts(anim)
+            self.set_note("")
+            g["pick"].disabled = not can_switch
+            app.selection.on_live(live)
+        with gui.add_folder("Skinning"):
+            names = skinning_names(aliases=False)
+            src = resolve_skinning(getattr(cfg, "skinning", None))
+            g["skinning"] = gui.add_dropdown(
+                "source", names, initial_value=src if src in names else names[0], disabled=not can_switch,
+            )
+            g["field"] = gui.add_dropdown("show field", self.field_options(), initial_value=FIELD_NONE)
+        with gui.add_folder("Display"):
+            modes = [DISPLAY_CLIENT, DISPLAY_TORCH] + ([DISPLAY_GSPLAT] if cuda_available() else [])
+            g["display"] = gui.add_dropdown("mode", modes, initial_value=app.display_mode)
+            g["handles"] = gui.add_checkbox("show handles", True)
+            g["xray"] = gui.add_checkbox("x-ray (see handles inside)", False)
+            g["dim_static"] = gui.add_checkbox(
+                "dim static", False, hint="grey the Gaussians that do not move (support, background, floaters)"
+            )
+            g["click"] = gui.add_checkbox("click to grab", True)
+        with gui.add_folder("Record"):
+            g["record_dir"] = gui.add_text("folder", str(app.recording.record_dir))
+            g["record_mp4"] = gui.add_checkbox("also mp4", False)
+            g["record"] = gui.add_button("Start recording", color="red")
+            g["record_status"] = gui.add_markdown("")
+
+        self._wire()
+        app.server.scene.on_click()(app.interaction.on_click)
+
+    def _build_scene_folder(self, cfg, facts_text: str) -> None:
+        """The "Scene" folder: facts, a note line, the up-axis dropdown and the selection widgets."""
+        app = self.app
+        gui = app.server.gui
+        g = self.gui
+        can_switch = app.switcher.available
+        with gui.add_folder("Scene"):
+            g["scene_facts"] = gui.add_markdown(facts_text)
+            g["scene_note"] = gui.add_markdown("", visible=False)
+            g["up"] = gui.add_dropdown(
+                "up axis", UP_CHOICES, initial_value=up_choice(getattr(cfg, "up", "auto")), disabled=not can_switch,
+                hint="auto: the support plane's normal (else the file format's convention); re-prepares",
+            )
+            app.selection.build(gui, cfg)
+            if not can_switch:
+                for k in ("select", "box_min", "box_max", "pick", "apply_select"):
+                    g[k].disabled = True
+
+        @g["up"].on_update
+        def _(_e) -> None:
+            app.switcher.set_up(g["up"].value)
+
+    def build_recovery(self) -> None:
+        """The first preparation failed: offer the "Scene" folder alone, so that another selection or up axis can
+        be tried without restarting (the other folders follow once a scene is live)."""
+        app = self.app
+        if "scene_facts" in self.gui or not app.switcher.available or app.server is None:
+            return
+        self._build_scene_folder(app.config, "**No animation yet**: the preparation failed (see above). Choose "
+                                             "another selection or up axis and press apply selection.")
+        self.gui["pick"].disabled = True  # nothing is drawn to click on yet
+
+    def field_options(self) -> List[str]:
+        """Dropdown entries: scene colours, argmax over handles, one entry per draggable handle."""
+        live = self.app.live
+        h = len(live.handle_gizmos) if live is not None else 0
+        return [FIELD_NONE, FIELD_ALL] + [f"handle {i}" for i in range(h)]
+
+    def refresh(self, anim) -> None:
+        """A new AnimatedScene is live: refresh what depends on it (field entries, dt, floor, scene facts)."""
+        app = self.app
+        g = self.gui
+        g["field"].options = self.field_options()
+        g["dt"].value = float(getattr(anim, "dt", g["dt"].value))
+        fh = default_floor_height(anim, app.config, app.live.up)
+        g["floor_height"].value = fh  # fires the floor callback: the new worker gets the same height
+        self.update_floor_grid(bool(g["floor"].value), float(g["floor_height"].value))
+        self.show_scene_facts(anim)
+        if app.switcher.available:
+            g["up"].value = up_choice(getattr(app.config, "up", "auto"))
+        if g["gravity_dir"].value != GRAVITY_DIRS[0] or not g["gravity"].value:
+            self._apply_gravity()
+        app.selection.on_live(app.live)
+
+    def show_scene_facts(self, anim) -> Dict[str, Any]:
+        facts = scene_facts(anim)
+        md = self.gui.get("scene_facts")
+        if md is not None:
+            md.content = facts_markdown(facts)
+        return facts
+
+    def sync_play_label(self) -> None:
+        btn = self.gui.get("play")
+        live = self.app.live
+        if btn is not None and live is not None:
+            btn.label = "Pause" if live.worker.playing else "Play"
+
+    def config_settings(self, config, keep_floor_height: bool) -> Dict[str, Any]:
+        """The panel's simulation settings as ``AnimationConfig`` fields (only those ``config`` has), so that a
+        re-preparation keeps them. The floor height only with ``keep_floor_height`` (same object and up axis)."""
+        g = self.gui
+        if "play" not in g:
+            return {}
+        out: Dict[str, Any] = {
+            "E": float(g["E"].value), "nu": float(g["nu"].value), "density": float(g["density"].value),
+            "damping": float(g["damping"].value), "dt": float(g["dt"].value), "floor": bool(g["floor"].value),
+            "gravity": self.gravity_magnitude(),
+            "pin": (getattr(config, "pin", None) or DEFAULT_PIN) if g["pin"].value else None,
+        }
+        if keep_floor_height:
+            out["floor_height"] = float(g["floor_height"].value)
+        names = {f.name for f in dataclasses.fields(config)}
+        return {k: v for k, v in out.items() if k in names}
+
+    def gravity_magnitude(self) -> float:
+        on = bool(self.gui["gravity"].value)
+        return float(getattr(self.app.config, "gravity", 9.8) or 9.8) if on else 0.0
+
+    def gravity_direction(self) -> np.ndarray:
+        """Unit gravity direction chosen in the GUI (world axes), (3,) float64."""
+        choice = self.gui["gravity_dir"].value
+        if choice == GRAVITY_DIRS[0]:
+            return -self.app.live.up
+        axis = "xyz".index(choice[1])
+        d = np.zeros(3)
+        d[axis] = 1.0 if choice[0] == "+" else -1.0
+        return d
+
+    def update_floor_grid(self, enabled: bool, height: float) -> None:
+        """Draw the floor (a grid perpendicular to the up vector at ``height`` along it) or hide it."""
+        live = self.app.live
+        server = self.app.server
+        if live is None or server is None or self.app._stop.is_set():
+            return
+        from .camera import rotmat_to_wxyz
+
+        up = live.up
+        a = np.cross(up, [1.0, 0.0, 0.0]) if abs(up[0]) < 0.9 else np.cross(up, [0.0, 1.0, 0.0])
+        a /= np.linalg.norm(a)
+        b = np.cross(up, a)
+        R = np.stack([a, b, up], axis=1)  # grid's local x, y, z (normal) -> world
+        pos = live.center - (float(live.center @ up) - float(height)) * up
+        e = live.extent
+        server.scene.add_grid(
+            "/floor",
+            width=3 * e,
+            height=3 * e,
+            plane="xy",
+            cell_size=e / 10,
+            section_size=e / 2,
+            wxyz=tuple(rotmat_to_wxyz(R)),
+            position=tuple(float(v) for v in pos),
+            visible=bool(enabled),
+        )
+
+    # ================================================================== callbacks
+    def _submit(self, name: str, fn) -> None:
+        live = self.app.live
+        if live is not None:
+            live.worker.submit(name, fn)
+
+    def _apply_gravity(self, _e=None) -> None:
+        mag = self.gravity_magnitude()
+        d = self.gravity_direction()
+        self._submit("set gravity", lambda a: a.set_gravity(mag, direction=d))
+
+    def _wire(self) -> None:
+        app = self.app
+        g = self.gui
+
+        @g["play"].on_click
+        def _(_e) -> None:
+            live = app.live
+            if live is None:
+                return
+            live.worker.set_playing(not live.worker.playing)
+            g["error"].visible = False
+            self.sync_play_label()
+
+        @g["step"].on_click
+        def _(_e) -> None:
+            live = app.live
+            if live is not None:
+                live.worker.set_playing(False)
+                live.worker.step_once()
+                self.sync_play_label()
+
+        @g["reset"].on_click
+        def _(_e) -> None:
+            if app.live is not None:
+                app.live.worker.reset()
+                g["error"].visible = False
+
+        def set_dt(a, v):
+            a.dt = float(v)
+
+        setters = {
+            "dt": set_dt,
+            "E": lambda a, v: a.set_material(E=float(v)),
+            "nu": lambda a, v: a.set_material(nu=float(v)),
+            "density": lambda a, v: a.set_material(density=float(v)),
+            "damping": lambda a, v: a.set_damping(float(v)),
+        }
+        for name, fn in setters.items():
+            def make(name=name, fn=fn):
+                def cb(_e) -> None:
+                    v = g[name].value
+                    self._submit(f"set {name}", lambda a: fn(a, v))
+
+                return cb
+
+            g[name].on_update(make())
+
+        def apply_fast(_e=None) -> None:
+            on = bool(g["fast"].value)
+            self._submit("set solver", lambda a: set_fast_solver(a, on))
+
+        g["fast"].on_update(apply_fast)
+        g["gravity"].on_update(self._apply_gravity)
+        g["gravity_dir"].on_update(self._apply_gravity)
+
+        def apply_floor(_e=None) -> None:
+            on, h = bool(g["floor"].value), float(g["floor_height"].value)
+            self._submit("set floor", lambda a: a.set_floor(on, height=h))
+            self.update_floor_grid(on, h)
+
+        g["floor"].on_update(apply_floor)
+        g["floor_height"].on_update(apply_floor)
+
+        @g["pin"].on_update
+        def _(_e) -> None:
+            spec = getattr(app.config, "pin", None) or DEFAULT_PIN
+            value = spec if g["pin"].value else None
+            self._submit("set pin", lambda a: a.set_pin(value))
+
+        @g["field"].on_update
+        def _(_e) -> None:
+            app.display.apply_field(g["field"].value)
+
+        @g["skinning"].on_update
+        def _(_e) -> None:
+            app.switcher.switch_skinning(g["skinning"].value)
+
+        @g["display"].on_update
+        def _(_e) -> None:
+            try:
+                app.set_display_mode(g["display"].value)
+            except Exception as exc:  # noqa: BLE001
+                app.report_error("display mode", exc, traceback.format_exc())
+
+        @g["handles"].on_update
+        def _(_e) -> None:
+            app.interaction.set_show_handles(bool(g["handles"].value))
+
+        @g["xray"].on_update
+        def _(_e) -> None:
+            app.display.set_xray(bool(g["xray"].value))
+
+        @g["dim_static"].on_update
+        def _(_e) -> None:
+            app.display.set_dim_static(bool(g["dim_static"].value))
+
+        @g["click"].on_update
+        def _(_e) -> None:
+            app.interaction.click_enabled = bool(g["click"].value)
+
+        @g["record"].on_click
+        def _(event) -> None:
+            try:
+                if app.recording.recorder is None:
+                    app.recording.start(client=event.client, mp4=bool(g["record_mp4"].value))
+                else:
+                    threading.Thread(target=app.recording.stop, daemon=True).start()
+            except Exception as exc:  # noqa: BLE001
+                app.report_error("recording", exc, traceback.format_exc())

@@ -1,0 +1,154 @@
+"""Live recording: the "Record" folder's start / stop, what goes into sequence.json, the optional mp4.
+
+:class:`RecordingControl` attaches a :class:`~physskin_gs_viewer.recorder.Recorder` (the frame writer) to the
+simulation worker's ``on_step`` hook so that every simulated step is written, and detaches it again. It reads
+the app through a small surface only: ``live`` (the current :class:`~physskin_gs_viewer.app.LiveState`),
+``gui`` (the panel's widgets by name), ``config``, ``path``, ``server``, ``gravity_direction()`` and
+``display_colors()``.
+"""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from physskin_gs.errors import OptionError
+
+from .camera import CameraState
+from .constants import DEFAULT_PIN
+from .recorder import Recorder
+from .render_server import cuda_available, render_frame
+from .sim import Frame, snapshot_tensor
+
+
+class RecordingControl:
+    """Start / stop recordings of the live simulation (one at a time).
+
+    Args:
+        app: the :class:`~physskin_gs_viewer.app.ViewerApp` (see the module docstring for what is used).
+        record_dir: parent folder of recordings when the panel has no "folder" field yet.
+    """
+
+    def __init__(self, app, record_dir) -> None:
+        self.app = app
+        self.record_dir = Path(record_dir)
+        self.recorder: Optional[Recorder] = None
+
+    @property
+    def active(self) -> bool:
+        return self.recorder is not None
+
+    def start(self, client=None, mp4: bool = False, out_dir=None) -> Path:
+        """Start writing every simulated step to a new folder; returns it."""
+        app = self.app
+        live = app.live
+        if live is None:
+            raise OptionError("the scene is not ready yet")
+        if self.recorder is not None:
+            raise OptionError("already recording")
+        gui = app.gui
+        parent = Path(gui["record_dir"].value) if "record_dir" in gui else self.record_dir
+        out = Path(out_dir) if out_dir is not None else parent / datetime.now().strftime("rec_%Y%m%d_%H%M%S")
+        video = self._video_renderer(client) if mp4 else None
+        rec = Recorder(out, dt=float(getattr(live.anim, "dt", 0.03)), meta=self.sequence_meta(), video_renderer=video)
+        self.recorder = rec
+        live.worker.submit("start recording", lambda a: setattr(live.worker, "on_step", lambda a2, st: rec.add(a2)))
+        if "record" in gui:
+            gui["record"].label = "Stop recording"
+            gui["record_status"].content = f"recording to `{out}`"
+        return out
+
+    def stop(self) -> Optional[Path]:
+        """Stop the current recording, write sequence.json (and the video); returns its folder (None: none ran)."""
+        rec = self.recorder
+        live = self.app.live
+        if rec is None:
+            return None
+        done = threading.Event()
+
+        def detach(a) -> None:
+            if live is not None:
+                live.worker.on_step = None
+            done.set()
+
+        if live is not None and live.worker.alive:
+            live.worker.submit("stop recording", detach)
+            done.wait(10.0)
+        self.recorder = None
+        out = rec.stop()
+        msg = f"wrote {rec.written} frames to `{out}`"
+        if rec.video_path is not None:
+            msg += f" and `{rec.video_path.name}`"
+        if rec.error:
+            msg += f" (problem: {rec.error})"
+        gui = self.app.gui
+        if "record" in gui:
+            gui["record"].label = "Start recording"
+            gui["record_status"].content = msg
+        return out
+
+    def close(self) -> None:
+        """Finish a running recording without going through the worker (shutdown: the worker is stopped)."""
+        rec, self.recorder = self.recorder, None
+        if rec is not None:
+            rec.stop()
+
+    def sequence_meta(self) -> Dict[str, Any]:
+        """sequence.json fields describing the current simulation (the headless export's keys where known)."""
+        app = self.app
+        live = app.live
+        anim = live.anim
+        g = app.gui
+        val = lambda k, d=None: g[k].value if k in g else d  # noqa: E731
+        info = getattr(anim, "info", {}) or {}
+        sh = anim.sh_handling() if hasattr(anim, "sh_handling") else None
+        cfg = app.config
+        return {
+            "source": str(app.path) if app.path is not None else getattr(anim.scene, "source", None),
+            "up_axis": [float(v) for v in live.up],
+            "scale_m_per_unit": getattr(anim, "sim_scale", None),
+            "sh": sh,
+            "skinning": getattr(anim, "skinning_source", None),
+            "num_gaussians": int(live.base_rgb.shape[0]),
+            "num_moving": int(info.get("num_moving", int(live.moving.sum()))),
+            "material": {"E": val("E"), "nu": val("nu"), "density": val("density")},
+            "gravity": (float(getattr(cfg, "gravity", 9.8) or 9.8) if val("gravity", True) else 0.0),
+            "gravity_direction": [float(v) for v in app.gravity_direction()] if "gravity_dir" in g else None,
+            "damping": val("damping"),
+            "floor": float(val("floor_height")) if val("floor", False) else None,
+            "pin": (getattr(cfg, "pin", None) or DEFAULT_PIN) if val("pin", False) else None,
+            "select": info.get("selection", getattr(cfg, "select", None)),
+            "scene_analysis": info.get("scene_analysis"),
+            "script": None,
+            "writer": "physskin-gs animate viewer (live recording)",
+        }
+
+    def _video_renderer(self, client):
+        app = self.app
+        live = app.live
+        cam = None
+        if client is not None:
+            try:
+                c = client.camera
+                cam = CameraState(tuple(c.wxyz), tuple(c.position), float(c.fov), float(c.aspect))
+            except Exception:  # noqa: BLE001
+                cam = None
+        if cam is None:
+            from .camera import look_at_wxyz
+
+            pos = np.asarray(app.server.initial_camera.position, dtype=np.float64)
+            cam = CameraState(tuple(look_at_wxyz(pos, live.center, live.up)), tuple(pos), 0.9, 4 / 3)
+        h = 320
+        w = int(round(h * cam.aspect / 16)) * 16 or 16
+        backend = "gsplat" if cuda_available() else "torch"
+        rgb, opac = app.display_colors()
+
+        def render(g) -> np.ndarray:
+            f = Frame(0, 0, snapshot_tensor(g.means), snapshot_tensor(g.covars), np.zeros((0, 3), np.float32))
+            return render_frame(f, cam, w, h, rgb, opac, backend)
+
+        return render
