@@ -34,6 +34,8 @@ def register(sub) -> None:
     p.add_argument("--nodes", type=int, default=3000, help="--reference fem: tet-mesh nodes per shape (default 3000)")
     p.add_argument("--modes", type=int, default=10, help="--reference fem: non-rigid FEM modes compared (default 10)")
     p.add_argument("--density", type=float, default=1000.0, help="--reference fem: density in kg/m^3")
+    p.add_argument("--freeform", action="store_true",
+                   help="--reference fem: also FreeForm's 5 x 1 x 1 m cantilever protocol (bend and twist) per basis")
     p.add_argument("--checkpoint", default=None, help="network checkpoint (default: the shipped one)")
     p.add_argument("--data", nargs="+", default=None,
                    help="mesh/splat files or folders (default: the held-out shared meshes)")
