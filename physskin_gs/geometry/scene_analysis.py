@@ -37,7 +37,9 @@ classification of all rows O(N)):
    one with the most inliers wins. Its normal, oriented toward the object's mass, is the up axis.
 6. *Object*: opaque non-floater points more than ``object_clearance`` (times the extent) above the plane
    (all of them when no plane is found) are voxelised again; the 26-connected component with the largest
-   opacity mass is the object. Everything else valid, opaque and not a floater is ``background``
+   opacity mass is the object. Rows between the support's own surface (the 90 % quantile of its inliers'
+   distances, times 1.5, within the band) and the clearance that lie in or next to an object voxel join the
+   object (feet and hooves standing in the slab), so lifting the object leaves none of it on the floor. Everything else valid, opaque and not a floater is ``background``
    (static), except the plane's inliers, which are ``support``.
 
 Coordinates are scene units throughout; nothing here reads files or assumes a coordinate convention except
@@ -473,7 +475,14 @@ def analyze_scene(
         nrm, d = plane["normal"], plane["offset"]
         sd = np.zeros(n, dtype=np.float64)
         sd[valid] = pts[valid].astype(np.float64) @ nrm - d  # [Nv] signed distance, object side > 0
-        support = cand & (np.abs(sd) <= band)
+        slab = cand & (np.abs(sd) <= band)
+        # the support's own half-thickness: most of its inliers lie much closer to the plane than the band
+        # when the support is a clean surface; rows above that thickness but inside the band belong to what
+        # stands on it (feet, hooves) when they touch the object (attached below, after the object is found)
+        thick = float(np.quantile(np.abs(sd[slab]), 0.9)) if slab.any() else band
+        thick = min(band, max(1.5 * thick, 0.05 * band))
+        support = cand & (np.abs(sd) <= thick)
+        contact = cand & (sd > thick) & (sd <= max(object_clearance * scale, band))
         above = cand & (sd > max(object_clearance * scale, band))
         up, source = nrm, "support-plane"
         reason = why
@@ -495,6 +504,13 @@ def analyze_scene(
             olab_flat = olabels.ravel()
             ab_lab = np.where(flat_ab >= 0, olab_flat[np.maximum(flat_ab, 0)], 0)
             obj[above_idx] = ab_lab == best
+            if plane is not None and contact.any():
+                # contact rows (between the support's surface and the clearance) in or next to an object voxel
+                # move with the object, so nothing of it stays behind on the floor when it is lifted
+                near = ndimage.binary_dilation((olabels == best), structure=_FULL_3D).ravel()
+                c_idx = np.flatnonzero(contact)
+                flat_c = grid.flat_index(pts[c_idx])
+                obj[c_idx] = (flat_c >= 0) & near[np.maximum(flat_c, 0)]
             tr_idx = np.flatnonzero(transparent)
             if tr_idx.shape[0] > 0:
                 flat_tr = grid.flat_index(pts[tr_idx])
