@@ -172,3 +172,25 @@ def test_licence_clean_rotated_capture(rotate_seed):
     anim = _prepare(scene, skinning="rbf")
     assert anim.support_height == pytest.approx(float(a.plane.offset))
     assert int(anim.moving[:n_spot].sum()) == int(a.object[:n_spot].sum())
+
+
+def test_every_loading_command_warns_about_activated_values_and_floaters(tmp_path, spot_scene, capsys):
+    """render, animate and skin (not only info) say when opacities look already activated and when a floater
+    dominates the bounding box."""
+    from dataclasses import replace
+
+    from physskin_gs.io import save_scene
+
+    m = spot_scene.means.clone()
+    m[0] = torch.tensor([1e6, 0.0, 0.0])
+    bad = replace(spot_scene, means=m, opacity_logits=torch.sigmoid(spot_scene.opacity_logits), format="inria-ply")
+    src = tmp_path / "activated.ply"
+    save_scene(bad, str(src))
+    runs = [["render", str(src), "-o", str(tmp_path / "r.png"), "--width", "32", "--height", "32"],
+            ["skin", str(src), "-o", str(tmp_path / "w.npz"), "--skinning", "rbf"],
+            ["animate", str(src), "--headless", "--frames", "1", "--export", str(tmp_path / "a"), "--skinning", "rbf",
+             "--cubature", "64", "--up", "-y"]]
+    for argv in runs:
+        assert main(argv) == 0, argv
+        err = capsys.readouterr().err
+        assert "look already activated" in err and "floaters dominate it" in err, argv[0]

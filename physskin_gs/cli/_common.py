@@ -188,3 +188,35 @@ def strict_json(obj: Any, where: str = "") -> Tuple[Any, List[str]]:
 def finite_or_none(x: Any) -> Any:
     """:func:`strict_json` without the paths."""
     return strict_json(x)[0]
+
+
+# ------------------------------------------------------------------------------------------------ loading
+def scene_load_warnings(scene) -> List[str]:
+    """What a user should hear about a freshly loaded splat scene, the same in every command that loads one:
+    the sanitising report of :func:`physskin_gs.io.validate` (NaN/Inf rows with counts, zero quaternions,
+    already-activated opacities or exponentiated scales, extreme log-scales), and floaters that dominate the
+    extent (the min/max box more than 3x the 1-99 % quantile box of the opaque centres)."""
+    import torch
+
+    from physskin_gs.io import validate
+
+    out = list(validate(scene).get("warnings", []))
+    m = scene.means
+    ok = torch.isfinite(m).all(1) & torch.isfinite(scene.opacity_logits) & (torch.sigmoid(scene.opacity_logits) >= 0.05)
+    pts = m[ok].double()
+    if pts.shape[0] >= 100:
+        if pts.shape[0] > 200000:
+            pts = pts[torch.randperm(pts.shape[0], generator=torch.Generator().manual_seed(0))[:200000]]
+        q = torch.quantile(pts, torch.tensor([0.01, 0.99], dtype=torch.float64), dim=0)
+        robust = float((q[1] - q[0]).max())
+        full = float((pts.max(0).values - pts.min(0).values).max())
+        if robust > 0 and full > 3 * robust:
+            out.append(f"the bounding box of the opaque Gaussians is {full / robust:.0f}x their 1-99 % extent: "
+                       "floaters dominate it (animate ignores them by default; render frames the robust extent)")
+    return out
+
+
+def warn_scene(scene, path) -> None:
+    """Print :func:`scene_load_warnings` as ``[physskin-gs] warning: PATH: ...`` lines on stderr."""
+    for w in scene_load_warnings(scene):
+        warn_option(f"{path}: {w}")

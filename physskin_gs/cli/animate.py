@@ -546,6 +546,10 @@ def run_headless(args) -> int:
 
     t0 = time.perf_counter()
     scene = load_for_animation(src, num_mesh_gaussians=args.mesh_gaussians, seed=args.seed)
+    if scene.format != "mesh":
+        from physskin_gs.cli._common import warn_scene
+
+        warn_scene(scene, src)
     is_mesh = scene.format == "mesh"
     last = [""]
 

@@ -137,6 +137,9 @@ def run(args) -> int:
         width, height = w16, h16
 
     scene = load_scene(src, quat_order=args.quat_order)
+    from physskin_gs.cli._common import warn_scene
+
+    warn_scene(scene, src)
     if auto_up:
         from physskin_gs.pipeline import analyze_for_animation
 

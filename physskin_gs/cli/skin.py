@@ -52,7 +52,7 @@ class PreparedObject:
     usable: int = -1  # points the field is built from (finite, opacity >= 0.05 for a splat; used mesh vertices)
 
 
-def prepare_object(path, seed: int = 0) -> PreparedObject:
+def prepare_object(path, seed: int = 0, warn: bool = False) -> PreparedObject:
     """Load a splat scene or a mesh and sample it (geometry layer) in its normalised frame.
 
     Raises FileNotFoundError, SceneFormatError (unreadable file) or DegenerateGeometryError (flat shape).
@@ -72,11 +72,20 @@ def prepare_object(path, seed: int = 0) -> PreparedObject:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             scene = load_scene(str(path))
+        if warn:
+            from physskin_gs.cli._common import warn_scene
+
+            warn_scene(scene, path)
         means = scene.means.detach().cpu().numpy().astype(np.float64)
         opac = torch.sigmoid(scene.opacity_logits).detach().cpu().numpy()
         keep = finite_rows(means) & np.isfinite(opac) & (opac >= 0.05)
+        # floaters (small or far clusters, scene analysis) must not set the normalisation or the volume
+        from physskin_gs.geometry.scene_analysis import analyze_gaussian_scene
+
+        if keep.sum() >= 100:
+            keep &= ~analyze_gaussian_scene(scene).floater
         norm = compute_normalization(means[keep], allow_flat=False, what=str(path))
-        sample = sample_from_splat(scene, seed=seed, name=path.name)
+        sample = sample_from_splat(scene.subset(torch.from_numpy(np.flatnonzero(keep))), seed=seed, name=path.name)
         pts, kind = means, "splat"
         usable = int(keep.sum())
     else:
@@ -163,7 +172,7 @@ def run(args) -> int:
 
         load_checkpoint(args.checkpoint)  # a bad checkpoint fails before any work
     t0 = time.perf_counter()
-    obj = prepare_object(args.path, seed=args.seed)
+    obj = prepare_object(args.path, seed=args.seed, warn=True)
     if args.points:
         query, _ = load_query_points(args.points, obj)
         valid = np.ones(query.shape[0], bool)
