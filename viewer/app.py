@@ -492,7 +492,7 @@ class ViewerApp:
         parts = [f"{n:,} Gaussians", f"{shown:,} moving shown live"]
         if len(live.static_idx):
             parts.append(f"{len(live.static_idx):,} static")
-        parts.append(f"{len(live.handle_gizmos)} handles")
+        parts.append(f"{len(live.handle_gizmos)} + 1 handles (learned + constant)")
         return " · ".join(parts)
 
     summary = _summary
