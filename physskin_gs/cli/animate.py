@@ -145,7 +145,8 @@ class MotionScript:
         try:
             with open(path, "r", encoding="utf-8") as fh:
                 data = json.load(fh)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError, an
+            # integer over Python's 4300-digit conversion limit
             raise OptionError(f"{path}: not a readable JSON motion script ({exc})") from None
         if not isinstance(data, dict) or not isinstance(data.get("drags"), list):
             raise OptionError(f"{path}: a motion script is an object with a 'drags' list")
@@ -163,7 +164,7 @@ class MotionScript:
                 drag["point"] = _vec3(d["point"], f"{where}.point")
                 if "radius" in d:
                     r = d["radius"]
-                    if isinstance(r, bool) or not isinstance(r, (int, float)) or not math.isfinite(r) or r <= 0:
+                    if isinstance(r, bool) or not isinstance(r, (int, float)) or not _finite(r) or r <= 0:
                         raise OptionError(f"{where}.radius must be a positive number (scene units), got {r!r}")
                     drag["radius"] = float(r)
             else:
@@ -253,10 +254,17 @@ def _vec3(v, where: str) -> List[float]:
     if not isinstance(v, (list, tuple)) or len(v) != 3 \
             or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in v):
         raise OptionError(f"{where} must be a list of 3 numbers, got {v!r}")
-    out = [float(x) for x in v]
-    if not all(math.isfinite(x) for x in out):
+    if not all(_finite(x) for x in v):
         raise OptionError(f"{where} must be finite, got {v!r}")
-    return out
+    return [float(x) for x in v]
+
+
+def _finite(x) -> bool:
+    """math.isfinite for a JSON number, False (not OverflowError) for an integer too large for a float."""
+    try:
+        return math.isfinite(x)
+    except OverflowError:
+        return False
 
 
 def _is_int(v) -> bool:
@@ -583,7 +591,7 @@ def run_headless(args) -> int:
               f"{c['transparent'] - sa['moving_transparent']}, invalid {c['invalid']})"
               + (f"; floor = support plane" if anim.support_height is not None and config.floor
                  and config.floor_height is None else ""), file=sys.stderr)
-    print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {anim.num_handles} handles "
+    print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {anim.num_handles} handles ({anim.num_handles - 1} + constant) "
           f"({anim.skinning_source}), {anim.info['num_cubature']} cubature points, up {up_name}, "
           f"scale {anim.sim_scale:.4g} m/unit, prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 

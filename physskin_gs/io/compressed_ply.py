@@ -99,6 +99,13 @@ def check_compressed_header(header: PlyHeader) -> None:
             f"(expected {need})"
         )
     sh = header.element("sh")
+    used = set(CHUNK_REQUIRED + CHUNK_COLOR + VERTEX_REQUIRED)
+    for e in (chunk, vertex, sh):
+        lists = [p.name for p in (e.properties if e is not None else []) if p.is_list
+                 and (p.name in used or p.name.startswith("f_rest_"))]
+        if lists:
+            raise SceneFormatError(f"{path}: compressed PLY properties must be scalars, found list properties "
+                                   f"{lists} in element '{e.name}'")
     if sh is not None and sh.properties and sh.count != vertex.count:
         raise SceneFormatError(f"{path}: compressed PLY 'sh' element has {sh.count} rows for {vertex.count} splats")
 
@@ -152,8 +159,8 @@ def load_compressed_ply(path: str, quat_order: str = "wxyz", header: PlyHeader =
     a = np.clip(rgba[:, 3], ALPHA_EPS, 1.0 - ALPHA_EPS)
     opac = (-np.log(1.0 / a - 1.0)).astype(np.float32)
 
-    if has_sh:
-        names = rest_names(sh_el.names, path)
+    names = rest_names(sh_el.names, path) if has_sh else []
+    if names:  # an 'sh' element without f_rest_* properties holds no SH
         rec = data["sh"]
         u = np.stack([np.asarray(rec[nm], dtype=np.float32) for nm in names], axis=1)  # [N, 3K]
         t = np.where(u == 0, 0.0, np.where(u == 255, 1.0, (u + 0.5) / 256.0))

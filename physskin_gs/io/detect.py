@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import os
 import struct
+import zlib
 
 import numpy as np
 
@@ -130,7 +131,7 @@ def detect_format(path) -> str:
         try:
             with gzip.open(path, "rb") as g:
                 magic = g.read(4)
-        except OSError:
+        except (OSError, EOFError, zlib.error):  # not gzip, truncated or corrupt deflate stream
             magic = b""
         if magic == b"NGSP":
             return "spz"

@@ -144,7 +144,8 @@ def _all_required(names) -> List[str]:
 
 def _column(rec: np.ndarray, name: str) -> np.ndarray:
     """A column of a structured array as native float32 (byte-swapped / cast from double as needed)."""
-    return np.ascontiguousarray(rec[name], dtype=np.float32)
+    # always a copy: for one row ascontiguousarray keeps the record stride, which torch.from_numpy refuses
+    return np.array(rec[name], dtype=np.float32)
 
 
 def _as_matrix(rec: np.ndarray) -> Optional[np.ndarray]:
@@ -235,7 +236,7 @@ def load_inria_ply(
             skipped.append(p.name)
             continue
         if p.type in _INT_TYPES:  # integer extras keep their type (a uchar label stays uchar through convert)
-            extra[p.name] = torch.from_numpy(np.ascontiguousarray(rec[p.name], dtype=np.dtype(p.type)))
+            extra[p.name] = torch.from_numpy(np.array(rec[p.name], dtype=np.dtype(p.type)))  # copy: see _column
         else:
             extra[p.name] = torch.from_numpy(_column(rec, p.name))
     if skipped:

@@ -162,6 +162,8 @@ def read_ply_header(path: str) -> PlyHeader:
                 raise SceneFormatError(f"{path}: bad element count in header line {lineno}: {raw.strip()!r}") from None
             if count < 0:
                 raise SceneFormatError(f"{path}: negative element count in header line {lineno}")
+            if any(e.name == parts[1] for e in elements):
+                raise SceneFormatError(f"{path}: PLY element {parts[1]!r} occurs more than once (header line {lineno})")
             elements.append(PlyElement(parts[1], count))
         elif key == "property":
             if not elements:
@@ -232,6 +234,19 @@ def _read_with_plyfile(header: PlyHeader, wanted: Tuple[str, ...]) -> Dict[str, 
     from plyfile import PlyData
 
     path = header.path
+    # plyfile allocates every element's rows before reading them (object arrays for list properties are filled
+    # in memory): refuse a count the file is too small to hold (each ASCII value takes >= 1 byte, each binary row
+    # its scalars and list lengths) so that a tiny file cannot claim billions of rows
+    remain = os.path.getsize(path) - header.data_offset
+    for e in header.elements:
+        if header.format == "ascii":
+            row = len(e.properties)
+        else:
+            row = sum(np.dtype(p.count_type if p.is_list else p.type).itemsize for p in e.properties)
+        if e.count * row > remain:
+            raise SceneFormatError(f"{path}: truncated file: element '{e.name}' declares {e.count} rows, at least "
+                                   f"{e.count * row} bytes, but only {max(remain, 0)} bytes follow the header")
+        remain -= e.count * row
     try:
         ply = PlyData.read(path)
     except Exception as exc:  # plyfile raises several types (PlyParseError, ValueError, EOFError ...)
