@@ -183,6 +183,7 @@ class LiveState:
     static_buffer: Optional[np.ndarray] = None  # their splat records as first sent (undimmed)
     handle_gizmos: List[Any] = dataclasses.field(default_factory=list)
     handle_offset: int = 0  # skinning-weight column of handle gizmo 0
+    retired: bool = False  # set when its nodes are removed (re-preparation); the display thread then skips it
     live_sel: Any = None  # index for live_idx into frame arrays (a slice when it is every row)
     live_rgba: Any = None  # (live_rgb it was made from, (L,) uint32 RGBA, xray)
     moving_rows_t: Any = None  # torch int64 moving rows of the full scene, None when every row moves

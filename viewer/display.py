@@ -103,6 +103,8 @@ class DisplayLoop:
                     last_stats = now
                     self.update_stats(live, frame)
             except Exception as exc:  # noqa: BLE001 - shown in the page, the loop goes on
+                if app.live is not live or getattr(live, "retired", False):
+                    continue  # the scene was re-prepared meanwhile: its nodes are gone, nothing was lost
                 app.report_error("display update", exc, traceback.format_exc())
                 self._stop.wait(0.5)
 
@@ -143,6 +145,7 @@ class DisplayLoop:
                 node.visible = bool(on)
 
     def remove_nodes(self, live) -> None:
+        live.retired = True  # the display thread may still hold this live: it skips it from now on
         for node in (live.moving_node, live.static_node):
             if node is not None:
                 try:
@@ -170,6 +173,8 @@ class DisplayLoop:
             return live.packer.pack(means, covars, live.s)
 
         buf = frame.with_moving(pack, live.moving_rows_t)
+        if getattr(live, "retired", False):
+            return  # re-prepared while packing: the node is being removed
         live.moving_node.buffer = buf  # viser copies it: the packer may overwrite its buffer next frame
 
     def update_stats(self, live, frame: Frame) -> None:

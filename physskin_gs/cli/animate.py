@@ -591,8 +591,8 @@ def run_headless(args) -> int:
               f"{c['transparent'] - sa['moving_transparent']}, invalid {c['invalid']})"
               + (f"; floor = support plane" if anim.support_height is not None and config.floor
                  and config.floor_height is None else ""), file=sys.stderr)
-    print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {anim.num_handles} handles ({anim.num_handles - 1} + constant) "
-          f"({anim.skinning_source}), {anim.info['num_cubature']} cubature points, up {up_name}, "
+    print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {anim.num_handles} handles ({anim.num_handles - 1} + constant; "
+          f"{anim.skinning_source}), {anim.info['num_cubature']} cubature points, up {up_name}, "
           f"scale {anim.sim_scale:.4g} m/unit, prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
     video = None
