@@ -1,6 +1,7 @@
 """`physskin-gs skin` and `physskin-gs evaluate` on real shared files with a tiny checkpoint."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -86,3 +87,14 @@ def test_evaluate_against_fem_prints_every_basis_side_by_side(tmp_path, meshes_d
         for st in b["static"]:
             assert 0 < st["compliance_ratio"] <= 1 + 1e-9, name
     assert r["summary"]["eigen"]["shapes"] == 1 and row["bases"]["eigen"]["build_seconds"] < 30
+
+
+def test_evaluate_against_fem_on_a_splat(tmp_path, capsys):
+    """A splat has no surface mesh: the reference is a voxel tet mesh of its volume points (runs on a fresh clone)."""
+    spot = Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat"
+    js = tmp_path / "fem.json"
+    assert main(["evaluate", "--reference", "fem", "--data", str(spot), "--bases", "rbf", "--fit-seconds", "0",
+                 "--nodes", "400", "--json", str(js)]) == 0
+    row = json.loads(js.read_text())["shapes"][0]
+    assert row["tet_mesh"]["method"] == "voxel" and row["tet_mesh"]["nodes"] > 100
+    assert row["bases"]["rbf"]["near_zero"] == 6 and min(row["bases"]["rbf"]["freq_ratios"]) >= 1 - 1e-9
