@@ -98,3 +98,10 @@ def test_evaluate_against_fem_on_a_splat(tmp_path, capsys):
     row = json.loads(js.read_text())["shapes"][0]
     assert row["tet_mesh"]["method"] == "voxel" and row["tet_mesh"]["nodes"] > 100
     assert row["bases"]["rbf"]["near_zero"] == 6 and min(row["bases"]["rbf"]["freq_ratios"]) >= 1 - 1e-9
+
+
+def test_evaluate_refuses_to_replace_its_json_without_force(tmp_path, capsys):
+    js = tmp_path / "old.json"
+    js.write_text("{}")
+    assert main(["evaluate", "--reference", "fem", "--json", str(js)]) == 2
+    assert "--force" in capsys.readouterr().err and js.read_text() == "{}"

@@ -40,6 +40,7 @@ def register(sub) -> None:
     p.add_argument("--data", nargs="+", default=None,
                    help="mesh/splat files or folders (default: the held-out shared meshes)")
     p.add_argument("--json", default=None, help="write all results to this JSON file")
+    p.add_argument("--force", action="store_true", help="replace an existing --json file")
     p.add_argument("--points", type=int, default=5000, help="evaluation points per shape")
     p.add_argument("--fit-seconds", type=float, default=60.0, help="time budget of the per-object fit (0: skip)")
     p.add_argument("--transforms", type=int, default=64, help="random handle perturbations for the energy")
@@ -110,6 +111,10 @@ def run(args) -> int:
     check_int("--transforms", args.transforms, 1)
     check_int("--nodes", args.nodes, 100, 200000)
     check_int("--modes", args.modes, 1, 50)
+    if args.json:
+        from physskin_gs.cli._common import refuse_existing
+
+        refuse_existing(args.json, args.force)
     paths = _input_paths(args.data)
     if args.reference == "fem":
         from physskin_gs.cli.evaluate_fem import run_fem
