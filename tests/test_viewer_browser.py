@@ -1,13 +1,13 @@
 """Browser test: the live page in Debian's headless Chromium shows the object, and a drag changes the picture.
 
-Opt-in: marked ``browser`` and skipped when /usr/bin/chromium is absent (``apt-get install -y chromium``).
+Opt-in: marked ``browser`` and skipped when no Chromium is found ($PHYSSKIN_CHROMIUM or `chromium` on the PATH) (``apt-get install -y chromium``).
 WebGL runs on SwiftShader, so a tiny scene and a small window are used and every wait is bounded (generous,
 because the first frame can take a minute on a busy 2-core machine).
 """
 
 from __future__ import annotations
 
-import os
+import shutil
 
 import numpy as np
 import pytest
@@ -16,7 +16,7 @@ from physskin_gs_viewer.testing import CHROMIUM
 
 pytestmark = [
     pytest.mark.browser,
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} not installed (apt-get install chromium)"),
+    pytest.mark.skipif(shutil.which(CHROMIUM) is None, reason=f"{CHROMIUM} not installed (apt-get install chromium)"),
 ]
 
 

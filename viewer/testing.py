@@ -433,7 +433,19 @@ class ViserWsClient:
 
 
 # ------------------------------------------------------------------------------------------- headless browser
-CHROMIUM = "/usr/bin/chromium"
+def _find_chromium() -> str:
+    """The Chromium binary: ``$PHYSSKIN_CHROMIUM``, else ``chromium`` (or ``chromium-browser``) on the PATH; the
+    bare name ``chromium`` when none is found (callers check it exists with :func:`shutil.which`)."""
+    import os
+    import shutil
+
+    env = os.environ.get("PHYSSKIN_CHROMIUM")
+    if env:
+        return env
+    return shutil.which("chromium") or shutil.which("chromium-browser") or "chromium"
+
+
+CHROMIUM = _find_chromium()
 
 
 class HeadlessChromium:
