@@ -204,22 +204,16 @@ def load_for_animation(path, num_mesh_gaussians: int = 20000, seed: int = 0) -> 
     return scene
 
 
-def invalid_rows(scene: GaussianScene) -> torch.Tensor:
-    """(N,) bool: rows with any non-finite mean, quaternion, log-scale, opacity or SH coefficient."""
-    bad = ~torch.isfinite(scene.means).all(1) | ~torch.isfinite(scene.quats).all(1)
-    bad |= ~torch.isfinite(scene.log_scales).all(1) | ~torch.isfinite(scene.opacity_logits)
-    bad |= ~torch.isfinite(scene.sh_dc).all(1)
-    if scene.sh_rest.shape[1] > 0:
-        bad |= ~torch.isfinite(scene.sh_rest).all(2).all(1)
-    return bad
+def sanitize_invalid_rows(scene: GaussianScene, center: torch.Tensor,
+                          bad: Optional[torch.Tensor] = None) -> GaussianScene:
+    """The scene with every invalid row (``bad`` (N,) bool, default :func:`physskin_gs.io.invalid_mask`) made
+    harmless and finite, so exported frames keep every row and hold no NaN/Inf: mean = ``center`` (3,) scene
+    units, identity quaternion, log-scale -20 (a point), opacity logit -20 (invisible), SH 0. Rows that were valid
+    are not touched; a scene without invalid rows is returned as it is. Raises nothing."""
+    if bad is None:
+        from physskin_gs.io import invalid_mask
 
-
-def sanitize_invalid_rows(scene: GaussianScene, center: torch.Tensor) -> GaussianScene:
-    """The scene with every invalid row (:func:`invalid_rows`) made harmless and finite, so exported frames keep
-    every row and hold no NaN/Inf: mean = ``center`` (3,), identity quaternion, log-scale -20 (a point),
-    opacity logit -20 (invisible), SH 0. Rows that were valid are not touched; a scene without invalid rows is
-    returned as it is."""
-    bad = invalid_rows(scene)
+        bad = invalid_mask(scene)
     if not bool(bad.any()):
         return scene
     means, quats, ls = scene.means.clone(), scene.quats.clone(), scene.log_scales.clone()
@@ -234,8 +228,10 @@ def sanitize_invalid_rows(scene: GaussianScene, center: torch.Tensor) -> Gaussia
 
 
 def analyze_for_animation(scene: GaussianScene):
-    """:func:`physskin_gs.geometry.scene_analysis.analyze_scene` of a scene, with the format prior of
-    :func:`resolve_up` for scenes without a support plane."""
+    """:func:`physskin_gs.geometry.scene_analysis.analyze_scene` of a scene (means in scene units, activated
+    opacities), with the format prior of :func:`resolve_up` for scenes without a support plane. Returns a
+    ``SceneAnalysis`` whose masks are (N,) over the scene's rows. Raises DegenerateGeometryError when no valid
+    opaque row is left."""
     from physskin_gs.geometry.scene_analysis import analyze_scene
 
     prior = resolve_up("auto", scene).numpy()
@@ -244,7 +240,8 @@ def analyze_for_animation(scene: GaussianScene):
 
 def scene_analysis_facts(analysis) -> Dict:
     """JSON-ready facts of a scene analysis (up vector in scene coordinates, its source and reason, the support
-    plane, row counts per class, seconds)."""
+    plane n.x = d with d in scene units, row counts per class, robust centre and size in scene units, seconds).
+    Raises nothing."""
     plane = None
     if analysis.plane is not None:
         p = analysis.plane
@@ -515,12 +512,20 @@ class AnimatedScene:
             if K > 15:
                 sh_rest[self._idx, 15:] = 0.0
         out = replace(sc, means=means, quats=quats, log_scales=log_scales, sh_rest=sh_rest)
-        return sanitize_invalid_rows(out, self.center.float())
+        return sanitize_invalid_rows(out, self.center.float(), self._invalid_rows())
+
+    def _invalid_rows(self) -> torch.Tensor:
+        """(N,) bool invalid rows of the rest scene (:func:`physskin_gs.io.invalid_mask`), computed once."""
+        if getattr(self, "_invalid", None) is None:
+            from physskin_gs.io import invalid_mask
+
+            self._invalid = invalid_mask(self.scene)
+        return self._invalid
 
     @property
     def num_invalid(self) -> int:
         """Rows with a non-finite value (never moved; written sanitised by :meth:`deformed_scene`)."""
-        return int(invalid_rows(self.scene).sum())
+        return int(self._invalid_rows().sum())
 
     def sh_handling(self) -> str:
         """How exported SH are written: 'rotated per Gaussian by R_F' or 'DC only'."""

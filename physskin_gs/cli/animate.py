@@ -589,7 +589,7 @@ def run_headless(args) -> int:
         print(f"[physskin-gs] selection {anim.info['selection']}: moving {anim.info['num_moving']}, static {static} "
               f"(support {c['support']}, background {c['background']}, floaters {c['floater']}, transparent "
               f"{c['transparent'] - sa['moving_transparent']}, invalid {c['invalid']})"
-              + (f"; floor = support plane" if anim.support_height is not None and config.floor
+              + ("; floor = support plane" if anim.support_height is not None and config.floor
                  and config.floor_height is None else ""), file=sys.stderr)
     print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {anim.num_handles} handles ({anim.num_handles - 1} + constant; "
           f"{anim.skinning_source}), {anim.info['num_cubature']} cubature points, up {up_name}, "

@@ -62,14 +62,20 @@ def tetmesh_for_object(path: Path, obj, target_nodes: int):
     return voxel_tetmesh(occ, lo, h)
 
 
-def _orthogonality(field, X) -> Dict[str, float]:
+def _orthogonality(W) -> Dict[str, float]:
+    """The paper's orthogonality metrics of weights W (N, H) (constant column last, excluded)."""
+    import torch
+
     from physskin_gs.model import skinning_metrics
 
-    return skinning_metrics(field.weights(X))
+    return skinning_metrics(torch.as_tensor(np.asarray(W)) if not torch.is_tensor(W) else W)
 
 
 def evaluate_shape(path: Path, bases: List[str], args, progress=print) -> Dict:
-    """Scores of every basis on one shape (module docstring); a JSON-ready dict."""
+    """Scores of every basis in ``bases`` on the shape in ``path`` (module docstring): a JSON-ready dict with the tet
+    mesh facts, the FEM eigenvalues ((rad/s)^2) and one :func:`evaluate_basis` report per basis plus
+    ``laplacian-fem``. Raises PhysSkinError / SceneFormatError for an unreadable or untetrahedralisable shape,
+    OptionError / CheckpointError from the bases."""
     import torch
 
     from physskin_gs.cli.skin import prepare_object
@@ -99,7 +105,7 @@ def evaluate_shape(path: Path, bases: List[str], args, progress=print) -> Dict:
         t_build = time.perf_counter() - t0
         W = field.weights(nodes).double().numpy()
         rep = evaluate_basis(ref, W)
-        rep.update(source=source, build_seconds=round(t_build, 3), orthogonality=_orthogonality(field, X))
+        rep.update(source=source, build_seconds=round(t_build, 3), orthogonality=_orthogonality(field.weights(X)))
         row["bases"][name] = rep
         progress(f"  {obj.name} {name}: {_brief(rep)}")
     t0 = time.perf_counter()
@@ -107,18 +113,10 @@ def evaluate_shape(path: Path, bases: List[str], args, progress=print) -> Dict:
     t_lap = time.perf_counter() - t0
     rep = evaluate_basis(ref, W)
     rep.update(source="tet-mesh Laplacian", build_seconds=round(t_lap, 3),
-               orthogonality=_metrics_np(W, tm))
+               orthogonality=_orthogonality(W))
     row["bases"]["laplacian-fem"] = rep
     progress(f"  {obj.name} laplacian-fem: {_brief(rep)}")
     return row
-
-
-def _metrics_np(W, tm):
-    import torch
-
-    from physskin_gs.model import skinning_metrics
-
-    return skinning_metrics(torch.from_numpy(np.asarray(W)))
 
 
 def _jsonable(d):
@@ -216,14 +214,14 @@ def freeform_rows(bases: List[str], args, progress=print) -> Dict:
     rng = np.random.default_rng(args.seed)
     size = np.array([5.0, 1.0, 1.0])
     center, half = size / 2, 2.5
-    vol = (rng.random((16384, 3)) * size - center) / half  # [V, 3] normalised frame
-    surf = vol[np.abs(vol).max(1) > 0]  # the encoder input: a subset (any points of the box do)
+    vol = (rng.random((16384, 3)) * size - center) / half  # [V, 3] normalised frame (uniform in the box)
+    surf = vol[:4096]  # the encoder input of the network / fit: any points of the box do
     out = {}
     opts = skinning_options(args)
     for name in bases:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            field, _ = build_skinning(name, torch.from_numpy(surf[:4096]).float(), torch.from_numpy(vol).float(), opts)
+            field, _ = build_skinning(name, torch.from_numpy(surf).float(), torch.from_numpy(vol).float(), opts)
         res = freeform_beam_protocol(lambda nodes: field.weights(
             torch.from_numpy(((nodes - center) / half).astype(np.float32))).double().numpy())
         out[name] = {"bend_nmse": res["bend"]["nmse"], "twist_nmse": res["twist"]["nmse"], "rank": res["rank"]}

@@ -151,11 +151,11 @@ def load_sample_dir(folder, exclude=()):
 def attach_eigen_target(shape, num_handles: int, cache_dir: str = ".cache/targets", log=print):
     """The shape with ``target`` = its eigen skinning basis (V, m+1) at its volume points (the label-free subspace
     target of ``--w-sub``), computed with :func:`physskin_gs.model.eigen.build_eigen_field` and cached on disk by
-    a hash of the points (safetensors)."""
+    a hash of the points (safetensors). ``shape.volume`` (V, 3) float32 on the CPU, normalised frame; the target
+    is (V, num_handles + 1) float32. Raises ValueError (from the eigen build) for too few or non-finite points."""
     import hashlib
     from dataclasses import replace
 
-    import torch
     from safetensors.torch import load_file, save_file
 
     vol = shape.volume.float().contiguous()
