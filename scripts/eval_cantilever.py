@@ -49,7 +49,9 @@ from physskin_gs.physics.fem_dynamics import (  # noqa: E402
 
 def box_points(size, n_volume: int, n_surface: int, seed: int):
     """Volume (uniform) and surface (area-weighted over the 6 faces) samples of the beam in its normalised frame
-    (centre 0, half longest side 1). Returns (surface (S, 3), volume (V, 3)) float32 tensors."""
+    (centre 0, half longest side 1). size: (3,) beam extents (m; only their ratios matter). Returns
+    (surface (n_surface, 3), volume (n_volume, 3)) float32 tensors, dimensionless. Raises ValueError for
+    negative counts (numpy)."""
     rng = np.random.default_rng(seed)
     half = np.asarray(size, np.float64) / max(size)  # half extents in normalised units
     vol = (rng.random((n_volume, 3)) * 2 - 1) * half
@@ -62,7 +64,11 @@ def box_points(size, n_volume: int, n_surface: int, seed: int):
 
 
 def make_bases(names, size, seed: int, num_handles: int = 16):
-    """{name: (weights_fn, description)} for the requested bases; unavailable ones are reported and skipped."""
+    """{name: (weights_fn, description)} for the requested bases; unavailable ones are reported and skipped.
+
+    names: basis names (see the module docstring); size: (3,) beam extents (m). Each weights_fn maps normalised
+    points (N, 3) float32 to (W (N, H), dW/dX (N, H, 3)). Unknown names, missing modules or checkpoints are
+    printed to stderr and skipped (ValueError / ImportError / FileNotFoundError are caught, nothing is raised)."""
     from physskin_gs.geometry.sampling import farthest_point_sampling
 
     surf, vol = box_points(size, 16384, 8192, seed)
@@ -120,7 +126,7 @@ class KaolinReference:
 
     def chamfers(self, disp_at_points, steps: int) -> dict:
         """{1: .., steps: ..} Chamfer (m^2) of our displacements at :attr:`points` (frames 1 and steps, a
-        callable k -> (p, 3) in our frame) against kaolin's frames 1 and 100."""
+        callable k -> (p, 3) metres in our frame) against kaolin's frames 1 and 100 (v1, v_end)."""
         return {k: chamfer_distance(self.v0 + disp_at_points(k) @ self.R, ref)
                 for k, ref in ((1, self.v1), (steps, self.ve))}
 
@@ -147,6 +153,8 @@ def _fem_cache(path, common) -> dict:
 
 
 def main(argv=None) -> int:
+    """Command-line entry point (argv: list of str, default sys.argv[1:]); prints the table, optionally writes
+    ``--json``. Returns 0; argparse exits on bad arguments, and a bad --size / --divisions raises ValueError."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--basis", default="legendre,rbf,network,eigen",
                     help="comma list of legendre, rbf, network, eigen, const (default: %(default)s)")

@@ -31,7 +31,7 @@ AnimatedScene (:class:`LiveState`: its worker, rows, colours, nodes), errors and
 
 Each part keeps a reference to the app and uses a few of its attributes (listed in its module docstring); a
 part reaches another only through the app (``app.display``, ...). The app's older method names
-(``start_recording``, ``set_xray``, ``grab_at_ray``, ``_apply_field``, ...) delegate to them.
+(``start_recording``, ``set_xray``, ``_apply_field``, ``set_up``, ...) delegate to them.
 
 Entry points: :func:`run_viewer` (the CLI) and :class:`ViewerApp` (programmatic, used by the tests).
 """
@@ -50,20 +50,8 @@ import numpy as np
 
 from physskin_gs.errors import OptionError, SceneFormatError
 
-from .constants import (  # noqa: F401 - re-exported under their old names
-    DEFAULT_PIN,
-    DIM_OPACITY,
-    DISPLAY_ALIASES,
-    DISPLAY_CLIENT,
-    DISPLAY_GSPLAT,
-    DISPLAY_TORCH,
-    FIELD_ALL,
-    FIELD_NONE,
-    GRAVITY_DIRS,
-    SELECT_CHOICES,
-    UP_CHOICES,
-    XRAY_OPACITY,
-)
+from .constants import DISPLAY_ALIASES, DISPLAY_CLIENT, DISPLAY_GSPLAT, DISPLAY_TORCH, FIELD_NONE
+from .constants import XRAY_OPACITY  # noqa: F401 - re-exported under its old name (tests read app.XRAY_OPACITY)
 from .display import DisplayLoop
 from .interaction import Interaction
 from .panel import ControlPanel
@@ -184,7 +172,6 @@ class LiveState:
     handle_gizmos: List[Any] = dataclasses.field(default_factory=list)
     handle_offset: int = 0  # skinning-weight column of handle gizmo 0
     retired: bool = False  # set when its nodes are removed (re-preparation); the display thread then skips it
-    live_sel: Any = None  # index for live_idx into frame arrays (a slice when it is every row)
     live_rgba: Any = None  # (live_rgb it was made from, (L,) uint32 RGBA, xray)
     moving_rows_t: Any = None  # torch int64 moving rows of the full scene, None when every row moves
     live_pos_t: Any = None  # torch int64 rows of the moving Gaussians shown live, None when all are
@@ -260,7 +247,6 @@ class ViewerApp:
         self.failed: Optional[str] = None
         self._stop = threading.Event()
         self._lock = threading.RLock()
-        self._display_thread: Optional[threading.Thread] = None  # runs self.display's loop (see start)
         self._renderers: Dict[int, ClientRenderThread] = {}
         self._last_notify = 0.0
         self.error_log: List[str] = []
@@ -291,22 +277,19 @@ class ViewerApp:
         return self.recording.recorder
 
     @property
+    def _display_thread(self) -> Optional[threading.Thread]:
+        """The display thread (:class:`~physskin_gs_viewer.display.DisplayLoop`), None before :meth:`start`
+        (scripts/bench_viewer.py reads it)."""
+        return self.display._thread
+
+    @property
     def display_updates(self) -> int:
         """Display updates done so far (frames the display thread handled)."""
         return self.display.updates
 
-    def display_fps(self) -> float:
-        """Splat updates sent per second over the last 30 updates (0.0 with fewer than two)."""
-        return self.display.fps()
-
     def _push_splats(self, live: "LiveState", frame) -> None:
         """Per-frame upload of the live splats (:meth:`DisplayLoop.push_splats`); the display thread calls it here."""
         self.display.push_splats(live, frame)
-
-    def _display_colors(self) -> Tuple[np.ndarray, np.ndarray]:
-        return self.display.colors()
-
-    display_colors = _display_colors
 
     def _apply_field(self, choice: str) -> None:
         self.display.apply_field(choice)
@@ -314,18 +297,6 @@ class ViewerApp:
     def set_xray(self, on: bool) -> None:
         """Draw the object's splats at :data:`XRAY_OPACITY` of their opacity (client-side mode)."""
         self.display.set_xray(on)
-
-    def set_dim_static(self, on: bool) -> None:
-        """Grey the static rows and draw them at :data:`DIM_OPACITY` of their opacity (or not)."""
-        self.display.set_dim_static(on)
-
-    def grab_at_ray(self, client, origin, direction) -> Optional[np.ndarray]:
-        """Click-to-grab along a ray (:meth:`Interaction.grab_at_ray`); the picked point or None."""
-        return self.interaction.grab_at_ray(client, origin, direction)
-
-    def gravity_direction(self) -> np.ndarray:
-        """Unit gravity direction chosen in the GUI (world axes), (3,) float64."""
-        return self.panel.gravity_direction()
 
     def start_recording(self, client=None, mp4: bool = False, out_dir=None) -> Path:
         """Start writing every simulated step to a new folder; returns it (:meth:`RecordingControl.start`)."""
@@ -335,18 +306,11 @@ class ViewerApp:
         """Stop the current recording, write sequence.json (and the video); returns its folder."""
         return self.recording.stop()
 
-    def set_selection(self, spec: str) -> bool:
-        """Re-prepare the animation with ``select = spec`` ("auto", "all", a box "xmin,...,zmax" or a rule) in
-        the background, the server running on; False when the app cannot re-prepare (it was given an
-        AnimatedScene). :meth:`SceneSwitcher.wait_idle` waits for it."""
-        return self.switcher.set_selection(spec)
-
     def set_up(self, choice: str) -> bool:
-        """Re-prepare with up axis ``choice`` ("auto", "+x", "-y", "z", ...) in the background."""
+        """Re-prepare with up axis ``choice`` ("auto", "+x", "-y", "z", ...) in the background
+        (:meth:`SceneSwitcher.set_up`); returns False when nothing is queued (already that axis, or the app was
+        given an AnimatedScene)."""
         return self.switcher.set_up(choice)
-
-    def set_status_note(self, message: str) -> None:
-        self.panel.set_note(message)
 
     # ================================================================== lifecycle
     @property
@@ -361,7 +325,9 @@ class ViewerApp:
         return f"http://{host}:{self.port}"
 
     def start(self) -> "ViewerApp":
-        """Start serving; loading/preparation continues in the background (``ready`` is set when done)."""
+        """Start serving; loading/preparation continues in the background (``ready`` is set when done).
+
+        Returns the app. Raises what ``viser.ViserServer`` raises when it cannot bind ``host``."""
         import viser
 
         self.server = viser.ViserServer(host=self.host, port=self.requested_port, verbose=self.verbose)
@@ -369,11 +335,10 @@ class ViewerApp:
             print(f"[physskin-gs] port {self.requested_port} is in use; serving on port {self.port} instead",
                   file=sys.stderr, flush=True)
         self.server.gui.configure_theme(control_width="medium")
-        self._build_status_gui()
+        self.panel.build_status(self.path.name if self.path is not None else "scene")
         self.server.on_client_connect(self._on_connect)
         self.server.on_client_disconnect(self._on_disconnect)
-        self._display_thread = threading.Thread(target=self._display_loop, name="physskin-display", daemon=True)
-        self._display_thread.start()
+        self.display.start()
         if self._initial_anim is not None:
             anim = self._initial_anim
             threading.Thread(target=self._activate, args=(anim,), name="physskin-setup", daemon=True).start()
@@ -409,8 +374,7 @@ class ViewerApp:
         except Exception:  # noqa: BLE001
             traceback.print_exc()
         self.selection.teardown()
-        if self._display_thread is not None:
-            self._display_thread.join(5.0)
+        self.display.join(5.0)
         if self.server is not None:
             self.server.stop()
 
@@ -432,22 +396,12 @@ class ViewerApp:
         except Exception:  # noqa: BLE001 - reporting must never fail
             traceback.print_exc()
 
-    def _set_status(self, message: str, pct: Optional[float] = None) -> None:
-        self.panel.set_status(message, pct)
-
-    def _build_status_gui(self) -> None:
-        self.panel.build_status(self.path.name if self.path is not None else "scene")
-
-    def _display_loop(self) -> None:
-        """Body of the display thread (:class:`~physskin_gs_viewer.display.DisplayLoop`)."""
-        self.display._run()
-
     # ================================================================== preparation
     def _prepare(self, config) -> Any:
         from physskin_gs.pipeline import prepare_animation  # type: ignore[attr-defined]
 
         set_thread_torch_threads(self._prepare_threads)  # a new thread inherits the last count set anywhere
-        progress = TerminalProgress(self.progress_stream, gui_sink=lambda m, p: self._set_status(m, p))
+        progress = TerminalProgress(self.progress_stream, gui_sink=self.panel.set_status)
         return prepare_animation(self.source_scene, config, progress=progress)
 
     def _prepare_and_activate(self) -> None:
@@ -459,7 +413,7 @@ class ViewerApp:
             anim = self._prepare(self.config)
         except Exception as exc:  # noqa: BLE001 - shown in the page; the server keeps running
             self.failed = f"{type(exc).__name__}: {exc}"
-            self._set_status(f"**Preparation failed:** `{self.failed}`", None)
+            self.panel.set_status(f"**Preparation failed:** `{self.failed}`", None)
             self.report_error("preparation", exc, traceback.format_exc())
             try:
                 self.panel.build_recovery()  # another selection / up axis can be tried from the page
@@ -477,14 +431,15 @@ class ViewerApp:
             self._setup_live(anim)
         except Exception as exc:  # noqa: BLE001
             self.failed = f"{type(exc).__name__}: {exc}"
-            self._set_status(f"**Viewer setup failed:** `{self.failed}`", None)
+            self.panel.set_status(f"**Viewer setup failed:** `{self.failed}`", None)
             self.report_error("viewer setup", exc, traceback.format_exc())
             return
-        self._set_status(self._summary(), None)
+        self.panel.set_status(self.summary(), None)
         self.failed = None
         self.ready.set()
 
-    def _summary(self) -> str:
+    def summary(self) -> str:
+        """The status line of the live scene (Gaussians, live / static rows, handles); "" before one is live."""
         live = self.live
         if live is None:
             return ""
@@ -495,8 +450,6 @@ class ViewerApp:
             parts.append(f"{len(live.static_idx):,} static")
         parts.append(f"{len(live.handle_gizmos)} + 1 handles (learned + constant)")
         return " · ".join(parts)
-
-    summary = _summary
 
     def _setup_live(self, anim) -> None:
         """Make ``anim`` the live AnimatedScene: its worker, splat nodes, handle gizmos, camera and controls (the
@@ -512,10 +465,11 @@ class ViewerApp:
         moving_rows = np.nonzero(moving)[0]
         static_rows = np.nonzero(~moving)[0]
         sub = subsample_index(len(moving_rows), self.max_live)
-        live_pos = None if sub is None else sub
+        live_pos = sub
         live_idx = moving_rows if sub is None else moving_rows[sub]
-        extent = robust_extent(rest[moving_rows] if len(moving_rows) else rest)
-        center = np.median(rest[moving_rows] if len(moving_rows) else rest, axis=0)
+        obj = rest[moving_rows] if len(moving_rows) else rest  # the moving rows (all rows when none move)
+        extent = robust_extent(obj)
+        center = np.median(obj, axis=0)
         up = np.asarray(to_numpy(getattr(anim, "up_vector", np.array([0.0, 0.0, 1.0]))), dtype=np.float64).reshape(3)
         up = up / (np.linalg.norm(up) or 1.0)
         s = display_scale(extent)
@@ -540,10 +494,6 @@ class ViewerApp:
             moving=moving,
             scene_extent=robust_extent(rest) if len(static_rows) else extent,
         )
-        if len(live_idx) == n:
-            live.live_sel = slice(None)  # every row: no gather per frame
-        else:
-            live.live_sel = live_idx
         import torch
 
         live.moving_rows_t = None if len(moving_rows) == n else torch.from_numpy(moving_rows.astype(np.int64))
@@ -558,7 +508,7 @@ class ViewerApp:
 
         server.scene.set_up_direction(tuple(float(v) for v in up))
         dist = 1.25 * extent
-        side = side_view_direction(rest[moving_rows] if len(moving_rows) else rest, up)
+        side = side_view_direction(obj, up)
         cam_pos = center + dist * (0.8 * side + 0.35 * up) / np.linalg.norm(0.8 * side + 0.35 * up)
         server.initial_camera.position = tuple(float(v) for v in cam_pos)
         server.initial_camera.look_at = tuple(float(v) for v in center)
@@ -627,7 +577,12 @@ class ViewerApp:
         return "render " + ", ".join(f"{r.last_ms:.0f} ms @ {r.height}px" for r in rs)
 
     def set_display_mode(self, mode: str) -> None:
-        """Switch between client-side splats and server-rendered images (all clients)."""
+        """Switch every tab to ``mode`` (``DISPLAY_CLIENT``: client-side splats; ``DISPLAY_TORCH`` /
+        ``DISPLAY_GSPLAT``: server-rendered images). Needs a started server.
+
+        Raises:
+            OptionError: ``DISPLAY_GSPLAT`` without CUDA.
+        """
         if mode == DISPLAY_GSPLAT and not cuda_available():
             raise OptionError("gsplat rendering needs CUDA; none is available")
         self.display_mode = mode

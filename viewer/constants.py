@@ -1,7 +1,7 @@
 """Names and numbers shared by the viewer's parts (GUI labels, display modes, opacity factors).
 
 Kept apart so that :mod:`.panel`, :mod:`.display`, :mod:`.interaction`, :mod:`.switching` and :mod:`.app` can
-use them without importing each other; :mod:`.app` re-exports them under their old names.
+use them without importing each other; :mod:`.app` re-exports the display modes and ``XRAY_OPACITY`` under their old names.
 """
 
 from __future__ import annotations

@@ -18,7 +18,8 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from typing import List, Optional, Tuple
+from collections import deque
+from typing import Deque, Optional, Tuple
 
 import numpy as np
 
@@ -58,7 +59,7 @@ class DisplayLoop:
         self.threads = int(threads)
         self.max_live = int(max_live)
         self.updates = 0
-        self._times: List[float] = []
+        self._times: Deque[float] = deque(maxlen=30)  # times of the last 30 updates (fps)
         self.field_choice = FIELD_NONE
         self.xray = False
         self.dim_static = False
@@ -67,10 +68,12 @@ class DisplayLoop:
 
     # ------------------------------------------------------------------ thread
     def start(self) -> None:
+        """Start the display thread (it runs until the stop event is set)."""
         self._thread = threading.Thread(target=self._run, name="physskin-display", daemon=True)
         self._thread.start()
 
     def join(self, timeout: float = 5.0) -> None:
+        """Wait up to ``timeout`` s for the display thread to end (no-op when it never started)."""
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -95,7 +98,6 @@ class DisplayLoop:
                 now = time.monotonic()
                 self.updates += 1
                 self._times.append(now)
-                self._times = self._times[-30:]
                 if now - last_handles > 0.1:
                     last_handles = now
                     app.interaction.sync_handle_gizmos(live, frame)
@@ -140,11 +142,13 @@ class DisplayLoop:
         self._repack_rgba(live)
 
     def set_nodes_visible(self, live, on: bool) -> None:
+        """Show (``on``) or hide the splat nodes of ``live`` (hidden in server-rendered mode)."""
         for node in (live.moving_node, live.static_node):
             if node is not None:
                 node.visible = bool(on)
 
     def remove_nodes(self, live) -> None:
+        """Remove the splat nodes of ``live`` and mark it retired (the display thread then skips it)."""
         live.retired = True  # the display thread may still hold this live: it skips it from now on
         for node in (live.moving_node, live.static_node):
             if node is not None:
@@ -178,6 +182,8 @@ class DisplayLoop:
         live.moving_node.buffer = buf  # viser copies it: the packer may overwrite its buffer next frame
 
     def update_stats(self, live, frame: Frame) -> None:
+        """Rewrite the panel's stats line (fps, steps/s, ms/step, Newton iterations, energy, renderers,
+        recording) from ``frame``; no-op before the panel has one."""
         app = self.app
         md = app.gui.get("stats")
         if md is None:
@@ -258,8 +264,8 @@ class DisplayLoop:
         live.worker.submit("redraw", lambda a: None, publish=True)
 
     def colors(self) -> Tuple[np.ndarray, np.ndarray]:
-        """(N, 3) colours and (N,) opacities of every Gaussian as currently displayed (server-rendered mode;
-        cached per change)."""
+        """(N, 3) colours and (N,) opacities of every Gaussian as currently displayed (server-rendered mode and
+        recordings; cached per change). Needs a live scene (``app.live`` not None)."""
         live = self.app.live
         key = (id(live), id(live.live_rgb), self.field_choice, self.dim_static)
         cached = self._colors_cache

@@ -77,6 +77,7 @@ class Interaction:
         return on_update
 
     def set_show_handles(self, on: bool) -> None:
+        """Show or hide the live scene's handle gizmos (and those of later scenes)."""
         self.show_handles = bool(on)
         live = self.app.live
         if live is not None:
@@ -153,6 +154,7 @@ class Interaction:
 
     @property
     def pick_armed(self) -> bool:
+        """A pick handler waits for the next click."""
         return self._pick is not None
 
     def on_click(self, event) -> None:

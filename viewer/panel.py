@@ -91,6 +91,7 @@ class ControlPanel:
 
     # ================================================================== status
     def build_status(self, title: str) -> None:
+        """Add the title (naming ``title``), status, progress and error lines at the top of the panel."""
         gui = self.app.server.gui
         self.gui["title"] = gui.add_markdown(f"**PhysSkin-GS** — `{title}`")
         self.gui["status"] = gui.add_markdown("Loading…")
@@ -98,6 +99,7 @@ class ControlPanel:
         self.gui["error"] = gui.add_markdown("", visible=False)
 
     def set_status(self, message: str, pct: Optional[float] = None) -> None:
+        """Show ``message`` on the status line and the progress bar at ``pct`` (0-100; None hides the bar)."""
         bar, text = self.gui.get("progress"), self.gui.get("status")
         if text is not None:
             text.content = message
@@ -116,6 +118,7 @@ class ControlPanel:
             md.visible = bool(message)
 
     def show_error(self, where: str, msg: str) -> None:
+        """Show ``msg`` (an error in ``where``) on the error line, with a hint when the simulation paused."""
         md = self.gui.get("error")
         live = self.app.live
         if md is not None:
@@ -250,6 +253,7 @@ class ControlPanel:
         app.selection.on_live(app.live)
 
     def show_scene_facts(self, anim) -> Dict[str, Any]:
+        """Show the scene facts of ``anim`` in the "Scene" folder; returns them (:func:`scene_facts`)."""
         facts = scene_facts(anim)
         md = self.gui.get("scene_facts")
         if md is not None:
@@ -257,6 +261,7 @@ class ControlPanel:
         return facts
 
     def sync_play_label(self) -> None:
+        """Label the play button after the worker's state ("Pause" while playing, else "Play")."""
         btn = self.gui.get("play")
         live = self.app.live
         if btn is not None and live is not None:
@@ -280,6 +285,7 @@ class ControlPanel:
         return {k: v for k, v in out.items() if k in names}
 
     def gravity_magnitude(self) -> float:
+        """The config's gravity (m/s², 9.8 when unset) with the "gravity" checkbox on, else 0.0."""
         on = bool(self.gui["gravity"].value)
         return float(getattr(self.app.config, "gravity", 9.8) or 9.8) if on else 0.0
 

@@ -3,8 +3,8 @@
 :class:`RecordingControl` attaches a :class:`~physskin_gs_viewer.recorder.Recorder` (the frame writer) to the
 simulation worker's ``on_step`` hook so that every simulated step is written, and detaches it again. It reads
 the app through a small surface only: ``live`` (the current :class:`~physskin_gs_viewer.app.LiveState`),
-``gui`` (the panel's widgets by name), ``config``, ``path``, ``server``, ``gravity_direction()`` and
-``display_colors()``.
+``gui`` (the panel's widgets by name), ``config``, ``path``, ``server``, ``panel.gravity_direction()`` and
+``display.colors()``.
 """
 
 from __future__ import annotations
@@ -40,10 +40,22 @@ class RecordingControl:
 
     @property
     def active(self) -> bool:
+        """A recording runs."""
         return self.recorder is not None
 
     def start(self, client=None, mp4: bool = False, out_dir=None) -> Path:
-        """Start writing every simulated step to a new folder; returns it."""
+        """Start writing every simulated step to a new folder.
+
+        Args:
+            client: the tab whose camera the mp4 is rendered from (None: the initial camera).
+            mp4: also render an mp4 of the recording.
+            out_dir: the recording's folder (None: a time-stamped one under the panel's "folder" field).
+
+        Returns the recording's folder.
+
+        Raises:
+            OptionError: no scene is live yet, or a recording already runs.
+        """
         app = self.app
         live = app.live
         if live is None:
@@ -117,7 +129,7 @@ class RecordingControl:
             "num_moving": int(info.get("num_moving", int(live.moving.sum()))),
             "material": {"E": val("E"), "nu": val("nu"), "density": val("density")},
             "gravity": (float(getattr(cfg, "gravity", 9.8) or 9.8) if val("gravity", True) else 0.0),
-            "gravity_direction": [float(v) for v in app.gravity_direction()] if "gravity_dir" in g else None,
+            "gravity_direction": [float(v) for v in app.panel.gravity_direction()] if "gravity_dir" in g else None,
             "damping": val("damping"),
             "floor": float(val("floor_height")) if val("floor", False) else None,
             "pin": (getattr(cfg, "pin", None) or DEFAULT_PIN) if val("pin", False) else None,
@@ -145,7 +157,7 @@ class RecordingControl:
         h = 320
         w = int(round(h * cam.aspect / 16)) * 16 or 16
         backend = "gsplat" if cuda_available() else "torch"
-        rgb, opac = app.display_colors()
+        rgb, opac = app.display.colors()
 
         def render(g) -> np.ndarray:
             f = Frame(0, 0, snapshot_tensor(g.means), snapshot_tensor(g.covars), np.zeros((0, 3), np.float32))

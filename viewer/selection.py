@@ -12,7 +12,7 @@
   :meth:`physskin_gs_viewer.switching.SceneSwitcher.request`.
 
 The app surface used: ``live``, ``server``, ``gui``, ``switcher``, ``interaction.arm_pick``,
-``set_status_note``, ``_stop`` (the stop event).
+``panel.set_note``, ``_stop`` (the stop event).
 """
 
 from __future__ import annotations
@@ -232,6 +232,7 @@ class BoxGizmo:
 
     @property
     def visible(self) -> bool:
+        """The box and its corner gizmos are shown."""
         return self._visible
 
     @visible.setter
@@ -241,6 +242,7 @@ class BoxGizmo:
             h.visible = self._visible
 
     def remove(self) -> None:
+        """Remove the box and its corner gizmos from the scene."""
         for h in (self.box, *self.corners):
             try:
                 h.remove()
@@ -288,7 +290,7 @@ class SelectionControl:
                                            hint="re-prepare the animation on this selection (server keeps running)")
         live = self.app.live
         size = live.extent if live is not None else float(np.linalg.norm(np.asarray(hi) - np.asarray(lo))) or 1.0
-        self.gizmo = BoxGizmo(self.app.server, lo, hi, scale=0.15 * size, on_change=self._gizmo_moved,
+        self.gizmo = BoxGizmo(self.app.server, lo, hi, scale=0.15 * size, on_change=self._show_box,
                               visible=mode == SELECT_BOX)
         self._wire()
         if live is not None:
@@ -327,16 +329,13 @@ class SelectionControl:
         @g["pick"].on_click
         def _(_e) -> None:
             self.app.interaction.arm_pick(self.pick_component)
-            self.app.set_status_note("click the part to select")
+            self.app.panel.set_note("click the part to select")
 
         @g["apply_select"].on_click
         def _(_e) -> None:
             self.apply()
 
     # ------------------------------------------------------------------ state
-    def _gizmo_moved(self, lo, hi) -> None:
-        self._show_box(lo, hi)
-
     def _show_box(self, lo, hi) -> None:
         g = self.app.gui
         self._syncing.on = True
@@ -357,6 +356,7 @@ class SelectionControl:
         g["select"].value = SELECT_BOX
 
     def box(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(lo, hi) (3,) float64 of the box the inputs show (corners ordered)."""
         g = self.app.gui
         a, b = np.asarray(g["box_min"].value, float), np.asarray(g["box_max"].value, float)
         return np.minimum(a, b), np.maximum(a, b)
@@ -403,15 +403,16 @@ class SelectionControl:
             if pick is not None:
                 break
         if pick is None:
-            self.app.set_status_note("the click hit nothing; press pick component again")
+            self.app.panel.set_note("the click hit nothing; press pick component again")
             return None
         rest = to_numpy(live.anim.scene.means)
         rows, lo, hi = component_bounds(rest, int(pick.index), live.opac, plane=self.support_plane)
         self.set_box(lo, hi)
-        self.app.set_status_note(f"box set to a component of {len(rows):,} Gaussians; press apply selection")
+        self.app.panel.set_note(f"box set to a component of {len(rows):,} Gaussians; press apply selection")
         return rows
 
     def teardown(self) -> None:
+        """Remove the box gizmo (the app stops)."""
         if self.gizmo is not None:
             self.gizmo.remove()
             self.gizmo = None

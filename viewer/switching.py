@@ -54,6 +54,7 @@ class SceneSwitcher:
 
     @property
     def busy(self) -> bool:
+        """A re-preparation runs or is pending."""
         return not self._idle.is_set()
 
     def effective(self, name: str, default=None):

@@ -39,8 +39,9 @@ classification of all rows O(N)):
    (all of them when no plane is found) are voxelised again; the 26-connected component with the largest
    opacity mass is the object. Rows between the support's own surface (the 90 % quantile of its inliers'
    distances, times 1.5, within the band) and the clearance that lie in or next to an object voxel join the
-   object (feet and hooves standing in the slab), so lifting the object leaves none of it on the floor. Everything else valid, opaque and not a floater is ``background``
-   (static), except the plane's inliers, which are ``support``.
+   object (feet and hooves standing in the slab), so lifting the object leaves none of it on the floor.
+   Everything else valid, opaque and not a floater is ``background`` (static), except the plane's inliers,
+   which are ``support``.
 
 Coordinates are scene units throughout; nothing here reads files or assumes a coordinate convention except
 :data:`DEFAULT_UP`, used only when no plane is found and no prior is given.
@@ -216,7 +217,9 @@ def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs) -> np.ndarra
         qs: sequence of Q quantiles in [0, 1].
 
     Returns:
-        (Q, D) float64; the midpoint rule, so equal weights give the midpoint (Hazen) quantiles.
+        (Q, D) float64, in the units of ``values``; the midpoint rule, so equal weights give the midpoint
+        (Hazen) quantiles. Nothing is validated: M must be >= 1 (IndexError otherwise) and the total weight
+        > 0 (a zero total gives meaningless values and a RuntimeWarning).
     """
     values = np.asarray(values, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64)
@@ -413,7 +416,9 @@ def analyze_scene(
     pad = grid_pad * np.maximum(size0, 0.25 * scale0)  # [3]
     res = int(np.clip(np.sqrt(opaque_idx.shape[0] / 24.0), 16, grid_resolution))
     grid = _Grid(lo0 - pad, hi0 + pad, res)
-    flat_op = grid.flat_index(pts[opaque_idx])  # [No]
+    flat_all = np.full(n, -1, dtype=np.int64)  # [N] voxel of every valid row (-1: invalid or outside), reused below
+    flat_all[valid] = grid.flat_index(pts[valid])
+    flat_op = flat_all[opaque_idx]  # [No]
     labels, cmass, k = _components(grid, flat_op, op[opaque_idx], min_voxel_count)
     floater_comp = np.ones(k + 1, dtype=bool)  # component id -> floater (0 = empty / sparse voxel)
     if k > 0:
@@ -497,7 +502,7 @@ def analyze_scene(
     obj = np.zeros(n, dtype=bool)
     in_object = np.zeros(n, dtype=bool)
     if above_idx.shape[0] > 0:
-        flat_ab = grid.flat_index(pts[above_idx])
+        flat_ab = flat_all[above_idx]
         olabels, omass, ok_ = _components(grid, flat_ab, op[above_idx], 1)
         if ok_ > 0:
             best = int(np.argmax(omass))
@@ -509,11 +514,11 @@ def analyze_scene(
                 # move with the object, so nothing of it stays behind on the floor when it is lifted
                 near = ndimage.binary_dilation((olabels == best), structure=_FULL_3D).ravel()
                 c_idx = np.flatnonzero(contact)
-                flat_c = grid.flat_index(pts[c_idx])
+                flat_c = flat_all[c_idx]
                 obj[c_idx] = (flat_c >= 0) & near[np.maximum(flat_c, 0)]
             tr_idx = np.flatnonzero(transparent)
             if tr_idx.shape[0] > 0:
-                flat_tr = grid.flat_index(pts[tr_idx])
+                flat_tr = flat_all[tr_idx]
                 hit = np.where(flat_tr >= 0, olab_flat[np.maximum(flat_tr, 0)], 0) == best
                 if plane is not None:
                     hit &= sd[tr_idx] > max(object_clearance * scale, band)
@@ -559,8 +564,12 @@ def analyze_scene(
 
 
 def analyze_gaussian_scene(scene, **kwargs) -> SceneAnalysis:
-    """:func:`analyze_scene` of a :class:`physskin_gs.scene.GaussianScene` (means, sigmoid of the opacity
-    logits, log-scales); keyword arguments are passed through."""
+    """:func:`analyze_scene` of a :class:`physskin_gs.scene.GaussianScene` (means (N, 3) in scene units,
+    sigmoid of the (N,) opacity logits, (N, 3) log-scales); keyword arguments are passed through.
+
+    Raises:
+        ValueError / DegenerateGeometryError: as :func:`analyze_scene`.
+    """
     return analyze_scene(scene.means, torch.sigmoid(scene.opacity_logits), scene.log_scales, **kwargs)
 
 

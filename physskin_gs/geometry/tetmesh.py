@@ -41,15 +41,18 @@ class TetMesh:
 
     @property
     def num_nodes(self) -> int:
+        """n, the number of nodes."""
         return int(self.nodes.shape[0])
 
     @property
     def num_tets(self) -> int:
+        """t, the number of tets."""
         return int(self.tets.shape[0])
 
 
 def tet_volumes(nodes: np.ndarray, tets: np.ndarray) -> np.ndarray:
-    """(t,) signed volumes of tets (t, 4) over nodes (n, 3): det[x1-x0, x2-x0, x3-x0] / 6."""
+    """(t,) signed volumes of tets (t, 4) int over nodes (n, 3): det[x1-x0, x2-x0, x3-x0] / 6, in the nodes'
+    units cubed. Raises IndexError for a node index outside 0..n-1."""
     x = nodes[tets]  # [t, 4, 3]
     d = x[:, 1:] - x[:, :1]  # [t, 3, 3]
     return np.linalg.det(d) / 6.0
@@ -63,6 +66,8 @@ _KUHN = np.array([[0, 1, 3, 7], [0, 3, 2, 7], [0, 2, 6, 7], [0, 6, 4, 7], [0, 4,
 def box_tetmesh(size: Sequence[float], divisions: Sequence[int], origin: Sequence[float] = (0.0, 0.0, 0.0)) -> TetMesh:
     """Structured tet mesh of the box [origin, origin + size], ``divisions`` (nx, ny, nz) cells per axis, each
     cell split into 6 Kuhn tets (conforming). Nodes are ordered x fastest: index i + (nx+1)(j + (ny+1) k).
+    size (3,) and origin (3,) in any length unit (the nodes' unit); divisions (3,) int. Returns a
+    :class:`TetMesh` with (nx+1)(ny+1)(nz+1) nodes and 6 nx ny nz tets, method 'box'.
 
     Raises ValueError for a non-positive size or fewer than one division."""
     size = np.asarray(size, np.float64)
@@ -97,7 +102,8 @@ _TET_FACES = np.array([[1, 2, 3], [0, 2, 3], [0, 1, 3], [0, 1, 2]], np.int64)
 
 def tet_components(tets: np.ndarray) -> Tuple[int, np.ndarray]:
     """Face-connected components of tets (t, 4): (count, (t,) int label). Two tets are connected when they
-    share a triangle (three nodes); sharing only an edge or a vertex does not connect them."""
+    share a triangle (three nodes); sharing only an edge or a vertex does not connect them. Raises nothing
+    (no tets: (0, empty))."""
     from scipy.sparse import coo_matrix
     from scipy.sparse.csgraph import connected_components
 

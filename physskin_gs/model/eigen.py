@@ -39,7 +39,8 @@ meshless shape functions (method.md section 13, "Laplacian eigenbasis" and "Free
    with ``d_k a = (d_k xbar - e_k) / h`` and ``d_k Cov = d_k B - d_k xbar a^T / h - a d_k xbar^T / h`` (B the
    second-moment block), and ``d_k Phi_n = d_k s_n (1 + gamma (P_n.beta - 1)) + s_n (gamma P_n.d_k beta +
    d_k gamma (P_n.beta - 1))``.
-4. **Energy.** Over the V volume points with equal volumes ``v_p = 1 / V``:
+4. **Energy.** Over the V volume points with quadrature volumes ``v_p`` summing to 1 (``quadrature``: local
+   k-nearest-neighbour volumes by default, or equal volumes ``1 / V``; :func:`quadrature_weights`):
    stiffness ``K = (lambda + 4 mu) sum_p v_p grad Phi(p)^T grad Phi(p)`` (E = 1, Poisson ratio nu; a constant
    factor for a homogeneous material, so it does not change the eigenvectors) and mass
    ``M = sum_p v_p Phi(p)^T Phi(p)`` (both sparse). The lowest m + 1 eigenpairs of ``K c = lambda M c`` come
@@ -50,8 +51,8 @@ meshless shape functions (method.md section 13, "Laplacian eigenbasis" and "Free
    ACM TOG 42(4)) for a homogeneous material, computed meshlessly as FreeForm (CVPR 2026) does with RKPM
    nodes.
 5. **Units** (field.py, method.md section 5): each learned column is divided by its RMS over the build's
-   volume points (``col_scale``; 1 up to rounding since ``c^T M c`` is that mean square), so every learned
-   column has RMS 1 there; the constant handle is appended last and is exactly 1.
+   volume points (``col_scale``; 1 up to rounding with uniform quadrature, where ``c^T M c`` is that mean
+   square), so every learned column has RMS 1 there; the constant handle is appended last and is exactly 1.
 
 Field evaluation: ``W_j(x) = sum_n Phi_n(x) C_nj`` with the analytic gradient, computed in float64 with
 ``scipy.spatial.cKDTree`` neighbour lists, returned as float32.
@@ -388,9 +389,9 @@ def _lowest_modes(K: sp.csr_matrix, M: sp.csr_matrix, k: int, seed: Optional[int
     return Q
 
 
-def quadrature_weights(points: np.ndarray, rule: str = "uniform", spacing: Optional[float] = None,
-                       k: int = 16) -> np.ndarray:
-    """(V,) quadrature volumes of the build points (V, 3), summing to 1.
+def quadrature_weights(points: np.ndarray, rule: str = "uniform", k: int = 16) -> np.ndarray:
+    """(V,) float64 quadrature volumes of the build points (V, 3) float (any length unit), summing to 1
+    (dimensionless fractions of the total volume).
 
     ``uniform``: 1 / V each (the points sample the volume uniformly). ``knn``: proportional to the cube of the
     distance to the k-th nearest point (a local volume per point), normalised; for samples that crowd some
@@ -422,13 +423,15 @@ def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optiona
         num_nodes: number of RKPM nodes n (clipped to V; must exceed m + 1).
         nu: Poisson ratio in (-1, 0.5); only scales the eigenvalues (homogeneous material).
         radius_k, radius_factor, min_spacing_factor, radius_cap: radius rule (module docstring, step 2).
+        quadrature: volumes of the quadrature points, ``"knn"`` (default) or ``"uniform"``
+            (:func:`quadrature_weights`).
 
     Returns:
         :class:`EigenSkinningField`.
 
     Raises:
-        ValueError: bad shapes, non-finite points, too few points or nodes for the requested handles, or an
-            out-of-range parameter.
+        ValueError: bad shapes, non-finite points, too few points or nodes for the requested handles, an
+            out-of-range parameter, or an unknown ``quadrature`` rule.
     """
     pts = volume.detach().cpu().double().numpy() if isinstance(volume, torch.Tensor) else np.asarray(volume)
     pts = np.ascontiguousarray(pts, dtype=np.float64)
@@ -464,7 +467,7 @@ def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optiona
 
     # 3. shape functions at the quadrature points; 4. K and M
     Phi, dPhi, _, _ = proto.shape_functions(pts)
-    vol = quadrature_weights(pts, quadrature, spacing)  # [V], sums to 1
+    vol = quadrature_weights(pts, quadrature)  # [V], sums to 1
     Vw = sp.diags(vol)
     M = (Phi.T @ Vw @ Phi).tocsr()  # [n, n] sparse
     K = sum((D.T @ Vw @ D) for D in dPhi).tocsr() * _lame_factor(nu)  # [n, n] sparse

@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.linalg import LinearOperator, eigsh, splu
 
+from physskin_gs.elastic import lame_parameters
 from physskin_gs.geometry.tetmesh import TetMesh, tet_volumes
 
 __all__ = [
@@ -43,15 +44,9 @@ __all__ = [
 _CHUNK = 40_000  # tets assembled at once (144 entries each): bounds the COO temporaries to ~140 MB
 
 
-def lame(E: float, nu: float) -> Tuple[float, float]:
-    """Lame parameters (mu, lam) in the units of E from Young's modulus E > 0 and Poisson ratio nu in (-1, 0.5).
-
-    Raises ValueError outside those ranges (same formulas as :func:`physskin_gs.elastic.lame_parameters`)."""
-    if not (-1.0 < nu < 0.5):
-        raise ValueError(f"Poisson ratio nu must lie in (-1, 0.5), got {nu}")
-    if not E > 0:
-        raise ValueError(f"Young's modulus E must be > 0, got {E}")
-    return E / (2.0 * (1.0 + nu)), E * nu / ((1.0 + nu) * (1.0 - 2.0 * nu))
+#: Lame parameters (mu, lam) from (E, nu): the project's :func:`physskin_gs.elastic.lame_parameters` (kept under
+#: this name for the FEM API). Raises ValueError unless E > 0 and -1 < nu < 0.5.
+lame = lame_parameters
 
 
 def shape_gradients(tm: TetMesh) -> Tuple[np.ndarray, np.ndarray]:
@@ -79,7 +74,7 @@ def stiffness_matrix(tm: TetMesh, E: float, nu: float) -> sp.csr_matrix:
     Element block for nodes i, j and axes a, b: V (mu (delta_ab g_i.g_j + g_ib g_ja) + lam g_ia g_jb), the
     Hessian of V (mu eps:eps + lam/2 tr(eps)^2). Symmetrised exactly; rigid motions are in its null space.
     Vectorised over tets (in chunks of 40k). Raises ValueError for bad E / nu or inverted tets."""
-    mu, lam = lame(E, nu)
+    mu, lam = lame_parameters(E, nu)
     g, vol = shape_gradients(tm)
     n3 = 3 * tm.num_nodes
     eye = np.eye(3)
@@ -98,26 +93,30 @@ def stiffness_matrix(tm: TetMesh, E: float, nu: float) -> sp.csr_matrix:
 
 
 def lumped_volume(tm: TetMesh) -> np.ndarray:
-    """(n,) lumped nodal volumes: a quarter of every incident tet's volume (sums to the mesh volume)."""
+    """(n,) lumped nodal volumes (units of the nodes cubed, m^3 for metres): a quarter of every incident tet's
+    |volume| (sums to the mesh volume). Raises nothing (nodes in no tet get 0)."""
     vol = np.abs(tet_volumes(tm.nodes, tm.tets))
     return np.bincount(tm.tets.reshape(-1), weights=np.repeat(vol / 4.0, 4), minlength=tm.num_nodes)
 
 
 def lumped_mass(tm: TetMesh, density: float) -> np.ndarray:
-    """(n,) lumped node masses, density * vol / 4 per incident tet (sums to density * volume)."""
+    """(n,) lumped node masses (kg for m and kg/m^3), density * vol / 4 per incident tet (sums to
+    density * volume). Raises ValueError if density <= 0."""
     if not density > 0:
         raise ValueError(f"density must be > 0, got {density}")
     return float(density) * lumped_volume(tm)
 
 
 def mass_matrix_diag(tm: TetMesh, density: float) -> np.ndarray:
-    """(3n,) diagonal of the lumped mass matrix in node-major DOF order (each node mass repeated 3 times)."""
+    """(3n,) diagonal of the lumped mass matrix (kg) in node-major DOF order (each node mass of
+    :func:`lumped_mass` repeated 3 times). Raises ValueError if density <= 0."""
     return np.repeat(lumped_mass(tm, density), 3)
 
 
 def scalar_laplacian(tm: TetMesh) -> sp.csr_matrix:
     """(n, n) csr P1 stiffness of the scalar Laplacian, L_ij = sum_tets V g_i . g_j (symmetric PSD,
-    constants in its null space)."""
+    constants in its null space; units of length, V / length^2). Raises ValueError for inverted tets
+    (:func:`shape_gradients`)."""
     g, vol = shape_gradients(tm)
     n = tm.num_nodes
     L = sp.csr_matrix((n, n))
@@ -133,7 +132,8 @@ def scalar_laplacian(tm: TetMesh) -> sp.csr_matrix:
 def spd_factor(A: sp.spmatrix):
     """SuperLU factorisation of a sparse symmetric positive definite matrix, with a symmetric (minimum degree on
     A + A^T) ordering and diagonal pivots (stable for SPD; about 1.5x faster and 20 % less fill than scipy's
-    default COLAMD on tet stiffness matrices). Returns the ``SuperLU`` object (``.solve(b)``)."""
+    default COLAMD on tet stiffness matrices). A: (m, m). Returns the ``SuperLU`` object (``.solve(b)`` for b
+    (m,) or (m, k), in the units of b / A). Raises RuntimeError when A is exactly singular (SuperLU)."""
     return splu(sp.csc_matrix(A), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
                 options={"SymmetricMode": True})
 
@@ -180,7 +180,8 @@ def fem_modes(K: sp.spmatrix, Mdiag: np.ndarray, k: int = 10, rigid: int = 6,
 
 def pin_diagonal(Mdiag: np.ndarray, pinned_nodes: Sequence[int], kappa: float) -> np.ndarray:
     """(3n,) diagonal of the pin springs kappa * M on the three DOFs of every pinned node (kappa in 1/s^2; the
-    simulator's pin model, a spring of stiffness kappa m_v pulling node v to its rest position)."""
+    simulator's pin model, a spring of stiffness kappa m_v pulling node v to its rest position), in N/m for
+    Mdiag (3n,) in kg. pinned_nodes: node indices; raises IndexError for an index outside 0..n-1."""
     p = np.zeros_like(np.asarray(Mdiag, np.float64))
     idx = np.asarray(pinned_nodes, np.int64).reshape(-1)
     dof = (3 * idx[:, None] + np.arange(3)[None]).reshape(-1)

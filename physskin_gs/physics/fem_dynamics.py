@@ -70,8 +70,10 @@ def symmetric_box_tetmesh(size: Sequence[float], divisions: Sequence[int],
     for the lower half of each axis in ``axes`` and reflected; the faces on a mirror plane map to themselves, so
     the result is conforming. Reflected tets get two nodes swapped to stay positively oriented.
 
-    Args: size (3,) metres; divisions (3,) cells per axis (those in ``axes`` must be even); origin (3,).
-    Returns a :class:`TetMesh` (method ``'box-symmetric'``). Raises ValueError for odd divisions on a mirror axis.
+    Args: size (3,) metres; divisions (3,) cells per axis (those in ``axes`` must be even); origin (3,) metres;
+    axes: mirror axes (0, 1, 2). Returns a :class:`TetMesh` (nodes (n, 3) m, tets (t, 4); method
+    ``'box-symmetric'``). Raises ValueError for odd divisions on a mirror axis or a bad size / division count
+    (:func:`box_tetmesh`).
     """
     size = np.asarray(size, np.float64)
     div = np.asarray(divisions, np.int64)
@@ -166,7 +168,7 @@ class FullSpaceNeoHookean:
         self.mu, self.lam = lame_parameters(float(E), float(nu))
         self.E, self.nu, self.density, self.dt = float(E), float(nu), float(density), float(dt)
         self.nodes, self.tets = nodes, tets
-        n, t = nodes.shape[0], tets.shape[0]
+        n = nodes.shape[0]
         self.n = n
         Dm = (nodes[tets[:, 1:]] - nodes[tets[:, :1]]).transpose(0, 2, 1)  # [t, 3, 3], columns x_j - x_0
         self.vol = np.linalg.det(Dm) / 6.0
@@ -240,6 +242,7 @@ class FullSpaceNeoHookean:
 
     @property
     def total_mass(self) -> float:
+        """Sum of the lumped node masses (kg)."""
         return float(self.mass.sum())
 
     # ------------------------------------------------------------------------------------------ kernels
@@ -249,21 +252,13 @@ class FullSpaceNeoHookean:
         return np.einsum("tka,tkb->tab", x[self.tets], self.B)
 
     def _psi_P(self, F: np.ndarray, need_P: bool = True):
-        f = F.reshape(-1, 9)
-        c0 = np.stack([f[:, 4] * f[:, 8] - f[:, 5] * f[:, 7], f[:, 5] * f[:, 6] - f[:, 3] * f[:, 8],
-                       f[:, 3] * f[:, 7] - f[:, 4] * f[:, 6]], 1)
-        J = (f[:, 0:3] * c0).sum(1)
-        I1 = (f * f).sum(1)
-        psi = 0.5 * self.mu * (I1 - 3.0) + 0.5 * self.lam * (J - 1.0) ** 2 - self.mu * (J - 1.0)
+        """Stable Neo-Hookean psi (t,) (J/m^3) and, with ``need_P``, first Piola P (t, 3, 3) (Pa) of F (t, 3, 3),
+        by :mod:`physskin_gs.physics.neohookean`."""
+        Ft = torch.from_numpy(F)
+        psi = nh.energy_density(Ft, self.mu, self.lam).numpy()
         if not need_P:
             return psi, None
-        c1 = np.stack([f[:, 2] * f[:, 7] - f[:, 1] * f[:, 8], f[:, 0] * f[:, 8] - f[:, 2] * f[:, 6],
-                       f[:, 1] * f[:, 6] - f[:, 0] * f[:, 7]], 1)
-        c2 = np.stack([f[:, 1] * f[:, 5] - f[:, 2] * f[:, 4], f[:, 2] * f[:, 3] - f[:, 0] * f[:, 5],
-                       f[:, 0] * f[:, 4] - f[:, 1] * f[:, 3]], 1)
-        cof = np.stack([c0, c1, c2], 1)  # [t, 3, 3] = J F^-T
-        P = self.mu * F + (self.lam * (J - 1.0) - self.mu)[:, None, None] * cof
-        return psi, P
+        return psi, nh.first_piola(Ft, self.mu, self.lam).numpy()
 
     def elastic_energy(self, x: Optional[np.ndarray] = None) -> float:
         """sum_t vol_t psi(F_t) in J at positions x (n, 3) (default: current)."""
@@ -272,10 +267,11 @@ class FullSpaceNeoHookean:
 
     def elastic_forces(self, x: Optional[np.ndarray] = None) -> np.ndarray:
         """(n, 3) internal force -dE/dx (N) at positions x (default: current)."""
-        return -self._elastic_gradient(self.deformation_gradients(x))
+        _, P = self._psi_P(self.deformation_gradients(x))
+        return -self._gradient_from_P(P)
 
-    def _elastic_gradient(self, F: np.ndarray) -> np.ndarray:
-        _, P = self._psi_P(F)
+    def _gradient_from_P(self, P: np.ndarray) -> np.ndarray:
+        """(n, 3) dE/dx (N) from the per-tet first Piola stresses P (t, 3, 3)."""
         g = np.einsum("tab,tkb->tka", P * self.vol[:, None, None], self.B)  # [t, 4, 3]
         return np.bincount(self._dof_tet.reshape(-1), g.reshape(-1), minlength=3 * self.n).reshape(self.n, 3)
 
@@ -293,7 +289,8 @@ class FullSpaceNeoHookean:
         return Ke.transpose(0, 1, 2, 4, 3).reshape(t, 12, 12)
 
     def stiffness(self, x: Optional[np.ndarray] = None, free_only: bool = False) -> sp.csr_matrix:
-        """Tangent stiffness d2E/dx2 (3n x 3n, or free x free) at x as CSR (PSD-projected if ``project_psd``)."""
+        """Tangent stiffness d2E/dx2 (N/m) at x (n, 3) (default: current) as CSR: (3n, 3n) node-major, or
+        (nfree, nfree) over the free DOFs with ``free_only`` (PSD-projected if ``project_psd``)."""
         x = self.x if x is None else x
         Ke = self._tet_hessians(self.deformation_gradients(x))
         if free_only:
@@ -320,9 +317,7 @@ class FullSpaceNeoHookean:
             val += 0.5 * float((km[:, None] * r * r).sum())
         if derivs == 0:
             return val
-        g = np.einsum("tab,tkb->tka", P * self.vol[:, None, None], self.B)
-        grad = np.bincount(self._dof_tet.reshape(-1), g.reshape(-1), minlength=3 * self.n).reshape(self.n, 3)
-        grad = grad - self.f_ext
+        grad = self._gradient_from_P(P) - self.f_ext
         if y is not None:
             grad = grad + self.mass[:, None] * (x - y) / (h * h)
         if spring:
@@ -411,7 +406,8 @@ class FullSpaceNeoHookean:
 
     # ------------------------------------------------------------------------------------------ stepping
     def step(self, n: int = 1) -> FEMStepStats:
-        """Advance n backward-Euler steps of size dt. Returns the last step's :class:`FEMStepStats`."""
+        """Advance n backward-Euler steps of size dt (s), updating :attr:`x` (n, 3) m and :attr:`v` (n, 3) m/s.
+        Returns the last step's :class:`FEMStepStats` (not converged is reported there, never raised)."""
         stats = FEMStepStats()
         h = self.dt
         for _ in range(int(n)):
@@ -425,7 +421,7 @@ class FullSpaceNeoHookean:
 
     def run(self, steps: int, record: bool = True) -> Optional[np.ndarray]:
         """Advance ``steps`` steps. With ``record``, returns the trajectory (steps + 1, n, 3) float64 (row 0 is
-        the state before the first step)."""
+        the state before the first step), else None. Non-convergence is reported in :attr:`last_stats`."""
         traj = [self.x.copy()] if record else None
         for _ in range(int(steps)):
             self.step()
@@ -435,7 +431,8 @@ class FullSpaceNeoHookean:
 
     def static_solve(self) -> Tuple[np.ndarray, FEMStepStats]:
         """Static equilibrium under the external forces and pins (minimises E(x) - f_ext x from the current
-        state); returns (positions (n, 3), stats) and leaves the state unchanged. Needs pins (else singular)."""
+        state); returns (positions (n, 3) m, stats) and leaves the state unchanged. Needs pins: without them the
+        system is singular and ``stats.converged`` is False (nothing is raised)."""
         return self._minimise(self.x, None, None)
 
     def energies(self) -> Dict[str, float]:
@@ -469,7 +466,9 @@ def interpolate_p1(tm: TetMesh, values: np.ndarray, points: np.ndarray, k: int =
     """P1 (barycentric) interpolation of nodal ``values`` (n, d) at rest-frame ``points`` (p, 3).
 
     Each point is located among the k tets with the nearest centroids (the one with the largest minimum
-    barycentric coordinate wins, so points on faces or slightly outside still get a value). Returns (p, d)."""
+    barycentric coordinate wins, so points on faces or slightly outside still get a value). ``points`` are in the
+    units of ``tm.nodes``. Returns (p, d) in the units of ``values``. Raises numpy.linalg.LinAlgError for a
+    degenerate candidate tet."""
     from scipy.spatial import cKDTree
 
     nodes, tets = np.asarray(tm.nodes, np.float64), np.asarray(tm.tets, np.int64)
@@ -530,7 +529,9 @@ def legendre_beam_weights(degree: int = 6, axis: int = 0, cross_degree: int = 0)
     """A rich, exactly mirror-symmetric weights function for beams: Legendre polynomials P_1..P_degree of the
     normalised long-axis coordinate (optionally times 1, y, z for ``cross_degree=1``), then the constant handle.
 
-    Returns ``weights_fn(x (N, 3) normalised) -> (W (N, H), dW/dX (N, H, 3))`` float32, H = degree (x 3) + 1."""
+    degree >= 0 (0: the constant only); axis in 0..2; x is dimensionless (the long axis normalised to [-1, 1]).
+    Returns ``weights_fn(x (N, 3) normalised) -> (W (N, H), dW/dX (N, H, 3))`` float32, H = degree (x 3) + 1;
+    dW/dX is per normalised unit. Raises nothing itself (a bad ``axis`` fails with IndexError when called)."""
     def fn(x: torch.Tensor):
         x = x.to(torch.float64)
         s = x[:, axis]
@@ -631,6 +632,10 @@ def cantilever_protocol(weights_fn: Optional[WeightsFn], *, size: Sequence[float
     displacements, ``traj_reduced`` (steps + 1, n, 3) the reduced LBS positions of the FEM nodes (and
     ``traj_eval`` (steps + 1, p, 3) at ``eval_points``), ``setup`` (the
     parameters) and ``fem_cache`` (mesh ``tm``, FEM trajectory ``traj`` (steps + 1, n, 3), timings).
+
+    Raises ValueError if ``size`` is not (3,) positive with the longest side first, no cubature point lies in the
+    pinned slab, the cubature method is unknown, y / z divisions are odd with ``symmetric_mesh``, or for a bad
+    material / time step (:class:`FullSpaceNeoHookean`).
     """
     from physskin_gs.physics.simulator import SubspaceSimulator
 

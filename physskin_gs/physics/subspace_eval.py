@@ -21,7 +21,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from physskin_gs.geometry.tetmesh import TetMesh, box_tetmesh
-from physskin_gs.physics.fem import fem_modes, mass_matrix_diag, pin_diagonal, spd_factor, stiffness_matrix
+from physskin_gs.physics.fem import (fem_modes, mass_matrix_diag, pin_diagonal, spd_factor, static_deflection,
+                                     stiffness_matrix)
 
 __all__ = ["lbs_basis", "FEMReference", "fem_reference", "m_orthonormal_basis", "evaluate_basis",
            "freeform_beam_protocol"]
@@ -101,7 +102,7 @@ def fem_reference(tm: TetMesh, E: float = 1e5, nu: float = 0.45, density: float 
       one on the bunny), 1e3 would be dominated by that rigid tilt (every basis with a constant handle then
       scores a tip ratio ~ 0.98). Scale kappa with E / (rho L^2) for other materials or sizes.
 
-    Raises ValueError for bad axes, fractions or materials."""
+    Raises ValueError for bad axes, fractions, materials or a kappa <= 0 (:func:`static_deflection`)."""
     t0 = time.perf_counter()
     nodes = tm.nodes
     ext = np.ptp(nodes, axis=0)
@@ -125,9 +126,7 @@ def fem_reference(tm: TetMesh, E: float = 1e5, nu: float = 0.45, density: float 
     t2 = time.perf_counter()
     load = np.zeros(3 * tm.num_nodes)
     load[ga::3] = -float(gravity) * Mdiag[ga::3]
-    static = []
-    for kap in kappas:
-        static.append(spd_factor(K + sp.diags(pin_diagonal(Mdiag, pinned, kap))).solve(load))
+    static = [static_deflection(K, Mdiag, pinned, load, kap) for kap in kappas]
     t3 = time.perf_counter()
     return FEMReference(tm=tm, K=K, Mdiag=Mdiag, eigvals=lam, modes=phi, long_axis=la, load_axis=ga,
                         pinned=pinned, tip=tip, load=load, kappas=tuple(float(x) for x in kappas),
@@ -138,6 +137,9 @@ def fem_reference(tm: TetMesh, E: float = 1e5, nu: float = 0.45, density: float 
 
 def m_orthonormal_basis(B: np.ndarray, Mdiag: np.ndarray, rtol: float = SUBSPACE_RTOL) -> Tuple[np.ndarray, dict]:
     """M-orthonormal basis Q (3n, r) of span(B), Q^T M Q = I, and facts (rank, singular values kept / dropped).
+
+    B: (3n, c) basis columns (any units); Mdiag: (3n,) positive lumped masses (kg); Q is in the units of
+    1 / sqrt(kg). Raises numpy.linalg.LinAlgError if the SVD does not converge (e.g. NaN input).
 
     Each column of M^1/2 B is first scaled to unit norm (a column's scale says nothing about the span, and
     without this a small but genuine direction would be dropped as noise); then a thin SVD, keeping singular
@@ -243,8 +245,9 @@ def freeform_beam_protocol(W_fn: Callable[[np.ndarray], np.ndarray], *, division
       Both problems are linear, so the normalised errors do not depend on the magnitudes.
     * ``nmse`` per load case: mean_v ||u_sub(v) - u(v)||^2 / mean_v ||u(v)||^2 over the mesh nodes.
 
-    Returns a dict with ``bend`` and ``twist`` (nmse, tip values of FEM / subspace), ``n_nodes``, ``rank``,
-    ``handles``, ``clamp_leak``, ``seconds``."""
+    Returns a dict with ``bend`` and ``twist`` (nmse, tip values of FEM / subspace: m for bend, rad for twist),
+    ``n_nodes``, ``rank``, ``handles``, ``clamp_leak``, ``seconds``. Raises ValueError if ``W_fn`` does not return
+    (n, H) weights for the (n, 3) nodes (metres) or for a bad E / nu / density."""
     t0 = time.perf_counter()
     L = 5.0
     tm = box_tetmesh((L, 1.0, 1.0), divisions)
