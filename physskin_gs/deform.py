@@ -33,7 +33,7 @@ from physskin_gs import _native
 from physskin_gs.lbs import deformation_gradient, lbs_points
 from physskin_gs.physics.neohookean import _det3, svd3
 from physskin_gs.scene import quat_to_rotmat, rotmat_to_quat
-from physskin_gs.sh import eval_sh, sh_basis, sh_degree_from_coeffs  # noqa: F401  (eval_sh re-exported)
+from physskin_gs.sh import eval_sh, rotate_sh, sh_basis, sh_degree_from_coeffs  # noqa: F401  (re-exported)
 
 __all__ = [
     "DeformedGaussians",
@@ -136,41 +136,6 @@ def covariance_factor_svd(M: torch.Tensor, sweeps: int = 6) -> Tuple[torch.Tenso
     u2 = torch.linalg.cross(u0, u1)  # right-handed completion; equals +-column 2 when it is non-zero
     U = torch.stack([u0, u1, u2], dim=-1)
     return U.to(M.dtype), sv.to(M.dtype)
-
-
-# ------------------------------------------------------------------------------------------------ SH
-def _probe_dirs(l: int, dtype) -> torch.Tensor:
-    g = torch.Generator().manual_seed(1234 + l)
-    d = torch.randn(2 * l + 1, 3, generator=g, dtype=torch.float64)
-    return (d / d.norm(dim=1, keepdim=True)).to(dtype)
-
-
-def rotate_sh(sh: torch.Tensor, R: torch.Tensor, chunk: int = 1 << 16) -> torch.Tensor:
-    """Rotate SH coefficients per Gaussian: sh (N, K+1, 3) (degree <= 3), R (N, 3, 3) rotations -> (N, K+1, 3)
-    with ``eval_sh(out, d) == eval_sh(sh, R^T d)`` (method.md 10). DC is unchanged. Band l's (2l+1)^2 matrix comes
-    from evaluating the basis at 2l+1 generic directions and at their rotated images, then solving.
-
-    Raises OptionError if K+1 is not (d+1)^2, ValueError for degree 4 (not supported)."""
-    degree = sh_degree_from_coeffs(sh.shape[1])
-    if degree == 0:
-        return sh.clone()
-    if degree > 3:
-        raise ValueError(f"SH degree {degree} > 3 is not supported for rotation")
-    out = sh.clone()
-    dd = torch.float64
-    for l in range(1, degree + 1):
-        lo, hi = l * l, (l + 1) * (l + 1)
-        D = _probe_dirs(l, dd)  # [k, 3]
-        Y0 = sh_basis(D, l)[:, lo:hi]  # [k, 2l+1]
-        Y0inv = torch.linalg.inv(Y0)
-        for s in range(0, sh.shape[0], chunk):
-            Rc = R[s:s + chunk].to(dd)
-            # rotated probe directions R^T d_k: [n, k, 3]
-            Dr = torch.einsum("nba,kb->nka", Rc, D)
-            Yr = sh_basis(Dr, l)[:, :, lo:hi]  # [n, k, 2l+1]
-            M = Y0inv @ Yr  # [n, 2l+1, 2l+1]: c' = M c
-            out[s:s + chunk, lo:hi] = (M @ sh[s:s + chunk, lo:hi].to(dd)).to(sh.dtype)
-    return out
 
 
 # ------------------------------------------------------------------------------------------------ reference

@@ -20,3 +20,7 @@ class CheckpointError(PhysSkinError, ValueError):
 
 class OptionError(PhysSkinError, ValueError):
     """A command-line or API option has a value that cannot work (for example an empty selection box)."""
+
+
+class OutputError(PhysSkinError):
+    """An output could not be written, or what was written is missing or incomplete (the message says which)."""

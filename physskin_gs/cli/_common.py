@@ -19,11 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
-from physskin_gs.errors import OptionError, PhysSkinError
-
-
-class OutputError(PhysSkinError):
-    """An output could not be written, or what was written is missing or incomplete (the message says which)."""
+from physskin_gs.errors import OptionError, OutputError, PhysSkinError  # noqa: F401 (OutputError re-exported)
 
 
 # ------------------------------------------------------------------------------------------------ input files

@@ -354,10 +354,22 @@ def save_inria_ply(scene: GaussianScene, path, *, overwrite_source: bool = False
         raise OptionError(f"{path}: output path is a directory")
     if scene.source and not overwrite_source and os.path.exists(path) and _same_file(path, scene.source):
         raise OptionError(f"{path}: refusing to overwrite the input file; choose another output path")
+    header_bytes, body = inria_ply_body(scene)
+    write_atomic(path, (header_bytes, body))
+    return os.path.abspath(path)
+
+
+def inria_ply_body(scene: GaussianScene) -> Tuple[bytes, np.ndarray]:
+    """(header bytes, body array) of the binary little-endian INRIA PLY that :func:`save_inria_ply` writes.
+
+    The body is a C-contiguous (N, P) ``<f4`` array when every property is float (the usual case; columns as in
+    :func:`inria_property_names`), else a structured (N,) record array (integer extras keep their type). Writing
+    ``header + body.tobytes()`` gives the file. Raises SceneFormatError like :func:`scene_to_inria_array`.
+    """
     names, arr = scene_to_inria_array(scene)
     types = ["f4"] * (len(names) - len(scene.extra)) + [_extra_type(v) for v in scene.extra.values()]
     if all(t == "f4" for t in types):
-        body = arr.astype("<f4", copy=False)
+        body = np.ascontiguousarray(arr.astype("<f4", copy=False))
     else:  # integer extras keep their type: one structured record
         body = np.empty(arr.shape[0], dtype=[(nm, "<" + t) for nm, t in zip(names, types)])
         core = len(names) - len(scene.extra)
@@ -369,24 +381,42 @@ def save_inria_ply(scene: GaussianScene, path, *, overwrite_source: bool = False
     head = ["ply", "format binary_little_endian 1.0", f"element vertex {arr.shape[0]}"]
     head += [f"property {PLY_TYPE_NAMES[t]} {nm}" for nm, t in zip(names, types)]
     head += ["end_header"]
-    header_bytes = ("\n".join(head) + "\n").encode("ascii")
-    payload = body.tobytes()
+    return ("\n".join(head) + "\n").encode("ascii"), body
+
+
+def write_atomic(path, parts, *, fsync: bool = True) -> int:
+    """Write ``parts`` (bytes or C-contiguous numpy arrays, written without a copy) to ``path`` atomically.
+
+    The data goes to a temporary file in the same folder (permissions as a plain ``open`` would give), its size is
+    checked against the bytes handed in, and it is renamed into place (atomic on POSIX); on any failure the
+    temporary file is removed and ``path`` is untouched. ``fsync=False`` skips the flush to the disk (frames of a
+    sequence: the size check still catches a short write). Returns the number of bytes written.
+
+    Raises:
+        OptionError: ``path`` is a directory or its folder does not exist.
+        OSError: the write, the size check or the rename failed.
+    """
+    path = os.fspath(path)
+    if os.path.isdir(path):
+        raise OptionError(f"{path}: output path is a directory")
     out_dir = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(out_dir):
         raise OptionError(f"{path}: output folder does not exist: {out_dir}")
+    views = [memoryview(p).cast("B") if isinstance(p, np.ndarray) else memoryview(p) for p in parts]
+    total = sum(v.nbytes for v in views)
     fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=out_dir)
     try:
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
         with os.fdopen(fd, "wb") as f:
-            f.write(header_bytes)
-            f.write(payload)
+            for v in views:
+                f.write(v)
             f.flush()
-            os.fsync(f.fileno())
-        if os.path.getsize(tmp) != len(header_bytes) + len(payload):
-            raise OSError(f"{path}: incomplete write ({os.path.getsize(tmp)} of "
-                          f"{len(header_bytes) + len(payload)} bytes)")
+            if fsync:
+                os.fsync(f.fileno())
+        if os.path.getsize(tmp) != total:
+            raise OSError(f"{path}: incomplete write ({os.path.getsize(tmp)} of {total} bytes)")
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -394,4 +424,4 @@ def save_inria_ply(scene: GaussianScene, path, *, overwrite_source: bool = False
         except OSError:
             pass
         raise
-    return os.path.abspath(path)
+    return total
