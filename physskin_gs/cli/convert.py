@@ -1,4 +1,11 @@
-"""``physskin-gs convert IN OUT.ply [--drop-invalid]``: any supported scene to an INRIA 3DGS PLY."""
+"""``physskin-gs convert IN OUT [--format ...]``: any supported scene to an INRIA 3DGS PLY, a PlayCanvas compressed
+PLY, an OpenUSD file (``UsdVol.ParticleField3DGaussianSplat``) or a glTF binary with ``KHR_gaussian_splatting``.
+
+The output format comes from the file name (``.compressed.ply``, ``.ply``, ``.usd`` / ``.usdc`` / ``.usda``,
+``.glb``) unless ``--format`` names it. glTF is +Y up in metres: the scene is turned so that its up axis
+(``--up``, default ``auto``: the same rule as ``animate`` and ``render``) becomes +Y, and ``--meters-per-unit``
+scales it; OpenUSD keeps the scene's coordinates and states the up axis on the stage.
+"""
 
 from __future__ import annotations
 
@@ -6,20 +13,56 @@ import os
 import sys
 import warnings
 
-from physskin_gs.cli._common import (OutputError, check_output_folder, refuse_existing, require_input_file,
-                                     verify_written)
+from physskin_gs.cli._common import (OutputError, check_number, check_output_folder, refuse_existing,
+                                     require_input_file, verify_written)
 from physskin_gs.errors import OptionError
+
+#: ``--format`` names and the file names each expects.
+CONVERT_FORMATS = {"ply": (".ply",), "compressed-ply": (".ply",), "usd": (".usd", ".usdc", ".usda"), "glb": (".glb",)}
+
+
+def output_format(path: str, fmt: str = "auto") -> str:
+    """The output format of ``path``: ``fmt`` when given, else from the name (``x.compressed.ply`` is compressed).
+
+    Raises OptionError for an unknown format or a name that does not fit the format."""
+    name = str(path).lower()
+    fmt = str(fmt or "auto").strip().lower()
+    if fmt == "auto":
+        if name.endswith(".compressed.ply"):
+            return "compressed-ply"
+        for f, exts in CONVERT_FORMATS.items():
+            if name.endswith(exts):
+                return f
+        raise OptionError(f"{path}: cannot tell the output format from the name; use .ply, .compressed.ply, "
+                          ".usd/.usdc/.usda or .glb (or --format)")
+    if fmt not in CONVERT_FORMATS:
+        raise OptionError(f"--format {fmt!r}: choose one of auto, {', '.join(CONVERT_FORMATS)}")
+    if not name.endswith(CONVERT_FORMATS[fmt]):
+        raise OptionError(f"{path}: a {fmt} file must end in {' or '.join(CONVERT_FORMATS[fmt])}")
+    return fmt
 
 
 def register(sub) -> None:
     """Add the ``convert`` parser to ``sub`` (an argparse subparsers object)."""
     p = sub.add_parser(
         "convert",
-        help="convert a Gaussian scene (INRIA PLY, .splat, compressed PLY) to an INRIA 3DGS PLY",
-        description="Convert any supported Gaussian scene to a binary INRIA 3DGS PLY with raw values.",
+        help="convert a Gaussian scene to an INRIA PLY, a compressed PLY, OpenUSD or glTF (.glb)",
+        description="Convert any supported Gaussian scene (INRIA PLY, .splat, compressed PLY) to a binary INRIA "
+                    "3DGS PLY with raw values (.ply), a PlayCanvas/SuperSplat compressed PLY (.compressed.ply), an "
+                    "OpenUSD ParticleField3DGaussianSplat (.usd/.usdc/.usda; needs usd-core) or a glTF binary with "
+                    "KHR_gaussian_splatting (.glb, +Y up).",
     )
     p.add_argument("input", help="input scene file")
-    p.add_argument("output", help="output .ply path (must differ from the input)")
+    p.add_argument("output", help="output path (must differ from the input); its name selects the format")
+    p.add_argument("--format", default="auto", choices=["auto"] + list(CONVERT_FORMATS),
+                   help="output format (default auto: from the output's name)")
+    p.add_argument("--up", default="auto",
+                   help="the scene's up axis for .glb (turned to +Y) and .usd (the stage's up axis): auto (default: "
+                        "the support plane's normal, else the format's convention, as animate and render), y, -y, z, "
+                        "-z, x, -x or 'ux,uy,uz'")
+    p.add_argument("--meters-per-unit", dest="meters_per_unit", type=float,
+                   help="metres per scene unit for .glb (scaled into metres) and .usd (metersPerUnit); default: "
+                        "scene units are written as they are")
     p.add_argument("--drop-invalid", action="store_true",
                    help="remove Gaussians with NaN/Inf values and report how many (zero-norm quaternions are the "
                         "identity rotation and are kept)")
@@ -30,19 +73,32 @@ def register(sub) -> None:
 
 
 def run(args) -> int:
-    """Load ``args.input``, optionally drop invalid rows, save an INRIA PLY to ``args.output``; returns 0.
+    """Load ``args.input``, optionally drop invalid rows, write ``args.output`` in its format; returns 0.
 
     Raises:
-        OptionError: output not ``.ply``, the same file as the input (never overwritten), or an existing file
-            without ``--force``.
+        OptionError: an output name that fits no format, the same file as the input (never overwritten), an
+            existing file without ``--force``, a bad --up / --meters-per-unit, .usd without usd-core, or invalid
+            rows for a format that cannot store NaN (without ``--drop-invalid``).
         SceneFormatError / FileNotFoundError: unreadable input (see :func:`physskin_gs.io.load_scene`).
         OutputError: the output folder cannot be written, or the written file is missing.
     """
     from physskin_gs.io import drop_invalid, load_scene, save_scene, validate
 
     require_input_file(args.input)
-    if not args.output.lower().endswith(".ply"):
-        raise OptionError(f"{args.output}: output must be a .ply file (INRIA 3DGS PLY)")
+    fmt = output_format(args.output, getattr(args, "format", "auto"))
+    up_text = str(getattr(args, "up", "auto") or "auto")
+    if up_text.strip().lower() != "auto":
+        from physskin_gs.cli.render import parse_up
+        from physskin_gs.render import up_vector
+
+        up_vector(parse_up(up_text))  # validate early
+    mpu = getattr(args, "meters_per_unit", None)
+    if mpu is not None:
+        check_number("--meters-per-unit", mpu, 0.0, 1e9, lo_open=True, unit="m")
+    if fmt == "usd":
+        from physskin_gs.io.usd import require_pxr
+
+        require_pxr()
     if os.path.exists(args.output) and os.path.exists(args.input) and os.path.samefile(args.input, args.output):
         raise OptionError(f"{args.output}: refusing to overwrite the input file; choose another output path")
     refuse_existing(args.output, args.force, "--force")
@@ -58,12 +114,51 @@ def run(args) -> int:
     else:
         rep = validate(scene)
         if rep["num_invalid"]:
+            if fmt != "ply":
+                raise OptionError(f"{args.input}: {rep['num_invalid']} Gaussians hold NaN/Inf values, which a {fmt} "
+                                  "file cannot store; add --drop-invalid to remove them")
             print(f"warning: {rep['num_invalid']} invalid Gaussians kept (use --drop-invalid to remove them)",
                   file=sys.stderr)
+    up = None
+    if fmt in ("usd", "glb"):
+        up = _resolve_up(up_text, scene)
+    note = ""
     try:
-        out = save_scene(scene, args.output)
+        if fmt == "ply":
+            out = save_scene(scene, args.output)
+        elif fmt == "compressed-ply":
+            from physskin_gs.io.compressed_ply import morton_order, save_compressed_ply
+
+            out = save_compressed_ply(scene, args.output, order=morton_order(scene.means.numpy()))
+            note = ", rows in Morton order"
+        elif fmt == "usd":
+            from physskin_gs.io.usd import save_usd
+
+            out = save_usd(scene, args.output, up=up, meters_per_unit=mpu)
+        else:
+            from physskin_gs.io.gltf import save_gltf
+
+            out = save_gltf(scene, args.output, up=up, meters_per_unit=mpu)
+            note = ", turned to +Y up" + (f", {mpu:g} m per unit" if mpu is not None else "")
     except OSError as exc:
         raise OutputError(f"could not write {args.output}: {exc.strerror or exc}") from None
-    verify_written(out, "scene")
-    print(f"wrote {scene.num_gaussians} Gaussians (SH degree {scene.sh_degree}, from {scene.format}) to {out}")
+    size = verify_written(out, "scene")
+    print(f"wrote {scene.num_gaussians} Gaussians (SH degree {scene.sh_degree}, from {scene.format}) to {out} "
+          f"as {fmt} ({size / scene.num_gaussians:.1f} bytes per Gaussian{note})")
     return 0
+
+
+def _resolve_up(text: str, scene):
+    """(3,) up vector list: ``auto`` by the scene analysis (as render and animate), else the named axis/vector."""
+    if text.strip().lower() == "auto":
+        from physskin_gs.pipeline import analyze_for_animation
+
+        analysis = analyze_for_animation(scene)
+        up = [float(v) for v in analysis.up]
+        print(f"note: up {', '.join(f'{v:+.3f}' for v in up)} ({analysis.up_source}: {analysis.reason})",
+              file=sys.stderr)
+        return up
+    from physskin_gs.cli.render import parse_up
+    from physskin_gs.render import up_vector
+
+    return [float(v) for v in up_vector(parse_up(text))]

@@ -1,0 +1,294 @@
+"""Animated exports in every ``--export-format`` (issue #14) and the background frame writer (issue #13 item 4).
+
+The scene is the licence-clean demo capture (``scripts/make_demo_capture.py``: the CC0 Spot splat on a floor disc
+with floaters), so these tests run on a fresh clone: the cow moves, the floor and the floaters stay static.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from physskin_gs.cli import main
+from physskin_gs.errors import OptionError, OutputError
+from physskin_gs.io import load_scene, save_scene
+from physskin_gs.io.sequence import SequenceExporter, _moving_first_order
+from physskin_gs.scene import GaussianScene
+
+ROOT = Path(__file__).resolve().parents[1]
+FAST = ["--cubature", "64", "--newton-iters", "3", "--skinning", "rbf"]
+
+
+def _random_scene(n: int, k: int = 3, seed: int = 0) -> GaussianScene:
+    g = torch.Generator().manual_seed(seed)
+    return GaussianScene(means=torch.randn(n, 3, generator=g), quats=torch.randn(n, 4, generator=g),
+                         log_scales=torch.randn(n, 3, generator=g) - 3, opacity_logits=torch.randn(n, generator=g),
+                         sh_dc=torch.randn(n, 3, generator=g), sh_rest=0.2 * torch.randn(n, k, 3, generator=g))
+
+
+def _frame_rows(idx: torch.Tensor, frame: int, k: int) -> dict:
+    g = torch.Generator().manual_seed(100 + frame)
+    m = idx.numel()
+    q = torch.randn(m, 4, generator=g)
+    return {"index": idx, "means": torch.randn(m, 3, generator=g) + frame, "quats": q / q.norm(dim=1, keepdim=True),
+            "log_scales": torch.randn(m, 3, generator=g) - 2, "sh_rest": torch.randn(m, k, 3, generator=g)}
+
+
+@pytest.fixture(scope="module")
+def capture(tmp_path_factory) -> Path:
+    spec = importlib.util.spec_from_file_location("make_demo_capture", ROOT / "scripts" / "make_demo_capture.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    scene, _ = mod.make_capture(rotate_seed=7, n_floor=3000, n_floaters=100)
+    g = torch.Generator().manual_seed(3)
+    scene = replace(scene, sh_rest=0.3 * torch.randn(scene.num_gaussians, 3, 3, generator=g))  # SH degree 1
+    path = tmp_path_factory.mktemp("capture") / "capture.ply"
+    save_scene(scene, str(path))
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ the exporter
+def test_ply_exporter_writes_each_frame_and_keeps_static_rows(tmp_path):
+    rest = _random_scene(700, k=8)
+    idx = torch.arange(100, 400)
+    ex = SequenceExporter(tmp_path, "ply", rest, idx, fps=30.0)
+    sent = {f: _frame_rows(idx, f, 8) for f in range(1, 6)}
+    for f, rows in sent.items():
+        ex.add(f, rows)
+    summary = ex.close()
+    assert summary["frames"] == 5 and summary["pattern"] == "frame%04d.ply"
+    static = torch.ones(700, dtype=torch.bool)
+    static[idx] = False
+    for f, rows in sent.items():  # two alternating buffers: no frame may carry another frame's rows
+        back = load_scene(tmp_path / f"frame{f:04d}.ply")
+        assert torch.equal(back.means[idx], rows["means"]) and torch.equal(back.quats[idx], rows["quats"])
+        assert torch.equal(back.log_scales[idx], rows["log_scales"]) and torch.equal(back.sh_rest[idx], rows["sh_rest"])
+        for name in ("means", "quats", "log_scales", "opacity_logits", "sh_dc", "sh_rest"):
+            assert torch.equal(getattr(back, name)[static], getattr(rest, name)[static]), (f, name)
+        assert torch.equal(back.opacity_logits, rest.opacity_logits) and torch.equal(back.sh_dc, rest.sh_dc)
+    assert summary["bytes"] == sum(p.stat().st_size for p in tmp_path.glob("frame*.ply"))
+
+
+def test_ply_exporter_matches_save_scene_bytes(tmp_path):
+    """A frame is byte-identical to the full scene written by save_scene (same header, same layout)."""
+    rest = _random_scene(300, k=3)
+    idx = torch.tensor([0, 5, 17, 299])
+    rows = _frame_rows(idx, 1, 3)
+    ex = SequenceExporter(tmp_path / "seq", "ply", rest, idx, fps=10.0)
+    ex.add(1, rows)
+    ex.close()
+    full = replace(rest, means=rest.means.clone(), quats=rest.quats.clone(), log_scales=rest.log_scales.clone(),
+                   sh_rest=rest.sh_rest.clone())
+    full.means[idx], full.quats[idx], full.log_scales[idx], full.sh_rest[idx] = (
+        rows["means"], rows["quats"], rows["log_scales"], rows["sh_rest"])
+    save_scene(full, str(tmp_path / "full.ply"))
+    assert (tmp_path / "seq" / "frame0001.ply").read_bytes() == (tmp_path / "full.ply").read_bytes()
+
+
+def test_exporter_reports_a_failed_write_and_keeps_earlier_frames(tmp_path, monkeypatch):
+    import physskin_gs.io.inria_ply as inria
+
+    rest = _random_scene(200, k=0)
+    idx = torch.arange(50)
+    real = inria.write_atomic
+    calls = []
+
+    def flaky(path, parts, fsync=True):
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(path, parts, fsync=fsync)
+
+    monkeypatch.setattr(inria, "write_atomic", flaky)
+    ex = SequenceExporter(tmp_path, "ply", rest, idx, fps=30.0)
+    with pytest.raises(OutputError, match="frame 2.*No space left"):
+        for f in range(1, 6):
+            ex.add(f, _frame_rows(idx, f, 0))
+        ex.close()
+    ex.abort()
+    assert (tmp_path / "frame0001.ply").is_file() and not (tmp_path / "frame0002.ply").exists()
+    assert not list(tmp_path.glob(".*.tmp"))  # no temporary file left behind
+
+
+def test_exporter_refuses_wrong_row_count_and_unknown_format(tmp_path):
+    rest = _random_scene(100, k=0)
+    with pytest.raises(OptionError, match="--export-format"):
+        SequenceExporter(tmp_path, "splat", rest, torch.arange(10), fps=30.0)
+    ex = SequenceExporter(tmp_path, "ply", rest, torch.arange(10), fps=30.0)
+    with pytest.raises(OptionError, match="expected 10"):
+        ex.add(1, _frame_rows(torch.arange(11), 1, 0))
+    ex.close()
+
+
+def test_compressed_exporter_order_keeps_moving_and_static_chunks_apart(tmp_path):
+    from physskin_gs.io.compressed_ply import CHUNK_SIZE
+
+    rest = _random_scene(2000, k=3)
+    idx = torch.arange(300, 1300)  # 1000 moving rows
+    order = _moving_first_order(rest.means.numpy(), idx.numpy())
+    assert sorted(order.tolist()) == list(range(2000))
+    moving = np.zeros(2000, dtype=bool)
+    moving[idx.numpy()] = True
+    chunks = moving[order][: (2000 // CHUNK_SIZE) * CHUNK_SIZE].reshape(-1, CHUNK_SIZE)
+    mixed = [(c.any() and not c.all()) for c in chunks]
+    assert sum(mixed) <= 1  # only the chunk where the moving rows end may hold both
+    ex = SequenceExporter(tmp_path, "compressed-ply", rest, idx, fps=30.0)
+    rows = _frame_rows(idx, 2, 3)
+    ex.add(2, rows)
+    s = ex.close()
+    assert s["files"] == [str(tmp_path / "frame0002.compressed.ply")]
+    back = load_scene(tmp_path / "frame0002.compressed.ply")
+    full = rest.means.clone()
+    full[idx] = rows["means"]
+    err = (back.means - full[order]).abs()
+    ext_moving = (rows["means"].max(0).values - rows["means"].min(0).values)
+    assert float(err[: idx.numel()].max()) <= float(ext_moving.max()) / 1023 / 2 * 1.01  # within half a step
+
+
+# ------------------------------------------------------------------------------------------------ the CLI
+def _headless(capture: Path, out: Path, fmt: str, frames: int = 4):
+    return main(["animate", str(capture), "--headless", "--frames", str(frames), "--export", str(out),
+                 "--export-format", fmt, *FAST])
+
+
+def test_headless_compressed_frames_match_ply_frames(capture, tmp_path):
+    """The same animation as PLY and compressed PLY: every compressed frame k equals PLY frame k (through
+    row_order.npy) within the layout's quantisation, and is at most a third of the size."""
+    assert _headless(capture, tmp_path / "ply", "ply") == 0
+    assert _headless(capture, tmp_path / "cply", "compressed-ply") == 0
+    meta = json.loads((tmp_path / "cply" / "sequence.json").read_text())
+    assert meta["pattern"] == "frame%04d.compressed.ply" and meta["export_format"] == "compressed-ply"
+    order = np.load(tmp_path / "cply" / "row_order.npy")
+    n = load_scene(tmp_path / "ply" / "frame0001.ply").num_gaussians
+    assert sorted(order.tolist()) == list(range(n))
+    for k in (1, 4):
+        a = load_scene(tmp_path / "ply" / f"frame{k:04d}.ply")
+        b = load_scene(tmp_path / "cply" / f"frame{k:04d}.compressed.ply")
+        a_means = a.means[order]
+        # per-chunk bound: half a quantisation step of the chunk's extent on each axis (11/10/11 bits)
+        m = a_means.numpy()
+        nch = -(-n // 256)
+        pad = nch * 256 - n
+        mm = np.concatenate([m, np.repeat(m[-1:], pad, 0)]).reshape(nch, 256, 3)
+        step = (mm.max(1) - mm.min(1)) / np.array([2047.0, 1023.0, 2047.0])  # [C, 3]
+        bound = np.repeat(step, 256, 0)[:n] / 2 + 1e-6
+        assert (np.abs(b.means.numpy() - m) <= bound).all()
+        assert torch.allclose(torch.sigmoid(b.opacity_logits), torch.sigmoid(a.opacity_logits[order]), atol=1 / 510 + 1e-6)
+        ra = torch.nn.functional.normalize(a.quats[order], dim=1)
+        dot = (ra * b.quats).sum(1).abs().clamp(max=1.0)
+        assert float((2 * torch.acos(dot)).max()) < 0.0049  # 10-bit smallest three
+        assert (tmp_path / "cply" / f"frame{k:04d}.compressed.ply").stat().st_size * 3 <= \
+            (tmp_path / "ply" / f"frame{k:04d}.ply").stat().st_size
+    assert meta["export"]["bytes_per_gaussian_per_frame"] < 68 / 3 + 9 / 3  # 16 B + 9 SH bytes vs 68 + 36
+
+
+def test_headless_refuses_mesh_with_compressed_format(meshes_dir, tmp_path, capsys):
+    rc = main(["animate", str(meshes_dir / "c3d_spot.obj"), "--headless", "--frames", "2", "--export",
+               str(tmp_path / "m"), "--export-format", "compressed-ply"])
+    assert rc == 2 and "mesh sequence" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+
+
+def test_headless_refuses_a_folder_with_another_runs_compressed_frames(capture, tmp_path, capsys):
+    out = tmp_path / "c"
+    out.mkdir()
+    (out / "frame0001.compressed.ply").write_bytes(b"old")
+    rc = _headless(capture, out, "compressed-ply", frames=2)
+    assert rc == 2 and "--overwrite" in capsys.readouterr().err
+    assert (out / "frame0001.compressed.ply").read_bytes() == b"old"
+
+
+# ------------------------------------------------------------------------------------------------ convert
+def test_convert_to_compressed_and_glb(capture, tmp_path, capsys):
+    from physskin_gs.io.gltf import load_gltf, up_to_gltf_rotation
+
+    src = load_scene(capture)
+    out = tmp_path / "c.compressed.ply"
+    assert main(["convert", str(capture), str(out)]) == 0
+    assert "as compressed-ply" in capsys.readouterr().out
+    back = load_scene(out)
+    assert back.format == "compressed-ply" and back.num_gaussians == src.num_gaussians
+    # Morton order: match rows by nearest neighbour is not needed; the multiset of opacities is preserved
+    assert torch.allclose(torch.sigmoid(back.opacity_logits).sort().values,
+                          torch.sigmoid(src.opacity_logits).sort().values, atol=1 / 510 + 1e-6)
+    glb = tmp_path / "c.glb"
+    assert main(["convert", str(capture), str(glb), "--up", "z", "--meters-per-unit", "0.5"]) == 0
+    g = load_gltf(glb)
+    R = torch.from_numpy(up_to_gltf_rotation([0.0, 0.0, 1.0])).float()
+    assert torch.allclose(g.means, 0.5 * src.means @ R.T, atol=1e-5)  # +z up -> +Y up, in metres
+    assert torch.allclose(g.log_scales, src.log_scales + np.log(0.5), atol=1e-5)
+    assert main(["convert", str(capture), str(glb)]) == 2  # exists: needs --force
+    assert "--force" in capsys.readouterr().err
+
+
+def test_convert_format_from_name_and_refusals(capture, tmp_path, capsys):
+    from physskin_gs.cli.convert import output_format
+
+    assert output_format("a.compressed.ply") == "compressed-ply" and output_format("a.PLY") == "ply"
+    assert output_format("a.usda") == "usd" and output_format("x.glb") == "glb"
+    with pytest.raises(OptionError, match="cannot tell"):
+        output_format("a.gltf")
+    with pytest.raises(OptionError, match="must end in"):
+        output_format("a.ply", "glb")
+    assert main(["convert", str(capture), str(tmp_path / "x.splat")]) == 2
+    assert "cannot tell the output format" in capsys.readouterr().err
+    bad = load_scene(capture)
+    m = bad.means.clone()
+    m[3] = float("nan")
+    save_scene(replace(bad, means=m), str(tmp_path / "nan.ply"))
+    assert main(["convert", str(tmp_path / "nan.ply"), str(tmp_path / "n.glb")]) == 2
+    assert "--drop-invalid" in capsys.readouterr().err and not (tmp_path / "n.glb").exists()
+    assert main(["convert", str(tmp_path / "nan.ply"), str(tmp_path / "n.glb"), "--drop-invalid"]) == 0
+
+
+# ------------------------------------------------------------------------------------------------ OpenUSD
+def test_headless_usd_matches_ply_frames(capture, tmp_path):
+    """One animation.usdc: the static prim holds no time samples, the moving prim one per frame, and the scene
+    read back at time k (original row order) equals PLY frame k (positions, rotations, scales, SH, opacities)."""
+    pxr = pytest.importorskip("pxr", reason="usd-core (the [usd] extra) is not installed")
+    from pxr import Usd, UsdVol
+
+    from physskin_gs.io.usd import load_usd
+
+    assert _headless(capture, tmp_path / "ply", "ply", frames=3) == 0
+    assert _headless(capture, tmp_path / "usd", "usd", frames=3) == 0
+    path = tmp_path / "usd" / "animation.usdc"
+    meta = json.loads((tmp_path / "usd" / "sequence.json").read_text())
+    assert meta["pattern"] == "animation.usdc" and meta["export_format"] == "usd"
+    stage = Usd.Stage.Open(str(path))
+    assert stage.GetTimeCodesPerSecond() == pytest.approx(meta["fps"])
+    assert stage.GetStartTimeCode() == 1 and stage.GetEndTimeCode() == 3
+    static = UsdVol.ParticleField3DGaussianSplat(stage.GetPrimAtPath("/Splats/Static"))
+    moving = UsdVol.ParticleField3DGaussianSplat(stage.GetPrimAtPath("/Splats/Moving"))
+    assert static.GetPrim().IsValid() and moving.GetPrim().IsValid()
+    assert static.GetPrim().GetAttribute("positions").GetNumTimeSamples() == 0
+    assert moving.GetPrim().GetAttribute("positions").GetNumTimeSamples() == 3
+    assert len(moving.GetPrim().GetAttribute("positions").Get(1)) == meta["num_moving"]
+    del stage
+    for k in (1, 3):
+        a = load_scene(tmp_path / "ply" / f"frame{k:04d}.ply")
+        b = load_usd(path, time=k)
+        assert b.num_gaussians == a.num_gaussians
+        assert torch.allclose(b.means, a.means, atol=1e-6)
+        qa = torch.nn.functional.normalize(a.quats, dim=1)
+        assert torch.allclose((qa * b.quats).sum(1).abs(), torch.ones(a.num_gaussians), atol=1e-5)
+        assert torch.allclose(b.log_scales, a.log_scales, atol=1e-5)
+        assert torch.allclose(torch.sigmoid(b.opacity_logits), torch.sigmoid(a.opacity_logits), atol=1e-6)
+        assert torch.allclose(b.sh_dc, a.sh_dc, atol=1e-6) and torch.allclose(b.sh_rest, a.sh_rest, atol=1e-5)
+
+
+def test_convert_to_usd(capture, tmp_path):
+    pytest.importorskip("pxr", reason="usd-core (the [usd] extra) is not installed")
+    from physskin_gs.io.usd import load_usd
+
+    out = tmp_path / "c.usda"
+    assert main(["convert", str(capture), str(out), "--up", "z"]) == 0
+    a, b = load_scene(capture), load_usd(out)
+    assert torch.allclose(a.means, b.means, atol=1e-6) and torch.allclose(a.log_scales, b.log_scales, atol=1e-5)
+    assert "upAxis = \"Z\"" in out.read_text()
