@@ -1,14 +1,15 @@
 """Recording the live simulation to an exported frame sequence (formats.md section 6).
 
-Same layout as the headless export (``physskin-gs animate --headless --export``): one INRIA PLY per simulated
-step, ``frame0001.ply``, ``frame0002.ply``, ... written with ``physskin_gs.io.save_scene(anim.deformed_scene(),
-path)``, plus ``sequence.json`` with the headless export's keys (format "physskin_gs sequence 1", frames,
+Same layout as the headless export (``physskin-gs animate --headless --export``, with the same
+``--export-format``): one INRIA PLY per simulated step, ``frame0001.ply``, ``frame0002.ply``, ... (or
+``frame0001.compressed.ply`` ..., or one ``animation.usdc``), written by
+:class:`physskin_gs.io.sequence.SequenceExporter` from the moving rows of each step, plus ``sequence.json`` with the headless export's keys (format "physskin_gs sequence 1", frames,
 pattern, fps, dt, up_axis, sh, skinning, material, ...; ``first_frame_is_rest_state`` is false: a live recording
 starts wherever the simulation is) and, optionally, an mp4 rendered with the scene's renderer.
 
-Frames are handed from the simulation thread to a writer thread through a small bounded queue: when the disk is
-slower than the simulation, the simulation waits (a recording never drops frames, and never queues without
-bound).
+Frames are handed from the simulation thread to the exporter's writer thread (two frame buffers) and the video
+frames to a second thread through a small bounded queue: when the disk is slower than the simulation, the
+simulation waits (a recording never drops frames, and never queues without bound).
 """
 
 from __future__ import annotations
@@ -28,12 +29,6 @@ from physskin_gs.errors import OptionError
 _STOP = object()
 
 
-def _save_scene(scene, path: Path) -> None:
-    from physskin_gs.io import save_scene
-
-    save_scene(scene, path)
-
-
 class Recorder:
     """Writes one PLY per recorded step in a background thread.
 
@@ -44,9 +39,11 @@ class Recorder:
         meta: extra sequence.json fields (source, up_axis, sh, material, ...: the headless export's keys).
         video_renderer: optional ``f(deformed_gaussians) -> (H, W, 3) uint8``; when given, frames are rendered
             and ``video.mp4`` is written at :meth:`stop` (PNG frames when mp4 writing fails).
-        save_fn: ``f(scene, path)``; defaults to ``physskin_gs.io.save_scene``.
+        save_fn: ``f(scene, path)`` called with ``anim.deformed_scene()`` and ``frame%04d.ply`` instead of the
+            exporter (tests).
+        export_format: ``ply`` (default), ``compressed-ply`` or ``usd`` (:data:`physskin_gs.io.sequence.EXPORT_FORMATS`).
     Raises:
-        OptionError: if ``out_dir`` already holds a recording or is not a folder.
+        OptionError: if ``out_dir`` already holds a recording or is not a folder, or an unknown format.
     """
 
     def __init__(
@@ -58,22 +55,29 @@ class Recorder:
         video_renderer: Optional[Callable[[Any], np.ndarray]] = None,
         save_fn: Optional[Callable[[Any, Path], None]] = None,
         max_queue: int = 4,
+        export_format: str = "ply",
     ) -> None:
+        from physskin_gs.io.sequence import check_export_format
+
+        self.export_format = check_export_format(export_format)
         self.out_dir = Path(out_dir)
         if self.out_dir.exists() and not self.out_dir.is_dir():
             raise OptionError(f"recording folder {self.out_dir} exists and is not a folder")
         if self.out_dir.is_dir() and (
             (self.out_dir / "sequence.json").exists() or any(self.out_dir.glob("frame*.ply"))
+            or (self.out_dir / "animation.usdc").exists()
         ):
             raise OptionError(f"recording folder {self.out_dir} already holds a recording; choose another folder")
         self.out_dir.mkdir(parents=True, exist_ok=True)
         self.dt = float(dt)
         self.meta = dict(meta or {})
         self.video_renderer = video_renderer
-        self._save = save_fn or _save_scene
+        self._save = save_fn
+        self._exporter = None
+        self.export_summary: Optional[Dict[str, Any]] = None
         self._q: "queue.Queue[Any]" = queue.Queue(maxsize=max_queue)
         self.count = 0
-        self.written = 0
+        self._written = 0
         self.video_frames: List[np.ndarray] = []
         self.error: Optional[str] = None
         self.video_path: Optional[Path] = None
@@ -81,14 +85,36 @@ class Recorder:
         self._thread.start()
         self.started = time.time()
 
+    @property
+    def written(self) -> int:
+        """Frames written so far (by the exporter's writer thread, or by ``save_fn``)."""
+        return self._exporter.frames if self._exporter is not None else self._written
+
     def add(self, anim) -> None:
         """Queue the AnimatedScene's current deformed state (call on the simulation thread after a step)."""
         if self.error is not None:
             return
         self.count += 1
-        scene = anim.deformed_scene()
+        scene = None
+        if self._save is not None:
+            scene = anim.deformed_scene()
+        else:
+            try:
+                if self._exporter is None:
+                    from physskin_gs.io.sequence import SequenceExporter
+
+                    self._exporter = SequenceExporter(self.out_dir, self.export_format, anim.export_rest_scene(),
+                                                      anim.moving_index, fps=1.0 / self.dt if self.dt > 0 else 30.0,
+                                                      up=[float(v) for v in anim.up_vector])
+                    if self._exporter.row_order is not None:
+                        np.save(self.out_dir / "row_order.npy", self._exporter.row_order.astype(np.int32))
+                self._exporter.add(self.count, anim.deformed_rows())  # waits when the disk is behind (bounded)
+            except Exception as exc:  # noqa: BLE001 - reported through .error and the page
+                self.error = f"{type(exc).__name__}: {exc}"
+                return
         g = anim.deformed_gaussians() if self.video_renderer is not None else None
-        self._q.put((self.count, scene, g))  # blocks when the writer is behind (bounded)
+        if scene is not None or g is not None:
+            self._q.put((self.count, scene, g))  # blocks when the writer is behind (bounded)
 
     def _run(self) -> None:
         while True:
@@ -97,8 +123,9 @@ class Recorder:
                 return
             idx, scene, g = item
             try:
-                self._save(scene, self.out_dir / f"frame{idx:04d}.ply")
-                self.written += 1
+                if scene is not None:
+                    self._save(scene, self.out_dir / f"frame{idx:04d}.ply")
+                    self._written += 1
                 if g is not None:
                     self.video_frames.append(self.video_renderer(g))
             except Exception as exc:  # noqa: BLE001 - reported through .error and the page
@@ -109,10 +136,18 @@ class Recorder:
         """Flush pending frames, write sequence.json (and the video); returns the folder."""
         self._q.put(_STOP)
         self._thread.join(timeout)
+        pattern = "frame%04d.ply"
+        if self._exporter is not None:
+            try:
+                self.export_summary = self._exporter.close()
+                pattern = self.export_summary["pattern"]
+            except Exception as exc:  # noqa: BLE001 - reported through .error and the page
+                self.error = f"{type(exc).__name__}: {exc}"
         meta = {
             "format": "physskin_gs sequence 1",
             "frames": self.written,
-            "pattern": "frame%04d.ply",
+            "pattern": pattern,
+            "export_format": self.export_format,
             "first_frame_is_rest_state": False,
             "fps": 1.0 / self.dt if self.dt > 0 else None,
             "dt": self.dt,

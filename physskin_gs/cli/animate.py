@@ -38,7 +38,7 @@ from physskin_gs.errors import OptionError, PhysSkinError
 
 FRAME_PATTERN = "frame%04d"
 #: File names of an exported sequence (frames of either kind, and the metadata).
-_SEQUENCE_FILE = re.compile(r"^frame\d{4,}\.(ply|obj)$")
+_SEQUENCE_FILE = re.compile(r"^(frame\d{4,}\.(ply|obj|compressed\.ply)|animation\.usdc|row_order\.npy)$")
 _PNG_FILE = re.compile(r"^frame\d{4,}\.png$")
 
 
@@ -54,6 +54,11 @@ def register(sub) -> None:
     p.add_argument("--frames", type=int, default=60, help="number of frames (frame 1 = rest state; default 60)")
     p.add_argument("--steps-per-frame", type=int, default=1, help="simulation steps per frame (default 1)")
     p.add_argument("--export", metavar="DIR", help="write DIR/frame0001.ply ... and DIR/sequence.json")
+    p.add_argument("--export-format", dest="export_format", default="ply", choices=("ply", "compressed-ply", "usd"),
+                   help="frames as INRIA PLYs (default; frame0001.ply ...), PlayCanvas compressed PLYs "
+                        "(frame0001.compressed.ply ..., about 1/4 of the size, SuperSplat imports either sequence) or "
+                        "one OpenUSD file with time samples (animation.usdc; needs usd-core: pip install "
+                        "'physskin_gs[usd]')")
     p.add_argument("--video", metavar="OUT.mp4", help="render an orbit-camera video")
     p.add_argument("--png", metavar="DIR", help="also write the video frames as PNG files")
     p.add_argument("--overwrite", "--force", dest="overwrite", action="store_true",
@@ -431,6 +436,16 @@ def validate_args(args) -> None:
         else:
             raise OptionError(f"--pin {pin!r}: expected 'below:F' or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
     config_from_args(args)  # --floor
+    fmt = getattr(args, "export_format", "ply") or "ply"
+    if fmt != "ply":
+        from physskin_gs.io.sequence import check_export_format
+
+        check_export_format(fmt)  # usd without usd-core fails here, before any work
+        from physskin_gs.io import detect_format
+
+        if os.path.isfile(args.path) and detect_format(args.path) in ("mesh", "mesh-ply"):
+            raise OptionError(f"--export-format {fmt}: a mesh input is exported as a mesh sequence (.obj frames); "
+                              "use the default --export-format ply")
     # legal but unusual: say so
     if dt > 0.1:
         warn_option(f"--dt {dt:g} s is a large time step (default 0.03): the motion may be inaccurate or damped")
@@ -475,7 +490,9 @@ def check_outputs(args, src: str) -> None:
         if d.exists() and not d.is_dir():
             raise OptionError(f"{option} {d} exists and is not a directory")
         old = _existing_frames(d, pattern)
-        for f in old + [d / f"{FRAME_PATTERN % k}{ext}" for k in range(1, args.frames + 1) for ext in (".ply", ".obj")]:
+        names = [f"{FRAME_PATTERN % k}{ext}" for k in range(1, args.frames + 1)
+                 for ext in (".ply", ".obj", ".compressed.ply")] + ["animation.usdc", "row_order.npy"]
+        for f in old + [d / nm for nm in names]:
             if _same_file(str(f), src):
                 raise OptionError(f"{option} {d}: frame {f.name} would overwrite the input file {args.path}; "
                                   "choose another folder")
@@ -605,55 +622,58 @@ def run_headless(args) -> int:
         if removed:
             print(f"[physskin-gs] --overwrite: removed {removed} files of an earlier run", file=sys.stderr)
     fps = 1.0 / (anim.dt * args.steps_per_frame)
+    fmt = getattr(args, "export_format", "ply") or "ply"
+    exporter = None
     frames_rgb = []
     stats_log = []
     bar = tqdm(range(1, args.frames + 1), desc="animate", unit="frame", file=sys.stderr, dynamic_ncols=True)
-    for f in bar:
-        if f > 1:
-            if script is not None:
+    try:
+        for f in bar:
+            if f > 1:
+                if script is not None:
+                    script.apply(anim, f)
+                st = anim.step(args.steps_per_frame)
+                stats_log.append({"frame": f, "ms": round(st["ms"], 2), "newton_iters": st["newton_iters"],
+                                  "hessians": st.get("hessians", 0), "rejected": st["rejected"]})
+                bar.set_postfix(ms=f"{st['ms']:.0f}", it=st["newton_iters"])
+            elif script is not None:
                 script.apply(anim, f)
-            st = anim.step(args.steps_per_frame)
-            stats_log.append({"frame": f, "ms": round(st["ms"], 2), "newton_iters": st["newton_iters"],
-                              "hessians": st.get("hessians", 0), "rejected": st["rejected"]})
-            bar.set_postfix(ms=f"{st['ms']:.0f}", it=st["newton_iters"])
-        elif script is not None:
-            script.apply(anim, f)
-        if export is not None:
-            name = FRAME_PATTERN % f
-            if is_mesh:
-                _write_mesh_frame(anim, export / f"{name}.obj", src)
-            else:
-                out = export / f"{name}.ply"
-                if _same_file(str(out), src):
-                    raise OptionError(f"{out} is the input file; refusing to overwrite it")
-                from physskin_gs.io import save_scene
+            if export is not None:
+                if is_mesh:
+                    _write_mesh_frame(anim, export / f"{FRAME_PATTERN % f}.obj", src)
+                else:
+                    if exporter is None:
+                        exporter = _open_exporter(anim, export, fmt, fps, src, args.frames)
+                    exporter.add(f, anim.deformed_rows())
+            if video is not None:
+                img = video.render(f - 1)
+                frames_rgb.append(img)
+                if png_dir:
+                    import imageio.v2 as iio
 
-                ds = anim.deformed_scene()
-                ds.source = src
-                try:
-                    save_scene(ds, out)
-                except OSError as exc:
-                    raise OutputError(f"could not write frame {out}: {exc.strerror or exc}") from None
-                verify_written(out, "frame")
-        if video is not None:
-            img = video.render(f - 1)
-            frames_rgb.append(img)
-            if png_dir:
-                import imageio.v2 as iio
-
-                png = png_dir / f"{FRAME_PATTERN % f}.png"
-                try:
-                    iio.imwrite(png, img)
-                except OSError as exc:
-                    raise OutputError(f"could not write {png}: {exc.strerror or exc}") from None
-                verify_written(png, "PNG frame")
+                    png = png_dir / f"{FRAME_PATTERN % f}.png"
+                    try:
+                        iio.imwrite(png, img)
+                    except OSError as exc:
+                        raise OutputError(f"could not write {png}: {exc.strerror or exc}") from None
+                    verify_written(png, "PNG frame")
+    except BaseException:
+        if exporter is not None:  # an interrupted run keeps its PLY frames; a partial USD file is removed
+            exporter.abort()
+        raise
     bar.close()
+    export_summary = None
+    if exporter is not None:
+        export_summary = exporter.close()  # OutputError if a frame could not be written
+        for path in export_summary["files"]:
+            verify_written(path, "frame")
     if export is not None:
         meta = {
             "format": "physskin_gs sequence 1",
             "source": src,
             "frames": args.frames,
-            "pattern": FRAME_PATTERN + (".obj" if is_mesh else ".ply"),
+            "pattern": FRAME_PATTERN + ".obj" if is_mesh else export_summary["pattern"],
+            "export_format": "obj (mesh sequence)" if is_mesh else fmt,
             "first_frame_is_rest_state": True,
             "fps": fps,
             "dt": anim.dt,
@@ -679,6 +699,18 @@ def run_headless(args) -> int:
             "script": os.path.abspath(args.script) if args.script else None,
             "step_stats": stats_log,
         }
+        if export_summary is not None:
+            meta["export"] = {"bytes": export_summary["bytes"],
+                              "bytes_per_gaussian_per_frame": export_summary["bytes"] / max(1, args.frames)
+                              / max(1, anim.scene.num_gaussians),
+                              "write_seconds": round(export_summary["write_seconds"], 3),
+                              "simulation_waited_seconds": round(export_summary["wait_seconds"], 3)}
+            if fmt == "compressed-ply":
+                meta["row_order"] = ("row_order.npy: file row r of every frame is scene row row_order[r] (the moving "
+                                     "rows first, then the static ones, each in Morton order of the rest means)")
+            if fmt == "usd":
+                meta["usd"] = ("animation.usdc: prims /Splats/Static (written once) and /Splats/Moving (time samples "
+                               "1..frames at fps time codes per second)")
         tmp = export / "sequence.json.tmp"
         try:
             tmp.write_text(sequence_json_text(meta))
@@ -699,6 +731,29 @@ def run_headless(args) -> int:
     if not all(torch.isfinite(anim.sim.q).reshape(-1).tolist()):  # pragma: no cover - guarded by the simulator
         raise PhysSkinError("simulation state became non-finite")
     return 0
+
+
+def _open_exporter(anim, export: Path, fmt: str, fps: float, src: str, frames: int):
+    """A :class:`physskin_gs.io.sequence.SequenceExporter` for the headless run (frames of ``fmt`` in ``export``);
+    writes ``row_order.npy`` for compressed PLY frames. Raises OptionError when a frame would be the input."""
+    import numpy as np
+
+    from physskin_gs.io.sequence import FRAME_PATTERNS, SequenceExporter
+
+    for k in (1, frames):
+        name = FRAME_PATTERNS.get(fmt)
+        if name and _same_file(str(export / (name % k)), src):
+            raise OptionError(f"{export / (name % k)} is the input file; refusing to overwrite it")
+    rest = anim.export_rest_scene()
+    ex = SequenceExporter(export, fmt, rest, anim.moving_index, fps=fps, up=anim.up_vector.tolist())
+    if ex.row_order is not None:
+        path = export / "row_order.npy"
+        try:
+            np.save(path, ex.row_order.astype(np.int32))
+        except OSError as exc:
+            raise OutputError(f"could not write {path}: {exc.strerror or exc}") from None
+        verify_written(path, "row order")
+    return ex
 
 
 def _axis_name(u) -> str:
