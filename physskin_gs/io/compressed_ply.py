@@ -265,11 +265,15 @@ def _sh_bytes(rest: np.ndarray) -> np.ndarray:
     |f_rest| <= 4 - 8/256 and at most 6/256 near +-4, where the decoded values are 1.5/256 apart.
     (splat-transform writes ``trunc(256 t)``, which is up to 8/256 off near -4.)
     """
-    s = (rest.astype(np.float64) * (1.0 / 8.0) + 0.5) * 256.0
-    u = np.clip(np.floor(s), 1, 254)
-    u[s < 0.75] = 0
-    u[s >= 255.25] = 255
-    return u.astype(np.uint8)
+    s = np.multiply(rest, np.float32(32.0), dtype=np.float32)  # 256 (f / 8 + 0.5) = 32 f + 128, in place below
+    s += np.float32(128.0)
+    low, high = s < 0.75, s >= 255.25
+    np.floor(s, out=s)
+    np.clip(s, 1, 254, out=s)
+    u = s.astype(np.uint8)
+    u[low] = 0
+    u[high] = 255
+    return u
 
 
 def _grid_codes(p: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -468,17 +472,42 @@ def save_compressed_ply(scene: GaussianScene, path, *, sh: bool = True, order=No
             f"{scene.sh_degree}: pass sh=False or write scene.with_sh_degree({MAX_SH_DEGREE})"
         )
     o = None if order is None else _check_order(order, n)
+    chunk, vertex, sh_codes = encode_compressed(scene.means, scene.quats, scene.log_scales, scene.opacity_logits,
+                                                scene.sh_dc, scene.sh_rest if write_sh else None, order=o)
+    parts = [compressed_ply_header(n, 0 if sh_codes is None else sh_codes.shape[1]), chunk, vertex]
+    if sh_codes is not None:
+        parts.append(sh_codes)
+    write_atomic(out, parts, fsync=fsync)
+    return out
+
+
+def encode_compressed(means, quats, log_scales, opacity_logits, sh_dc, sh_rest=None, *, order=None):
+    """The three elements of a compressed PLY for the given rows (no file): the work of :func:`save_compressed_ply`.
+
+    Args: raw INRIA arrays (torch or numpy) means (N, 3), quats (N, 4) wxyz, log_scales (N, 3),
+    opacity_logits (N,), sh_dc (N, 3), optional sh_rest (N, K, 3) (None: no ``sh`` element); ``order`` an
+    already checked (N,) int64 permutation or None.
+
+    Returns (chunk (C, 18) ``<f4``, vertex (N, 4) ``<u4``, sh (N, 3K) uint8 channel-major or None), C = ceil(N/256).
+    Chunks are independent: encoding rows 256 i .. in two calls and concatenating the results gives the same
+    bytes as one call (the sequence writer re-encodes only the chunks that move).
+
+    Raises SceneFormatError for non-finite values.
+    """
+    o = order
 
     def get(t):
         a = _np(t)
         return a if o is None else a[o]
 
-    means = get(scene.means)  # [N, 3]
-    quats = get(scene.quats)  # [N, 4]
-    log_scales = get(scene.log_scales)  # [N, 3]
-    logits = get(scene.opacity_logits)  # [N]
-    sh_dc = get(scene.sh_dc)  # [N, 3]
-    rest = get(scene.sh_rest) if write_sh else None  # [N, K, 3]
+    means = get(means)  # [N, 3]
+    quats = get(quats)  # [N, 4]
+    log_scales = get(log_scales)  # [N, 3]
+    logits = get(opacity_logits)  # [N]
+    sh_dc = get(sh_dc)  # [N, 3]
+    n = len(means)
+    write_sh = sh_rest is not None and sh_rest.shape[1] > 0
+    rest = _np(sh_rest) if write_sh else None  # [N, K, 3] in the input order (quantised, then reordered)
     for name, a in (("means", means), ("quats", quats), ("log_scales", log_scales),
                     ("opacity_logits", logits), ("sh_dc", sh_dc)) + ((("sh_rest", rest),) if write_sh else ()):
         _finite(name, a)
@@ -498,13 +527,9 @@ def save_compressed_ply(scene: GaussianScene, path, *, sh: bool = True, order=No
     alpha = 0.5 * (1.0 + np.tanh(0.5 * logits.astype(np.float64)))  # [N] sigmoid without overflow
     vertex[:, 3] = ((_unorm_code(c[:, 0], 8) << 24) | (_unorm_code(c[:, 1], 8) << 16)
                     | (_unorm_code(c[:, 2], 8) << 8) | _unorm_code(alpha, 8))
-
-    parts = [None, chunk, vertex]
-    sh_bytes = 0
+    codes = None
     if write_sh:
-        rest_cm = rest.transpose(0, 2, 1).reshape(n, 3 * k)  # [N, K, 3] -> channel-major [N, 3K]
-        parts.append(_sh_bytes(rest_cm))  # [N, 3K] uint8
-        sh_bytes = 3 * k
-    parts[0] = compressed_ply_header(n, sh_bytes)
-    write_atomic(out, parts, fsync=fsync)
-    return out
+        k = rest.shape[1]
+        codes = _sh_bytes(rest).transpose(0, 2, 1).reshape(n, 3 * k)  # [N, K, 3] -> channel-major [N, 3K] uint8
+        codes = np.ascontiguousarray(codes if o is None else codes[o])  # [N, 3K] uint8
+    return chunk, vertex, codes

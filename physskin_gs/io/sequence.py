@@ -119,28 +119,54 @@ class _PlyFrames:
 
 
 class _CompressedFrames:
-    """Compressed-PLY frames in the sequence's fixed row order (see the module docstring)."""
+    """Compressed-PLY frames in the sequence's fixed row order (see the module docstring).
+
+    The chunks after the moving rows hold static rows only and are encoded once; a frame re-encodes only the
+    first ceil(M / 256) chunks (the moving rows, and the static rows that share their last chunk).
+    """
 
     def __init__(self, rest: GaussianScene, folder: Path, index: np.ndarray, sh: bool = True) -> None:
+        from physskin_gs.io.compressed_ply import CHUNK_SIZE, compressed_ply_header, encode_compressed
+
         self.folder = folder
-        self.sh = sh
+        n, m = rest.num_gaussians, int(index.size)
         self.order = _moving_first_order(_np32(rest.means), index)
-        base = {"means": _np32(rest.means), "quats": _np32(rest.quats), "log_scales": _np32(rest.log_scales),
+        head_n = min(n, -(-m // CHUNK_SIZE) * CHUNK_SIZE)  # rows of the chunks that hold moving rows
+        head, tail = self.order[:head_n], self.order[head_n:]
+        where = np.empty(n, dtype=np.int64)
+        where[head] = np.arange(head_n)
+        self.head_pos = where[index]  # [M] position in the head of each row of `index`
+        self.with_sh = bool(sh) and rest.sh_rest.shape[1] > 0
+        full = {"means": _np32(rest.means), "quats": _np32(rest.quats), "log_scales": _np32(rest.log_scales),
                 "opacity_logits": _np32(rest.opacity_logits), "sh_dc": _np32(rest.sh_dc),
                 "sh_rest": _np32(rest.sh_rest)}
+        base = {k: np.ascontiguousarray(v[head]) for k, v in full.items()}
         self.buffers = [base, {k: v.copy() for k, v in base.items()}]
+        self.tail = None
+        if tail.size:
+            self.tail = encode_compressed(*(full[k][tail] for k in ("means", "quats", "log_scales", "opacity_logits",
+                                                                    "sh_dc")),
+                                          full["sh_rest"][tail] if self.with_sh else None)
+        self.header = compressed_ply_header(n, 3 * rest.sh_rest.shape[1] if self.with_sh else 0)
+        self._encode = encode_compressed
 
     def scatter(self, buf: Dict[str, np.ndarray], idx: np.ndarray, rows: Dict[str, np.ndarray]) -> None:
         for key in ("means", "quats", "log_scales", "sh_rest"):
             if key in rows:
-                buf[key][idx] = rows[key]
+                buf[key][self.head_pos] = rows[key]
 
     def write(self, frame: int, buf: Dict[str, np.ndarray]) -> List[str]:
-        from physskin_gs.io.compressed_ply import save_compressed_ply
+        from physskin_gs.io.inria_ply import write_atomic
 
-        scene = GaussianScene(**{k: torch.from_numpy(v) for k, v in buf.items()})
+        head = self._encode(buf["means"], buf["quats"], buf["log_scales"], buf["opacity_logits"], buf["sh_dc"],
+                            buf["sh_rest"] if self.with_sh else None)
+        parts = [self.header]
+        for e in range(3 if self.with_sh else 2):  # chunk, vertex (, sh): the head's rows then the static tail's
+            parts.append(head[e])
+            if self.tail is not None:
+                parts.append(self.tail[e])
         path = self.folder / (FRAME_PATTERNS["compressed-ply"] % frame)
-        save_compressed_ply(scene, path, sh=self.sh, order=self.order, fsync=False)
+        write_atomic(path, parts, fsync=False)
         return [str(path)]
 
 
