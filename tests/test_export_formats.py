@@ -310,3 +310,32 @@ def test_compressed_frames_equal_a_full_encode(tmp_path):
         rows["means"], rows["quats"], rows["log_scales"], rows["sh_rest"])
     save_compressed_ply(full, tmp_path / "full.compressed.ply", order=ex.row_order)
     assert (tmp_path / "seq" / "frame0003.compressed.ply").read_bytes() == (tmp_path / "full.compressed.ply").read_bytes()
+
+
+def test_glb_splats_load_by_content_and_render_like_the_source(tmp_path):
+    """A .glb we wrote is detected by its JSON (KHR_gaussian_splatting) and loads through load_scene, with the
+    glTF +y format prior; a plain mesh .glb is still a mesh. The demo splat rendered from the .glb (turned to +Y
+    up) looks like the .splat itself (both renders use the same auto up rule)."""
+    import trimesh
+
+    from physskin_gs.io import detect_format
+
+    src = ROOT / "data" / "spot_mesh2splat_10k.splat"
+    glb = tmp_path / "spot.glb"
+    assert main(["convert", str(src), str(glb)]) == 0
+    assert detect_format(glb) == "gltf-splat"
+    sc = load_scene(glb)
+    assert sc.num_gaussians == 10000 and sc.format == "gltf-gaussian-splatting"
+    from physskin_gs.pipeline import resolve_up
+
+    assert resolve_up("auto", sc).tolist() == [0.0, 1.0, 0.0]
+    mesh = tmp_path / "box.glb"
+    trimesh.creation.box().export(str(mesh))
+    assert detect_format(mesh) == "mesh"
+    import imageio.v2 as iio
+
+    for name, path in (("a", src), ("b", glb)):
+        assert main(["render", str(path), "-o", str(tmp_path / f"{name}.png"), "--width", "96", "--height", "96"]) == 0
+    a = iio.imread(tmp_path / "a.png").astype(int)
+    b = iio.imread(tmp_path / "b.png").astype(int)
+    assert a.std() > 5 and np.abs(a - b).mean() < 1.0  # same picture (up to rounding)

@@ -35,8 +35,8 @@ def load_scene(path, quat_order: str = "wxyz") -> GaussianScene:
 
     Supported: INRIA 3DGS PLY (SH degree 0-4, with or without normals, extra vertex properties kept in
     ``scene.extra``, extra elements ignored with a :class:`SceneWarning`; ascii, binary little- and big-endian;
-    double properties cast to float32), antimatter15 ``.splat`` and PlayCanvas/SuperSplat compressed PLY
-    (decoded).
+    double properties cast to float32), antimatter15 ``.splat``, PlayCanvas/SuperSplat compressed PLY
+    (decoded) and glTF / GLB with ``KHR_gaussian_splatting`` (:func:`physskin_gs.io.gltf.load_gltf`; +Y up).
 
     Args:
         path: file path (str or PathLike).
@@ -70,6 +70,10 @@ def load_scene(path, quat_order: str = "wxyz") -> GaussianScene:
         from physskin_gs.io.splat import load_splat
 
         return load_splat(path, quat_order=quat_order)
+    if fmt == "gltf-splat":
+        from physskin_gs.io.gltf import load_gltf
+
+        return load_gltf(path)  # glTF axes (+Y up, metres); the file stores xyzw quaternions, returned as wxyz
     if fmt == "mesh":
         raise SceneFormatError(f"{path}: this is a mesh file, not a Gaussian scene; {MESH_HINT}")
     if fmt in UNSUPPORTED_CONTAINERS:

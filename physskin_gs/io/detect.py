@@ -24,6 +24,7 @@ FORMATS = (
     "2dgs-ply",        # 2D Gaussian (surfel) PLY: rejected by load_scene
     "mesh-ply",        # PLY without any 3DGS field (mesh or plain point cloud)
     "splat",           # antimatter15 .splat, 32-byte records
+    "gltf-splat",      # glTF / GLB whose extensionsUsed lists KHR_gaussian_splatting
     "mesh",            # OBJ / STL / GLB / glTF / OFF mesh (load with load_mesh)
     "ksplat", "spz", "sog", "lcc",  # other splat containers: rejected with a hint
 )
@@ -102,6 +103,26 @@ def _looks_like_obj(head: bytes) -> bool:
     return False
 
 
+def _is_gltf_splat(path: str, head: bytes) -> bool:
+    """A GLB (JSON chunk) or .gltf (JSON text) whose JSON names KHR_gaussian_splatting; reads only the JSON."""
+    try:
+        if head[:4] == b"glTF":
+            if len(head) < 20:
+                return False
+            json_len, kind = struct.unpack_from("<II", head, 12)
+            if kind != 0x4E4F534A:  # "JSON"
+                return False
+            with open(path, "rb") as f:
+                f.seek(20)
+                text = f.read(min(json_len, 64 << 20))
+        else:
+            with open(path, "rb") as f:
+                text = f.read(64 << 20)
+    except OSError:
+        return False
+    return b'"KHR_gaussian_splatting"' in text
+
+
 def detect_format(path) -> str:
     """Detect the format of the file at ``path`` from its content.
 
@@ -138,6 +159,8 @@ def detect_format(path) -> str:
         raise SceneFormatError(f"{path}: gzip-compressed file of unknown content; decompress it first")
     if head[:4] == b"PK\x03\x04":
         raise SceneFormatError(f"{path}: zip archive (SOG bundle?) is not supported; {CONVERT_HINT}")
+    if (head[:4] == b"glTF" or ext == ".gltf") and _is_gltf_splat(path, head):
+        return "gltf-splat"
     if head[:4] == b"glTF" or head.lstrip()[:5] == b"solid" or _is_binary_stl(head, size):
         return "mesh"
     if ext in MESH_EXTENSIONS and (_looks_like_obj(head) or ext in (".gltf", ".off", ".stl", ".glb")):
