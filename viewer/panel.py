@@ -34,6 +34,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from physskin_gs.io.sequence import EXPORT_FORMATS
 from physskin_gs.model.bases import resolve_skinning, skinning_names
 
 from .constants import (
@@ -191,6 +192,12 @@ class ControlPanel:
             g["click"] = gui.add_checkbox("click to grab", True)
         with gui.add_folder("Record"):
             g["record_dir"] = gui.add_text("folder", str(app.recording.record_dir))
+            fmt = getattr(app, "export_format", "ply")
+            g["record_format"] = gui.add_dropdown(
+                "format", list(EXPORT_FORMATS), initial_value=fmt if fmt in EXPORT_FORMATS else "ply",
+                hint="ply: frame0001.ply ...; compressed-ply: frame0001.compressed.ply ... (about 1/4 of the size); "
+                     "usd: one animation.usdc with time samples (needs usd-core)",
+            )
             g["record_mp4"] = gui.add_checkbox("also mp4", False)
             g["record"] = gui.add_button("Start recording", color="red")
             g["record_status"] = gui.add_markdown("")

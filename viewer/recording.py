@@ -66,7 +66,9 @@ class RecordingControl:
         parent = Path(gui["record_dir"].value) if "record_dir" in gui else self.record_dir
         out = Path(out_dir) if out_dir is not None else parent / datetime.now().strftime("rec_%Y%m%d_%H%M%S")
         video = self._video_renderer(client) if mp4 else None
-        rec = Recorder(out, dt=float(getattr(live.anim, "dt", 0.03)), meta=self.sequence_meta(), video_renderer=video)
+        fmt = gui["record_format"].value if "record_format" in gui else getattr(app, "export_format", "ply")
+        rec = Recorder(out, dt=float(getattr(live.anim, "dt", 0.03)), meta=self.sequence_meta(), video_renderer=video,
+                       export_format=fmt)
         self.recorder = rec
         live.worker.submit("start recording", lambda a: setattr(live.worker, "on_step", lambda a2, st: rec.add(a2)))
         if "record" in gui:
