@@ -1,7 +1,8 @@
 #!/usr/bin/env python
-"""Viewer throughput benchmark (issue 6 targets).
+"""Viewer throughput benchmark (issue 6 and issue 13 targets).
 
-CPU target: >= 15 updates per second of simulation + deformation + client update for a 100k-Gaussian scene.
+CPU target: >= 15 updates per second of simulation + deformation + client update for a 100k-Gaussian scene,
+and (issue 13, "viewer at 1M+") for a 1M-Gaussian scene of which 200k move (``--million``).
 GPU target: >= 60 fps for 1M Gaussians at 1080p with gsplat (skipped without CUDA).
 
 Measures, in one process:
@@ -13,13 +14,22 @@ Measures, in one process:
   live       the real ViewerApp (sim thread + display thread + one websocket client receiving) for a few seconds:
              display updates/s, simulation steps/s, and the CPU time of each thread per update (which, unlike
              the wall-clock rates, hardly depends on other load on the machine).
-and prints a table with ratios against the baseline.
+and prints a table with ratios against the baseline. With ``--million`` it first builds the 1M scene (800k static
+floor + a 200k block that moves, ``AnimationConfig(select=<the block's box>, up="z")``), writes it to a PLY and
+opens it in the app the way the CLI does, measuring
+  first frame  seconds until the page has the rest scene (``/scene/preview``), and until the live nodes are in
+               place (``/scene/static`` + ``/scene/moving``, physics running), as a websocket client sees them;
+  memory       the viewer process's resident memory per Gaussian, static and moving, from three fresh processes
+               (800k/200k, 400k/200k, 800k/100k static/moving; a separate process plays the browser);
+then runs the measurements above on that scene.
 
 Usage:
   python scripts/bench_viewer.py                       # real pipeline on a 100k synthetic scene if available
   python scripts/bench_viewer.py --fake                # toy AnimatedScene (viewer cost alone)
   python scripts/bench_viewer.py --scene data/plant_capture.splat --solver both   # issue 6's real test case
   python scripts/bench_viewer.py --gpu-only            # the 1M / 1080p gsplat render benchmark
+  python scripts/bench_viewer.py --million              # issue 13: 1M Gaussians, 200k moving
+  python scripts/bench_viewer.py --memory-probe 800000 200000   # one memory probe (prints JSON; used by --million)
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Tuple
 
 import numpy as np
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does (physskin_gs/cli/__init__.py), before torch
@@ -54,11 +65,290 @@ def make_anim(args):
     except ImportError:
         print("physskin_gs.pipeline not available: using the fake AnimatedScene", file=sys.stderr)
         return FakeAnimatedScene(scene, num_handles=8), "fake (no pipeline)"
-    cfg = AnimationConfig(skinning=args.skinning)
+    cfg = AnimationConfig(skinning=args.skinning or "pretrained")
     t0 = time.perf_counter()
     anim = prepare_animation(scene, cfg, progress=lambda m, f: None)
     print(f"prepare_animation: {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return anim, f"pipeline (skinning {getattr(anim, 'skinning_source', args.skinning)})"
+
+
+MILLION_BOX = "-0.3,-0.3,0.04,0.3,0.3,1.1"  # the block of make_million_scene (the select box)
+
+
+def make_million_scene(n_static: int = 800_000, n_moving: int = 200_000, seed: int = 0):
+    """A synthetic capture: a 4 x 4 x 0.02 floor slab of ``n_static`` grey Gaussians (z from 0 to 0.02) and an
+    orange 0.5 x 0.5 x 1 block of ``n_moving`` Gaussians standing on it (z from 0.05 to 1.05), z up, degree-0 SH.
+
+    :data:`MILLION_BOX` selects the block: with ``AnimationConfig(select=MILLION_BOX, up="z")`` the block moves
+    and the floor is static. Returns a GaussianScene of ``n_static + n_moving`` rows (floor first).
+    """
+    from physskin_gs.scene import C0, GaussianScene
+
+    g = torch.Generator().manual_seed(seed)
+    floor = torch.rand(n_static, 3, generator=g) * torch.tensor([4.0, 4.0, 0.02]) - torch.tensor([2.0, 2.0, 0.0])
+    block = torch.rand(n_moving, 3, generator=g) * torch.tensor([0.5, 0.5, 1.0]) + torch.tensor([-0.25, -0.25, 0.05])
+    n = n_static + n_moving
+    rgb = torch.empty(n, 3)
+    rgb[:n_static] = 0.45 + 0.15 * torch.rand(n_static, 1, generator=g)
+    rgb[n_static:] = torch.tensor([0.9, 0.45, 0.1]) * (0.8 + 0.2 * torch.rand(n_moving, 1, generator=g))
+    q = torch.randn(n, 4, generator=g)
+    return GaussianScene(
+        means=torch.cat([floor, block]), quats=q / q.norm(dim=1, keepdim=True),
+        log_scales=torch.full((n, 3), -5.0) + 0.3 * torch.rand(n, 3, generator=g),
+        opacity_logits=torch.full((n,), 3.0), sh_dc=(rgb - 0.5) / C0, sh_rest=torch.zeros(n, 0, 3),
+        source="synthetic 1M capture", format="synthetic",
+    )
+
+
+def million_config(args):
+    from physskin_gs.pipeline import AnimationConfig  # type: ignore[attr-defined]
+
+    kw = {} if args.skinning is None else {"skinning": args.skinning}  # default: the app's (AnimationConfig's)
+    return AnimationConfig(select=MILLION_BOX, up="z", **kw)
+
+
+def rss_mib() -> float:
+    """Resident set size of this process now, MiB (Linux /proc; nan elsewhere)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, ValueError):
+        return float("nan")
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far, MiB (VmHWM)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return float("nan")
+
+
+def bench_first_frame(args, path):
+    """Open ``path`` in the app as the CLI does and time what a websocket client gets: the first splats (the rest
+    scene) and the live nodes. Returns (AnimatedScene, dict of seconds)."""
+    from physskin_gs_viewer.app import ViewerApp
+    from physskin_gs_viewer.testing import ViserWsClient
+
+    out = {}
+    t0 = time.perf_counter()
+    app = ViewerApp(path, million_config(args), port=0, play=False, realtime=args.realtime, max_live=args.max_live,
+                    progress_stream=open(os.devnull, "w"))
+    out["load"] = time.perf_counter() - t0  # ViewerApp validates (loads) the file before the server starts
+    t1 = time.perf_counter()
+    app.start()
+    ws = ViserWsClient(app.port)
+    ws.send_camera((3.0, 3.0, 2.0), (0.0, 0.0, 0.5))
+    first = live = None
+    end = t1 + 600
+    while time.perf_counter() < end and (first is None or live is None):
+        now = time.perf_counter()
+        if first is None and ws.count("GaussianSplatsMessage") > 0:
+            first = now - t1
+        if live is None and ws.get("GaussianSplatsMessage", "/scene/moving") is not None:
+            live = now - t1
+        if app.failed:
+            raise RuntimeError(app.failed)
+        time.sleep(0.01)
+    out["first_splats"] = first
+    out["live"] = live
+    if not app.wait_ready(120):  # the client may see the live nodes a moment before the app calls itself ready
+        raise RuntimeError(app.failed or "the viewer did not get ready")
+    out.update({f"app_{k}": v for k, v in getattr(app, "timings", {}).items()})
+    anim = app.live.anim
+    ws.close()
+    app.stop()
+    return anim, out
+
+
+def memory_probe(n_static: int, n_moving: int, args) -> dict:
+    """One fresh process: build, prepare and show ``n_static + n_moving`` Gaussians (:func:`make_million_scene`)
+    with a separate client process receiving (the browser's part is not in this process).
+
+    Returns the process's RSS in MiB at each stage, each read after ``gc.collect()`` and glibc ``malloc_trim(0)``
+    (so memory freed but still mapped does not count): ``rss_imports``, ``rss_scene``, ``rss_prepared``
+    (AnimatedScene built, the scene's only reference), ``rss_ready`` (viewer set up, paused, the client has
+    both nodes), ``rss_live`` (after ``probe_seconds`` of play); plus ``rss_live_untrimmed`` (what ``top`` shows
+    while it plays), the peak (VmHWM) and the number of display updates.
+    """
+    import ctypes
+    import gc
+    import subprocess
+
+    from physskin_gs.pipeline import prepare_animation  # type: ignore[attr-defined]
+    from physskin_gs_viewer.app import ViewerApp
+
+    def rss() -> float:
+        gc.collect()
+        try:
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+        except (OSError, AttributeError):
+            pass
+        return rss_mib()
+
+    out = {"n_static": n_static, "n_moving": n_moving, "rss_imports": rss()}
+    scene = make_million_scene(n_static, n_moving)
+    out["rss_scene"] = rss()
+    anim = prepare_animation(scene, million_config(args))
+    del scene
+    out["rss_prepared"] = rss()
+    out["peak_prepared"] = peak_rss_mib()
+    app = ViewerApp(anim, None, port=0, play=False, realtime=True, max_live=args.max_live)
+    app.start()
+    assert app.wait_ready(300), app.failed
+    client = subprocess.Popen([sys.executable, "-c", (
+        "import sys, time; from physskin_gs_viewer.testing import ViserWsClient, wait_until\n"
+        f"c = ViserWsClient({app.port}); c.send_camera((3.0, 3.0, 2.0), (0.0, 0.0, 0.5))\n"
+        "names = ['/scene/moving'] + (['/scene/static'] if " + str(n_static > 0) + " else [])\n"
+        "ok = wait_until(lambda: all(c.get('GaussianSplatsMessage', n) is not None for n in names), 120)\n"
+        "print('ok' if ok else 'timeout', flush=True); time.sleep(120)")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout.readline().strip() == "ok", "the client did not get the splat nodes"
+        time.sleep(1.0)
+        out["rss_ready"] = rss()
+        app.live.worker.set_playing(True)
+        time.sleep(args.probe_seconds)
+        out["rss_live_untrimmed"] = rss_mib()
+        out["rss_live"] = rss()
+        out["peak_live"] = peak_rss_mib()
+        out["display_updates"] = app.display_updates
+        try:
+            out["accounted"] = viewer_accounting(app)
+        except Exception as exc:  # noqa: BLE001 - a diagnostic (it reads viser internals)
+            out["accounted"] = {"error": repr(exc)}
+    finally:
+        client.kill()
+        client.wait(10)
+        app.stop()
+    return out
+
+
+def viewer_accounting(app) -> dict:
+    """Bytes of the arrays the live viewer holds, by what they scale with: ``static`` (per static row sent),
+    ``moving`` (per moving row shown live) and ``all`` (per row of the scene), each split into ``viser`` (the
+    splat nodes' records: handle props and the messages kept to replay to new tabs) and ``viewer`` (our own:
+    colours, row indices, packer, the display deformer's output buffers). Reads viser internals (diagnostic)."""
+    live = app.live
+
+    def nb(x) -> int:
+        if isinstance(x, np.ndarray):
+            return int(x.nbytes)
+        if isinstance(x, torch.Tensor):
+            return int(x.element_size() * x.nelement())
+        return 0
+
+    out = {"static": {"viser": 0, "viewer": 0}, "moving": {"viser": 0, "viewer": 0}, "all": {"viser": 0, "viewer": 0}}
+    out["all"]["viewer"] = nb(live.base_rgb) + nb(live.opac) + nb(live.moving)
+    out["static"]["viewer"] = nb(live.static_idx) + (nb(live.static_shown) if live.static_shown is not live.static_idx
+                                                     else 0)
+    mv = nb(live.live_idx) + nb(live.live_rgb) + nb(live.moving_rows_t) + nb(live.live_pos_t)
+    pk = live.packer
+    mv += nb(pk._buf) + nb(pk._c) + nb(pk._tri)
+    src = live.worker.source
+    if src is not None:
+        mv += nb(src.moving_idx)
+        if src.private:
+            mv += nb(src.deformer.means) + nb(src.deformer.covars)
+    if live.live_rgba is not None:
+        mv += nb(live.live_rgba[1])
+    out["moving"]["viewer"] = mv
+    kind = {"/scene/static": "static", "/scene/moving": "moving"}
+    for node in (live.static_node, live.moving_node):
+        if node is not None:
+            out[kind[node.name]]["viser"] += nb(node._impl.props.buffer)
+    try:
+        msgs = list(app.server._websock_server._broadcast_buffer.message_from_id.values())
+    except AttributeError:
+        msgs = []
+    for m in msgs:
+        k = kind.get(getattr(m, "name", None))
+        if k is None:
+            continue
+        if type(m).__name__ == "GaussianSplatsMessage":
+            out[k]["viser"] += nb(m.props.buffer)
+        elif type(m).__name__ == "SceneNodeUpdateMessage" and "buffer" in m.updates:
+            out[k]["viser"] += nb(m.updates["buffer"])
+    out["n_static_shown"] = 0 if live.static_shown is None else int(len(live.static_shown))
+    out["n_live"] = int(len(live.live_idx))
+    out["n"] = int(live.base_rgb.shape[0])
+    return out
+
+
+#: (static, moving) Gaussians of the three memory probes: the full case, then fewer static, then fewer moving
+PROBES = ((800_000, 200_000), (200_000, 200_000), (800_000, 50_000))
+
+
+def bench_memory(args) -> list:
+    """Run :func:`memory_probe` for each of :data:`PROBES` in a fresh process; returns their results."""
+    import json
+    import subprocess
+
+    res = []
+    for ns, nm in PROBES:
+        cmd = [sys.executable, __file__, "--memory-probe", str(ns), str(nm), "--probe-seconds", str(args.probe_seconds)]
+        if args.skinning is not None:
+            cmd += ["--skinning", args.skinning]
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+        lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+        if p.returncode != 0 or not lines:
+            raise RuntimeError(f"memory probe {ns}/{nm} failed:\n{p.stderr[-2000:]}")
+        res.append(json.loads(lines[-1]))
+    return res
+
+
+def per_gaussian(mem: list, stage: str, base: str) -> Tuple[float, float]:
+    """Bytes per static and per moving Gaussian of ``rss[stage] - rss[base]``, from the probes of :data:`PROBES`
+    (differences between the full case and the one with fewer static / fewer moving rows)."""
+    a, b, c = mem
+    d = lambda m: (m[stage] - m[base]) * 2**20  # noqa: E731
+    return (d(a) - d(b)) / (a["n_static"] - b["n_static"]), (d(a) - d(c)) / (a["n_moving"] - c["n_moving"])
+
+
+def print_million(first: dict, mem: list) -> None:
+    """The issue-13 table: time to the first frame and memory per Gaussian."""
+    print()
+    print("# Viewer at 1M: first frame and memory")
+    print()
+    print("| measurement | value |")
+    print("|---|---|")
+    print(f"| load the 1M PLY (ViewerApp validates the file before the server starts) | {first['load']:.2f} s |")
+    for key, label in (("first_splats", "start -> first splats in the page (the rest scene, while preparing)"),
+                       ("live", "start -> live nodes in the page (static + moving, physics running)")):
+        v = first.get(key)
+        print(f"| {label} | {'never' if v is None else f'{v:.2f} s'} |")
+    for k in ("app_preview", "app_live"):
+        if k in first:
+            print(f"| app.timings[{k[4:]!r}] (server side: handed to viser) | {first[k]:.2f} s |")
+    if not mem:
+        return
+    for m in mem:
+        print(f"| RSS {m['n_static']:,} static + {m['n_moving']:,} moving: imports / scene / prepared / viewer ready / "
+              f"live (untrimmed, peak) | {m['rss_imports']:.0f} / {m['rss_scene']:.0f} / {m['rss_prepared']:.0f} / "
+              f"{m['rss_ready']:.0f} / {m['rss_live']:.0f} ({m['rss_live_untrimmed']:.0f}, {m['peak_live']:.0f}) MiB, "
+              f"{m['display_updates']} display updates |")
+    # differences between processes: glibc and the websocket buffers make these good to about +-20 MiB
+    st, mv = per_gaussian(mem, "rss_live", "rss_imports")
+    print(f"| process RSS per static / per moving Gaussian, live (scene + AnimatedScene + viewer; from the probes' "
+          f"differences, +-20 MiB noise) | {st:.0f} / {mv:.0f} B |")
+    a = mem[0]
+    n = a["n_static"] + a["n_moving"]
+    acc = a.get("accounted", {})
+    if "static" in acc:
+        ns, nm, nn = max(acc["n_static_shown"], 1), max(acc["n_live"], 1), max(acc["n"], 1)
+        print(f"| arrays the viewer holds, per static row: viser (props + replay message) / ours (index) | "
+              f"{acc['static']['viser'] / ns:.0f} / {acc['static']['viewer'] / ns:.0f} B |")
+        print(f"| arrays the viewer holds, per moving row: viser (props + add + last update) / ours (packer, "
+              f"deformer buffers, indices, colours) | {acc['moving']['viser'] / nm:.0f} / "
+              f"{acc['moving']['viewer'] / nm:.0f} B |")
+        print(f"| arrays the viewer holds, per row of the scene (colours, opacities, mask) | "
+              f"{acc['all']['viewer'] / nn:.0f} B |")
+    print(f"| 1M (800k static + 200k moving), live: process RSS | {a['rss_live']:.0f} MiB ({a['rss_live_untrimmed']:.0f} "
+          f"untrimmed), of which the viewer {a['rss_live'] - a['rss_prepared']:.0f} MiB "
+          f"({(a['rss_live'] - a['rss_prepared']) * 2**20 / n:.0f} B per Gaussian) |")
 
 
 def timeit(fn, reps: int, warmup: int = 2) -> float:
@@ -140,8 +430,10 @@ def bench_cpu(args, anim=None, kind="", solver="fast") -> None:
         gg = anim.deformed_gaussians()
         return to_numpy(gg.means.clone()), to_numpy(gg.covars.clone())
 
-    rgba = rgba_u32(rgb, opac)
-    packer = SplatPacker(n, rgba)
+    # the rows the display packs each frame: the moving ones on the split path, every row otherwise
+    rows = to_numpy(split.moving_idx, dtype=np.int64) if split is not None else np.arange(n)
+    rgba = rgba_u32(rgb[rows], opac[rows])
+    packer = SplatPacker(len(rows), rgba)
     mc = {}
 
     def deform_new():
@@ -201,13 +493,29 @@ def bench_cpu(args, anim=None, kind="", solver="fast") -> None:
     time.sleep(1.0)
     sim_t, disp_t = app.live.worker._thread, app._display_thread
 
+    def moving_updates():  # splat buffer updates of the moving node (not the handle gizmos' updates)
+        try:
+            return ws.count("SceneNodeUpdateMessage", "/scene/moving")
+        except TypeError:  # an older test client without per-node counts
+            return ws.count("SceneNodeUpdateMessage")
+
+    def static_messages():
+        try:
+            return ws.count("SceneNodeUpdateMessage", "/scene/static") + ws.count("GaussianSplatsMessage", "/scene/static")
+        except TypeError:
+            return -1
+
     def sample():
-        return (anim.frame, app.display_updates, ws.count("SceneNodeUpdateMessage"), time.perf_counter(),
+        return (anim.frame, app.display_updates, moving_updates(), time.perf_counter(),
                 time.process_time(), thread_cpu(sim_t), thread_cpu(disp_t))
 
+    st0 = static_messages()
     a0 = sample()
     time.sleep(args.seconds)
     a1 = sample()
+    st1 = static_messages()
+    n_static = int(len(app.live.static_idx))
+    n_moving_live = int(len(app.live.live_idx))
     ws.close()
     app.stop()
     f0, d0, m0, t0, p0, s0, q0 = a0
@@ -225,14 +533,15 @@ def bench_cpu(args, anim=None, kind="", solver="fast") -> None:
     import os
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    print(f"# Viewer benchmark, CPU: {n:,} Gaussians, AnimatedScene = {kind}, solver = {solver}, "
+    print(f"# Viewer benchmark, CPU: {n:,} Gaussians ({n_moving_live:,} moving shown live, {n_static:,} static sent "
+          f"once), AnimatedScene = {kind}, solver = {solver}, "
           f"deformation on the {'display' if split is not None else 'simulation'} thread, torch threads "
           f"sim {sim_threads} / display {disp_threads}, {os.cpu_count()} cores, load average {load:.1f} at the end")
     print()
     print("| measurement | ms / update | updates / s | ratio to baseline |")
     print("|---|---|---|---|")
     rows = [
-        ("baseline: viser set_gaussians alone", t_base),
+        (f"baseline: viser set_gaussians of all {n:,} splats alone", t_base),
         ("sim thread: anim.step(1) (+ handle-transform snapshot)", t_step),
         ("old: deformed_gaussians on the sim thread + copies", t_old),
         ("display thread: deformation of the moving Gaussians", t_def),
@@ -248,7 +557,8 @@ def bench_cpu(args, anim=None, kind="", solver="fast") -> None:
     print(f"| live app: display updates (sim + deform + client update, threaded) | {ms_disp:.1f} | {disp_ps:.1f} | "
           f"{ms_disp / 1e3 / t_base:.2f} |")
     print(f"| live app: simulation steps | {1e3 / max(steps_ps, 1e-9):.1f} | {steps_ps:.1f} | |")
-    print(f"| live app: splat updates received by the websocket client | | {recv_ps:.1f} | |")
+    print(f"| live app: moving-node splat updates received by the websocket client | | {recv_ps:.1f} | |")
+    print(f"| live app: static-node messages received during the run (sent once, before) | | {st1 - st0} | |")
     print(f"| live app: CPU of the sim thread per step | {1e3 * sim_cpu:.1f} | | |")
     print(f"| live app: CPU of the display thread per update | {1e3 * disp_cpu:.1f} | | |")
     print(f"| live app: CPU of other threads per update (websocket send, test client, GUI) | {1e3 * other_cpu:.1f} | | |")
@@ -322,7 +632,9 @@ def main() -> int:
     ap.add_argument("--n", type=int, default=100_000, help="Gaussians in the synthetic scene")
     ap.add_argument("--scene", default=None, help="use this scene file instead of the synthetic one")
     ap.add_argument("--fake", action="store_true", help="use the toy AnimatedScene (viewer cost alone)")
-    ap.add_argument("--skinning", default="pretrained", choices=["pretrained", "fit"])
+    ap.add_argument("--skinning", default=None, choices=["pretrained", "fit", "eigen", "network", "rbf"],
+                    help="skinning basis (default: pretrained for the scene cases, as before; the app's default, "
+                         "AnimationConfig().skinning, for --million)")
     ap.add_argument("--solver", default="fast", choices=["fast", "full", "both"],
                     help="fast: the viewer's default fast solver (Hessian factor reused); full: full Newton; "
                          "both: one after the other on the same prepared scene")
@@ -336,8 +648,39 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=2, help="torch threads (the CPU target is for 2 cores)")
     ap.add_argument("--gpu-n", type=int, default=1_000_000)
     ap.add_argument("--gpu-only", action="store_true")
+    ap.add_argument("--million", action="store_true",
+                    help="issue 13: 1M Gaussians (800k static floor, a 200k block moving), first frame, memory")
+    ap.add_argument("--no-memory", action="store_true", help="with --million: skip the memory probes")
+    ap.add_argument("--memory-probe", nargs=2, type=int, metavar=("N_STATIC", "N_MOVING"),
+                    help="run one memory probe in this process and print it as JSON")
+    ap.add_argument("--probe-seconds", type=float, default=6.0, help="seconds live before a memory probe reads RSS")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.memory_probe:
+        import json
+
+        print(json.dumps(memory_probe(*args.memory_probe, args)), flush=True)
+        return 0
+    if args.million and not args.gpu_only:
+        import tempfile
+
+        from physskin_gs.io import save_scene
+
+        with tempfile.TemporaryDirectory(prefix="physskin-bench-") as tmp:
+            path = Path(tmp) / "million.ply"
+            t0 = time.perf_counter()
+            save_scene(make_million_scene(), path)
+            print(f"wrote the 1M scene ({path.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.1f} s",
+                  file=sys.stderr)
+            anim, first = bench_first_frame(args, path)
+        mem = [] if args.no_memory else bench_memory(args)
+        kind = f"pipeline (skinning {getattr(anim, 'skinning_source', args.skinning)}), select = the block"
+        for solver in (("fast", "full") if args.solver == "both" else (args.solver,)):
+            anim.reset()
+            bench_cpu(args, anim, kind, solver)
+        print_million(first, mem)
+        bench_gpu(args)
+        return 0
     if not args.gpu_only:
         anim, kind = make_anim(args)
         for solver in (("fast", "full") if args.solver == "both" else (args.solver,)):

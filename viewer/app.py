@@ -13,7 +13,12 @@ Layout of the running app:
 - in server-rendered mode, one render thread per browser tab renders that tab's camera and sends a JPEG
   (:mod:`~physskin_gs_viewer.render_server`);
 - every exception in a step, a command or a render is shown in the page (and the terminal); the server keeps
-  running.
+  running;
+- given a file (or a loaded GaussianScene), the page shows the rest scene as soon as the server starts (one splat
+  node, ``/scene/preview``) with a progress bar for the preparation stages (``prepare_animation(...,
+  progress=...)``), then the live nodes replace it: the static rows (``AnimatedScene.moving`` False) in
+  ``/scene/static``, sent once, and the moving rows in ``/scene/moving``, updated every frame. A tab whose camera
+  nobody moved follows from the whole scene to the object.
 
 :class:`ViewerApp` (this module) owns the server, the lifecycle (start / stop), preparation and activation of an
 AnimatedScene (:class:`LiveState`: its worker, rows, colours, nodes), errors and status, and the display mode
@@ -109,6 +114,70 @@ def side_view_direction(points: np.ndarray, up: np.ndarray) -> np.ndarray:
     return d / np.linalg.norm(d)
 
 
+def initial_camera_pose(points: np.ndarray, center, extent: float, up) -> Tuple[np.ndarray, np.ndarray, float, float]:
+    """Where the camera starts: ``1.25 * extent`` from ``center``, on the thin side of ``points`` (see
+    :func:`side_view_direction`), a little above (along ``up``).
+
+    Args:
+        points: (M, 3) the rows to frame (a subsample is enough; at most 200k are used), scene units.
+        center: (3,) look-at point; extent: their size (robust diagonal), scene units; up: (3,) unit vector.
+    Returns:
+        (position (3,), look_at (3,), near, far) float64 / float.
+    """
+    up = np.asarray(up, dtype=np.float64).reshape(3)
+    center = np.asarray(center, dtype=np.float64).reshape(3)
+    pts = np.asarray(points)
+    if pts.shape[0] > 200_000:
+        pts = pts[:: int(np.ceil(pts.shape[0] / 200_000))]
+    pts = pts[np.all(np.isfinite(pts), axis=1)]
+    side = side_view_direction(pts, up)
+    d = 0.8 * side + 0.35 * up
+    position = center + 1.25 * extent * d / np.linalg.norm(d)
+    return position, center, max(1e-3 * extent, 1e-6), max(100.0 * extent, 10.0)
+
+
+def preview_up(config, scene) -> np.ndarray:
+    """(3,) float64 unit up vector to show ``scene`` before the preparation knows it: the config's axis, or for
+    ``"auto"`` the file format's prior (:func:`physskin_gs.pipeline.resolve_up`; the scene analysis may later
+    pick the support plane's normal); +z when the pipeline cannot tell."""
+    try:
+        from physskin_gs.pipeline import resolve_up  # type: ignore[attr-defined]
+
+        up = np.asarray(to_numpy(resolve_up(getattr(config, "up", "auto") or "auto", scene)), dtype=np.float64)
+    except Exception:  # noqa: BLE001 - a stand-in pipeline, an unknown name: the default axis
+        up = np.array([0.0, 0.0, 1.0])
+    n = np.linalg.norm(up)
+    return up / n if np.isfinite(n) and n > 0 else np.array([0.0, 0.0, 1.0])
+
+
+def release_free_memory() -> bool:
+    """Hand memory the process has freed back to the OS (glibc ``malloc_trim(0)``); True when it ran.
+
+    Setting up a large scene frees a few hundred bytes of temporaries per Gaussian (wire arrays, viser's packing,
+    the preparation's scratch), which glibc keeps mapped: at 1M Gaussians about 170 MiB of resident memory that
+    nothing uses. Called once after each activation (and after the preview); a few milliseconds. No-op where
+    there is no glibc (macOS, Windows, musl).
+    """
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        trim = libc.malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    trim(0)
+    return True
+
+
+def _is_gaussian_scene(obj) -> bool:
+    """True for a :class:`physskin_gs.scene.GaussianScene` (a loaded scene to prepare, not an AnimatedScene)."""
+    from physskin_gs.scene import GaussianScene
+
+    return isinstance(obj, GaussianScene)
+
+
 def config_from_args(args) -> Any:
     """An ``AnimationConfig`` from the CLI's parsed args (fields the args lack keep their defaults)."""
     from physskin_gs.pipeline import AnimationConfig  # type: ignore[attr-defined]
@@ -168,7 +237,6 @@ class LiveState:
     moving_node: Any = None
     static_node: Any = None
     static_shown: Optional[np.ndarray] = None  # static rows sent to the browser (maybe subsampled)
-    static_buffer: Optional[np.ndarray] = None  # their splat records as first sent (undimmed)
     handle_gizmos: List[Any] = dataclasses.field(default_factory=list)
     handle_offset: int = 0  # skinning-weight column of handle gizmo 0
     retired: bool = False  # set when its nodes are removed (re-preparation); the display thread then skips it
@@ -182,8 +250,10 @@ class ViewerApp:
     """The live viewer, programmatic form.
 
     Args:
-        anim_or_path: an AnimatedScene (or any object with its interface) or the path of a scene file. A
-            path is validated (exists, loads) here, before any server starts.
+        anim_or_path: an AnimatedScene (or any object with its interface), the path of a scene file, or a
+            loaded GaussianScene. A path is validated (exists, loads) here, before any server starts. With a
+            path or a GaussianScene the app prepares the animation itself after :meth:`start`, showing the rest
+            scene and a progress bar in the page meanwhile.
         config: ``AnimationConfig`` for :func:`physskin_gs.pipeline.prepare_animation` (used with a path, and
             when re-preparing on a new skinning source, selection or up axis); defaults to ``AnimationConfig()``.
         host, port: where to serve; 127.0.0.1 unless told otherwise; port 0 picks a free port.
@@ -226,6 +296,10 @@ class ViewerApp:
         if isinstance(anim_or_path, (str, Path)):
             self.path = Path(anim_or_path)
             self.source_scene = validate_scene_path(self.path)
+        elif _is_gaussian_scene(anim_or_path):
+            if int(anim_or_path.num_gaussians) == 0:
+                raise SceneFormatError("the scene holds no Gaussians")
+            self.source_scene = anim_or_path
         else:
             self._initial_anim = anim_or_path
         display = DISPLAY_ALIASES.get(display, display)
@@ -249,6 +323,11 @@ class ViewerApp:
         self._lock = threading.RLock()
         self._renderers: Dict[int, ClientRenderThread] = {}
         self._last_notify = 0.0
+        #: seconds from :meth:`start` to: "preview" (the rest scene's splats handed to viser, path / scene flow
+        #: only) and "live" (the first AnimatedScene's nodes in place, physics running)
+        self.timings: Dict[str, float] = {}
+        self._t_start: Optional[float] = None
+        self._preview_camera: Optional[Tuple[np.ndarray, np.ndarray]] = None  # (position, look_at) it set
         self.error_log: List[str] = []
         import torch
 
@@ -334,6 +413,7 @@ class ViewerApp:
         if self.requested_port and self.port != self.requested_port:  # viser moves on to the next free port
             print(f"[physskin-gs] port {self.requested_port} is in use; serving on port {self.port} instead",
                   file=sys.stderr, flush=True)
+        self._t_start = time.monotonic()
         self.server.gui.configure_theme(control_width="medium")
         self.panel.build_status(self.path.name if self.path is not None else "scene")
         self.server.on_client_connect(self._on_connect)
@@ -401,7 +481,11 @@ class ViewerApp:
         from physskin_gs.pipeline import prepare_animation  # type: ignore[attr-defined]
 
         set_thread_torch_threads(self._prepare_threads)  # a new thread inherits the last count set anywhere
-        progress = TerminalProgress(self.progress_stream, gui_sink=self.panel.set_status)
+
+        def page(stage: str, pct: float) -> None:  # the status line names the stage, the bar shows the fraction
+            self.panel.set_status(f"**Preparing the animation** · {stage}…", pct)
+
+        progress = TerminalProgress(self.progress_stream, gui_sink=page)
         return prepare_animation(self.source_scene, config, progress=progress)
 
     def _prepare_and_activate(self) -> None:
@@ -410,17 +494,72 @@ class ViewerApp:
                 from physskin_gs.pipeline import AnimationConfig  # type: ignore[attr-defined]
 
                 self.config = AnimationConfig()
-            anim = self._prepare(self.config)
-        except Exception as exc:  # noqa: BLE001 - shown in the page; the server keeps running
+        except Exception as exc:  # noqa: BLE001 - as a failed preparation below
             self.failed = f"{type(exc).__name__}: {exc}"
             self.panel.set_status(f"**Preparation failed:** `{self.failed}`", None)
+            self.report_error("preparation", exc, traceback.format_exc())
+            return
+        self.panel.set_status("**Preparing the animation** (the scene is shown at rest meanwhile)…", 0.0)
+        try:
+            self._show_preview()
+        except Exception as exc:  # noqa: BLE001 - the preview is a courtesy; preparation goes on
+            self.report_error("preview", exc, traceback.format_exc())
+        try:
+            anim = self._prepare(self.config)
+        except Exception as exc:  # noqa: BLE001 - shown in the page; the server keeps running
+            failed = f"{type(exc).__name__}: {exc}"
+            self.panel.set_status(f"**Preparation failed:** `{failed}`", None)
             self.report_error("preparation", exc, traceback.format_exc())
             try:
                 self.panel.build_recovery()  # another selection / up axis can be tried from the page
             except Exception as exc2:  # noqa: BLE001
                 self.report_error("panel", exc2, traceback.format_exc())
+            self.failed = failed  # last: whoever waits on it (wait_ready) finds the recovery panel complete
             return
         self._activate(anim)
+
+    def _show_preview(self) -> None:
+        """Show the rest scene (every row, static and moving alike) in the page before the first preparation
+        ends, and frame the camera on it; records ``timings["preview"]``."""
+        if self.live is not None or self.server is None or self._stop.is_set():
+            return
+        center, extent, pts = self.display.show_preview(self.source_scene)
+        up = preview_up(self.config, self.source_scene)
+        pose = initial_camera_pose(pts, center, extent, up)
+        self._set_initial_camera(pose, up)
+        self._preview_camera = (pose[0], pose[1])
+        if self._t_start is not None:
+            self.timings["preview"] = time.monotonic() - self._t_start
+        release_free_memory()  # the preview's wire temporaries (about 150 bytes per Gaussian)
+
+    def _set_initial_camera(self, pose, up: np.ndarray) -> None:
+        """Up direction and initial camera (new tabs start there) from ``pose`` = :func:`initial_camera_pose`."""
+        server = self.server
+        position, look_at, near, far = pose
+        server.scene.set_up_direction(tuple(float(v) for v in up))
+        server.initial_camera.position = tuple(float(v) for v in position)
+        server.initial_camera.look_at = tuple(float(v) for v in look_at)
+        server.initial_camera.up = tuple(float(v) for v in up)
+        server.initial_camera.near = near
+        server.initial_camera.far = far
+
+    def _follow_untouched_cameras(self, old: Tuple[np.ndarray, np.ndarray], pose, up, tol: float) -> int:
+        """Move the tabs whose camera still sits where the preview put it (``old`` = (position, look_at)) to
+        ``pose``; a camera the user moved stays. Returns how many tabs were moved."""
+        moved = 0
+        for client in list(self.server.get_clients().values()):
+            try:
+                cam = client.camera
+                if (np.linalg.norm(np.asarray(cam.position) - old[0]) > tol
+                        or np.linalg.norm(np.asarray(cam.look_at) - old[1]) > tol):
+                    continue
+                cam.up_direction = tuple(float(v) for v in up)
+                cam.position = tuple(float(v) for v in pose[0])  # moves look_at along (viser), so look_at after
+                cam.look_at = tuple(float(v) for v in pose[1])
+                moved += 1
+            except Exception:  # noqa: BLE001 - a tab that has not reported its camera yet starts at the new pose
+                continue
+        return moved
 
     # ================================================================== activation (per AnimatedScene)
     def _activate(self, anim) -> None:
@@ -436,6 +575,9 @@ class ViewerApp:
             return
         self.panel.set_status(self.summary(), None)
         self.failed = None
+        if "live" not in self.timings and self._t_start is not None:
+            self.timings["live"] = time.monotonic() - self._t_start
+        release_free_memory()  # the setup's and the preparation's temporaries (see the function)
         self.ready.set()
 
     def summary(self) -> str:
@@ -454,7 +596,6 @@ class ViewerApp:
     def _setup_live(self, anim) -> None:
         """Make ``anim`` the live AnimatedScene: its worker, splat nodes, handle gizmos, camera and controls (the
         previous one, if any, is torn down once the new one is ready to show)."""
-        server = self.server
         if self.recording.active:  # a recording belongs to one AnimatedScene
             self.recording.stop()
         scene = anim.scene
@@ -506,15 +647,11 @@ class ViewerApp:
         if old is not None:
             self._teardown_live(old)
 
-        server.scene.set_up_direction(tuple(float(v) for v in up))
-        dist = 1.25 * extent
-        side = side_view_direction(obj, up)
-        cam_pos = center + dist * (0.8 * side + 0.35 * up) / np.linalg.norm(0.8 * side + 0.35 * up)
-        server.initial_camera.position = tuple(float(v) for v in cam_pos)
-        server.initial_camera.look_at = tuple(float(v) for v in center)
-        server.initial_camera.up = tuple(float(v) for v in up)
-        server.initial_camera.near = max(1e-3 * extent, 1e-6)
-        server.initial_camera.far = max(100.0 * extent, 10.0)
+        pose = initial_camera_pose(obj, center, extent, up)
+        self._set_initial_camera(pose, up)
+        old_cam, self._preview_camera = self._preview_camera, None
+        if old_cam is not None:  # the first scene after the preview: tabs nobody steered go to the object
+            self._follow_untouched_cameras(old_cam, pose, up, tol=0.02 * float(np.linalg.norm(old_cam[0] - old_cam[1])))
 
         self.display.add_nodes(live, frame, visible=self.display_mode == DISPLAY_CLIENT)
         self.interaction.add_handle_gizmos(live, frame.handle_positions)
@@ -627,6 +764,7 @@ def run_viewer(args) -> int:
         record_dir=getattr(args, "record_dir", None) or "recordings",
     )
     app.config = config_from_args(args)
+    app.export_format = getattr(args, "export_format", None) or "ply"  # the Record folder's initial format
     app.start()
     print(f"[physskin-gs] viewer running at {app.url}  (Ctrl-C to stop)", flush=True)
     try:

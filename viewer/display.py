@@ -6,7 +6,20 @@ deforms the moving Gaussians for it, packs them into viser's 32-byte splat recor
 assignment (client-splat mode); it also moves the handle gizmos nobody drags and refreshes the stats line.
 
 Two splat nodes per AnimatedScene: ``/scene/moving`` (the live rows, updated every frame) and ``/scene/static``
-(the rows that do not move, sent once; "dim static" rewrites only their colour words, once per toggle).
+(the rows that do not move, built from the rest scene and sent once; "dim static" rewrites only their colour
+words, once per toggle). viser's client merges every splat node into one buffer and sorts all of them together
+by depth (one global sort, per-node transforms), so the two nodes composite correctly. While the first
+preparation runs, a third node ``/scene/preview`` shows the whole rest scene (:meth:`DisplayLoop.show_preview`);
+it is removed once the live nodes are in place.
+
+Bytes the viewer holds per Gaussian (besides the scene and the AnimatedScene; counted by
+``scripts/bench_viewer.py --million``): a static row 64 in viser (its 32-byte record twice: in the add message
+kept to replay to new tabs, and in the handle's props) + 8 for its row index; a moving row 96 in viser (add
+message, props, the last update kept for new tabs) + 156 of ours (packer record and scratch 68, the display
+deformer's output 48, row indices, colours); every row 17 (colour, opacity, mask). The process's resident memory
+grows by about 190 B per static and 600 B per moving Gaussian in all (scene and AnimatedScene included), and the
+viewer's share at 800k static + 200k moving is about 190 MiB while it plays (websocket and packing buffers on top
+of the arrays above).
 
 The app surface used: ``live``, ``server``, ``gui``, ``display_mode``, ``_push_splats(live, frame)`` (the
 per-frame upload, looked up on the app so that tests can slow it down), ``interaction.sync_handle_gizmos``,
@@ -25,7 +38,16 @@ import numpy as np
 
 from .constants import DIM_GREY, DIM_MIX, DIM_OPACITY, DISPLAY_CLIENT, FIELD_ALL, FIELD_NONE, XRAY_OPACITY
 from .sim import Frame, set_thread_torch_threads, to_numpy
-from .splats import rgba_u32, subsample_index, to_wire, weight_colors
+from .splats import (
+    display_scale,
+    rest_wire,
+    rgba_u32,
+    robust_extent,
+    sh_dc_to_rgb,
+    subsample_index,
+    to_wire,
+    weight_colors,
+)
 
 #: Most static Gaussians sent to the browser, as a multiple of ``max_live`` (at least a million).
 STATIC_FACTOR = 5
@@ -65,6 +87,8 @@ class DisplayLoop:
         self.dim_static = False
         self._colors_cache = None
         self._thread: Optional[threading.Thread] = None
+        self.preview_node = None  # /scene/preview while the first preparation runs (show_preview)
+        self._preview_lock = threading.Lock()
 
     # ------------------------------------------------------------------ thread
     def start(self) -> None:
@@ -118,28 +142,95 @@ class DisplayLoop:
         return (len(t) - 1) / (t[-1] - t[0])
 
     # ------------------------------------------------------------------ splat nodes
+    @property
+    def static_cap(self) -> int:
+        """Most static rows sent to the browser: ``STATIC_FACTOR * max_live``, at least a million."""
+        return max(self.max_live * STATIC_FACTOR, 1_000_000)
+
     def add_nodes(self, live, frame: Frame, visible: bool) -> None:
-        """Create ``/scene/static`` (drawn once) and ``/scene/moving`` for ``live`` from its first frame."""
+        """Create ``/scene/static`` (sent once) and ``/scene/moving`` for ``live``, then drop the preview.
+
+        The static rows are drawn from the rest scene (``live.anim.scene``: they never move), so nothing
+        deforms the whole scene here; the moving rows come from ``frame`` (deformed, the live subset).
+        """
         server = self.app.server
         s = live.s
         if len(live.static_idx):
             st = live.static_idx
-            ssub = subsample_index(len(st), max(self.max_live * STATIC_FACTOR, 1_000_000), seed=1)
+            ssub = subsample_index(len(st), self.static_cap, seed=1)
             if ssub is not None:
                 st = st[ssub]
             live.static_shown = st
-            c, v = to_wire(frame.means[st], frame.covars[st], s)
-            live.static_node = server.scene.add_gaussian_splats(
-                "/scene/static", c, v, live.base_rgb[st], live.opac[st, None], scale=1.0 / s, visible=visible
-            )
-            live.static_buffer = np.array(live.static_node.buffer, dtype=np.uint32, copy=True)
+            rgb, op = live.base_rgb[st], live.opac[st]
             if self.dim_static:
-                self._apply_static_look(live)
-        c, v = to_wire(frame.means[live.live_idx], frame.covars[live.live_idx], s)
+                rgb, op = dim_colors(rgb, op)
+            c, v = rest_wire(live.anim.scene, st, s)
+            live.static_node = server.scene.add_gaussian_splats(
+                "/scene/static", c, v, rgb, op[:, None], scale=1.0 / s, visible=visible
+            )
+            del c, v
+        pos = live.live_pos_t
+
+        def wire(means, covars):  # the live rows of the moving Gaussians, on the wire
+            if pos is not None:
+                means, covars = means[pos], covars[pos]
+            return to_wire(to_numpy(means), to_numpy(covars), s)
+
+        c, v = frame.with_moving(wire, live.moving_rows_t)
         live.moving_node = server.scene.add_gaussian_splats(
             "/scene/moving", c, v, live.live_rgb, live.opac[live.live_idx, None], scale=1.0 / s, visible=visible
         )
         self._repack_rgba(live)
+        self.remove_preview()
+
+    def show_preview(self, scene) -> Tuple[np.ndarray, float, np.ndarray]:
+        """Draw the rest scene as one splat node, ``/scene/preview``, sent once (shown while the first
+        preparation runs; :meth:`add_nodes` removes it once the live nodes are in place).
+
+        At most :attr:`static_cap` + ``max_live`` rows are sent (a fixed random subset beyond that, as the live
+        nodes would show).
+
+        Args:
+            scene: the GaussianScene at rest (N rows).
+        Returns:
+            (centre (3,) float64 median of the rows shown, robust extent in scene units, (R, 3) float32 rows
+            shown) for framing the camera.
+        """
+        import torch
+
+        n = int(scene.num_gaussians)
+        rows = subsample_index(n, self.static_cap + self.max_live, seed=2)
+        sel = None if rows is None else torch.from_numpy(rows)
+
+        def pick(t):
+            return t if sel is None else t[sel]
+
+        means = to_numpy(pick(scene.means))
+        extent = robust_extent(means)
+        s = display_scale(extent)
+        sh_dc = pick(scene.sh_dc)
+        opac = to_numpy(torch.sigmoid(pick(scene.opacity_logits))).reshape(-1, 1)  # the rows shown only
+        c, v = rest_wire(scene, rows, s)
+        node = self.app.server.scene.add_gaussian_splats(
+            "/scene/preview", c, v, sh_dc_to_rgb(to_numpy(sh_dc)), opac, scale=1.0 / s
+        )
+        del c, v
+        with self._preview_lock:
+            old, self.preview_node = self.preview_node, node
+        if old is not None:
+            _remove(old)
+        finite = means[np.all(np.isfinite(means), axis=1)]
+        center = np.median(finite, axis=0).astype(np.float64) if len(finite) else np.zeros(3)
+        return center, extent, means
+
+    def remove_preview(self) -> bool:
+        """Remove ``/scene/preview`` (no-op without one); True when one was removed."""
+        with self._preview_lock:
+            node, self.preview_node = self.preview_node, None
+        if node is None:
+            return False
+        _remove(node)
+        return True
 
     def set_nodes_visible(self, live, on: bool) -> None:
         """Show (``on``) or hide the splat nodes of ``live`` (hidden in server-rendered mode)."""
@@ -152,10 +243,7 @@ class DisplayLoop:
         live.retired = True  # the display thread may still hold this live: it skips it from now on
         for node in (live.moving_node, live.static_node):
             if node is not None:
-                try:
-                    node.remove()
-                except Exception:  # noqa: BLE001
-                    pass
+                _remove(node)
 
     # ------------------------------------------------------------------ per frame
     def _repack_rgba(self, live) -> Tuple:
@@ -224,14 +312,20 @@ class DisplayLoop:
             self._apply_static_look(live)
 
     def _apply_static_look(self, live) -> None:
-        node, base = live.static_node, live.static_buffer
-        if node is None or base is None:
+        """Rewrite the static node's colour words (dimmed or as the scene), one buffer update; positions and
+        covariances are kept as first sent."""
+        node, st = live.static_node, live.static_shown
+        if node is None or st is None:
             return
-        buf = base.copy()
+        rgb, op = live.base_rgb[st], live.opac[st]
         if self.dim_static:
-            st = live.static_shown
-            rgb, op = dim_colors(live.base_rgb[st], live.opac[st])
-            buf[:, 7] = rgba_u32(rgb, op)
+            rgb, op = dim_colors(rgb, op)
+        words = rgba_u32(rgb, op)
+        buf = node.buffer
+        if np.array_equal(buf[:, 7], words):
+            return  # already that look (e.g. dimmed when it was first sent)
+        buf = np.array(buf, dtype=np.uint32, copy=True)
+        buf[:, 7] = words
         node.buffer = buf
 
     def apply_field(self, choice: str) -> None:
@@ -282,6 +376,14 @@ class DisplayLoop:
             rgb[st], opac[st] = dim_colors(rgb[st], opac[st])
         self._colors_cache = (key, rgb, opac)
         return rgb, opac
+
+
+def _remove(node) -> None:
+    """``node.remove()``, ignoring a node that is already gone."""
+    try:
+        node.remove()
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _fmt(v) -> str:

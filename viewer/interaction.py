@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Optional
 
 import numpy as np
 
+from .sim import to_numpy
 from .splats import PALETTE, pick_point
 
 #: Search radii (fractions of the object's extent) tried in turn when picking along a click ray.
@@ -105,7 +106,9 @@ class Interaction:
         if live is None:
             return None
         frame = live.worker.slot.get()
-        pts = frame.means[live.live_idx]
+        pos = live.live_pos_t
+        # the live rows' deformed centres only (no deformation of the static rows, which cannot be grabbed)
+        pts = frame.with_moving(lambda m, c: to_numpy(m if pos is None else m[pos]), live.moving_rows_t)
         pick = None
         for r in PICK_RADII:
             pick = pick_point(pts, origin, direction, radius=r * live.extent)

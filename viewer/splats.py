@@ -62,6 +62,49 @@ def to_wire(means: np.ndarray, covars: np.ndarray, s: float) -> Tuple[np.ndarray
     return c, v
 
 
+def rest_wire(scene, rows: Optional[np.ndarray], s: float, chunk: int = 262_144) -> Tuple[np.ndarray, np.ndarray]:
+    """Wire centres and covariances (as :func:`to_wire`) of some rows of a GaussianScene at rest.
+
+    The covariances ``R diag(exp(log_scales))^2 R^T`` are computed chunk by chunk straight into the output, so
+    a million rows need no full-scene (N, 3, 3) temporaries (the rest scene is what the static part of a live
+    scene and the preview shown during preparation draw; nothing here deforms).
+
+    Args:
+        scene: a GaussianScene (``means`` (N, 3), ``quats`` (N, 4) wxyz, ``log_scales`` (N, 3), torch).
+        rows: (R,) int64 row indices, or None for every row.
+        s: wire scale (:func:`display_scale`).
+        chunk: rows per chunk (bounds the temporaries to about ``chunk * 100`` bytes).
+    Returns:
+        (R, 3) float32 centres times ``s`` and (R, 3, 3) float32 covariances times ``s^2``, clipped to
+        +-:data:`F16_COV_MAX`; non-finite entries are 0.
+    """
+    import torch
+
+    from physskin_gs.scene import quat_to_rotmat
+
+    n = int(scene.means.shape[0])
+    idx = None if rows is None else torch.as_tensor(np.asarray(rows, dtype=np.int64))
+    r = n if idx is None else int(idx.numel())
+    centres = np.empty((r, 3), np.float32)
+    covars = np.empty((r, 3, 3), np.float32)
+    s32, s2 = np.float32(s), np.float32(s * s)
+    with torch.no_grad():
+        for a in range(0, r, chunk):
+            b = min(a + chunk, r)
+            sel = slice(a, b) if idx is None else idx[a:b]
+            m = scene.means[sel].detach().float()
+            L = quat_to_rotmat(scene.quats[sel].detach().float()) * torch.exp(scene.log_scales[sel].detach().float())[:, None, :]
+            c = torch.bmm(L, L.transpose(1, 2))  # [B, 3, 3] = R S^2 R^T, as GaussianScene.covariances()
+            np.multiply(m.numpy(), s32, out=centres[a:b])
+            np.multiply(c.numpy(), s2, out=covars[a:b])
+    np.clip(covars, -F16_COV_MAX, F16_COV_MAX, out=covars)
+    if not np.isfinite(centres).all():
+        np.nan_to_num(centres, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    if not np.isfinite(covars).all():
+        np.nan_to_num(covars, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    return centres, covars
+
+
 #: Flat indices of the covariance upper triangle (xx, xy, xz, yy, yz, zz) in a row-major 3x3.
 TRIU = np.array([0, 1, 2, 4, 5, 8])
 

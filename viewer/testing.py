@@ -115,6 +115,10 @@ class FakeAnimatedScene:
         stiffness: spring constant pulling each handle back to rest (1/s^2).
         drag_stiffness: spring constant of a drag (1/s^2).
         step_cost_s: optional sleep per step to imitate a slower solver.
+        moving: optional (N,) bool mask of the rows that move (default: every row). The other rows are static
+            (the scene analysis' support / background): the deformer covers the moving rows only and
+            ``deformed_gaussians()`` keeps the static rows at rest, as the real AnimatedScene does. Handles and
+            weights are then built from the moving rows.
     """
 
     def __init__(
@@ -125,12 +129,20 @@ class FakeAnimatedScene:
         drag_stiffness: float = 200.0,
         dt: float = 0.03,
         step_cost_s: float = 0.0,
+        moving=None,
     ) -> None:
         self.scene = scene
         n = scene.num_gaussians
-        self.moving = torch.ones(n, dtype=torch.bool)
-        self.x0 = scene.means.double().numpy()
-        self.cov0 = scene.covariances().float()
+        self.moving = torch.ones(n, dtype=torch.bool) if moving is None else torch.as_tensor(moving, dtype=torch.bool)
+        if self.moving.shape != (n,) or not bool(self.moving.any()):
+            raise ValueError(f"moving must be an ({n},) bool mask with at least one True")
+        self._all = bool(self.moving.all())
+        self._rest_means = scene.means.float()
+        self._rest_covars = scene.covariances().float()
+        mov = self.moving
+        self.x0 = scene.means[mov].double().numpy()  # [M, 3] the moving rows (all rows by default)
+        self.cov0 = self._rest_covars[mov]
+        n = self.x0.shape[0]
         self.dt = dt
         self.frame = 0
         self.up_vector = np.array([0.0, 0.0, 1.0])
@@ -151,7 +163,7 @@ class FakeAnimatedScene:
         self._x0_t = torch.from_numpy(self.x0).float()
         self._sh = scene.sh
         self._opac = scene.opacities
-        self._view_rot = torch.eye(3).expand(n, 3, 3)
+        self._view_rot = torch.eye(3).expand(scene.num_gaussians, 3, 3)
         self.num_handles = num_handles
         self.u = np.zeros((num_handles, 3))
         self.v = np.zeros((num_handles, 3))
@@ -199,10 +211,18 @@ class FakeAnimatedScene:
         self.v[:] = 0
         self.frame = 0
 
+    def _full_means(self) -> torch.Tensor:
+        """(N, 3) float32 every row: the moving ones deformed, the static ones at rest."""
+        if self._all:
+            return self._positions_t()
+        means = self._rest_means.clone()
+        means[self.moving] = self._positions_t()
+        return means
+
     def deformed_gaussians(self):
         return SimpleNamespace(
-            means=self._positions_t(),
-            covars=self.cov0,
+            means=self._full_means(),
+            covars=self.cov0 if self._all else self._rest_covars,
             view_rotations=self._view_rot,
             opacities=self._opac,
             sh=self._sh,
@@ -218,7 +238,25 @@ class FakeAnimatedScene:
     def deformed_scene(self) -> GaussianScene:
         from dataclasses import replace
 
-        return replace(self.scene, means=self._positions_t())
+        return replace(self.scene, means=self._full_means())
+
+    @property
+    def moving_index(self) -> torch.Tensor:
+        """(M,) int64 rows that move, as ``AnimatedScene.moving_index``."""
+        return torch.nonzero(self.moving).flatten()
+
+    def export_rest_scene(self) -> GaussianScene:
+        """The rest scene (a fake scene has no invalid rows to sanitise)."""
+        return self.scene
+
+    def deformed_rows(self) -> Dict[str, torch.Tensor]:
+        """Moving rows as ``AnimatedScene.deformed_rows`` gives them (rotations and scales unchanged)."""
+        idx = self.moving_index
+        out = {"index": idx, "means": self._full_means()[idx], "quats": self.scene.quats[idx],
+               "log_scales": self.scene.log_scales[idx]}
+        if self.scene.sh_rest.shape[1]:
+            out["sh_rest"] = self.scene.sh_rest[idx]
+        return out
 
     # ------------------------------------------------------------------ handles and drags
     def handle_positions(self) -> np.ndarray:
@@ -308,6 +346,11 @@ class ViserWsClient:
             max_size=None,
         )
         self.counts: Dict[str, int] = {}
+        self.name_counts: Dict[tuple, int] = {}  # (type, name) -> messages received
+        self.first_seen: Dict[tuple, float] = {}  # (type, name) -> time.monotonic() of the first one
+        self._seq: Dict[tuple, int] = {}  # (type, name) -> arrival number of the newest one
+        self._n = 0
+        self.gui_updates: Dict[str, list] = {}  # GUI uuid -> every GuiUpdateMessage ``updates`` dict, in order
         self.latest: Dict[tuple, dict] = {}
         self.decode_errors: list = []
         self._lock = threading.Lock()
@@ -355,15 +398,43 @@ class ViserWsClient:
             except Exception as exc:  # noqa: BLE001
                 self.decode_errors.append(repr(exc))
                 continue
+            now = time.monotonic()
             with self._lock:
                 for m in msgs:
                     t = m.get("type", "?")
+                    key = (t, m.get("name"))
                     self.counts[t] = self.counts.get(t, 0) + 1
-                    self.latest[(t, m.get("name"))] = m
+                    self.name_counts[key] = self.name_counts.get(key, 0) + 1
+                    self.first_seen.setdefault(key, now)
+                    self._n += 1
+                    self._seq[key] = self._n
+                    self.latest[key] = m
+                    if t == "GuiUpdateMessage":
+                        self.gui_updates.setdefault(m.get("uuid"), []).append(dict(m.get("updates", {})))
 
-    def count(self, msg_type: str) -> int:
+    def count(self, msg_type: str, name=None) -> int:
+        """Messages of ``msg_type`` received so far (with ``name``: only those for that scene node)."""
         with self._lock:
+            if name is not None:
+                return self.name_counts.get((msg_type, name), 0)
             return self.counts.get(msg_type, 0)
+
+    def splat_buffer(self, name: str) -> Optional[np.ndarray]:
+        """The newest (R, 8) uint32 splat records received for node ``name`` (its add message or a later buffer
+        update), or None when none arrived."""
+        with self._lock:
+            add = self.latest.get(("GaussianSplatsMessage", name))
+            upd = self.latest.get(("SceneNodeUpdateMessage", name))
+            n_add = self._seq.get(("GaussianSplatsMessage", name), 0)
+            n_upd = self._seq.get(("SceneNodeUpdateMessage", name), 0)
+        buf = None
+        if add is not None:
+            buf = add["props"]["buffer"]
+        if upd is not None and "buffer" in upd.get("updates", {}) and n_upd > n_add:
+            buf = upd["updates"]["buffer"]
+        if buf is None:
+            return None
+        return np.asarray(buf).view(np.uint32).reshape(-1, 8)
 
     def get(self, msg_type: str, name=None) -> Optional[dict]:
         with self._lock:
