@@ -18,11 +18,11 @@ def _run(argv):
 FAST = ["--cubature", "64", "--newton-iters", "3", "--skinning", "fit", "--fit-seconds", "1"]
 
 
-def test_headless_export_video_and_reload(splats_dir, tmp_path, capsys):
+def test_headless_export_video_and_reload(splat_file, tmp_path, capsys):
     from physskin_gs.io import load_scene
 
     src = tmp_path / "spot.splat"
-    shutil.copy(splats_dir / "spot_mesh2splat_10k.splat", src)
+    shutil.copy(splat_file("spot_mesh2splat_10k.splat"), src)
     before = src.read_bytes()
     out = tmp_path / "seq"
     video = tmp_path / "clip.mp4"
@@ -57,11 +57,11 @@ def test_headless_export_video_and_reload(splats_dir, tmp_path, capsys):
     assert img.shape == (48, 64, 3) and img.std() > 1.0  # something was drawn
 
 
-def test_headless_sh_ply_rotates_sh(splats_dir, tmp_path):
+def test_headless_sh_ply_rotates_sh(inria_sh3, tmp_path):
     from physskin_gs.io import load_scene
 
     out = tmp_path / "seq"
-    rc = _run(["animate", splats_dir / "scene_tile_lod5_sh3.ply", "--headless", "--frames", 2, "--export", out,
+    rc = _run(["animate", inria_sh3("scene_tile_lod5_sh3.ply").path, "--headless", "--frames", 2, "--export", out,
                "--select", "opacity>0.0", *FAST, "--cubature", "32"])
     assert rc == 0
     meta = json.loads((out / "sequence.json").read_text())
@@ -82,8 +82,8 @@ def test_headless_sh_ply_rotates_sh(splats_dir, tmp_path):
         (["--width", "50"], "multiples of 16"),
     ],
 )
-def test_bad_options_exit_2(splats_dir, tmp_path, capsys, extra, message):
-    argv = ["animate", splats_dir / "spot_mesh2splat_10k.splat", "--headless", "--frames", 2, *FAST, *extra,
+def test_bad_options_exit_2(splat_file, tmp_path, capsys, extra, message):
+    argv = ["animate", splat_file("spot_mesh2splat_10k.splat"), "--headless", "--frames", 2, *FAST, *extra,
             "--export", tmp_path / "seq"]
     if "--width" in extra:
         argv += ["--video", tmp_path / "v.mp4"]
@@ -91,11 +91,11 @@ def test_bad_options_exit_2(splats_dir, tmp_path, capsys, extra, message):
     assert message in capsys.readouterr().err
 
 
-def test_missing_file_and_refuse_overwrite(splats_dir, tmp_path, capsys):
+def test_missing_file_and_refuse_overwrite(splat_file, inria_sh3, tmp_path, capsys):
     assert _run(["animate", tmp_path / "nope.ply", "--headless"]) == 2
     assert "nope.ply" in capsys.readouterr().err
     src = tmp_path / "in.splat"
-    shutil.copy(splats_dir / "spot_mesh2splat_10k.splat", src)
+    shutil.copy(splat_file("spot_mesh2splat_10k.splat"), src)
     assert _run(["animate", src, "--headless", "--video", src]) == 2
     assert "refusing to overwrite" in capsys.readouterr().err
     bad = tmp_path / "motion.json"
@@ -106,7 +106,7 @@ def test_missing_file_and_refuse_overwrite(splats_dir, tmp_path, capsys):
     assert "--script" in capsys.readouterr().err
     # an input that a frame of the export would overwrite is refused before anything is simulated or written
     framed = tmp_path / "frame0002.ply"
-    shutil.copy(splats_dir / "lego_gsplat_sh3.ply", framed)
+    shutil.copy(inria_sh3("lego_gsplat_sh3.ply").path, framed)
     before = framed.read_bytes()
     assert _run(["animate", framed, "--headless", "--frames", 3, "--export", tmp_path, *FAST]) == 2
     assert "would overwrite the input" in capsys.readouterr().err
@@ -121,7 +121,7 @@ def test_missing_file_and_refuse_overwrite(splats_dir, tmp_path, capsys):
     assert not (out / "frame0001.ply").exists()
 
 
-def test_viewer_mode_calls_run_viewer(monkeypatch, splats_dir):
+def test_viewer_mode_calls_run_viewer(monkeypatch, splat_file):
     import sys
     import types
 
@@ -129,19 +129,19 @@ def test_viewer_mode_calls_run_viewer(monkeypatch, splats_dir):
     fake = types.ModuleType("physskin_gs_viewer.app")
     fake.run_viewer = lambda args: seen.setdefault("args", args) and 0
     monkeypatch.setitem(sys.modules, "physskin_gs_viewer.app", fake)
-    rc = _run(["animate", splats_dir / "spot_mesh2splat_10k.splat", "--port", "9123", "--E", "3e4"])
+    rc = _run(["animate", splat_file("spot_mesh2splat_10k.splat"), "--port", "9123", "--E", "3e4"])
     assert rc == 0
     args = seen["args"]
     assert args.host == "127.0.0.1" and args.port == 9123
     assert args.config.E == 3e4 and args.config.floor is True
 
 
-def test_headless_mesh_exports_mesh_sequence(meshes_dir, tmp_path):
+def test_headless_mesh_exports_mesh_sequence(mesh_file, tmp_path):
     import trimesh
 
     from physskin_gs.io import load_mesh
 
-    src = meshes_dir / "c3d_spot.obj"
+    src = mesh_file("c3d_spot.obj")
     out = tmp_path / "mesh_seq"
     rc = _run(["animate", src, "--headless", "--frames", 3, "--export", out, "--mesh-gaussians", 2000, *FAST])
     assert rc == 0

@@ -77,11 +77,11 @@ def test_load_field_rejects_foreign_files(tmp_path):
         load_field(junk)
 
 
-def test_skin_points_equal_the_objects_own_rows(tmp_path, splats_dir):
+def test_skin_points_equal_the_objects_own_rows(tmp_path, splat_file):
     """`skin --points` at the scene's own Gaussian centres reproduces the scene's own weights and gradients."""
     from physskin_gs.io import load_scene
 
-    src = splats_dir / "spot_mesh2splat_10k.splat"
+    src = splat_file("spot_mesh2splat_10k.splat")
     full = tmp_path / "full.npz"
     assert main(["skin", str(src), "-o", str(full), "--skinning", "rbf"]) == 0
     means = load_scene(str(src)).means.numpy().astype(np.float64)
@@ -97,8 +97,8 @@ def test_skin_points_equal_the_objects_own_rows(tmp_path, splats_dir):
     assert json.loads(str(b["metrics"]))["query"] == "points"
 
 
-def test_skin_points_bad_files(tmp_path, splats_dir, capsys):
-    src = splats_dir / "spot_mesh2splat_10k.splat"
+def test_skin_points_bad_files(tmp_path, splat_file, capsys):
+    src = splat_file("spot_mesh2splat_10k.splat")
     np.save(tmp_path / "bad.npy", np.zeros((5, 2)))
     assert main(["skin", str(src), "-o", str(tmp_path / "o.npz"), "--points", str(tmp_path / "bad.npy")]) == 2
     assert "(N, 3)" in capsys.readouterr().err

@@ -32,35 +32,39 @@ def _info(capsys, path, *extra):
     ("playcanvas_test_sh.compressed.ply", "compressed-ply", 64, 3),
     ("scene_tile_lod3_sh3.ply", "inria-ply", 1971, 3),
 ])
-def test_info_json(capsys, splats_dir, name, fmt, count, deg):
-    info = _info(capsys, splats_dir / name)
+def test_info_json(capsys, splat_file, name, fmt, count, deg):
+    path = splat_file(name)
+    info = _info(capsys, path)
     assert INFO_KEYS <= set(info)
     assert (info["format"], info["num_gaussians"], info["sh_degree"]) == (fmt, count, deg)
-    s = load_scene(splats_dir / name)
+    s = load_scene(path)
     np.testing.assert_allclose(info["bbox_min"], s.means.min(0).values.numpy())
     np.testing.assert_allclose(info["bbox_max"], s.means.max(0).values.numpy())
 
 
-def test_info_reports_problems_and_warnings(capsys, splats_dir, tmp_path):
-    v = PlyData.read(str(splats_dir / "scene_tile_lod3_sh3.ply"))["vertex"].data.copy()
+def test_info_reports_problems_and_warnings(capsys, inria_sh3, tmp_path):
+    sample = inria_sh3("scene_tile_lod3_sh3.ply")  # real: 26 rows with a log-scale below -20
+    v = PlyData.read(str(sample.path))["vertex"].data.copy()
     v["x"][0] = np.nan
     cam = PlyElement.describe(np.zeros(1, dtype=[("k", "<f4")]), "camera")
     p = tmp_path / "t.ply"
     PlyData([PlyElement.describe(v, "vertex"), cam]).write(str(p))
     info = _info(capsys, p)
-    assert info["nan_inf_means"] == 1 and info["num_invalid"] == 1 and info["log_scale_below_min"] == 26
+    assert info["nan_inf_means"] == 1 and info["num_invalid"] == 1
+    assert info["log_scale_below_min"] == sample.log_scale_below_min > 0
     assert any("camera" in w for w in info["warnings"])
     assert all(np.isfinite(info["bbox_min"]))
 
 
-def test_info_text(capsys, splats_dir):
-    assert main(["info", str(splats_dir / "lego_gsplat_sh3.ply")]) == 0
+def test_info_text(capsys, inria_sh3):
+    sample = inria_sh3("lego_gsplat_sh3.ply")
+    assert main(["info", str(sample.path)]) == 0
     out = capsys.readouterr().out
-    assert "gaussians:     12828" in out and "sh degree:     3" in out
+    assert f"gaussians:     {sample.count}\n" in out and "sh degree:     3" in out
 
 
-def test_info_on_mesh(capsys, meshes_dir):
-    info = _info(capsys, meshes_dir / "pyvista_ant.ply")
+def test_info_on_mesh(capsys, mesh_file):
+    info = _info(capsys, mesh_file("pyvista_ant.ply"))
     assert info["format"] == "mesh-ply" and info["num_gaussians"] == 0 and info["num_faces"] == 912
 
 
@@ -72,18 +76,19 @@ def _error(capsys, argv):
     return err
 
 
-def test_bad_files_exit_2(capsys, splats_dir, tmp_path):
+def test_bad_files_exit_2(capsys, inria_sh3, tmp_path):
+    src = inria_sh3("scene_tile_lod5_sh3.ply").path
     empty = tmp_path / "empty.ply"
     empty.write_bytes(b"")
     assert "empty file" in _error(capsys, ["info", str(empty)])
     assert _error(capsys, ["info", str(tmp_path / "missing.ply")]) == f"error: {tmp_path / 'missing.ply'}: input file not found\n"
     cut = tmp_path / "cut.ply"
-    cut.write_bytes((splats_dir / "scene_tile_lod5_sh3.ply").read_bytes()[:-7])
+    cut.write_bytes(src.read_bytes()[:-7])
     assert "truncated" in _error(capsys, ["info", str(cut)])
     spz = tmp_path / "x.spz"
     spz.write_bytes(b"\x01" * 64)
     assert "not supported" in _error(capsys, ["info", str(spz)])
-    v = PlyData.read(str(splats_dir / "scene_tile_lod5_sh3.ply"))["vertex"].data
+    v = PlyData.read(str(src))["vertex"].data
     arr = np.empty(len(v), dtype=[(n, "<f4") for n in v.dtype.names if n != "f_rest_44"])
     for n in arr.dtype.names:
         arr[n] = v[n]
@@ -92,28 +97,30 @@ def test_bad_files_exit_2(capsys, splats_dir, tmp_path):
     assert "bad f_rest count 44" in _error(capsys, ["info", str(bad)])
 
 
-def test_convert_any_to_inria(capsys, splats_dir, tmp_path):
+def test_convert_any_to_inria(capsys, splat_file, tmp_path):
     out = tmp_path / "plant.ply"
-    assert main(["convert", str(splats_dir / "plant_capture.splat"), str(out)]) == 0
+    src = splat_file("plant_capture.splat")
+    assert main(["convert", str(src), str(out)]) == 0
     capsys.readouterr()
-    a, b = load_scene(splats_dir / "plant_capture.splat"), load_scene(out)
+    a, b = load_scene(src), load_scene(out)
     assert b.format == "inria-ply" and b.num_gaussians == 113648
     for f in ("means", "quats", "log_scales", "opacity_logits", "sh_dc"):
         assert torch.equal(getattr(a, f), getattr(b, f))
 
 
-def test_convert_drop_invalid_and_refusals(capsys, splats_dir, tmp_path):
-    v = PlyData.read(str(splats_dir / "scene_tile_lod5_sh3.ply"))["vertex"].data.copy()
+def test_convert_drop_invalid_and_refusals(capsys, inria_sh3, mesh_file, tmp_path):
+    sample = inria_sh3("scene_tile_lod5_sh3.ply")
+    v = PlyData.read(str(sample.path))["vertex"].data.copy()
     v["scale_0"][[1, 2]] = -np.inf
     src = tmp_path / "in.ply"
     PlyData([PlyElement.describe(v, "vertex")]).write(str(src))
     out = tmp_path / "out.ply"
     assert main(["convert", str(src), str(out), "--drop-invalid"]) == 0
     assert "dropped 2 invalid Gaussians" in capsys.readouterr().err
-    assert load_scene(out).num_gaussians == 109
+    assert load_scene(out).num_gaussians == sample.count - 2
     before = src.read_bytes()
     assert "refusing to overwrite the input" in _error(capsys, ["convert", str(src), str(src)])
     assert src.read_bytes() == before
     assert ".ply" in _error(capsys, ["convert", str(src), str(tmp_path / "out.splat")])
-    assert "not a 3DGS PLY" in _error(capsys, ["convert", str(splats_dir.parent / "meshes" / "pyvista_ant.ply"),
+    assert "not a 3DGS PLY" in _error(capsys, ["convert", str(mesh_file("pyvista_ant.ply")),
                                                str(tmp_path / "ant.ply")])

@@ -434,8 +434,8 @@ def test_guitar_decode_encode_decode(splats_dir, tmp_path):
     assert errs3["means"] < 2e-3
 
 
-def test_playcanvas_sh_file_decode_encode_decode(splats_dir, tmp_path):
-    src = splats_dir / "playcanvas_test_sh.compressed.ply"
+def test_playcanvas_sh_file_decode_encode_decode(splat_file, tmp_path):
+    src = splat_file("playcanvas_test_sh.compressed.ply")
     a = load_scene(src)
     p = save_compressed_ply(a, tmp_path / "sh2.compressed.ply")
     _check_within_bounds(a, p)

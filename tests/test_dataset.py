@@ -46,15 +46,15 @@ def test_sample_from_mesh_sphere():
     assert torch.equal(s.surface, again.surface) and torch.equal(s.volume, again.volume)
 
 
-def test_sample_from_mesh_rejects_flat(meshes_dir):
-    with pytest.raises(DegenerateGeometryError, match="c3d_alligator.obj"):
-        sample_from_mesh(meshes_dir / "c3d_alligator.obj")
+def test_sample_from_mesh_rejects_flat(flat_mesh):
+    with pytest.raises(DegenerateGeometryError, match=flat_mesh.name.replace(".", r"\.")):
+        sample_from_mesh(flat_mesh)
 
 
-def test_sample_from_splat(splats_dir):
+def test_sample_from_splat(splat_file):
     from physskin_gs.io import load_scene
 
-    scene = load_scene(splats_dir / "spot_mesh2splat_10k.splat")
+    scene = load_scene(splat_file("spot_mesh2splat_10k.splat"))
     s = sample_from_splat(scene, n_encoder=1024, n_volume=4000, seed=0)
     assert s.name == "spot_mesh2splat_10k.splat" and s.normals is None
     assert s.surface.shape == (1024, 3) and s.volume.shape == (4000, 3)
@@ -117,14 +117,15 @@ def test_augmentation_renormalises():
     assert ratio.max() / ratio.min() <= 1.25 / 0.8 + 1e-4
 
 
-def test_dataset_build_and_cache(tmp_path, meshes_dir, splats_dir):
-    paths = [meshes_dir / "robosuite_bread.stl", meshes_dir / "pybullet_random_009.obj",
-             meshes_dir / "c3d_alligator.obj", splats_dir / "scene_tile_lod5_sh3.ply"]
-    with pytest.warns(UserWarning, match="c3d_alligator.obj"):
+def test_dataset_build_and_cache(tmp_path, mesh_file, flat_mesh, inria_sh3):
+    # two closed meshes, a flat one (skipped with a warning) and an SH-3 splat
+    paths = [mesh_file("robosuite_bread.stl"), mesh_file("pybullet_random_009.obj", fallback="robosuite_lemon.stl"),
+             flat_mesh, inria_sh3("scene_tile_lod5_sh3.ply").path]
+    with pytest.warns(UserWarning, match=flat_mesh.name.replace(".", r"\.")):
         ds = ShapeDataset.build(paths, cache_dir=tmp_path / "cache", num_procedural=2, seed=0,
                                 n_encoder=256, n_volume=2000, resolution=32)
-    assert len(ds) == 5 and [p for p, _ in ds.skipped] == [str(meshes_dir / "c3d_alligator.obj")]
-    assert ds.names[:3] == ["robosuite_bread.stl", "pybullet_random_009.obj", "scene_tile_lod5_sh3.ply"]
+    assert len(ds) == 5 and [p for p, _ in ds.skipped] == [str(flat_mesh)]
+    assert ds.names[:3] == [paths[0].name, paths[1].name, paths[3].name]
     files = sorted((tmp_path / "cache").glob("*.safetensors"))
     assert len(files) == 5
     with pytest.warns(UserWarning):

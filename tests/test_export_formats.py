@@ -188,8 +188,8 @@ def test_headless_compressed_frames_match_ply_frames(capture, tmp_path):
     assert meta["export"]["bytes_per_gaussian_per_frame"] < 68 / 3 + 9 / 3  # 16 B + 9 SH bytes vs 68 + 36
 
 
-def test_headless_refuses_mesh_with_compressed_format(meshes_dir, tmp_path, capsys):
-    rc = main(["animate", str(meshes_dir / "c3d_spot.obj"), "--headless", "--frames", "2", "--export",
+def test_headless_refuses_mesh_with_compressed_format(mesh_file, tmp_path, capsys):
+    rc = main(["animate", str(mesh_file("c3d_spot.obj")), "--headless", "--frames", "2", "--export",
                str(tmp_path / "m"), "--export-format", "compressed-ply"])
     assert rc == 2 and "mesh sequence" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()

@@ -464,7 +464,7 @@ def test_glue_occupancy_edge_and_corner_contacts():
         glue_occupancy(np.zeros((3, 3, 3), bool))
 
 
-def test_pyvista_ant_is_one_piece_with_its_legs(meshes_dir):
+def test_pyvista_ant_is_one_piece_with_its_legs(mesh_file):
     """pyvista's ant: 15 closed bodies, 9 after the union (legs and antennae do not touch the body). The voxel
     path must keep the legs: one face-connected piece holding >= 99 % of the occupied volume, and the tet nodes
     near (almost) every surface vertex."""
@@ -473,10 +473,7 @@ def test_pyvista_ant_is_one_piece_with_its_legs(meshes_dir):
     from physskin_gs.geometry.normalize import compute_normalization
     from physskin_gs.io.mesh import load_mesh
 
-    path = meshes_dir / "pyvista_ant.ply"
-    if not path.is_file():
-        pytest.skip(f"{path} not found")
-    m = load_mesh(str(path))
+    m = load_mesh(str(mesh_file("pyvista_ant.ply")))
     v, f = np.asarray(m.vertices, np.float64), np.asarray(m.faces)
     vn = compute_normalization(v[np.unique(f)]).to_normalized(v)
     tm = tetmesh_for_shape(vn, f, target_nodes=3000)

@@ -42,7 +42,10 @@ FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCh
 FUZZ_SMALL = settings(FUZZ, max_examples=100)
 
 SHARED = Path(os.environ.get("PHYSSKIN_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-SHARED_COMPRESSED = SHARED / "splats" / "playcanvas_test_sh.compressed.ply"
+# the tiny MIT PlayCanvas sample is in the repository (tests/data, see data/SOURCES.md); the shared copy is identical
+_REPO_COMPRESSED = Path(__file__).resolve().parent / "data" / "playcanvas_test_sh.compressed.ply"
+SHARED_COMPRESSED = (_REPO_COMPRESSED if _REPO_COMPRESSED.is_file()
+                     else SHARED / "splats" / "playcanvas_test_sh.compressed.ply")
 
 INRIA_CORE = ["x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity",
               "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"]
@@ -504,7 +507,7 @@ def test_compressed_ply_encoded_files(fuzz_dir, case, data):
 @given(data=st.data())
 def test_compressed_ply_shared_file_mutated(fuzz_dir, data):
     if not SHARED_COMPRESSED.is_file():
-        pytest.skip(f"shared sample {SHARED_COMPRESSED} not found (set PHYSSKIN_SHARED_DATA)")
+        pytest.skip(f"sample {SHARED_COMPRESSED} not found (set PHYSSKIN_SHARED_DATA)")
     raw = SHARED_COMPRESSED.read_bytes()
     header_len = raw.find(b"end_header") + len(b"end_header\n")
     if data.draw(st.booleans(), label="recount"):
@@ -515,7 +518,7 @@ def test_compressed_ply_shared_file_mutated(fuzz_dir, data):
 
 def test_compressed_ply_shared_file_loads():
     if not SHARED_COMPRESSED.is_file():
-        pytest.skip(f"shared sample {SHARED_COMPRESSED} not found (set PHYSSKIN_SHARED_DATA)")
+        pytest.skip(f"sample {SHARED_COMPRESSED} not found (set PHYSSKIN_SHARED_DATA)")
     scene = _try_load(str(SHARED_COMPRESSED))
     assert scene is not None and scene.format == "compressed-ply" and scene.num_gaussians == 64
 

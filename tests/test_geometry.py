@@ -51,10 +51,10 @@ def test_normalize_round_trip_and_frame():
     np.testing.assert_allclose(norm_t.to_world(t).numpy(), pts[good], atol=1e-4)
 
 
-def test_normalize_rejects_degenerate(meshes_dir):
+def test_normalize_rejects_degenerate(flat_mesh):
     with pytest.raises(DegenerateGeometryError, match="flat.*z"):
-        normalize_points(load_mesh(meshes_dir / "c3d_alligator.obj").vertices, what="c3d_alligator.obj")
-    flat, _ = normalize_points(load_mesh(meshes_dir / "c3d_alligator.obj").vertices, allow_flat=True)
+        normalize_points(load_mesh(flat_mesh).vertices, what=flat_mesh.name)
+    flat, _ = normalize_points(load_mesh(flat_mesh).vertices, allow_flat=True)
     assert np.abs(flat[:, 2]).max() == 0.0
     with pytest.raises(DegenerateGeometryError, match="coincide"):
         normalize_points(np.ones((5, 3)))
@@ -62,9 +62,9 @@ def test_normalize_rejects_degenerate(meshes_dir):
         normalize_points(np.full((5, 3), np.nan))
 
 
-def test_alligator_rejected_for_volume_sampling(meshes_dir):
-    with pytest.raises(DegenerateGeometryError, match="c3d_alligator.obj"):
-        mesh_volume_points(load_mesh(meshes_dir / "c3d_alligator.obj"))
+def test_alligator_rejected_for_volume_sampling(flat_mesh):
+    with pytest.raises(DegenerateGeometryError, match=flat_mesh.name.replace(".", r"\.")):
+        mesh_volume_points(load_mesh(flat_mesh))
 
 
 # ---------------------------------------------------------------------------------------- sampling
@@ -167,17 +167,17 @@ def test_winding_number_sphere():
 
 
 # ------------------------------------------------------------------------------------- splat fill
-def _spot_splat(splats_dir):
+def _spot_splat(splat_file):
     from physskin_gs.io import load_scene
 
-    return load_scene(splats_dir / "spot_mesh2splat_10k.splat")
+    return load_scene(splat_file("spot_mesh2splat_10k.splat"))
 
 
-def test_splat_fill_validation_on_spot(splats_dir, meshes_dir):
+def test_splat_fill_validation_on_spot(splat_file, mesh_file):
     """method.md 8.6: the spot splat is the spot mesh at ~0.58 scale, rotated 180 deg about z (x, y negated:
     measured here by nearest-surface distance; the docs say 'same axes')."""
-    mesh = load_mesh(meshes_dir / "c3d_spot.obj")
-    scene = _spot_splat(splats_dir)
+    mesh = load_mesh(mesh_file("c3d_spot.obj"))
+    scene = _spot_splat(splat_file)
     sv = fill_splat_interior(scene.means, scene.log_scales, scene.opacities, quats=scene.quats, seed=0)
     assert not sv.fallback and sv.method == "flood"
     nm = compute_normalization(mesh.vertices)

@@ -33,22 +33,23 @@ def test_every_shared_splat_detected(splats_dir):
     ("pyvista_ant.ply", "mesh-ply"), ("pymeshlab_bone.ply", "mesh-ply"), ("pyvista_airplane.ply", "mesh-ply"),
     ("c3d_spot.obj", "mesh"), ("robosuite_bread.stl", "mesh"),
 ])
-def test_meshes_detected(meshes_dir, name, fmt):
-    assert detect_format(meshes_dir / name) == fmt
+def test_meshes_detected(mesh_file, name, fmt):
+    assert detect_format(mesh_file(name)) == fmt
     with pytest.raises(SceneFormatError, match=name.replace(".", r"\.")):
-        load_scene(meshes_dir / name)
+        load_scene(mesh_file(name))
 
 
-def test_extension_does_not_decide(splats_dir, tmp_path):
+def test_extension_does_not_decide(splat_file, inria_sh3, tmp_path):
     """A compressed PLY named .ply, an INRIA PLY named .splat and a .splat named .ply load by content."""
     a = tmp_path / "plain_name.ply"
-    shutil.copy(splats_dir / "playcanvas_test_sh.compressed.ply", a)
+    shutil.copy(splat_file("playcanvas_test_sh.compressed.ply"), a)
     assert detect_format(a) == "compressed-ply" and load_scene(a).num_gaussians == 64
     b = tmp_path / "really_ply.splat"
-    shutil.copy(splats_dir / "scene_tile_lod5_sh3.ply", b)
-    assert detect_format(b) == "inria-ply" and load_scene(b).num_gaussians == 111
+    inria = inria_sh3("scene_tile_lod5_sh3.ply")
+    shutil.copy(inria.path, b)
+    assert detect_format(b) == "inria-ply" and load_scene(b).num_gaussians == inria.count
     c = tmp_path / "really_splat.ply"
-    shutil.copy(splats_dir / "spot_mesh2splat_10k.splat", c)
+    shutil.copy(splat_file("spot_mesh2splat_10k.splat"), c)
     assert detect_format(c) == "splat" and load_scene(c).num_gaussians == 10000
 
 

@@ -1,5 +1,7 @@
 """INRIA 3DGS PLY reading and writing (formats.md sections 1, 4 and 7) on the real files in ../shared/data/splats
-and on variants derived from them at test time with plyfile."""
+and on variants derived from them at test time with plyfile. Without the shared data, the variant tests run on the
+licence-clean SH-3 stand-in of ``conftest.inria_sh3`` (zero normals, raw quaternions); the tests of facts of the
+real files skip."""
 
 from __future__ import annotations
 
@@ -116,17 +118,29 @@ def test_roundtrip_is_byte_identical_for_inria_layout(splats_dir, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def lego_vertex(splats_dir):
-    return _vertex(splats_dir / "lego_gsplat_sh3.ply")
+def lego_sample(inria_sh3):
+    """The real lego when the shared data is present, else the SH-3 stand-in (an SH-3 file with raw quats)."""
+    return inria_sh3("lego_gsplat_sh3.ply")
 
 
 @pytest.fixture(scope="module")
-def lego(splats_dir):
-    return load_scene(splats_dir / "lego_gsplat_sh3.ply")
+def lego_vertex(lego_sample):
+    return _vertex(lego_sample.path)
+
+
+@pytest.fixture(scope="module")
+def lego(lego_sample):
+    return load_scene(lego_sample.path)
+
+
+@pytest.fixture(scope="module")
+def tile(inria_sh3):
+    """Path of the real 111-Gaussian LoD tile when the shared data is present, else of the SH-3 stand-in."""
+    return inria_sh3("scene_tile_lod5_sh3.ply").path
 
 
 @pytest.mark.parametrize("degree", [0, 1, 2])
-def test_lower_sh_degree_cut_per_channel(lego_vertex, lego, tmp_path, degree):
+def test_lower_sh_degree_cut_per_channel(lego_sample, lego_vertex, lego, tmp_path, degree):
     """Keeping the first (d+1)^2-1 coefficients of *each channel* gives a degree-d file."""
     k = (degree + 1) ** 2 - 1
     keep = {f"f_rest_{c * 15 + j}" for c in range(3) for j in range(k)}
@@ -140,7 +154,7 @@ def test_lower_sh_degree_cut_per_channel(lego_vertex, lego, tmp_path, degree):
     names = [n.replace("tmp_", "f_rest_") for n in names]
     arr.dtype.names = tuple(names)
     s = load_scene(_write(arr, tmp_path / f"sh{degree}.ply"))
-    assert s.sh_degree == degree and tuple(s.sh_rest.shape) == (12828, k, 3)
+    assert s.sh_degree == degree and tuple(s.sh_rest.shape) == (lego_sample.count, k, 3)
     assert torch.equal(s.sh_rest, lego.sh_rest[:, :k])
     assert torch.equal(s.sh_rest, lego.with_sh_degree(degree).sh_rest)
     assert torch.equal(s.means, lego.means)
@@ -160,8 +174,8 @@ def test_fields_read_by_name_in_any_order(lego_vertex, lego, tmp_path):
     assert_bit_identical(s, lego)
 
 
-def test_big_endian_and_ascii_give_identical_arrays(splats_dir, tmp_path):
-    src = splats_dir / "scene_tile_lod5_sh3.ply"
+def test_big_endian_and_ascii_give_identical_arrays(tile, tmp_path):
+    src = tile
     ref = load_scene(src)
     v = _vertex(src)
     be = load_scene(_write(v.astype(v.dtype.newbyteorder(">")), tmp_path / "be.ply", byte_order=">"))
@@ -174,8 +188,8 @@ def test_big_endian_and_ascii_give_identical_arrays(splats_dir, tmp_path):
         assert torch.equal(getattr(asc, f), getattr(ref, f)), f
 
 
-def test_double_properties_and_type_aliases(splats_dir, tmp_path):
-    src = splats_dir / "scene_tile_lod5_sh3.ply"
+def test_double_properties_and_type_aliases(tile, tmp_path):
+    src = tile
     ref = load_scene(src)
     v = _vertex(src)
     arr = v.astype([(n, "<f8") for n in v.dtype.names])
@@ -211,8 +225,8 @@ def test_extra_vertex_properties_kept_and_written_back(lego_vertex, lego, tmp_pa
     assert_bit_identical(s, load_scene(out))
 
 
-def test_extra_element_ignored_with_warning(splats_dir, tmp_path):
-    src = splats_dir / "scene_tile_lod5_sh3.ply"
+def test_extra_element_ignored_with_warning(tile, tmp_path):
+    src = tile
     v = _vertex(src)
     cam = np.zeros(1, dtype=[(f"m{i}", "<f4") for i in range(16)])
     cam_el = PlyElement.describe(cam, "extrinsic")
@@ -222,8 +236,8 @@ def test_extra_element_ignored_with_warning(splats_dir, tmp_path):
     assert_bit_identical(load_scene(src), s)
 
 
-def test_rot0_is_read_as_w_and_quat_order_option(splats_dir, tmp_path):
-    src = splats_dir / "scene_tile_lod5_sh3.ply"
+def test_rot0_is_read_as_w_and_quat_order_option(tile, tmp_path):
+    src = tile
     v = _vertex(src).copy()
     v["rot_0"], v["rot_1"], v["rot_2"], v["rot_3"] = 2.0, 0.0, 0.0, 0.0  # w = 2: identity rotation
     s = load_scene(_write(v, tmp_path / "w.ply"))
@@ -253,13 +267,14 @@ def test_sh_degree_from_count():
 # ------------------------------------------------------------- bad input
 
 
-def test_mesh_ply_names_missing_fields(meshes_dir):
+def test_mesh_ply_names_missing_fields(mesh_file):
+    ant = mesh_file("pyvista_ant.ply")
     with pytest.raises(SceneFormatError) as e:
-        load_scene(meshes_dir / "pyvista_ant.ply")
+        load_scene(ant)
     msg = str(e.value)
     assert "pyvista_ant.ply" in msg and "not a 3DGS PLY" in msg
     assert "missing f_dc_0..2, opacity, scale_0..2, rot_0..3" in msg
-    assert detect_format(meshes_dir / "pyvista_ant.ply") == "mesh-ply"
+    assert detect_format(ant) == "mesh-ply"
 
 
 def test_point_cloud_ply_names_missing_fields(tmp_path):
@@ -291,8 +306,8 @@ def test_bad_f_rest_count(lego_vertex, tmp_path, keep):
         load_scene(path)
 
 
-def test_truncated_binary(splats_dir, tmp_path):
-    data = (splats_dir / "scene_tile_lod5_sh3.ply").read_bytes()
+def test_truncated_binary(tile, tmp_path):
+    data = tile.read_bytes()
     path = tmp_path / "cut.ply"
     path.write_bytes(data[: len(data) - 1000])
     with pytest.raises(SceneFormatError, match=r"cut\.ply: truncated file"):
@@ -302,8 +317,8 @@ def test_truncated_binary(splats_dir, tmp_path):
         load_scene(path)
 
 
-def test_truncated_ascii(splats_dir, tmp_path):
-    v = _vertex(splats_dir / "scene_tile_lod5_sh3.ply")
+def test_truncated_ascii(tile, tmp_path):
+    v = _vertex(tile)
     path = _write(v, tmp_path / "a.ply", text=True)
     data = open(path, "rb").read()
     cut = tmp_path / "a_cut.ply"
@@ -335,9 +350,9 @@ def test_garbage_rejected(tmp_path):
         load_scene(p)
 
 
-def test_save_refuses_input_path_and_is_atomic(splats_dir, tmp_path):
+def test_save_refuses_input_path_and_is_atomic(tile, tmp_path):
     src = tmp_path / "in.ply"
-    src.write_bytes((splats_dir / "scene_tile_lod5_sh3.ply").read_bytes())
+    src.write_bytes(tile.read_bytes())
     s = load_scene(src)
     before = src.read_bytes()
     with pytest.raises(OptionError, match="refusing to overwrite the input"):
@@ -353,7 +368,7 @@ def test_save_refuses_input_path_and_is_atomic(splats_dir, tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["in.ply", "other.ply"]
 
 
-def test_fast_column_gather_matches_reference_path(splats_dir, lego_vertex, tmp_path):
+def test_fast_column_gather_matches_reference_path(lego_vertex, tmp_path):
     """The single-gather fast path equals the per-column reference path (LE, BE, double, mixed types)."""
     from physskin_gs.io.inria_ply import load_inria_ply
 
@@ -369,13 +384,16 @@ def test_fast_column_gather_matches_reference_path(splats_dir, lego_vertex, tmp_
         assert_bit_identical(load_inria_ply(path, fast=True), load_inria_ply(path, fast=False))
 
 
-def test_zero_gaussians_and_utf8_comment(splats_dir, tmp_path):
-    hdr, body = (splats_dir / "scene_tile_lod5_sh3.ply").read_bytes().split(b"end_header\n", 1)
+def test_zero_gaussians_and_utf8_comment(inria_sh3, tmp_path):
+    tile = inria_sh3("scene_tile_lod5_sh3.ply")
+    hdr, body = tile.path.read_bytes().split(b"end_header\n", 1)
     p = tmp_path / "zero.ply"
-    p.write_bytes(hdr.replace(b"element vertex 111", b"element vertex 0") + b"end_header\n")
+    count_line = f"element vertex {tile.count}\n".encode()
+    assert count_line in hdr
+    p.write_bytes(hdr.replace(count_line, b"element vertex 0\n") + b"end_header\n")
     with pytest.raises(SceneFormatError, match=r"zero\.ply: the PLY holds no Gaussians"):
         load_scene(p)
     q = tmp_path / "comment.ply"
     q.write_bytes(hdr.replace(b"ply\n", "ply\ncomment made by caf\u00e9 \u00a9\n".encode("utf-8"), 1)
                   + b"end_header\n" + body)
-    assert_bit_identical(load_scene(q), load_scene(splats_dir / "scene_tile_lod5_sh3.ply"))
+    assert_bit_identical(load_scene(q), load_scene(tile.path))

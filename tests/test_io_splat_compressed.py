@@ -24,8 +24,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 @pytest.mark.parametrize("name,count", [("plant_capture.splat", 113648), ("spot_mesh2splat_10k.splat", 10000)])
-def test_real_splat_files(splats_dir, name, count):
-    path = splats_dir / name
+def test_real_splat_files(splat_file, name, count):
+    path = splat_file(name)
     assert detect_format(path) == "splat"
     s = load_scene(path)
     assert s.format == "splat" and s.num_gaussians == count and s.sh_degree == 0
@@ -72,9 +72,9 @@ def test_splat_bad_sizes(tmp_path):
         load_scene(p)
 
 
-def test_splat_detected_by_content_without_extension(splats_dir, tmp_path):
+def test_splat_detected_by_content_without_extension(splat_file, tmp_path):
     p = tmp_path / "spot.bin"
-    p.write_bytes((splats_dir / "spot_mesh2splat_10k.splat").read_bytes())
+    p.write_bytes(splat_file("spot_mesh2splat_10k.splat").read_bytes())
     assert detect_format(p) == "splat"
     assert load_scene(p).num_gaussians == 10000
 
@@ -136,8 +136,8 @@ def _reference_decode(path):
     return out
 
 
-def test_compressed_test_sh_against_reference(splats_dir):
-    path = splats_dir / "playcanvas_test_sh.compressed.ply"
+def test_compressed_test_sh_against_reference(splat_file):
+    path = splat_file("playcanvas_test_sh.compressed.ply")
     assert detect_format(path) == "compressed-ply"
     s = load_scene(path)
     assert s.format == "compressed-ply" and s.num_gaussians == 64 and s.sh_degree == 3
@@ -214,17 +214,17 @@ def test_compressed_short_chunk_table_rejected(splats_dir, tmp_path):
         load_scene(p)
 
 
-def test_compressed_truncated_rejected(splats_dir, tmp_path):
-    data = (splats_dir / "playcanvas_test_sh.compressed.ply").read_bytes()
+def test_compressed_truncated_rejected(splat_file, tmp_path):
+    data = splat_file("playcanvas_test_sh.compressed.ply").read_bytes()
     p = tmp_path / "cut.ply"
     p.write_bytes(data[:-100])
     with pytest.raises(SceneFormatError, match=r"cut\.ply: truncated file: element 'sh'"):
         load_scene(p)
 
 
-def test_compressed_convert_roundtrip(splats_dir, tmp_path):
+def test_compressed_convert_roundtrip(splat_file, tmp_path):
     """Decoded values survive INRIA save/load bit for bit (no second quantisation)."""
-    a = load_scene(splats_dir / "playcanvas_test_sh.compressed.ply")
+    a = load_scene(splat_file("playcanvas_test_sh.compressed.ply"))
     b = load_scene(save_scene(a, tmp_path / "dec.ply"))
     for f in ("means", "quats", "log_scales", "opacity_logits", "sh_dc", "sh_rest"):
         assert torch.equal(getattr(a, f), getattr(b, f))

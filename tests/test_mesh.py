@@ -22,8 +22,8 @@ WELDED = {
 
 
 @pytest.mark.parametrize("name", sorted(WELDED))
-def test_shared_meshes_weld_to_documented_counts(meshes_dir, name):
-    m = load_mesh(meshes_dir / name)
+def test_shared_meshes_weld_to_documented_counts(mesh_file, name):
+    m = load_mesh(mesh_file(name))
     assert (m.num_vertices, m.num_faces) == WELDED[name]
     assert m.vertices.dtype == np.float32 and m.faces.dtype == np.int64
     assert m.name == name
@@ -98,10 +98,13 @@ def test_point_cloud_ply_is_rejected(tmp_path):
         load_mesh(path)
 
 
-def test_gaussian_files_point_to_load_scene(splats_dir):
-    for name in ["lego_gsplat_sh3.ply", "spot_mesh2splat_10k.splat", "guitar_playcanvas.compressed.ply"]:
-        with pytest.raises(SceneFormatError, match=f"{name}.*load_scene"):
-            load_mesh(splats_dir / name)
+def test_gaussian_files_point_to_load_scene(inria_sh3, splat_file):
+    """An INRIA PLY, a .splat and a compressed PLY (shared lego / guitar, else the licence-clean ones)."""
+    inria = inria_sh3("lego_gsplat_sh3.ply").path
+    compressed = splat_file("guitar_playcanvas.compressed.ply", fallback="playcanvas_test_sh.compressed.ply")
+    for path in [inria, splat_file("spot_mesh2splat_10k.splat"), compressed]:
+        with pytest.raises(SceneFormatError, match=f"{path.name}.*load_scene"):
+            load_mesh(path)
 
 
 def test_unknown_extension(tmp_path):

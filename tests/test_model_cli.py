@@ -1,4 +1,5 @@
-"""`physskin-gs skin` and `physskin-gs evaluate` on real shared files with a tiny checkpoint."""
+"""`physskin-gs skin` and `physskin-gs evaluate` on real files with a tiny checkpoint (the shared torus; without the
+shared data, the MIT pyvista hex nut from tests/data, also a closed genus-1 mesh)."""
 
 import json
 from pathlib import Path
@@ -16,6 +17,11 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture
+def torus(mesh_file):
+    return mesh_file("pybullet_torus.obj", fallback="pyvista_nut.ply")
+
+
+@pytest.fixture
 def tiny_ckpt(tmp_path):
     torch.manual_seed(0)
     net = PhysSkinNet(NetConfig(num_handles=6, width=32, heads=2, latents=8, enc_layers=1, handle_tokens=8,
@@ -23,9 +29,9 @@ def tiny_ckpt(tmp_path):
     return save_checkpoint(net, tmp_path / "tiny.safetensors", {"train": {"combine": "sum", "cubature": 100}})
 
 
-def test_skin_mesh_and_splat(tmp_path, meshes_dir, splats_dir, tiny_ckpt):
+def test_skin_mesh_and_splat(tmp_path, torus, splat_file, tiny_ckpt):
     out = tmp_path / "w.npz"
-    assert main(["skin", str(meshes_dir / "pybullet_torus.obj"), "-o", str(out), "--skinning", "network", "--checkpoint", str(tiny_ckpt)]) == 0
+    assert main(["skin", str(torus), "-o", str(out), "--skinning", "network", "--checkpoint", str(tiny_ckpt)]) == 0
     z = np.load(out, allow_pickle=False)
     n = z["weights"].shape[0]
     assert z["weights"].shape == (n, 7) and z["grads"].shape == (n, 7, 3) and z["valid"].all()
@@ -35,13 +41,13 @@ def test_skin_mesh_and_splat(tmp_path, meshes_dir, splats_dir, tiny_ckpt):
     # the stored normalisation maps the vertices into about [-1, 1]
     import trimesh
 
-    v = trimesh.load(str(meshes_dir / "pybullet_torus.obj"), force="mesh").vertices
+    v = trimesh.load(str(torus), force="mesh").vertices
     vn = (v - z["center"]) / z["scale"]
     assert np.abs(vn).max() == pytest.approx(1.0, abs=0.02)
     # existing output is not overwritten without --force
-    assert main(["skin", str(meshes_dir / "pybullet_torus.obj"), "-o", str(out), "--skinning", "network", "--checkpoint", str(tiny_ckpt)]) == 2
+    assert main(["skin", str(torus), "-o", str(out), "--skinning", "network", "--checkpoint", str(tiny_ckpt)]) == 2
     out2 = tmp_path / "s.npz"
-    assert main(["skin", str(splats_dir / "spot_mesh2splat_10k.splat"), "-o", str(out2),
+    assert main(["skin", str(splat_file("spot_mesh2splat_10k.splat")), "-o", str(out2),
                  "--skinning", "network", "--checkpoint", str(tiny_ckpt)]) == 0
     assert np.load(out2)["weights"].shape == (10000, 7)
 
@@ -56,9 +62,9 @@ def test_skin_bad_inputs(tmp_path, tiny_ckpt, capsys):
     assert "junk.safetensors" in capsys.readouterr().err
 
 
-def test_evaluate_network_vs_fit(tmp_path, meshes_dir, tiny_ckpt):
+def test_evaluate_network_vs_fit(tmp_path, torus, tiny_ckpt):
     js = tmp_path / "eval.json"
-    assert main(["evaluate", "--checkpoint", str(tiny_ckpt), "--data", str(meshes_dir / "pybullet_torus.obj"),
+    assert main(["evaluate", "--checkpoint", str(tiny_ckpt), "--data", str(torus),
                  "--points", "300", "--fit-seconds", "2", "--transforms", "4", "--json", str(js)]) == 0
     r = json.loads(js.read_text())
     row = r["shapes"][0]
@@ -70,11 +76,11 @@ def test_evaluate_network_vs_fit(tmp_path, meshes_dir, tiny_ckpt):
     assert "energy_ratio_network_over_fit" in r["summary"]
 
 
-def test_evaluate_against_fem_prints_every_basis_side_by_side(tmp_path, meshes_dir, capsys):
+def test_evaluate_against_fem_prints_every_basis_side_by_side(tmp_path, torus, capsys):
     """`evaluate --reference fem`: every basis scored against the same tet FEM; Rayleigh-Ritz ratios >= 1 (min-max),
     the constant handle gives exactly 6 zero eigenvalues, a Galerkin subspace is never more compliant than the FEM."""
     js = tmp_path / "fem.json"
-    assert main(["evaluate", "--reference", "fem", "--data", str(meshes_dir / "pybullet_torus.obj"), "--bases",
+    assert main(["evaluate", "--reference", "fem", "--data", str(torus), "--bases",
                  "eigen,rbf", "--fit-seconds", "0", "--nodes", "500", "--json", str(js)]) == 0
     out = capsys.readouterr().out
     assert "laplacian-fem" in out and "eigen" in out and "over shapes" in out

@@ -183,10 +183,10 @@ def test_pins_and_material_changes():
         anim.set_material(nu=0.6)
 
 
-def test_real_splat_drop_export_and_reload(splats_dir, tmp_path):
+def test_real_splat_drop_export_and_reload(splat_file, tmp_path):
     from physskin_gs.io import load_scene, save_scene
 
-    scene = load_for_animation(splats_dir / "spot_mesh2splat_10k.splat")
+    scene = load_for_animation(splat_file("spot_mesh2splat_10k.splat"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PipelineWarning)
         anim = prepare_animation(scene, AnimationConfig(skinning="fit", fit_seconds=2.0, num_cubature=128, newton_iters=3))
@@ -203,8 +203,8 @@ def test_real_splat_drop_export_and_reload(splats_dir, tmp_path):
     assert float((back.means.double() @ anim.up_vector).mean()) < float((scene.means.double() @ anim.up_vector).mean()) - 0.02
 
 
-def test_mesh_input_animates(meshes_dir):
-    scene = load_for_animation(meshes_dir / "c3d_spot.obj", num_mesh_gaussians=3000)
+def test_mesh_input_animates(mesh_file):
+    scene = load_for_animation(mesh_file("c3d_spot.obj"), num_mesh_gaussians=3000)
     assert scene.format == "mesh" and scene.num_gaussians == 3000
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PipelineWarning)

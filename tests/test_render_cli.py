@@ -1,4 +1,5 @@
-"""Real files through the renderer and the ``physskin-gs render`` command."""
+"""Real files through the renderer and the ``physskin-gs render`` command (the shared lego and LoD tile; without the
+shared data, the licence-clean SH-3 stand-in of ``conftest.inria_sh3``)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from physskin_gs.render import auto_frame, rasterize
 
 
 @pytest.fixture(scope="module")
-def lego(splats_dir):
+def lego(inria_sh3):
     from physskin_gs.io import load_scene
 
-    return load_scene(splats_dir / "lego_gsplat_sh3.ply")
+    return load_scene(inria_sh3("lego_gsplat_sh3.ply").path)
 
 
 def test_lego_silhouette_matches_projected_bounds(lego):
@@ -37,12 +38,12 @@ def test_lego_silhouette_matches_projected_bounds(lego):
     assert abs(float(ys.min()) - float(lo[1])) < tol and abs(float(ys.max()) - float(hi[1])) < tol
 
 
-def test_cli_render_png(splats_dir, tmp_path, capsys):
+def test_cli_render_png(inria_sh3, tmp_path, capsys):
     import imageio.v2 as imageio
 
     out = tmp_path / "lego.png"
     code = main([
-        "render", str(splats_dir / "lego_gsplat_sh3.ply"), "-o", str(out), "--width", "64", "--height", "48",
+        "render", str(inria_sh3("lego_gsplat_sh3.ply").path), "-o", str(out), "--width", "64", "--height", "48",
         "--up", "z", "--background", "black",
     ])
     assert code == 0
@@ -53,18 +54,18 @@ def test_cli_render_png(splats_dir, tmp_path, capsys):
     assert "wrote" in capsys.readouterr().out
 
 
-def test_cli_render_splat_file(splats_dir, tmp_path):
+def test_cli_render_splat_file(splat_file, tmp_path):
     import imageio.v2 as imageio
 
     out = tmp_path / "spot.png"
-    assert main(["render", str(splats_dir / "spot_mesh2splat_10k.splat"), "-o", str(out), "--width", "48", "--height", "48"]) == 0
+    assert main(["render", str(splat_file("spot_mesh2splat_10k.splat")), "-o", str(out), "--width", "48", "--height", "48"]) == 0
     img = imageio.imread(out)
     assert (img.min(axis=2) < 200).mean() > 0.05  # non-white pixels on the white background
 
 
-def test_cli_refuses_to_overwrite_input_and_bad_options(splats_dir, tmp_path, capsys):
+def test_cli_refuses_to_overwrite_input_and_bad_options(inria_sh3, tmp_path, capsys):
     src = tmp_path / "copy.ply"
-    src.write_bytes((splats_dir / "scene_tile_lod5_sh3.ply").read_bytes())
+    src.write_bytes(inria_sh3("scene_tile_lod5_sh3.ply").path.read_bytes())
     before = src.read_bytes()
     # same path, and same file through another name
     assert main(["render", str(src), "-o", str(src)]) == 2
@@ -79,13 +80,13 @@ def test_cli_refuses_to_overwrite_input_and_bad_options(splats_dir, tmp_path, ca
     assert main(["render", str(src), "-o", str(tmp_path / "nodir" / "x.png")]) == 2
 
 
-def test_cli_turntable_video(splats_dir, tmp_path):
+def test_cli_turntable_video(inria_sh3, tmp_path):
     pytest.importorskip("imageio_ffmpeg")
     import imageio.v2 as imageio
 
     out = tmp_path / "turn.mp4"
     code = main([
-        "render", str(splats_dir / "scene_tile_lod5_sh3.ply"), "-o", str(out), "--turntable", "3",
+        "render", str(inria_sh3("scene_tile_lod5_sh3.ply").path), "-o", str(out), "--turntable", "3",
         "--width", "40", "--height", "30", "--fps", "5",
     ])
     assert code == 0 and out.stat().st_size > 0

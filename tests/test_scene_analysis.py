@@ -138,10 +138,10 @@ def test_lego_base_plate_is_not_a_support(shared_data):
 
 
 @pytest.mark.parametrize("name", ["spot_mesh2splat_10k.splat", "plant_capture.splat"])
-def test_isolated_real_objects_use_the_prior(shared_data, name):
+def test_isolated_real_objects_use_the_prior(splat_file, name):
     from physskin_gs.io import load_scene
 
-    scene = load_scene(shared_data / "splats" / name)
+    scene = load_scene(splat_file(name))
     a = analyze_gaussian_scene(scene, format_prior_up=(0.0, -1.0, 0.0))
     assert a.plane is None and a.up_source == "format-prior", a.summary()
     assert a.object.sum() > 0.9 * (~a.invalid & ~a.transparent).sum()

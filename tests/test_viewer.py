@@ -444,10 +444,10 @@ def fake_pipeline(monkeypatch):
     return mod, calls
 
 
-def test_path_flow_shows_progress_in_terminal_and_page_and_switches_skinning(splats_dir, fake_pipeline, capsys):
+def test_path_flow_shows_progress_in_terminal_and_page_and_switches_skinning(splat_file, fake_pipeline, capsys):
     pytest.importorskip("physskin_gs.io")
     mod, calls = fake_pipeline
-    path = splats_dir / "spot_mesh2splat_10k.splat"
+    path = splat_file("spot_mesh2splat_10k.splat")
 
     class Args:
         pass
@@ -472,7 +472,7 @@ def test_path_flow_shows_progress_in_terminal_and_page_and_switches_skinning(spl
         app.stop()
 
 
-def test_run_viewer_prints_url_serves_and_stops_cleanly_on_ctrl_c(splats_dir, fake_pipeline, monkeypatch, capsys):
+def test_run_viewer_prints_url_serves_and_stops_cleanly_on_ctrl_c(splat_file, fake_pipeline, monkeypatch, capsys):
     import urllib.request
 
     pytest.importorskip("physskin_gs.io")
@@ -489,7 +489,7 @@ def test_run_viewer_prints_url_serves_and_stops_cleanly_on_ctrl_c(splats_dir, fa
     monkeypatch.setattr(appmod, "_serve_until_interrupt", serve)
 
     class Args:
-        path = str(splats_dir / "spot_mesh2splat_10k.splat")
+        path = str(splat_file("spot_mesh2splat_10k.splat"))
         host = None  # not given: 127.0.0.1
         port = 0
         E = 1e4

@@ -47,8 +47,8 @@ def test_bad_path_is_a_clear_error_before_any_server(tmp_path, monkeypatch, caps
     assert started == []
 
 
-def test_animate_prints_url_serves_page_and_exits_cleanly_on_ctrl_c(splats_dir):
-    path = splats_dir / "spot_mesh2splat_10k.splat"
+def test_animate_prints_url_serves_page_and_exits_cleanly_on_ctrl_c(splat_file):
+    path = splat_file("spot_mesh2splat_10k.splat")
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     proc = subprocess.Popen(
         [sys.executable, "-m", "physskin_gs", "animate", str(path), "--port", "0"],

@@ -26,8 +26,8 @@ def wait_until(pred, timeout=10.0) -> bool:
 
 
 @pytest.fixture(scope="module")
-def small_anim(splats_dir):
-    scene = pipeline.load_for_animation(splats_dir / "spot_mesh2splat_10k.splat")
+def small_anim(splat_file):
+    scene = pipeline.load_for_animation(splat_file("spot_mesh2splat_10k.splat"))
     idx = torch.randperm(scene.num_gaussians, generator=torch.Generator().manual_seed(0))[:2000]
     scene = scene.subset(idx)
     cfg = pipeline.AnimationConfig(gravity=0.0, floor=False, num_cubature=256, fit_seconds=5.0, E=5e3)
