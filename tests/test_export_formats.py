@@ -40,6 +40,15 @@ def _frame_rows(idx: torch.Tensor, frame: int, k: int) -> dict:
             "log_scales": torch.randn(m, 3, generator=g) - 2, "sh_rest": torch.randn(m, k, 3, generator=g)}
 
 
+def _with_rows(rest: GaussianScene, idx: torch.Tensor, rows: dict) -> GaussianScene:
+    """The whole frame: ``rest`` with the moving rows ``idx`` replaced by ``rows`` (the reference for an exporter)."""
+    full = replace(rest, means=rest.means.clone(), quats=rest.quats.clone(), log_scales=rest.log_scales.clone(),
+                   sh_rest=rest.sh_rest.clone())
+    full.means[idx], full.quats[idx], full.log_scales[idx], full.sh_rest[idx] = (
+        rows["means"], rows["quats"], rows["log_scales"], rows["sh_rest"])
+    return full
+
+
 @pytest.fixture(scope="module")
 def capture(tmp_path_factory) -> Path:
     spec = importlib.util.spec_from_file_location("make_demo_capture", ROOT / "scripts" / "make_demo_capture.py")
@@ -83,10 +92,7 @@ def test_ply_exporter_matches_save_scene_bytes(tmp_path):
     ex = SequenceExporter(tmp_path / "seq", "ply", rest, idx, fps=10.0)
     ex.add(1, rows)
     ex.close()
-    full = replace(rest, means=rest.means.clone(), quats=rest.quats.clone(), log_scales=rest.log_scales.clone(),
-                   sh_rest=rest.sh_rest.clone())
-    full.means[idx], full.quats[idx], full.log_scales[idx], full.sh_rest[idx] = (
-        rows["means"], rows["quats"], rows["log_scales"], rows["sh_rest"])
+    full = _with_rows(rest, idx, rows)
     save_scene(full, str(tmp_path / "full.ply"))
     assert (tmp_path / "seq" / "frame0001.ply").read_bytes() == (tmp_path / "full.ply").read_bytes()
 
@@ -304,10 +310,7 @@ def test_compressed_frames_equal_a_full_encode(tmp_path):
     rows = _frame_rows(idx, 3, 3)
     ex.add(3, rows)
     ex.close()
-    full = replace(rest, means=rest.means.clone(), quats=rest.quats.clone(), log_scales=rest.log_scales.clone(),
-                   sh_rest=rest.sh_rest.clone())
-    full.means[idx], full.quats[idx], full.log_scales[idx], full.sh_rest[idx] = (
-        rows["means"], rows["quats"], rows["log_scales"], rows["sh_rest"])
+    full = _with_rows(rest, idx, rows)
     save_compressed_ply(full, tmp_path / "full.compressed.ply", order=ex.row_order)
     assert (tmp_path / "seq" / "frame0003.compressed.ply").read_bytes() == (tmp_path / "full.compressed.ply").read_bytes()
 
