@@ -8,12 +8,19 @@
    (:func:`physskin_gs.geometry.normalize.normalize_points`); the simulation runs in metres,
    ``X_sim = s (X - c)``, with s = ``config.scale`` (metres per scene unit) or, when None, the value that makes
    the selected object 1 m across. Weight gradients follow the chain rule: ``grad_sim W = grad_norm W / (s s_n)``.
-3. Volume: interior fill of the selected splat (method.md 8), cubature points sampled from it (default 1024).
+3. Volume: interior fill of the selected splat (method.md 8), cubature points sampled from it (default 1024;
+   farthest points of at most :data:`CUBATURE_POOL` random volume points).
 4. Skinning: the basis named by ``config.skinning`` (``eigen`` by default, ``network``/``pretrained``, ``fit``,
    ``rbf``), built through the one registry :data:`physskin_gs.model.bases.SKINNING_BASES`.
 5. Simulation (:class:`physskin_gs.physics.simulator.SubspaceSimulator`) and Gaussian deformation
    (:class:`physskin_gs.deform.GaussianDeformer`); handle transforms are converted from the simulation frame to
    the scene frame, ``Z_scene = [A | b / s - A c]``.
+6. Field evaluation at the Gaussians (``config.field_eval``): W and grad W at every moving centre, directly or
+   through a sparse-grid interpolant of the field (:class:`physskin_gs.model.grid_field.GridSkinningField`,
+   tricubic Hermite with an analytic gradient; "auto" uses it from :data:`GRID_AUTO_MIN_GAUSSIANS` moving
+   Gaussians). The cubature points and the handle centres are always evaluated directly. The choice, the grid's
+   size and build time and its error against direct evaluation on a random subsample are in ``info["field_eval"]``;
+   the seconds of every preparation stage are in ``info["timings"]``.
 
 Defaults show physics with no options: gravity along -up and a floor 25% of the object's height below it, so the
 object falls, lands and jiggles.
@@ -23,6 +30,7 @@ from __future__ import annotations
 
 import math
 import re
+import time
 import warnings
 from dataclasses import dataclass, replace
 from typing import Callable, Dict, Optional
@@ -49,6 +57,31 @@ __all__ = [
 
 ProgressFn = Optional[Callable[[str, float], None]]
 
+#: ``AnimationConfig.field_eval`` values.
+FIELD_EVAL_MODES = ("auto", "grid", "direct")
+#: "auto" field evaluation considers the grid from this many moving Gaussians on. Measured crossovers on the
+#: 1M bench capture's object, 2 cores (``scripts/bench_prepare.py``): network about 35k moving Gaussians (50k:
+#: grid 0.92 s vs direct 1.22 s; 25k: 0.79 vs 0.61 s), eigen about 120k (100k: 0.62 vs 0.57 s; 198k: 0.82 vs
+#: 1.09 s); below 50k the gain is at most a few tenths of a second.
+GRID_AUTO_MIN_GAUSSIANS = 50_000
+#: Cost model of "auto" above the threshold (seconds, 2 cores, measured on the bench capture): the grid is used
+#: when ``(nodes + checks + GRID_FALLBACK_SHARE N) c + N GRID_INTERP_SECONDS (H / 17) + nodes
+#: GRID_NODE_OVERHEAD_SECONDS`` is below ``GRID_AUTO_MARGIN`` times the direct ``N c``, with c the pilot's
+#: measured direct time per point.
+GRID_INTERP_SECONDS = 1.5e-6
+GRID_NODE_OVERHEAD_SECONDS = 3e-6
+GRID_FALLBACK_SHARE = 0.1
+GRID_AUTO_MARGIN = 0.8
+#: Moving centres on which the grid is compared with direct evaluation (``info["field_eval"]["error"]``).
+GRID_REPORT_POINTS = 2000
+#: Cubature points are farthest points of at most this many random volume points (the whole set when smaller).
+CUBATURE_POOL = 65536
+#: The skinning basis gets at most this many random shell points as its surface (the network's encoder input is
+#: 2048 farthest points of them).
+ENCODER_POOL = 65536
+#: The grid's node budget is ``min(grid_field.MAX_NODES, max(GRID_NODE_FLOOR, number of moving Gaussians))``.
+GRID_NODE_FLOOR = 4096
+
 _UP = {"y": (0.0, 1.0, 0.0), "-y": (0.0, -1.0, 0.0), "z": (0.0, 0.0, 1.0), "-z": (0.0, 0.0, -1.0),
        "x": (1.0, 0.0, 0.0), "-x": (-1.0, 0.0, 0.0)}
 
@@ -72,6 +105,10 @@ class AnimationConfig:
     floor friction (1/s). ``solver``: the simulator's Hessian policy, "adaptive" (default), "chord" or "newton"
     (see :class:`physskin_gs.physics.simulator.SubspaceSimulator`).
     ``clamp_anisotropy``: clamp F's singular values to [0.2, 5] for the Gaussians (needle guard).
+    ``field_eval``: how W and grad W are evaluated at the moving Gaussians: "direct" (the skinning field at every
+    centre), "grid" (a sparse-grid interpolant built from the field, :mod:`physskin_gs.model.grid_field`) or
+    "auto" (default: "grid" from :data:`GRID_AUTO_MIN_GAUSSIANS` moving Gaussians on when the cost model of
+    :data:`GRID_INTERP_SECONDS` estimates it faster than direct evaluation; "direct" otherwise).
     """
 
     E: float = 1e5
@@ -96,6 +133,7 @@ class AnimationConfig:
     num_handles: int = 16
     friction: float = 10.0  # viscous floor friction, 1/s (0 = frictionless floor)
     solver: str = "adaptive"  # Hessian policy of the Newton solve: "adaptive", "chord" or "newton"
+    field_eval: str = "auto"  # W / grad W at the moving Gaussians: "auto", "grid" or "direct"
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -108,14 +146,15 @@ def resolve_up(up: str, scene: Optional[GaussianScene] = None) -> torch.Tensor:
     """(3,) float64 unit up vector from a name. 'auto' here is the FORMAT PRIOR only (what
     :func:`prepare_animation` and ``render`` use when the scene analysis finds no support plane): meshes +y (OBJ
     convention), antimatter15 .splat and PlayCanvas compressed PLY -y (COLMAP-style captures; both spot and
-    plant files are -y up), INRIA PLY +z (Blender / NeRF-synthetic exports such as lego). A capture that stands
+    plant files are -y up), INRIA PLY +z (Blender / NeRF-synthetic exports such as lego), glTF +y (the glTF
+    convention). A capture that stands
     on a support gets its up axis from the support plane instead, whatever its format.
 
     Raises OptionError for an unknown name."""
     key = str(up).strip().lower().lstrip("+")
     if key == "auto":
         fmt = (scene.format or "") if scene is not None else ""
-        key = {"mesh": "y", "splat": "-y", "compressed-ply": "-y"}.get(fmt, "z")
+        key = {"mesh": "y", "splat": "-y", "compressed-ply": "-y", "gltf-gaussian-splatting": "y"}.get(fmt, "z")
     if key not in _UP:
         raise OptionError(f"unknown up axis {up!r}; use auto, y, -y, z, -z, x or -x")
     return torch.tensor(_UP[key], dtype=torch.float64)
@@ -280,6 +319,69 @@ def _weights_chunked(field, x_norm: torch.Tensor, chunk: int = 65536):
     return torch.cat(Ws), torch.cat(Gs)
 
 
+def _gaussian_weights(field, x_norm: torch.Tensor, mode: str, seed: int = 0):
+    """W (N, H) and grad W (N, H, 3) (float32, normalised frame) of the moving Gaussians at x_norm (N, 3), by
+    ``mode`` ("direct", "grid" or "auto", :class:`AnimationConfig` ``field_eval``), and the facts of the choice
+    (JSON-ready): ``mode`` (what was used), ``requested``, ``reason``, ``seconds``; for the grid also its
+    :meth:`~physskin_gs.model.grid_field.GridSkinningField.facts` (scheme, cell, node count, build seconds...),
+    ``num_refined`` (centres served by the refined grid of the cells that failed the check), ``num_fallback``
+    (centres evaluated directly: outside both grids, or in a refined cell that failed the check too) and
+    ``error``, :func:`~physskin_gs.model.grid_field.grid_error_report` on :data:`GRID_REPORT_POINTS` random
+    centres (the resolution rule's pilot sample, evaluated directly once). The grid's node budget is
+    ``min(grid_field.MAX_NODES, max(GRID_NODE_FLOOR, N))``. Raises OptionError for an unknown mode, and what the
+    field raises."""
+    from physskin_gs.model import grid_field
+    from physskin_gs.model.grid_field import GridSkinningField, evaluate_field, grid_error_report, plan_grid
+
+    if mode not in FIELD_EVAL_MODES:
+        raise OptionError(f"--field-eval must be one of {', '.join(FIELD_EVAL_MODES)}, got {mode!r}")
+    t0 = time.perf_counter()
+    N = int(x_norm.shape[0])
+    facts: Dict = {"requested": mode, "num_points": N}
+    plan = None
+    # node budget: the resolution rule's cap, and never more nodes than the centres they serve (beyond a floor)
+    budget = min(grid_field.MAX_NODES, max(GRID_NODE_FLOOR, N))
+    if mode == "direct":
+        use, facts["reason"] = "direct", "asked for"
+    elif mode == "grid":
+        use, facts["reason"] = "grid", "asked for"
+    elif N < GRID_AUTO_MIN_GAUSSIANS:
+        use, facts["reason"] = "direct", f"{N} moving Gaussians < {GRID_AUTO_MIN_GAUSSIANS}"
+    else:
+        plan = plan_grid(field, x_norm, pilot=GRID_REPORT_POINTS, seed=seed, max_nodes=budget)
+        c = plan.seconds_per_point
+        direct_s = N * c
+        grid_s = ((plan.num_nodes + plan.num_occupied + GRID_FALLBACK_SHARE * N) * c
+                  + N * GRID_INTERP_SECONDS * field.num_handles / 17.0 + plan.num_nodes * GRID_NODE_OVERHEAD_SECONDS)
+        facts["estimate_seconds"] = {"direct": direct_s, "grid": grid_s}
+        if grid_s < GRID_AUTO_MARGIN * direct_s:
+            use = "grid"
+            facts["reason"] = (f"{N} moving Gaussians >= {GRID_AUTO_MIN_GAUSSIANS} and a grid of {plan.num_nodes} "
+                               f"nodes is estimated at {grid_s:.2f} s vs {direct_s:.2f} s direct")
+        else:
+            use = "direct"
+            facts["reason"] = (f"a grid of {plan.num_nodes} nodes + {plan.num_occupied} checks is estimated at "
+                               f"{grid_s:.2f} s, not below {GRID_AUTO_MARGIN:g} x {direct_s:.2f} s direct")
+    facts["mode"] = use
+    if use == "direct":
+        W, G = evaluate_field(field, x_norm)  # chunks shared by the torch threads (same values as one pass)
+        facts["seconds"] = time.perf_counter() - t0
+        return W, G, facts
+    if plan is None:
+        plan = plan_grid(field, x_norm, pilot=GRID_REPORT_POINTS, seed=seed, max_nodes=budget)
+    grid = GridSkinningField(field, x_norm, plan=plan)
+    t1 = time.perf_counter()
+    W, G = grid.weights_and_grads(x_norm)
+    facts.update(grid.facts())
+    facts["plan_seconds"] = plan.seconds
+    facts["interpolation_seconds"] = time.perf_counter() - t1
+    facts["num_fallback"] = grid.last_fallback
+    facts["num_refined"] = grid.last_refined
+    facts["error"] = grid_error_report(field, grid, plan.pilot_points, reference=(plan.pilot_W, plan.pilot_G))
+    facts["seconds"] = time.perf_counter() - t0
+    return W, G, facts
+
+
 # ------------------------------------------------------------------------------------------------ scene
 class AnimatedScene:
     """A scene whose selected Gaussians are driven by the subspace simulator (see the module docstring).
@@ -306,6 +408,14 @@ class AnimatedScene:
         self.frame = 0
         self._idx = torch.nonzero(moving).flatten()
         s_n = float(norm.scale)
+        timings = info.setdefault("timings", {})
+        clock = [time.perf_counter()]
+
+        def lap(stage: str) -> None:
+            now = time.perf_counter()
+            timings[stage] = timings.get(stage, 0.0) + now - clock[0]
+            clock[0] = now
+
         # cubature points: weights in the normalised frame, gradients chain-ruled to the simulation frame
         Wc, Gc = _weights_chunked(field, norm.to_normalized(cubature_scene.double()).float())
         self.num_handles = int(Wc.shape[1])
@@ -325,12 +435,20 @@ class AnimatedScene:
             E=config.E, nu=config.nu, density=config.density, dt=config.dt, gravity=config.gravity,
             up=up, floor_height=floor_sim, damping=config.damping, newton_iters=config.newton_iters,
             friction=config.friction, solver=config.solver)
-        # Gaussians: weights and scene-frame gradients once, then the precomputed deformer
-        mov = scene.subset(self._idx)
-        Wg, Gg = _weights_chunked(field, norm.to_normalized(mov.means.double()).float())
+        lap("cubature_weights")
+        # Gaussians: weights and scene-frame gradients once (directly or through the grid), then the deformer
+        mov_means = scene.means[self._idx]  # only what the deformer needs (no copy of the SH of the moving rows)
+        Wg, Gg, facts = _gaussian_weights(field, norm.to_normalized(mov_means.double()).float(),
+                                          getattr(config, "field_eval", "auto"), seed=config.seed)
+        info["field_eval"] = facts
         self._Wg = Wg
+        lap("gaussian_weights")
         clamp = (0.2, 5.0) if config.clamp_anisotropy else None
-        self.deformer = GaussianDeformer(mov.means, mov.quats, mov.log_scales, Wg, Gg / s_n, singular_clamp=clamp)
+        Gg /= s_n
+        self.deformer = GaussianDeformer(mov_means, scene.quats[self._idx], scene.log_scales[self._idx], Wg, Gg,
+                                         singular_clamp=clamp)
+        del Gg
+        lap("deformer_setup")
         # handle centres: |W|-weighted centroids over the cubature points (learned handles only)
         aw = self._Wc[:, :-1].abs()
         cen = (aw.T @ self._cub_rest_scene) / aw.sum(0).clamp_min(1e-12)[:, None]  # [H-1, 3]
@@ -341,6 +459,7 @@ class AnimatedScene:
         self.set_pin(config.pin)
         self._cache_key = None
         self._cache = None
+        lap("handles_pins")
 
     # -------------------------------------------------------------------------------- frames / parameters
     def _floor_sim(self, enabled: bool, height: Optional[float]) -> Optional[float]:
@@ -487,32 +606,59 @@ class AnimatedScene:
             vr = torch.eye(3).expand(N, 3, 3)
         return DeformedGaussians(means=means, covars=covars, view_rotations=vr, opacities=sc.opacities, sh=sc.sh)
 
-    def deformed_scene(self) -> GaussianScene:
-        """GaussianScene of the current state for export: means, quats/log-scales from the SVD of F L
-        (det U = +1), SH rotated per Gaussian by R_F (degree <= 3; degree 4 keeps bands 1-3 rotated and zeroes
-        band 4)."""
+    @property
+    def moving_index(self) -> torch.Tensor:
+        """(M,) int64 rows of the scene that move (``nonzero(moving)``), the order of :meth:`deformed_rows`."""
+        return self._idx
+
+    def deformed_rows(self) -> Dict[str, torch.Tensor]:
+        """The current state of the moving rows only, for exporters (:mod:`physskin_gs.io.sequence`).
+
+        Returns a dict of fresh float32 tensors for the rows ``index`` (M,) int64 of the scene: ``means`` (M, 3)
+        scene units, ``quats`` (M, 4) unit wxyz and ``log_scales`` (M, 3) from the SVD of F L (det U = +1), and
+        ``sh_rest`` (M, K, 3) rotated per Gaussian by R_F (degree <= 3; degree 4 keeps bands 1-3 rotated and
+        zeroes band 4). Opacities and the DC colour never change. Static rows are those of
+        :meth:`export_rest_scene`.
+        """
         d = self._deform()
-        sc = self.scene
-        means = sc.means.clone()
-        means[self._idx] = d.means
-        quats = sc.quats.clone()
-        log_scales = sc.log_scales.clone()
+        sc = self.export_rest_scene()  # SH of a row with a NaN SH value (it can move) are zero here
         q, ls = d.export_quats_scales()
-        quats[self._idx] = q
-        log_scales[self._idx] = ls
-        sh_rest = sc.sh_rest
-        if sh_rest.shape[1] > 0:
-            sh_rest = sh_rest.clone()
-            R = d.view_rotations()
-            K = sh_rest.shape[1]
+        out = {"index": self._idx, "means": d.means.clone(), "quats": q, "log_scales": ls}
+        K = sc.sh_rest.shape[1]
+        if K > 0:
             k3 = min(K, 15)
-            full = torch.cat([sc.sh_dc[self._idx][:, None], sh_rest[self._idx, :k3]], dim=1)
-            rot = rotate_sh(full, R)
-            sh_rest[self._idx, :k3] = rot[:, 1:]
-            if K > 15:
-                sh_rest[self._idx, 15:] = 0.0
-        out = replace(sc, means=means, quats=quats, log_scales=log_scales, sh_rest=sh_rest)
-        return sanitize_invalid_rows(out, self.center.float(), self._invalid_rows())
+            full = torch.cat([sc.sh_dc[self._idx][:, None], sc.sh_rest[self._idx, :k3]], dim=1)
+            rot = rotate_sh(full, d.view_rotations())
+            sh = torch.zeros(self._idx.numel(), K, 3)
+            sh[:, :k3] = rot[:, 1:]
+            out["sh_rest"] = sh
+        bad = self._invalid_rows()[self._idx]  # [M] moving rows with a non-finite SH value: written as the rest does
+        if bool(bad.any()):
+            out["means"][bad] = sc.means[self._idx][bad]
+            out["quats"][bad] = sc.quats[self._idx][bad]
+            out["log_scales"][bad] = sc.log_scales[self._idx][bad]
+        return out
+
+    def export_rest_scene(self) -> GaussianScene:
+        """The rest scene as every exported frame writes its static rows: invalid rows sanitised
+        (:func:`sanitize_invalid_rows`), all other rows the input's raw values. Computed once."""
+        if getattr(self, "_export_rest", None) is None:
+            self._export_rest = sanitize_invalid_rows(self.scene, self.center.float(), self._invalid_rows())
+        return self._export_rest
+
+    def deformed_scene(self) -> GaussianScene:
+        """GaussianScene of the current state for export: the static rows of :meth:`export_rest_scene` and the
+        moving rows of :meth:`deformed_rows` (means, quats/log-scales from the SVD of F L, SH rotated by R_F)."""
+        sc = self.export_rest_scene()
+        rows = self.deformed_rows()
+        idx = rows["index"]
+        means, quats, log_scales = sc.means.clone(), sc.quats.clone(), sc.log_scales.clone()
+        means[idx], quats[idx], log_scales[idx] = rows["means"], rows["quats"], rows["log_scales"]
+        sh_rest = sc.sh_rest
+        if "sh_rest" in rows:
+            sh_rest = sh_rest.clone()
+            sh_rest[idx] = rows["sh_rest"]
+        return replace(sc, means=means, quats=quats, log_scales=log_scales, sh_rest=sh_rest)
 
     def _invalid_rows(self) -> torch.Tensor:
         """(N,) bool invalid rows of the rest scene (:func:`physskin_gs.io.invalid_mask`), computed once."""
@@ -624,8 +770,13 @@ class AnimatedScene:
 def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: ProgressFn = None) -> AnimatedScene:
     """Build an :class:`AnimatedScene` (module docstring). ``progress(stage, fraction)`` is called along the way.
 
-    Raises OptionError for bad options (selection, up axis, material, pin) and PhysSkinError when the selected
-    object has no usable geometry.
+    ``info["timings"]`` of the result holds the seconds of each stage: scene_analysis, selection,
+    interior_fill, cubature (normalisation, robust extent, cubature sampling), field_build, cubature_weights
+    (with the simulator set-up), gaussian_weights (W, grad W at the moving Gaussians, ``config.field_eval``),
+    deformer_setup and handles_pins.
+
+    Raises OptionError for bad options (selection, up axis, material, pin, field evaluation) and PhysSkinError
+    when the selected object has no usable geometry.
     """
     from physskin_gs.geometry.interior import fill_splat_interior, sample_cubature
     from physskin_gs.geometry.normalize import normalize_points
@@ -639,11 +790,22 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     if not (config.dt > 0 and math.isfinite(config.dt)):
         raise OptionError(f"--dt must be positive, got {config.dt}")
     resolve_skinning(config.skinning)  # unknown names fail before any work
+    if config.field_eval not in FIELD_EVAL_MODES:
+        raise OptionError(f"--field-eval must be one of {', '.join(FIELD_EVAL_MODES)}, got {config.field_eval!r}")
+    timings: Dict[str, float] = {}
+    clock = [time.perf_counter()]
+
+    def lap(stage: str) -> None:
+        now = time.perf_counter()
+        timings[stage] = timings.get(stage, 0.0) + now - clock[0]
+        clock[0] = now
+
     _report(progress, "analysing the scene", 0.0)
     select_auto = str(config.select or "").strip().lower() == "auto"
     analysis = None
     if select_auto or str(config.up).strip().lower() == "auto":
         analysis = analyze_for_animation(scene)
+    lap("scene_analysis")
     if str(config.up).strip().lower() == "auto":
         up = torch.as_tensor(analysis.up, dtype=torch.float64)
     else:
@@ -657,6 +819,7 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
         moving = parse_selection(config.select, scene)
     idx = torch.nonzero(moving).flatten()
     mov_means = scene.means[idx]
+    lap("selection")
     _report(progress, "filling the interior", 0.05)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -668,6 +831,7 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     pts = vol.points
     if pts.shape[0] < 4:
         pts = mov_means
+    lap("interior_fill")
     # normalisation of the selected object (learning frame) from the kept centres
     _, norm = normalize_points(mov_means.double(), allow_flat=True, what="selected Gaussians")
     lo, hi = mov_means.min(0).values.double(), mov_means.max(0).values.double()
@@ -687,18 +851,28 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
         # shell only: approximate the solid by half its bounding box
         volume = 0.5 * float(torch.prod((hi - lo).clamp_min(extent * 1e-3)))
     _report(progress, "sampling cubature points", 0.25)
-    cub = sample_cubature(pts, n=config.num_cubature, seed=config.seed).double()
-    surface_norm = norm.to_normalized(vol.shell.double() if vol.shell.shape[0] >= 4 else mov_means.double()).float()
+    cub_pool = pts
+    if pts.shape[0] > CUBATURE_POOL:  # farthest point sampling is O(pool x n); a random pool keeps it bounded
+        g = torch.Generator().manual_seed(config.seed)
+        cub_pool = pts[torch.randperm(pts.shape[0], generator=g)[:CUBATURE_POOL]]
+    cub = sample_cubature(cub_pool, n=config.num_cubature, seed=config.seed).double()
+    shell = vol.shell if vol.shell.shape[0] >= 4 else mov_means
+    if shell.shape[0] > ENCODER_POOL:  # the encoder's farthest point sampling is O(pool x 2048)
+        g = torch.Generator().manual_seed(config.seed + 1)
+        shell = shell[torch.randperm(shell.shape[0], generator=g)[:ENCODER_POOL]]
+    surface_norm = norm.to_normalized(shell.double()).float()
     volume_norm = norm.to_normalized(pts.double()).float()
     if volume_norm.shape[0] > 20000:
         g = torch.Generator().manual_seed(config.seed)
         volume_norm = volume_norm[torch.randperm(volume_norm.shape[0], generator=g)[:20000]]
+    lap("cubature")
     field, source = _build_field(config, surface_norm, volume_norm, progress)
+    lap("field_build")
     _report(progress, "precomputing the simulator and the deformer", 0.8)
     info = {"volume_scene_units3": volume, "fill_fallback": bool(vol.fallback), "fill_messages": fill_msgs,
             "num_moving": int(idx.numel()), "num_cubature": int(cub.shape[0]), "sim_scale_m_per_unit": sim_scale,
             "skinning": source, "up": up.tolist(), "robust_extent_scene": robust_extent,
-            "selection": "auto" if select_auto else (config.select or "all")}
+            "selection": "auto" if select_auto else (config.select or "all"), "timings": timings}
     if analysis is not None:
         info["scene_analysis"] = scene_analysis_facts(analysis)
         if analysis.plane is not None and str(config.up).strip().lower() == "auto":

@@ -3,7 +3,6 @@ pipeline (``AnimationConfig.field_eval``), issue #13."""
 
 from __future__ import annotations
 
-import math
 import warnings
 
 import pytest
@@ -284,10 +283,15 @@ def test_auto_threshold_and_bad_mode(monkeypatch):
     Wd, Gd = f.weights_and_grads(x)
     assert torch.equal(W, Wd) and torch.equal(G, Gd)
     monkeypatch.setattr(pipeline, "GRID_AUTO_MIN_GAUSSIANS", 1000)
-    # above the threshold, but a grid that would not be smaller than half the centres is not worth it: direct
+    # above the threshold, but the cost model says a grid with more nodes than centres does not pay: direct
     W, G, facts = pipeline._gaussian_weights(f, x, "auto")
-    assert facts["mode"] == "direct" and "nodes" in facts["reason"]
-    monkeypatch.setattr(pipeline, "GRID_AUTO_MAX_NODE_SHARE", 100.0)
+    assert facts["mode"] == "direct" and "estimated" in facts["reason"]
+    est = facts["estimate_seconds"]
+    assert est["grid"] >= pipeline.GRID_AUTO_MARGIN * est["direct"] > 0
+    # a costly field (the network's finite differences, here the interpolation made free): the grid pays
+    monkeypatch.setattr(pipeline, "GRID_INTERP_SECONDS", 0.0)
+    monkeypatch.setattr(pipeline, "GRID_NODE_OVERHEAD_SECONDS", 0.0)
+    monkeypatch.setattr(pipeline, "GRID_FALLBACK_SHARE", -100.0)
     W, G, facts = pipeline._gaussian_weights(f, x, "auto")
     assert facts["mode"] == "grid" and facts["error"]["g_max_rel"] < 0.05 and facts["num_nodes"] > 0
     W, G, facts = pipeline._gaussian_weights(f, x, "grid")  # asked for: built anyway
