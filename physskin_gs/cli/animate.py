@@ -88,6 +88,11 @@ def register(sub) -> None:
                         "and floaters stay static but are rendered and exported), all, a box "
                         "'xmin,ymin,zmin,xmax,ymax,zmax' (scene units) or a rule like 'opacity>0.1'")
     p.add_argument("--cubature", dest="num_cubature", type=int, default=1024, help="cubature points (default 1024)")
+    p.add_argument("--field-eval", dest="field_eval", choices=("auto", "grid", "direct"), default="auto",
+                   help="skinning weights and gradients at the moving Gaussians: evaluated at every centre (direct), "
+                        "or interpolated from a sparse grid built from the field (grid; max error against direct "
+                        "printed and in sequence.json); auto (default): the grid from 50k moving Gaussians on, where "
+                        "it is faster")
     p.add_argument("--newton-iters", dest="newton_iters", type=int, default=5, help="Newton iterations per step")
     p.add_argument("--solver", choices=("adaptive", "chord", "newton"), default="adaptive",
                    help="Hessian policy: 'newton' refactors the Hessian every iteration, 'chord' once per step, "
@@ -122,6 +127,7 @@ def config_from_args(args):
         newton_iters=args.newton_iters, skinning=args.skinning, checkpoint=args.checkpoint,
         fit_seconds=args.fit_seconds, select=args.select, scale=args.scale, pin=args.pin, seed=args.seed,
         friction=args.friction, solver=getattr(args, "solver", "adaptive"),
+        field_eval=getattr(args, "field_eval", "auto") or "auto",
     )
 
 
@@ -612,6 +618,13 @@ def run_headless(args) -> int:
           f"{anim.skinning_source}), {anim.info['num_cubature']} cubature points, up {up_name}, "
           f"scale {anim.sim_scale:.4g} m/unit, prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
+    fe = anim.info.get("field_eval") or {}
+    if fe.get("mode") == "grid" and fe.get("error"):
+        er = fe["error"]
+        print(f"[physskin-gs] skinning field at the Gaussians: sparse grid ({fe.get('num_nodes')} nodes, "
+              f"{fe.get('num_fallback', 0)} centres evaluated directly); error against direct evaluation on "
+              f"{er['num_points']} centres: W max {er['w_max_rel']:.1e} / mean {er['w_mean_rel']:.1e}, grad W max "
+              f"{er['g_max_rel']:.1e} / mean {er['g_mean_rel']:.1e} of their RMS", file=sys.stderr)
     video = None
     png_dir = Path(args.png) if args.png else None
     if args.video or png_dir:
@@ -694,6 +707,8 @@ def run_headless(args) -> int:
             "pin": config.pin,
             "select": config.select,
             "scene_analysis": anim.info.get("scene_analysis"),
+            "field_eval": anim.info.get("field_eval"),
+            "prepare_seconds": anim.info.get("timings"),
             "invalid_rows": {"count": anim.num_invalid, "written_as": "static, sanitised: mean at the object's "
                              "centre, identity rotation, log-scale -20, opacity logit -20, SH 0"},
             "script": os.path.abspath(args.script) if args.script else None,
