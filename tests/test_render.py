@@ -375,9 +375,9 @@ def test_to_uint8_and_write_video_png_fallback(tmp_path, monkeypatch):
     files = sorted(out.iterdir())
     assert [f.name for f in files] == ["frame0001.png", "frame0002.png", "frame0003.png"]
     assert np.array_equal(imageio.imread(files[1]), frames[1])
-    with pytest.raises(OptionError, match="size"):
+    with pytest.raises(OptionError, match="size"), pytest.warns(UserWarning, match="imageio-ffmpeg"):
         write_video([frames[0], frames[0][:16]], tmp_path / "bad.mp4")
-    with pytest.raises(OptionError, match="no frames"):
+    with pytest.raises(OptionError, match="no frames"), pytest.warns(UserWarning, match="imageio-ffmpeg"):
         write_video([], tmp_path / "none.mp4")
 
 

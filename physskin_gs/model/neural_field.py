@@ -10,6 +10,7 @@ evaluated in chunks so that a million query points never build one large attenti
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Dict, Optional, Tuple
 
 import torch
@@ -80,7 +81,10 @@ class NeuralSkinningField(SkinningField):
         for k in range(3):
             t = torch.zeros_like(xc)
             t[:, k] = 1.0
-            W, d = jvp(f, (xc,), (t,))
+            with warnings.catch_warnings():  # torch's first forward-mode call scripts its decompositions
+                warnings.filterwarnings("ignore", message=r".*torch\.jit\.script.* is deprecated",
+                                        category=DeprecationWarning)
+                W, d = jvp(f, (xc,), (t,))
             cols.append(d)
         return W, torch.stack(cols, dim=-1)
 
