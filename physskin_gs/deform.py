@@ -34,6 +34,7 @@ from physskin_gs.lbs import deformation_gradient, lbs_points
 from physskin_gs.physics.neohookean import _det3, svd3
 from physskin_gs.scene import quat_to_rotmat, rotmat_to_quat
 from physskin_gs.sh import eval_sh, rotate_sh, sh_basis, sh_degree_from_coeffs  # noqa: F401  (re-exported)
+from physskin_gs._threads import MAX_WORKERS, worker_pool
 
 __all__ = [
     "DeformedGaussians",
@@ -149,22 +150,12 @@ def deform_reference(means: torch.Tensor, covars: torch.Tensor, W: torch.Tensor,
 
 
 # ------------------------------------------------------------------------------------------------ fast path
-_MAX_WORKERS = 8  # Python-level worker threads for the per-frame blocks (each runs single-threaded torch ops)
-_POOL: Optional[ThreadPoolExecutor] = None
-_POOL_SIZE = 0
-_POOL_LOCK = threading.Lock()
+_MAX_WORKERS = MAX_WORKERS  # Python-level worker threads for the per-frame blocks (single-threaded torch ops)
 
 
 def _worker_pool(n: int) -> ThreadPoolExecutor:
-    """A process-wide pool with at least n worker threads (created on first use)."""
-    global _POOL, _POOL_SIZE
-    with _POOL_LOCK:
-        if _POOL is None or _POOL_SIZE < n:
-            if _POOL is not None:
-                _POOL.shutdown(wait=False)
-            _POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="physskin-deform")
-            _POOL_SIZE = n
-        return _POOL
+    """This module's worker pool with at least n threads (:func:`physskin_gs._threads.worker_pool`)."""
+    return worker_pool("deform", n)
 
 
 class _Workspace:

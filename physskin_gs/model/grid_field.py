@@ -103,6 +103,7 @@ import numpy as np
 import torch
 
 from physskin_gs.model.field import SkinningField
+from physskin_gs._threads import MAX_WORKERS, worker_pool
 
 __all__ = ["GridSkinningField", "GridPlan", "plan_grid", "grid_error_report", "grid_interpolate_reference",
            "deformation_difference", "evaluate_field", "choose_cell", "field_length_scale", "SCHEMES"]
@@ -187,22 +188,12 @@ def _stencil(scheme: str) -> Tuple[int, int]:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-_POOL: Optional[ThreadPoolExecutor] = None
-_POOL_SIZE = 0
-_POOL_LOCK = threading.Lock()
-_MAX_WORKERS = 8
+_MAX_WORKERS = MAX_WORKERS
 
 
 def _worker_pool(n: int) -> ThreadPoolExecutor:
-    """A module-wide pool with at least n worker threads (created on first use)."""
-    global _POOL, _POOL_SIZE
-    with _POOL_LOCK:
-        if _POOL is None or _POOL_SIZE < n:
-            if _POOL is not None:
-                _POOL.shutdown(wait=False)
-            _POOL = ThreadPoolExecutor(max_workers=n, thread_name_prefix="physskin-grid")
-            _POOL_SIZE = n
-        return _POOL
+    """This module's worker pool with at least n threads (:func:`physskin_gs._threads.worker_pool`)."""
+    return worker_pool("grid", n)
 
 
 @contextmanager
