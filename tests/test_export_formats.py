@@ -377,3 +377,91 @@ def test_viewer_recorder_writes_the_chosen_format(tmp_path, fmt):
         assert torch.allclose(load_usd(out / "animation.usdc", time=3).means, anim.deformed_scene().means, atol=1e-6)
     with pytest.raises(OptionError, match="already holds a recording"):
         Recorder(out, dt=0.02, export_format=fmt)
+
+
+def test_interrupted_usd_export_keeps_the_frames_written(capture, tmp_path, monkeypatch, capsys):
+    """Ctrl-C (or SIGTERM, which the CLI raises the same way) during a USD export finishes the file with the frames
+    simulated so far and leaves no temporary file."""
+    pytest.importorskip("pxr", reason="usd-core (the [usd] extra) is not installed")
+    from physskin_gs.io.usd import load_usd
+    from physskin_gs.pipeline import AnimatedScene
+
+    real_step, calls = AnimatedScene.step, []
+
+    def step(self, n=1):
+        calls.append(n)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_step(self, n)
+
+    monkeypatch.setattr(AnimatedScene, "step", step)
+    out = tmp_path / "usd"
+    assert _headless(capture, out, "usd", frames=10) == 130
+    assert "kept 3 frames" in capsys.readouterr().err
+    assert not list(out.glob(".*tmp*"))
+    from pxr import Usd
+
+    stage = Usd.Stage.Open(str(out / "animation.usdc"))
+    assert stage.GetEndTimeCode() == 3
+    del stage
+    assert load_usd(out / "animation.usdc", time=3).num_gaussians == load_scene(capture).num_gaussians
+
+
+def test_sigterm_is_an_interrupt(tmp_path):
+    """SIGTERM ends a command like Ctrl-C (exit 143, cleanup runs), not with Python's default kill."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "seq"
+    p = subprocess.Popen([sys.executable, "-m", "physskin_gs", "animate", str(ROOT / "data" / "spot_mesh2splat_10k.splat"),
+                          "--headless", "--frames", "100000", "--export", str(out), *FAST],
+                         stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (out / "frame0002.ply").exists():
+        time.sleep(0.2)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 143 and "terminated" in err and "kept" in err
+    assert (out / "frame0001.ply").is_file() and not list(out.glob(".*.tmp"))
+    assert os.path.getsize(out / "frame0001.ply") == os.path.getsize(out / "frame0002.ply")
+
+
+def test_axis_name_only_for_an_axis():
+    from physskin_gs.cli.animate import _axis_name
+
+    assert _axis_name([0.0, -1.0, 0.0]) == "-y"
+    assert _axis_name([-0.975, 0.014, 0.222]) == "[-0.975, +0.014, +0.222]"  # 12.8 degrees off -x
+
+
+def test_convert_warns_about_options_without_effect_and_refuses_a_misleading_name(capture, tmp_path, capsys):
+    assert main(["convert", str(capture), str(tmp_path / "a.ply"), "--up", "z"]) == 0
+    assert "--up has no effect" in capsys.readouterr().err
+    assert main(["convert", str(capture), str(tmp_path / "b.compressed.ply"), "--format", "ply"]) == 2
+    assert "compressed PLY by other tools" in capsys.readouterr().err
+
+
+def test_skin_reports_a_failed_write(tmp_path, monkeypatch, capsys):
+    import numpy
+
+    def fail(*a, **k):
+        raise OSError(30, "Read-only file system")
+
+    monkeypatch.setattr(numpy, "savez", fail)
+    rc = main(["skin", str(ROOT / "data" / "spot_mesh2splat_10k.splat"), "-o", str(tmp_path / "w.npz"),
+               "--skinning", "rbf"])
+    assert rc == 2 and "could not write" in capsys.readouterr().err and not (tmp_path / "w.npz").exists()
+
+
+def test_usd_output_reads_back_through_load_scene(tmp_path):
+    pytest.importorskip("pxr", reason="usd-core (the [usd] extra) is not installed")
+    from physskin_gs.io import detect_format
+
+    src = ROOT / "data" / "spot_mesh2splat_10k.splat"
+    for name in ("s.usdc", "s.usda"):
+        assert main(["convert", str(src), str(tmp_path / name)]) == 0
+        assert detect_format(tmp_path / name) == "usd"
+        back = load_scene(tmp_path / name)
+        assert back.format == "openusd" and torch.allclose(back.means, load_scene(src).means, atol=1e-6)

@@ -105,7 +105,8 @@ class Recorder:
 
                     self._exporter = SequenceExporter(self.out_dir, self.export_format, anim.export_rest_scene(),
                                                       anim.moving_index, fps=1.0 / self.dt if self.dt > 0 else 30.0,
-                                                      up=[float(v) for v in anim.up_vector])
+                                                      up=[float(v) for v in anim.up_vector],
+                                                      meters_per_unit=getattr(anim, "sim_scale", None))
                     if self._exporter.row_order is not None:
                         np.save(self.out_dir / "row_order.npy", self._exporter.row_order.astype(np.int32))
                 self._exporter.add(self.count, anim.deformed_rows())  # waits when the disk is behind (bounded)

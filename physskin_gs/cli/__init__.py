@@ -11,7 +11,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
+import threading
 import warnings
 from typing import List, Optional
 
@@ -82,8 +84,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     warnings.formatwarning = _format_warning
     parser = build_parser()
     args = parser.parse_args(join_negative_values(list(sys.argv[1:] if argv is None else argv)))
+    previous = _terminate_as_interrupt()
     try:
         code = args.func(args)
+    except _Terminated:
+        print("terminated", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -93,7 +99,30 @@ def main(argv: Optional[List[str]] = None) -> int:
             msg = f"{msg}: {exc.filename}"
         print(f"error: {msg}", file=sys.stderr)
         return 2
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     return int(code or 0)
+
+
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised like Ctrl-C so that every command cleans up the same way (temporary files removed, what was
+    finished kept)."""
+
+
+def _terminate_as_interrupt():
+    """Turn SIGTERM into :class:`_Terminated` while a command runs (main thread only); returns the previous
+    handler to restore, or None when no handler was installed."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        raise _Terminated()
+
+    try:
+        return signal.signal(signal.SIGTERM, handler)
+    except (ValueError, OSError):  # pragma: no cover - embedded interpreters
+        return None
 
 
 if __name__ == "__main__":  # pragma: no cover

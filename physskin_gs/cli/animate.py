@@ -670,8 +670,17 @@ def run_headless(args) -> int:
                     except OSError as exc:
                         raise OutputError(f"could not write {png}: {exc.strerror or exc}") from None
                     verify_written(png, "PNG frame")
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what was simulated (PLY frames stay; USD is finished)
+        if exporter is not None:
+            try:
+                kept = exporter.close()
+                print(f"[physskin-gs] interrupted: kept {kept['frames']} frames in {export}/ (no sequence.json)",
+                      file=sys.stderr)
+            except Exception:  # noqa: BLE001 - the interrupt is what the user sees
+                exporter.abort()
+        raise
     except BaseException:
-        if exporter is not None:  # an interrupted run keeps its PLY frames; a partial USD file is removed
+        if exporter is not None:  # a failed run keeps its PLY frames; a partial USD file is removed
             exporter.abort()
         raise
     bar.close()
@@ -760,7 +769,8 @@ def _open_exporter(anim, export: Path, fmt: str, fps: float, src: str, frames: i
         if name and _same_file(str(export / (name % k)), src):
             raise OptionError(f"{export / (name % k)} is the input file; refusing to overwrite it")
     rest = anim.export_rest_scene()
-    ex = SequenceExporter(export, fmt, rest, anim.moving_index, fps=fps, up=anim.up_vector.tolist())
+    ex = SequenceExporter(export, fmt, rest, anim.moving_index, fps=fps, up=anim.up_vector.tolist(),
+                          meters_per_unit=anim.sim_scale)
     if ex.row_order is not None:
         path = export / "row_order.npy"
         try:
@@ -772,8 +782,13 @@ def _open_exporter(anim, export: Path, fmt: str, fps: float, src: str, frames: i
 
 
 def _axis_name(u) -> str:
+    """The axis name of the unit vector ``u`` when it is within 1 degree of an axis, else its three components."""
     names = {(0, 1, 0): "y", (0, -1, 0): "-y", (0, 0, 1): "z", (0, 0, -1): "-z", (1, 0, 0): "x", (-1, 0, 0): "-x"}
-    return names.get(tuple(int(round(float(v))) for v in u), str([float(v) for v in u]))
+    v = [float(c) for c in u]
+    name = names.get(tuple(int(round(c)) for c in v))
+    if name is not None and max(abs(c) for c in v) >= math.cos(math.radians(1.0)):
+        return name
+    return "[" + ", ".join(f"{c:+.3f}" for c in v) + "]"
 
 
 def _write_mesh_frame(anim, path: Path, src: str) -> None:

@@ -39,6 +39,9 @@ def output_format(path: str, fmt: str = "auto") -> str:
         raise OptionError(f"--format {fmt!r}: choose one of auto, {', '.join(CONVERT_FORMATS)}")
     if not name.endswith(CONVERT_FORMATS[fmt]):
         raise OptionError(f"{path}: a {fmt} file must end in {' or '.join(CONVERT_FORMATS[fmt])}")
+    if fmt == "ply" and name.endswith(".compressed.ply"):
+        raise OptionError(f"{path}: a name ending in .compressed.ply is read as a compressed PLY by other tools; "
+                          "use --format compressed-ply or another name")
     return fmt
 
 
@@ -99,6 +102,11 @@ def run(args) -> int:
         from physskin_gs.io.usd import require_pxr
 
         require_pxr()
+    if fmt in ("ply", "compressed-ply"):
+        for option, given in (("--up", up_text.strip().lower() != "auto"), ("--meters-per-unit", mpu is not None)):
+            if given:
+                print(f"[physskin-gs] warning: {option} has no effect on a {fmt} output (the values are written in "
+                      "the input's own axes and units); it applies to .glb and .usd", file=sys.stderr)
     if os.path.exists(args.output) and os.path.exists(args.input) and os.path.samefile(args.input, args.output):
         raise OptionError(f"{args.output}: refusing to overwrite the input file; choose another output path")
     refuse_existing(args.output, args.force, "--force")

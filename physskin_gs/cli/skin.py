@@ -150,7 +150,7 @@ def run(args) -> int:
     from physskin_gs.model import skinning_metrics
     from physskin_gs.model.bases import resolve_skinning
 
-    from physskin_gs.cli._common import check_int, check_number, verify_written
+    from physskin_gs.cli._common import OutputError, check_int, check_number, verify_written
 
     check_number("--fit-seconds", args.fit_seconds, 0, 3600, lo_open=True, unit="s")
     check_int("--seed", args.seed, 0)
@@ -214,10 +214,17 @@ def run(args) -> int:
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp.npz")
-    np.savez(tmp, weights=W.astype(np.float32), grads=G.astype(np.float32),
-             grads_scene=(G / obj.scale).astype(np.float32), center=obj.center,
-             scale=np.float64(obj.scale), valid=valid, metrics=np.array(json.dumps(finite_or_none(metrics), allow_nan=False)))
-    os.replace(tmp, out)
+    try:
+        np.savez(tmp, weights=W.astype(np.float32), grads=G.astype(np.float32),
+                 grads_scene=(G / obj.scale).astype(np.float32), center=obj.center, scale=np.float64(obj.scale),
+                 valid=valid, metrics=np.array(json.dumps(finite_or_none(metrics), allow_nan=False)))
+        os.replace(tmp, out)
+    except OSError as exc:
+        try:
+            tmp.unlink()
+        except OSError:
+            pass
+        raise OutputError(f"could not write {out}: {exc.strerror or exc}") from None
     verify_written(out, "skinning weights")
     ex = metrics["excluding_constant"]
     what = "query points" if args.points else ("Gaussians" if obj.kind == "splat" else "vertices")

@@ -36,7 +36,8 @@ def load_scene(path, quat_order: str = "wxyz") -> GaussianScene:
     Supported: INRIA 3DGS PLY (SH degree 0-4, with or without normals, extra vertex properties kept in
     ``scene.extra``, extra elements ignored with a :class:`SceneWarning`; ascii, binary little- and big-endian;
     double properties cast to float32), antimatter15 ``.splat``, PlayCanvas/SuperSplat compressed PLY
-    (decoded) and glTF / GLB with ``KHR_gaussian_splatting`` (:func:`physskin_gs.io.gltf.load_gltf`; +Y up).
+    (decoded), glTF / GLB with ``KHR_gaussian_splatting`` (:func:`physskin_gs.io.gltf.load_gltf`; +Y up) and
+    OpenUSD ``ParticleField3DGaussianSplat`` prims (:func:`physskin_gs.io.usd.load_usd`; needs usd-core).
 
     Args:
         path: file path (str or PathLike).
@@ -70,6 +71,10 @@ def load_scene(path, quat_order: str = "wxyz") -> GaussianScene:
         from physskin_gs.io.splat import load_splat
 
         return load_splat(path, quat_order=quat_order)
+    if fmt == "usd":
+        from physskin_gs.io.usd import load_usd
+
+        return load_usd(path)  # the splat prims' default values (the rest state of an animation), scene axes
     if fmt == "gltf-splat":
         from physskin_gs.io.gltf import load_gltf
 

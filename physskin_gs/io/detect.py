@@ -25,6 +25,7 @@ FORMATS = (
     "mesh-ply",        # PLY without any 3DGS field (mesh or plain point cloud)
     "splat",           # antimatter15 .splat, 32-byte records
     "gltf-splat",      # glTF / GLB whose extensionsUsed lists KHR_gaussian_splatting
+    "usd",             # OpenUSD crate (.usdc/.usd) or text (.usda): ParticleField3DGaussianSplat prims
     "mesh",            # OBJ / STL / GLB / glTF / OFF mesh (load with load_mesh)
     "ksplat", "spz", "sog", "lcc",  # other splat containers: rejected with a hint
 )
@@ -157,6 +158,8 @@ def detect_format(path) -> str:
         if magic == b"NGSP":
             return "spz"
         raise SceneFormatError(f"{path}: gzip-compressed file of unknown content; decompress it first")
+    if head[:8] == b"PXR-USDC" or head.lstrip()[:5] == b"#usda":
+        return "usd"
     if head[:4] == b"PK\x03\x04":
         raise SceneFormatError(f"{path}: zip archive (SOG bundle?) is not supported; {CONVERT_HINT}")
     if (head[:4] == b"glTF" or ext == ".gltf") and _is_gltf_splat(path, head):
@@ -176,5 +179,6 @@ def detect_format(path) -> str:
     if _looks_like_obj(head):
         return "mesh"
     raise SceneFormatError(
-        f"{path}: unrecognised file format (not a PLY, .splat, or mesh file; first bytes {head[:8]!r})"
+        f"{path}: unrecognised file format (not an INRIA or compressed PLY, .splat, glTF splat or mesh file; first "
+        f"bytes {head[:8]!r})"
     )

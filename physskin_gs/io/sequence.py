@@ -182,13 +182,14 @@ class SequenceExporter:
         fps: frames per second of the sequence (the USD time codes per second).
         up: (3,) up vector of the scene (USD: the stage is turned so it is +Y up).
         max_pending: frames handed to the writer thread that may wait to be written (>= 1).
+        meters_per_unit: metres per scene unit (the USD stage's ``metersPerUnit``; None: 1).
 
     Raises:
         OptionError: unknown format, or ``usd`` without usd-core.
     """
 
     def __init__(self, folder, fmt: str, rest_scene: GaussianScene, index, *, fps: float,
-                 up=(0.0, 0.0, 1.0), max_pending: int = 1) -> None:
+                 up=(0.0, 0.0, 1.0), max_pending: int = 1, meters_per_unit: Optional[float] = None) -> None:
         self.format = check_export_format(fmt)
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
@@ -207,7 +208,8 @@ class SequenceExporter:
 
             moving = torch.zeros(self.num_rows, dtype=torch.bool)
             moving[torch.from_numpy(self.index)] = True
-            self._usd = UsdSequenceWriter(self.folder / USD_NAME, rest_scene, moving, fps=fps, up=up)
+            self._usd = UsdSequenceWriter(self.folder / USD_NAME, rest_scene, moving, fps=fps, up=up,
+                                          meters_per_unit=meters_per_unit)
             n_buf = max_pending + 1
             self._free: "queue.Queue" = queue.Queue()
             for _ in range(n_buf):
