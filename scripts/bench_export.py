@@ -20,6 +20,7 @@ Usage: python scripts/bench_export.py [--n 1000000] [--moving 200000] [--sh 3] [
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import resource
 import shutil
@@ -27,8 +28,6 @@ import statistics
 import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
@@ -92,12 +91,9 @@ def main() -> int:
     results = []
     for fmt in [f.strip() for f in args.formats.split(",") if f.strip()]:
         measure_baseline(fmt)
-        if fmt == "usd":
-            try:
-                import pxr  # noqa: F401
-            except ImportError:
-                print("usd: skipped (usd-core not installed)")
-                continue
+        if fmt == "usd" and importlib.util.find_spec("pxr") is None:
+            print("usd: skipped (usd-core not installed)")
+            continue
         folder = out / fmt
         rss0 = rss_mb()
         t0 = time.perf_counter()
