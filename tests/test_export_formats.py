@@ -257,7 +257,7 @@ def test_convert_format_from_name_and_refusals(capture, tmp_path, capsys):
 def test_headless_usd_matches_ply_frames(capture, tmp_path):
     """One animation.usdc: the static prim holds no time samples, the moving prim one per frame, and the scene
     read back at time k (original row order) equals PLY frame k (positions, rotations, scales, SH, opacities)."""
-    pxr = pytest.importorskip("pxr", reason="usd-core (the [usd] extra) is not installed")
+    pytest.importorskip("pxr", reason="usd-core (the [usd] extra) is not installed")
     from pxr import Usd, UsdVol
 
     from physskin_gs.io.usd import load_usd
