@@ -147,12 +147,15 @@ def resolve_up(up: str, scene: Optional[GaussianScene] = None) -> torch.Tensor:
     :func:`prepare_animation` and ``render`` use when the scene analysis finds no support plane): meshes +y (OBJ
     convention), antimatter15 .splat and PlayCanvas compressed PLY -y (COLMAP-style captures; both spot and
     plant files are -y up), INRIA PLY +z (Blender / NeRF-synthetic exports such as lego), glTF +y (the glTF
-    convention). A capture that stands
+    convention), unless the file records its up axis (``scene.up_hint``: the frames physskin_gs exports). A capture
+    that stands
     on a support gets its up axis from the support plane instead, whatever its format.
 
     Raises OptionError for an unknown name."""
     key = str(up).strip().lower().lstrip("+")
     if key == "auto":
+        if scene is not None and scene.up_hint is not None:  # recorded in the file (a physskin_gs export)
+            return torch.tensor(scene.up_hint, dtype=torch.float64)
         fmt = (scene.format or "") if scene is not None else ""
         key = {"mesh": "y", "splat": "-y", "compressed-ply": "-y", "gltf-gaussian-splatting": "y"}.get(fmt, "z")
     if key not in _UP:

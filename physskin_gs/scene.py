@@ -8,7 +8,7 @@ and SH coefficients are stored per coefficient with the 3 colour channels last.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import torch
 
@@ -31,6 +31,8 @@ class GaussianScene:
             written back by :func:`physskin_gs.io.save_scene`).
         source: path or description of where the scene came from (informational).
         format: detected input format (``"inria-ply"``, ``"splat"``, ``"compressed-ply"``, ...).
+        up_hint: (3,) up vector recorded in the file (``comment physskin_gs up_axis X Y Z`` in the PLYs that
+            physskin_gs exports), or None; the ``auto`` up rule uses it before the format's convention.
     """
 
     means: torch.Tensor
@@ -42,6 +44,7 @@ class GaussianScene:
     extra: Dict[str, torch.Tensor] = field(default_factory=dict)
     source: Optional[str] = None
     format: Optional[str] = None
+    up_hint: Optional[Tuple[float, float, float]] = None
 
     def __post_init__(self) -> None:
         n = self.means.shape[0]

@@ -103,7 +103,10 @@ class Recorder:
                 if self._exporter is None:
                     from physskin_gs.io.sequence import SequenceExporter
 
-                    self._exporter = SequenceExporter(self.out_dir, self.export_format, anim.export_rest_scene(),
+                    from dataclasses import replace
+
+                    rest = replace(anim.export_rest_scene(), up_hint=tuple(float(v) for v in anim.up_vector))
+                    self._exporter = SequenceExporter(self.out_dir, self.export_format, rest,
                                                       anim.moving_index, fps=1.0 / self.dt if self.dt > 0 else 30.0,
                                                       up=[float(v) for v in anim.up_vector],
                                                       meters_per_unit=getattr(anim, "sim_scale", None))

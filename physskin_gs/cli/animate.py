@@ -28,6 +28,7 @@ import re
 import sys
 import time
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import List
 
@@ -768,7 +769,7 @@ def _open_exporter(anim, export: Path, fmt: str, fps: float, src: str, frames: i
         name = FRAME_PATTERNS.get(fmt)
         if name and _same_file(str(export / (name % k)), src):
             raise OptionError(f"{export / (name % k)} is the input file; refusing to overwrite it")
-    rest = anim.export_rest_scene()
+    rest = replace(anim.export_rest_scene(), up_hint=tuple(float(v) for v in anim.up_vector))  # in every frame
     ex = SequenceExporter(export, fmt, rest, anim.moving_index, fps=fps, up=anim.up_vector.tolist(),
                           meters_per_unit=anim.sim_scale)
     if ex.row_order is not None:

@@ -20,7 +20,8 @@ import torch
 
 from physskin_gs.errors import OptionError, SceneFormatError
 from physskin_gs.io.detect import MESH_HINT
-from physskin_gs.io.ply_header import PLY_TYPE_NAMES, PlyHeader, read_elements, read_ply_header, warn
+from physskin_gs.io.ply_header import (PLY_TYPE_NAMES, PlyHeader, read_elements, read_ply_header, up_comment,
+                                       up_from_comments, warn)
 from physskin_gs.scene import GaussianScene
 
 _F_REST = re.compile(r"^f_rest_(\d+)$")
@@ -254,6 +255,7 @@ def load_inria_ply(
         extra=extra,
         source=os.path.abspath(path),
         format="inria-ply",
+        up_hint=up_from_comments(header.comments),
     )
 
 
@@ -378,7 +380,10 @@ def inria_ply_body(scene: GaussianScene) -> Tuple[bytes, np.ndarray]:
         for nm, v, t in zip(names[core:], scene.extra.values(), types[core:]):
             vals = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
             body[nm] = vals.reshape(-1).astype(t)
-    head = ["ply", "format binary_little_endian 1.0", f"element vertex {arr.shape[0]}"]
+    head = ["ply", "format binary_little_endian 1.0"]
+    if scene.up_hint is not None:
+        head.append("comment " + up_comment(scene.up_hint))
+    head += [f"element vertex {arr.shape[0]}"]
     head += [f"property {PLY_TYPE_NAMES[t]} {nm}" for nm, t in zip(names, types)]
     head += ["end_header"]
     return ("\n".join(head) + "\n").encode("ascii"), body

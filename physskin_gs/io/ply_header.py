@@ -259,3 +259,30 @@ def _read_with_plyfile(header: PlyHeader, wanted: Tuple[str, ...]) -> Dict[str, 
                 raise SceneFormatError(f"{path}: truncated file: element '{name}' has {len(data)} of {ply[name].count} rows")
             out[name] = data
     return out
+
+
+#: Header comment that records the scene's up axis in the PLYs physskin_gs writes (``comment physskin_gs up_axis X Y Z``).
+UP_COMMENT = "physskin_gs up_axis"
+
+
+def up_comment(up) -> str:
+    """The header comment line (without ``comment ``) for the (3,) up vector ``up``."""
+    return f"{UP_COMMENT} " + " ".join(f"{float(v):.9g}" for v in up)
+
+
+def up_from_comments(comments) -> "Optional[Tuple[float, float, float]]":
+    """The up vector of an ``up_comment`` among ``comments`` (header comment texts), or None when there is none or
+    it is not three finite numbers with a non-zero length."""
+    import math
+
+    for c in comments:
+        if c.startswith(UP_COMMENT):
+            try:
+                v = tuple(float(x) for x in c[len(UP_COMMENT):].split())
+            except ValueError:
+                return None
+            n = math.sqrt(sum(x * x for x in v)) if len(v) == 3 else 0.0
+            if len(v) == 3 and all(math.isfinite(x) for x in v) and n > 0:
+                return tuple(x / n for x in v)
+            return None
+    return None

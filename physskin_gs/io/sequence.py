@@ -147,7 +147,7 @@ class _CompressedFrames:
             self.tail = encode_compressed(*(full[k][tail] for k in ("means", "quats", "log_scales", "opacity_logits",
                                                                     "sh_dc")),
                                           full["sh_rest"][tail] if self.with_sh else None)
-        self.header = compressed_ply_header(n, 3 * rest.sh_rest.shape[1] if self.with_sh else 0)
+        self.header = compressed_ply_header(n, 3 * rest.sh_rest.shape[1] if self.with_sh else 0, up=rest.up_hint)
         self._encode = encode_compressed
 
     def scatter(self, buf: Dict[str, np.ndarray], idx: np.ndarray, rows: Dict[str, np.ndarray]) -> None:
