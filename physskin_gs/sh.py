@@ -128,12 +128,48 @@ def _probe_dirs(l: int, dtype) -> torch.Tensor:
     return (d / d.norm(dim=1, keepdim=True)).to(dtype)
 
 
+#: rotate_sh shares rows from this many on between torch's threads (each part single-threaded; same values).
+ROTATE_PARALLEL_MIN = 32768
+
+
 def rotate_sh(sh: torch.Tensor, R: torch.Tensor, chunk: int = 1 << 16) -> torch.Tensor:
     """Rotate SH coefficients per Gaussian: sh (N, K+1, 3) (degree <= 3), R (N, 3, 3) rotations -> (N, K+1, 3)
     with ``eval_sh(out, d) == eval_sh(sh, R^T d)`` (method.md 10). DC is unchanged. Band l's (2l+1)^2 matrix comes
     from evaluating the basis at 2l+1 generic directions and at their rotated images, then solving.
 
+    From :data:`ROTATE_PARALLEL_MIN` rows on, with more than one torch thread, contiguous parts of the rows are
+    rotated by that many worker threads at once (the small batched solves do not use torch's own threads); the
+    result is the same bit for bit (:func:`rotate_sh_serial`, the reference).
+
     Raises OptionError if K+1 is not (d+1)^2, ValueError for degree 4 (not supported)."""
+    T = min(torch.get_num_threads(), 8, sh.shape[0] // max(1, ROTATE_PARALLEL_MIN // 2))
+    if T <= 1 or sh.shape[0] < ROTATE_PARALLEL_MIN:
+        return rotate_sh_serial(sh, R, chunk)
+    from physskin_gs._threads import worker_pool
+
+    sh_degree_from_coeffs(sh.shape[1])  # errors before any thread starts
+    bounds = [sh.shape[0] * i // T for i in range(T + 1)]
+
+    def part(i: int) -> torch.Tensor:
+        torch.set_num_threads(1)  # this thread's OpenMP setting: its ops stay single-threaded
+        a, b = bounds[i], bounds[i + 1]
+        return rotate_sh_serial(sh[a:b], R[a:b], chunk)
+
+    prev = torch.get_num_threads()
+    try:
+        futs = [worker_pool("sh", T - 1).submit(part, i) for i in range(1, T)]
+        try:
+            first = part(0)
+        finally:
+            rest = [f.result() for f in futs]
+    finally:
+        torch.set_num_threads(prev)
+    return torch.cat([first] + rest)
+
+
+def rotate_sh_serial(sh: torch.Tensor, R: torch.Tensor, chunk: int = 1 << 16) -> torch.Tensor:
+    """:func:`rotate_sh` on the calling thread only (the reference of the parallel path). Same arguments and
+    errors."""
     degree = sh_degree_from_coeffs(sh.shape[1])
     if degree == 0:
         return sh.clone()

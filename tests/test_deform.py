@@ -460,3 +460,24 @@ def test_native_cache_refuses_a_folder_others_can_write(tmp_path, monkeypatch):
         pytest.skip(f"no C compiler here: {why}")
     assert lib.physskin_test_perm() == 7
     assert oct(private.stat().st_mode & 0o777) == "0o700"
+
+
+def test_rotate_sh_parallel_equals_serial(monkeypatch):
+    """The multi-threaded SH rotation gives the serial reference's values bit for bit (and its errors)."""
+    import physskin_gs.sh as shm
+
+    g = torch.Generator().manual_seed(5)
+    n = 5000
+    sh = torch.randn(n, 16, 3, generator=g)
+    R = torch.linalg.qr(torch.randn(n, 3, 3, generator=g, dtype=torch.float64))[0].float()
+    monkeypatch.setattr(shm, "ROTATE_PARALLEL_MIN", 1000)
+    prev = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        par = shm.rotate_sh(sh, R)
+        assert torch.get_num_threads() == 2  # restored
+    finally:
+        torch.set_num_threads(prev)
+    assert torch.equal(par, shm.rotate_sh_serial(sh, R))
+    with pytest.raises(Exception):
+        shm.rotate_sh(torch.zeros(n, 5, 3), R)  # 5 coefficients: not (d+1)^2
