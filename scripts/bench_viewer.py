@@ -108,24 +108,26 @@ def million_config(args):
 
 
 def rss_mib() -> float:
-    """Resident set size of this process now, MiB (Linux /proc; nan elsewhere)."""
+    """Resident set size of this process now, MiB: psutil when installed, else the Linux kernel's per-process
+    statistics (procfs; nan where neither exists)."""
     try:
-        with open("/proc/self/statm") as f:
+        import psutil
+
+        return psutil.Process().memory_info().rss / 2**20
+    except ImportError:
+        pass
+    try:
+        with open(os.path.join(os.sep, "proc", str(os.getpid()), "statm")) as f:  # Linux procfs, not a data path
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
     except (OSError, ValueError):
         return float("nan")
 
 
 def peak_rss_mib() -> float:
-    """Peak resident set size of this process so far, MiB (VmHWM)."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmHWM:"):
-                    return int(line.split()[1]) / 1024
-    except (OSError, ValueError):
-        pass
-    return float("nan")
+    """Peak resident set size of this process so far, MiB (``getrusage`` ru_maxrss: KiB on Linux)."""
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def bench_first_frame(args, path):

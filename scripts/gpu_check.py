@@ -31,7 +31,7 @@ Usage:
   bash scripts/gpu_check.sh run OUT                       # on the CUDA machine (installs the bundle if needed)
   python scripts/gpu_check.py --out OUT/gpu_check.json    # the same without the install
   python scripts/gpu_check.py --report OUT/gpu_check.json # markdown rows for README's performance table
-  python scripts/gpu_check.py --device cpu --n 20000 --size 64 --out /tmp/g.json   # CPU self-test of the steps
+  python scripts/gpu_check.py --device cpu --n 20000 --size 64 --out out/gpu_check_cpu.json   # CPU self-test of the steps
                                                           # (torch backend instead of gsplat; not a measurement)
 Bundle helpers (scripts/gpu_check.sh calls them): --install-bundle DIR... (pip-install the wheels this Python
 lacks into --target), --check-bundle DIR... (sizes; one version per package), --prebuild-gsplat OUT_DIR (compile
@@ -841,9 +841,8 @@ def step_env(sc: StepContext) -> None:
     r["platform"] = platform.platform()
     r["cpu_count"] = os.cpu_count()
     try:
-        with open("/proc/meminfo", encoding="utf-8") as f:
-            r["mem_total_gb"] = finite(int(f.readline().split()[1]) / 1e6)
-    except (OSError, ValueError, IndexError):
+        r["mem_total_gb"] = finite(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 1e9)
+    except (OSError, ValueError, AttributeError):
         pass
     r["env_vars"] = {k: os.environ.get(k) for k in ("TORCH_CUDA_ARCH_LIST", "MAX_JOBS", "CUDA_HOME", "CUDA_PATH",
                                                    "TORCH_EXTENSIONS_DIR", "PYTHONPATH", "VIRTUAL_ENV")}
@@ -1453,6 +1452,20 @@ def step_main(name: str, result_path: str, ctx: Dict[str, Any], args) -> int:
 
 
 # ======================================================================================================= CLI
+def default_site() -> str:
+    """Where ``--install-bundle`` installs: ``$SITE`` (as gpu_check.sh sets it), else ``site`` in the temporary
+    folder (``$TMPDIR``)."""
+    return os.environ.get("SITE") or os.path.join(tempfile.gettempdir(), "site")
+
+
+def default_cuda_home() -> Optional[str]:
+    """``$CUDA_HOME``, else the toolkit folder of the ``nvcc`` on the PATH, else None."""
+    if os.environ.get("CUDA_HOME"):
+        return os.environ["CUDA_HOME"]
+    nvcc = shutil.which("nvcc")
+    return os.path.dirname(os.path.dirname(os.path.realpath(nvcc))) if nvcc else None
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/gpu_check/gpu_check.json", help="JSON report (log and PNGs beside it)")
@@ -1470,7 +1483,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--report", metavar="JSON", help="print markdown rows of an existing report and exit")
     ap.add_argument("--install-bundle", nargs="+", metavar="DIR", help="install missing bundle wheels and exit")
     ap.add_argument("--check-bundle", nargs="+", metavar="DIR", help="list bundle wheels and sizes and exit")
-    ap.add_argument("--target", default="/tmp/site", help="--install-bundle's pip --target (/tmp/site)")
+    ap.add_argument("--target", default=default_site(),
+                    help="--install-bundle's pip --target (default $SITE, else site/ in the temporary folder)")
     ap.add_argument("--dry-run", action="store_true", help="--install-bundle: say what would be installed")
     ap.add_argument("--install-prebuilt", nargs="?", const=PREBUILT_DIR, metavar="DIR",
                     help=f"copy a matching prebuilt gsplat extension from DIR ({PREBUILT_DIR}) into gsplat, exit")
@@ -1479,7 +1493,8 @@ def build_parser() -> argparse.ArgumentParser:
                          "--python-include, --cuda-home)")
     ap.add_argument("--torch-dir", help="--prebuild-gsplat: the torch/ folder of the target machine's torch wheel")
     ap.add_argument("--python-include", help="--prebuild-gsplat: the target Python's include folder (Python.h)")
-    ap.add_argument("--cuda-home", default="/usr/local/cuda", help="--prebuild-gsplat: CUDA toolkit")
+    ap.add_argument("--cuda-home", default=default_cuda_home(),
+                    help="--prebuild-gsplat: CUDA toolkit (default $CUDA_HOME, else the folder above nvcc's bin/)")
     ap.add_argument("--arch", default="9.0", help="--prebuild-gsplat: compute capability (9.0)")
     ap.add_argument("--jobs", type=int, default=None, help="--prebuild-gsplat: parallel compile jobs")
     ap.add_argument("--_step", help=argparse.SUPPRESS)
@@ -1514,8 +1529,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.install_prebuilt:
         return install_prebuilt(args.install_prebuilt)
     if args.prebuild_gsplat:
-        if not (args.torch_dir and args.python_include):
-            print("gpu_check: --prebuild-gsplat needs --torch-dir and --python-include", file=sys.stderr)
+        if not (args.torch_dir and args.python_include and args.cuda_home):
+            print("gpu_check: --prebuild-gsplat needs --torch-dir, --python-include and --cuda-home (or CUDA_HOME, "
+                  "or nvcc on the PATH)", file=sys.stderr)
             return 3
         m = re.search(r"python(\d)\.(\d+)", args.python_include)
         py = (int(m.group(1)), int(m.group(2))) if m else (3, 12)

@@ -33,12 +33,12 @@
 # On a CPU machine `bash scripts/gpu_check.sh run /tmp/x` stops after the environment step with exit status 2 and
 # "no CUDA device" (the JSON still holds the environment facts).
 #
-# Environment overrides: PY (python3), SITE (/tmp/site).
+# Environment overrides: PY (python3), SITE (site/ in $TMPDIR, default /tmp).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=gpu_bundle
 PY=${PY:-python3}
-SITE=${SITE:-/tmp/site}
+SITE=${SITE:-${TMPDIR:-/tmp}/site}
 # what the CUDA image lacks (its package list, KINDS.md of the device tool, 2026-11) ...
 MAIN_PKGS="gsplat viser msgspec websockets zstandard plyfile trimesh"
 # ... and what it is recorded to have (bundled in case; installed only where missing)
@@ -77,8 +77,8 @@ prepare() {
 
 prebuild() {
   . .venv/bin/activate
-  local tv=${TORCH_VERSION:-2.11.0} inc=${PY312_INCLUDE:-} cuda=${CUDA_HOME:-/usr/local/cuda} arch=${ARCH:-9.0}
-  local tmp=${PREBUILD_TMP:-/tmp/gpu_check_prebuild}
+  local tv=${TORCH_VERSION:-2.11.0} inc=${PY312_INCLUDE:-} cuda=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc || echo /nonexistent/bin/nvcc)")")} arch=${ARCH:-9.0}
+  local tmp=${PREBUILD_TMP:-${TMPDIR:-/tmp}/gpu_check_prebuild}
   if [ -z "$inc" ]; then
     inc=$(ls -d "$HOME"/.pyenv/versions/3.12*/include/python3.12 /usr/include/python3.12 2>/dev/null | head -1)
   fi
