@@ -405,22 +405,10 @@ def test_render_frame_torch_backend_shows_object_at_image_centre():
 @pytest.fixture
 def fake_pipeline(monkeypatch):
     """A stand-in ``physskin_gs.pipeline`` module (same names) whose prepare_animation reports progress."""
-    import dataclasses
     import sys
     import types
 
-    @dataclasses.dataclass
-    class AnimationConfig:
-        E: float = 2e4
-        nu: float = 0.45
-        density: float = 100.0
-        dt: float = 0.03
-        gravity: float = 9.8
-        floor: bool = True
-        floor_height: float = None
-        damping: float = 0.02
-        skinning: str = "pretrained"
-        pin: str = None
+    from physskin_gs_viewer.testing import FakeAnimationConfig as AnimationConfig
 
     calls = []
 

@@ -35,7 +35,8 @@ pytest.importorskip("msgspec")
 from physskin_gs_viewer.app import ViewerApp  # noqa: E402
 from physskin_gs_viewer.constants import DIM_OPACITY  # noqa: E402
 from physskin_gs_viewer.splats import pack_splat_buffer, rest_wire, rgba_u32, sh_dc_to_rgb  # noqa: E402
-from physskin_gs_viewer.testing import FakeAnimatedScene, ViserWsClient, make_capture_scene  # noqa: E402
+from physskin_gs_viewer.testing import FakeAnimatedScene, FakeAnimationConfig, ViserWsClient  # noqa: E402
+from physskin_gs_viewer.testing import make_capture_scene  # noqa: E402
 from physskin_gs_viewer.testing import wait_until  # noqa: E402
 
 GEOMETRY = [0, 1, 2, 4, 5, 6]  # words of a splat record: centre (3 x f32), covariance triangle (6 x f16)
@@ -186,17 +187,7 @@ def slow_pipeline(monkeypatch):
     reached = threading.Event()
 
     @dataclasses.dataclass
-    class AnimationConfig:
-        E: float = 2e4
-        nu: float = 0.45
-        density: float = 100.0
-        dt: float = 0.03
-        gravity: float = 9.8
-        floor: bool = True
-        floor_height: float = None
-        damping: float = 0.02
-        skinning: str = "pretrained"
-        pin: str = None
+    class AnimationConfig(FakeAnimationConfig):
         up: str = "z"
 
     def prepare_animation(scene, config, progress=None):

@@ -10,6 +10,8 @@ the real solver, and it is cheap enough for benchmarks of the viewer alone.
 
 from __future__ import annotations
 
+import dataclasses
+
 import time
 from types import SimpleNamespace
 from typing import Dict, Optional
@@ -628,3 +630,19 @@ class HeadlessChromium:
                 self.proc.kill()
                 self.proc.wait(5)
         self._shutil.rmtree(self.profile, ignore_errors=True)
+
+
+@dataclasses.dataclass
+class FakeAnimationConfig:
+    """Stand-in for ``physskin_gs.pipeline.AnimationConfig`` in fake pipeline modules (the fields the viewer reads)."""
+
+    E: float = 2e4
+    nu: float = 0.45
+    density: float = 100.0
+    dt: float = 0.03
+    gravity: float = 9.8
+    floor: bool = True
+    floor_height: float = None
+    damping: float = 0.02
+    skinning: str = "pretrained"
+    pin: str = None
