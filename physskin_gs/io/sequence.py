@@ -99,6 +99,8 @@ class _PlyFrames:
         self.names = body.dtype.names  # None for the plain (N, P) float32 layout
 
     def scatter(self, buf: np.ndarray, idx: np.ndarray, rows: Dict[str, np.ndarray]) -> None:
+        """Overwrite the columns of the moving rows ``idx`` (M,) in ``buf`` (the (N, P) float32 or structured PLY
+        body) with ``rows``: means (M, 3), log_scales (M, 3), quats (M, 4), sh_rest (M, K, 3) as channel-major."""
         c, K = self.c, self.K
         groups = [(0, rows["means"]), (c + 1, rows["log_scales"]), (c + 4, rows["quats"])]
         if K and "sh_rest" in rows:
@@ -111,6 +113,7 @@ class _PlyFrames:
                     buf[self.names[col + j]][idx] = v[:, j]
 
     def write(self, frame: int, buf: np.ndarray) -> List[str]:
+        """Write ``buf`` as ``frame%04d.ply`` (size checked, no fsync); returns [path]. Raises OSError."""
         from physskin_gs.io.inria_ply import write_atomic
 
         path = self.folder / (FRAME_PATTERNS["ply"] % frame)
@@ -151,11 +154,15 @@ class _CompressedFrames:
         self._encode = encode_compressed
 
     def scatter(self, buf: Dict[str, np.ndarray], idx: np.ndarray, rows: Dict[str, np.ndarray]) -> None:
+        """Put the moving rows (in ``index`` order; ``idx`` is unused, the head positions were computed once) into
+        the head arrays of ``buf``."""
         for key in ("means", "quats", "log_scales", "sh_rest"):
             if key in rows:
                 buf[key][self.head_pos] = rows[key]
 
     def write(self, frame: int, buf: Dict[str, np.ndarray]) -> List[str]:
+        """Encode the head chunks of ``buf``, write them with the cached static tail as
+        ``frame%04d.compressed.ply``; returns [path]. Raises OSError, SceneFormatError (non-finite values)."""
         from physskin_gs.io.inria_ply import write_atomic
 
         head = self._encode(buf["means"], buf["quats"], buf["log_scales"], buf["opacity_logits"], buf["sh_dc"],
