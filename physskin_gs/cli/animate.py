@@ -657,7 +657,7 @@ def run_headless(args) -> int:
                     _write_mesh_frame(anim, export / f"{FRAME_PATTERN % f}.obj", src)
                 else:
                     if exporter is None:
-                        exporter = _open_exporter(anim, export, fmt, fps, src, args.frames)
+                        exporter = _open_exporter(anim, export, fmt, fps)
                     exporter.add(f, anim.deformed_rows())
             if video is not None:
                 img = video.render(f - 1)
@@ -758,17 +758,14 @@ def run_headless(args) -> int:
     return 0
 
 
-def _open_exporter(anim, export: Path, fmt: str, fps: float, src: str, frames: int):
-    """A :class:`physskin_gs.io.sequence.SequenceExporter` for the headless run (frames of ``fmt`` in ``export``);
-    writes ``row_order.npy`` for compressed PLY frames. Raises OptionError when a frame would be the input."""
+def _open_exporter(anim, export: Path, fmt: str, fps: float):
+    """A :class:`physskin_gs.io.sequence.SequenceExporter` for the headless run (frames of ``fmt`` in ``export``,
+    whose names :func:`check_outputs` has checked against the input); writes ``row_order.npy`` for compressed PLY
+    frames. Raises OutputError when that file cannot be written."""
     import numpy as np
 
-    from physskin_gs.io.sequence import FRAME_PATTERNS, SequenceExporter
+    from physskin_gs.io.sequence import SequenceExporter
 
-    for k in (1, frames):
-        name = FRAME_PATTERNS.get(fmt)
-        if name and _same_file(str(export / (name % k)), src):
-            raise OptionError(f"{export / (name % k)} is the input file; refusing to overwrite it")
     rest = replace(anim.export_rest_scene(), up_hint=tuple(float(v) for v in anim.up_vector))  # in every frame
     ex = SequenceExporter(export, fmt, rest, anim.moving_index, fps=fps, up=anim.up_vector.tolist(),
                           meters_per_unit=anim.sim_scale)
