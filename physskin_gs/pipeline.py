@@ -39,6 +39,13 @@ import numpy as np
 import torch
 
 from physskin_gs.deform import DeformedGaussians, GaussianDeformer, rotate_sh
+# Every preparation runs the scene analysis, the interior fill and the field build; their modules (and the scipy
+# submodules they need, about 0.3 s of imports) load with this module, once per process, rather than inside the
+# first preparation, where they would count against the capture (issue 13: load to first frame).
+from physskin_gs.geometry import interior as _interior  # noqa: F401
+from physskin_gs.geometry import scene_analysis as _scene_analysis  # noqa: F401
+from physskin_gs.model import eigen as _eigen  # noqa: F401  (the default basis)
+from physskin_gs.model import grid_field as _grid_field  # noqa: F401
 from physskin_gs.physics import _hessian_native
 from physskin_gs.errors import OptionError, PhysSkinError
 from physskin_gs.model.bases import DEFAULT_SKINNING, resolve_skinning

@@ -167,6 +167,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cubature", default="fps", choices=["fps", "fps_sym", "random", "grid"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--pin-width", type=float, default=0.02, help="pinned end slab in metres (kaolin: 0.02)")
+    ap.add_argument("--volume-clusters", type=int, default=0,
+                    help="mean-dilatation clusters of the reduced simulator (0: per point, the default)")
     ap.add_argument("--sim-defaults", action="store_true",
                     help="the simulator's own Newton settings (5 iterations, adaptive) instead of 20 full ones")
     ap.add_argument("--kaolin-fem", default=None, help="kaolin's wpfem_vertex_deformations_beam.pth to compare")
@@ -177,6 +179,8 @@ def main(argv=None) -> int:
     size = (1.0, 0.25, 0.25) if args.kaolin_geometry else tuple(float(v) for v in args.size.split(","))
     divisions = tuple(int(v) for v in args.divisions.split(","))
     sim_kwargs = dict(newton_iters=5, solver="adaptive", tol=1e-6, grad_tol=1e-3) if args.sim_defaults else None
+    if args.volume_clusters:
+        sim_kwargs = dict(sim_kwargs or {}, volume_clusters=args.volume_clusters)
     common = dict(size=size, divisions=divisions, steps=args.steps, dt=args.dt, n_cubature=args.n_cubature,
                   cubature=args.cubature, seed=args.seed, pin_width=args.pin_width, sim_kwargs=sim_kwargs)
     names = [b.strip() for b in args.basis.split(",") if b.strip()]

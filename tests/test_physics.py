@@ -365,3 +365,73 @@ def test_chord_and_adaptive_follow_newton_through_a_floor_impact():
         # the rest pose agrees with Newton's (the slow sliding after an impact differs a little between solvers)
         err = float((runs[solver] - runs["newton"]).norm(dim=1).mean())
         assert err < 0.04 * 0.6, (solver, err)
+
+
+# ----------------------------------------------------------------------------------------------- mean dilatation
+def test_mean_dilatation_objective_matches_autograd_and_native_rows():
+    """volume_clusters > 0: the volumetric term lam/2 (Jbar - 1)^2 per cluster (lam - lam_p of it) plus a per-point
+    share lam_p; energy, gradient and exact Hessian against autograd of the plain reference, and the C rows."""
+    from physskin_gs.physics import _hessian_native
+
+    X, W, dW, V = _beam(160, m=5, seed=3)
+    sim = SubspaceSimulator(X, W, dW, V, E=5e4, nu=0.45, density=200, project_psd=False, volume_clusters=12)
+    assert sim._vcount.shape[0] == 12 and sim._vcount.sum() == 160
+    assert sim._lam_point == pytest.approx(sim.mu)  # min(lam, mu): the stable per-point share
+    sim.set_pins(torch.arange(8))
+    g = torch.Generator().manual_seed(4)
+    q = 0.08 * torch.randn(3, sim.K4, generator=g, dtype=torch.float64)
+    q_pred = q + 0.01 * torch.randn(3, sim.K4, generator=g, dtype=torch.float64)
+    E, grad, Hm = sim._objective(q, q_pred, q, 0.0, True)
+    f = lambda v: sim.objective_autograd(v.reshape(3, sim.K4), q_pred, q, 0.0)  # noqa: E731
+    v = q.reshape(-1)
+    assert math.isclose(float(E), float(f(v)), rel_tol=1e-10)
+    g_ad = torch.func.grad(f)(v)
+    H_ad = torch.func.hessian(f)(v)
+    assert (grad.reshape(-1) - g_ad).abs().max() <= 1e-9 * g_ad.abs().max()
+    assert (Hm - H_ad).abs().max() <= 1e-5 * H_ad.abs().max()
+    # the projected Hessian: C kernel and numpy reference agree with clusters too
+    if _hessian_native.available():
+        sim.project_psd = True
+        from physskin_gs.physics.simulator import _StepContext
+
+        ctx = _StepContext(h=sim.dt, q_pred=q_pred, q_prev=q, D=None)
+        ev = sim._eval(q, ctx)
+        sim.use_native = True
+        H_c = sim._hessian(ev, ctx)
+        sim.use_native = False
+        H_ref = sim._hessian(ev, ctx)
+        assert (H_c - H_ref).abs().max() <= 2e-6 * H_ref.abs().max()
+        ev_h = torch.linalg.eigvalsh(H_ref)
+        assert ev_h.min() >= -1e-9 * ev_h.max()  # mass + PSD parts (float32 assembly round-off only)
+
+
+def test_mean_dilatation_equals_the_point_energy_for_homogeneous_deformation():
+    """Under an affine motion every point has the same J, so Jbar = J and the split energy equals the plain one;
+    under a non-uniform one the cluster mean relaxes the volumetric term (never more energy: Jensen)."""
+    X, W, dW, V = _beam(200, m=6, seed=5)
+    plain = SubspaceSimulator(X, W, dW, V, E=5e4, nu=0.45)
+    mixed = SubspaceSimulator(X, W, dW, V, E=5e4, nu=0.45, volume_clusters=10)
+    A = torch.tensor([[0.9, 0.1, 0.0], [0.0, 1.05, 0.02], [0.0, 0.0, 0.97]], dtype=torch.float64)
+    Xh = torch.cat([X.double(), torch.ones(200, 1, dtype=torch.float64)], 1)
+    target = X.double() @ A.T + 0.1  # affine positions, least squares in each simulator's basis
+    for sim in (plain, mixed):
+        sol = torch.linalg.lstsq(sim.Phi, target - X.double()).solution  # [4H, 3]
+        sim.q = sol.T.contiguous()
+        assert (sim.positions() - target).abs().max() < 1e-8  # the basis reproduces affine motion
+    e_plain, e_mixed = plain.energies()["elastic"], mixed.energies()["elastic"]
+    assert e_plain > 0 and e_mixed == pytest.approx(e_plain, rel=1e-9)
+    g = torch.Generator().manual_seed(6)
+    qn = 0.05 * torch.randn(3, plain.K4, generator=g, dtype=torch.float64)
+    mixed.q = qn
+    plain.q = qn
+    assert mixed.energies()["elastic"] <= plain.energies()["elastic"] + 1e-12
+    del Xh
+
+
+def test_volume_clusters_validated():
+    X, W, dW, V = _beam(50, m=4)
+    with pytest.raises(OptionError, match="volume_clusters"):
+        SubspaceSimulator(X, W, dW, V, volume_clusters=-1)
+    with pytest.raises(OptionError, match="volume_clusters"):
+        SubspaceSimulator(X, W, dW, V, volume_clusters=51)
+    assert SubspaceSimulator(X, W, dW, V, volume_clusters=50)._vcl is None  # one point per cluster: plain

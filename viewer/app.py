@@ -193,6 +193,11 @@ def config_from_args(args) -> Any:
     return AnimationConfig(**kwargs)
 
 
+class PreparationCancelled(Exception):
+    """Raised from the progress callback of a preparation when the app stops (ends that preparation at its next
+    stage, so no worker thread is left inside torch or numpy when the interpreter exits)."""
+
+
 class TerminalProgress:
     """Progress callback ``(message, fraction)`` printing to the terminal and mirroring into the page."""
 
@@ -423,7 +428,9 @@ class ViewerApp:
             anim = self._initial_anim
             threading.Thread(target=self._activate, args=(anim,), name="physskin-setup", daemon=True).start()
         else:
-            threading.Thread(target=self._prepare_and_activate, name="physskin-prepare", daemon=True).start()
+            self._prep_thread = threading.Thread(target=self._prepare_and_activate, name="physskin-prepare",
+                                                 daemon=True)
+            self._prep_thread.start()
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
@@ -457,6 +464,17 @@ class ViewerApp:
         self.display.join(5.0)
         if self.server is not None:
             self.server.stop()
+        t = getattr(self, "_prep_thread", None)
+        if t is not None and t is not threading.current_thread():
+            t.join(self.PREPARE_JOIN_S)  # it stops at its next stage (PreparationCancelled)
+
+    PREPARE_JOIN_S = 30.0  # how long stop() waits for a running preparation to reach its next stage
+
+    @property
+    def preparing(self) -> bool:
+        """Whether the initial preparation thread is still running (e.g. after :meth:`stop` timed out on it)."""
+        t = getattr(self, "_prep_thread", None)
+        return t is not None and t.is_alive()
 
     # ================================================================== errors and status
     def report_error(self, where: str, exc: BaseException, tb: str = "") -> None:
@@ -486,7 +504,13 @@ class ViewerApp:
             self.panel.set_status(f"**Preparing the animation** · {stage}…", pct)
 
         progress = TerminalProgress(self.progress_stream, gui_sink=page)
-        return prepare_animation(self.source_scene, config, progress=progress)
+
+        def report(stage: str, frac: float) -> None:
+            if self._stop.is_set():
+                raise PreparationCancelled("the viewer is stopping")
+            progress(stage, frac)
+
+        return prepare_animation(self.source_scene, config, progress=report)
 
     def _prepare_and_activate(self) -> None:
         try:
@@ -506,6 +530,8 @@ class ViewerApp:
             self.report_error("preview", exc, traceback.format_exc())
         try:
             anim = self._prepare(self.config)
+        except PreparationCancelled:
+            return
         except Exception as exc:  # noqa: BLE001 - shown in the page; the server keeps running
             failed = f"{type(exc).__name__}: {exc}"
             self.panel.set_status(f"**Preparation failed:** `{failed}`", None)
@@ -773,6 +799,12 @@ def run_viewer(args) -> int:
         print("\n[physskin-gs] shutting down", file=sys.stderr, flush=True)
     finally:
         app.stop()
+    if app.preparing:  # a stage longer than PREPARE_JOIN_S: leave without finalising under a busy worker thread
+        sys.stdout.flush()
+        sys.stderr.flush()
+        import os
+
+        os._exit(0)
     return 0
 
 

@@ -224,13 +224,15 @@ def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs) -> np.ndarra
     values = np.asarray(values, dtype=np.float64)
     w = np.asarray(weights, dtype=np.float64)
     qs = np.asarray(qs, dtype=np.float64)
-    order = np.argsort(values, axis=0, kind="stable")  # [M, D]
     out = np.empty((qs.shape[0], values.shape[1]))
     for j in range(values.shape[1]):
-        ws = w[order[:, j]]
+        col = np.ascontiguousarray(values[:, j])  # a contiguous column sorts ~5x faster than a strided one
+        order = np.argsort(col)  # [M] (deterministic; the order among exactly equal values is immaterial up to
+        # the weights of the tied rows)
+        ws = w[order]
         cw = np.cumsum(ws)
         pos = (cw - 0.5 * ws) / cw[-1]  # [M] quantile of each sorted value
-        out[:, j] = np.interp(qs, pos, values[order[:, j], j])
+        out[:, j] = np.interp(qs, pos, col[order])
     return out
 
 
@@ -279,10 +281,14 @@ class _Grid:
 
     def flat_index(self, pts: np.ndarray) -> np.ndarray:
         """(M,) int64 flat voxel index of (M, 3) points, -1 outside the grid."""
-        ijk = np.floor((pts - self.lo) / self.h)  # [M, 3] float
-        inside = np.all((ijk >= 0) & (ijk < self.dims), axis=1)
-        ijk = ijk.astype(np.int64)
-        flat = (ijk[:, 0] * self.dims[1] + ijk[:, 1]) * self.dims[2] + ijk[:, 2]
+        flat = np.zeros(pts.shape[0], dtype=np.int64)  # [M]
+        inside = np.ones(pts.shape[0], dtype=bool)  # [M]
+        for a in range(3):  # column by column: reductions over a length-3 axis are slow in numpy
+            u = np.floor((pts[:, a] - self.lo[a]) / self.h)  # [M] float64
+            inside &= (u >= 0) & (u < self.dims[a])
+            if a:
+                flat *= self.dims[a]
+            flat += u.astype(np.int64)
         flat[~inside] = -1
         return flat
 
@@ -385,7 +391,7 @@ def analyze_scene(
     rng = np.random.default_rng(seed)
 
     # 1. rows ------------------------------------------------------------------------------------------
-    valid = np.isfinite(pts).all(axis=1) & np.isfinite(op)  # [N]
+    valid = np.isfinite(op) & np.isfinite(pts[:, 0]) & np.isfinite(pts[:, 1]) & np.isfinite(pts[:, 2])  # [N]
     transparent = valid & (op < opacity_threshold)
     opaque = valid & ~transparent
     opaque_idx = np.flatnonzero(opaque)
@@ -407,7 +413,8 @@ def analyze_scene(
         scale0 = float(np.abs(pts[sub]).max()) or 1.0
     stat_ok = np.ones(n, dtype=bool)
     if ls is not None:
-        big = np.max(np.nan_to_num(ls, nan=-np.inf), axis=1) > np.log(big_scale_fraction * scale0)
+        lmax = np.fmax(np.fmax(ls[:, 0], ls[:, 1]), ls[:, 2])  # [N] largest log-std (NaN only if all are NaN)
+        big = np.nan_to_num(lmax, nan=-np.inf) > np.log(big_scale_fraction * scale0)
         stat_ok = ~big
     timings["extent0"] = time.perf_counter() - t
 

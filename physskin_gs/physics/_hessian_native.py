@@ -130,7 +130,7 @@ static void svd3(const double* f, double U[3][3], double* s, double V[3][3]) {
 
 /* n points; f: 9 rows of n doubles (SOA, f[k*n + c] = F_c[k/3][k%3]); G: (n, 3, K4) floats; Y: (n, 18, K4) floats */
 int physskin_hessian_rows(int n, int K4, const double* f, double mu, double lam, double vol,
-                          const float* G, float* Y) {
+                          const float* G, float* Y, const double* cvec) {
     static const int PA[6] = {0, 0, 0, 1, 1, 2}, PB[6] = {0, 1, 2, 1, 2, 2};
     static const int I[3] = {0, 0, 1}, J[3] = {1, 2, 2};
     const double r2 = 0.70710678118654752440;
@@ -140,7 +140,7 @@ int physskin_hessian_rows(int n, int K4, const double* f, double mu, double lam,
         double U[3][3], s[3], V[3][3];
         svd3(F, U, s, V);
         double Jd = s[0] * s[1] * s[2];
-        double cc = lam * (Jd - 1.0) - mu;
+        double cc = cvec ? cvec[c] : lam * (Jd - 1.0) - mu;  /* cvec: the caller's coefficient of d2J/dF2 */
         double g0 = s[1] * s[2], g1 = s[0] * s[2], g2 = s[0] * s[1];
         double A[3][3];
         A[0][0] = mu + lam * g0 * g0; A[1][1] = mu + lam * g1 * g1; A[2][2] = mu + lam * g2 * g2;
@@ -210,7 +210,7 @@ def _load():
         else:
             fn = lib.physskin_hessian_rows
             P, i32, f64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_double
-            fn.argtypes = [i32, i32, P, f64, f64, f64, P, P]
+            fn.argtypes = [i32, i32, P, f64, f64, f64, P, P, P]
             fn.restype = i32
             _FN = fn
     return _FN
@@ -222,12 +222,13 @@ def available() -> bool:
 
 
 def hessian_rows(f: np.ndarray, mu: float, lam: float, vol: float, G: torch.Tensor,
-                 out: Optional[torch.Tensor] = None) -> Optional[torch.Tensor]:
+                 out: Optional[torch.Tensor] = None, c: Optional[np.ndarray] = None) -> Optional[torch.Tensor]:
     """Y (n, 18, 4H) float32 for :meth:`SubspaceSimulator._assemble` (module docstring), or None without the kernel.
 
     f: (9, n) float64 C-contiguous, f[3a + b] = F_ab at each cubature point; mu, lam: Pa; vol: cubature volume
     (m^3) multiplied into the Hessian; G: (n, 3, 4H) float32 contiguous dF/dq rows. ``out``: optional
-    preallocated (n, 18, 4H) float32 buffer."""
+    preallocated (n, 18, 4H) float32 buffer. ``c``: optional (n,) float64 coefficient of d2J/dF2 in place of
+    ``lam (J - 1) - mu`` (as :func:`physskin_gs.physics.neohookean.projected_hessian_soa`)."""
     fn = _load()
     if fn is None:
         return None
@@ -241,5 +242,11 @@ def hessian_rows(f: np.ndarray, mu: float, lam: float, vol: float, G: torch.Tens
                             or not out.is_contiguous() or out.device.type != "cpu"):
         raise ValueError(f"hessian_rows: out must be a contiguous CPU float32 ({n}, 18, {K4}) tensor")
     Y = out if out is not None else torch.empty(n, 18, K4, dtype=torch.float32)
-    fn(n, K4, f.ctypes.data, float(mu), float(lam), float(vol), G.data_ptr(), Y.data_ptr())
+    cp = None
+    if c is not None:
+        c = np.ascontiguousarray(c, dtype=np.float64)
+        if c.shape != (n,):
+            raise ValueError(f"hessian_rows: c must be ({n},), got {c.shape}")
+        cp = c.ctypes.data
+    fn(n, K4, f.ctypes.data, float(mu), float(lam), float(vol), G.data_ptr(), Y.data_ptr(), cp)
     return Y

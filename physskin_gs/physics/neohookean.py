@@ -93,8 +93,12 @@ def first_piola(F: torch.Tensor, mu, lam) -> torch.Tensor:
     return mu * F + c * _cofactor(F)
 
 
-def hessian(F: torch.Tensor, mu, lam) -> torch.Tensor:
-    """Exact (possibly indefinite) d2psi/dF2 as (n, 9, 9), row-major vec. F: (n, 3, 3); mu, lam scalars or (n,)."""
+def hessian(F: torch.Tensor, mu, lam, c=None) -> torch.Tensor:
+    """Exact (possibly indefinite) d2psi/dF2 as (n, 9, 9), row-major vec. F: (n, 3, 3); mu, lam scalars or (n,).
+
+    ``c``: optional (n,) coefficient of d2J/dF2 in place of ``lam (J - 1) - mu`` (the mean-dilatation split of
+    :class:`physskin_gs.physics.simulator.SubspaceSimulator` passes ``lam (Jbar - 1) - mu`` with ``lam = 0`` for the
+    rank-one term, which it adds per cluster)."""
     n = F.shape[0]
     Fv = F.reshape(n, 9)
     J = _det3(F)
@@ -102,7 +106,7 @@ def hessian(F: torch.Tensor, mu, lam) -> torch.Tensor:
     HJ = (Fv @ _lc(F.dtype, F.device).T).reshape(n, 9, 9)  # d2J/dF2
     mu_t = torch.as_tensor(mu, dtype=F.dtype, device=F.device)
     lam_t = torch.as_tensor(lam, dtype=F.dtype, device=F.device)
-    c = lam_t * (J - 1.0) - mu_t  # [n]
+    c = lam_t * (J - 1.0) - mu_t if c is None else torch.as_tensor(c, dtype=F.dtype, device=F.device)  # [n]
     eye = torch.eye(9, dtype=F.dtype, device=F.device)
     mu_b = mu_t[..., None, None] if mu_t.ndim else mu_t
     lam_b = lam_t[..., None, None] if lam_t.ndim else lam_t
@@ -320,16 +324,17 @@ def projected_hessian(F: torch.Tensor, mu, lam) -> torch.Tensor:
     return projected_hessian_soa(_np64(F.reshape(n, 9)).T.copy(), mu_a, lam_a, F.dtype)
 
 
-def projected_hessian_soa(f: np.ndarray, mu, lam, dtype=torch.float32) -> torch.Tensor:
+def projected_hessian_soa(f: np.ndarray, mu, lam, dtype=torch.float32, c=None) -> torch.Tensor:
     """:func:`projected_hessian` from F given as structure-of-arrays: f (9, n) float64 with f[3a + b] = F_ab
     (contiguous rows). mu, lam: Pa, scalars or (n,) arrays. Returns (n, 9, 9) torch tensor in ``dtype``; the
-    eigensystem is computed in float64, the rotation back (a batched 9x9 product) in ``dtype``."""
+    eigensystem is computed in float64, the rotation back (a batched 9x9 product) in ``dtype``. ``c``: optional
+    (n,) coefficient of d2J/dF2 in place of ``lam (J - 1) - mu`` (as in :func:`hessian`)."""
     n = f.shape[1]
     (u0, u1, u2), (s0, s1, s2), (v0, v1, v2) = _svd3_soa(f)
     mu_a = np.broadcast_to(np.asarray(mu, dtype=np.float64), (n,))
     lam_a = np.broadcast_to(np.asarray(lam, dtype=np.float64), (n,))
     J = s0 * s1 * s2
-    c = lam_a * (J - 1.0) - mu_a
+    c = lam_a * (J - 1.0) - mu_a if c is None else np.broadcast_to(np.asarray(c, dtype=np.float64), (n,))
     # scaling block (modes u_i v_i^T), projected in closed form where needed
     g0, g1, g2 = s1 * s2, s0 * s2, s0 * s1
     A = _project_sym3_soa(mu_a + lam_a * g0 * g0, lam_a * g0 * g1 + c * s2, lam_a * g0 * g2 + c * s1,
