@@ -492,6 +492,44 @@ def test_run_viewer_prints_url_serves_and_stops_cleanly_on_ctrl_c(splat_file, fa
         urllib.request.urlopen(seen["app"].url, timeout=2)
 
 
+def test_stop_ends_a_running_preparation_at_its_next_stage(splat_file, fake_pipeline):
+    """Ctrl-C during a preparation: stop() makes the next progress report raise PreparationCancelled, waits for the
+    thread, and the prepared scene is never activated (no simulation thread is started on a stopped server)."""
+    import threading
+
+    from physskin_gs_viewer.switching import PreparationCancelled
+
+    pytest.importorskip("physskin_gs.io")
+    mod, calls = fake_pipeline
+    entered, release, outcome = threading.Event(), threading.Event(), {}
+
+    def prepare_animation(scene, config, progress=None):
+        progress("stage 1", 0.0)
+        entered.set()
+        release.wait(30)  # a long stage, inside numpy / torch in real life
+        try:
+            progress("stage 2", 0.5)
+        except PreparationCancelled as exc:
+            outcome["cancelled"] = exc
+            raise
+        return FakeAnimatedScene(scene, num_handles=3)
+
+    mod.prepare_animation = prepare_animation
+    app = ViewerApp(splat_file("spot_mesh2splat_10k.splat"), None, port=0)
+    app.start()
+    assert entered.wait(30)
+    assert app.preparing
+    stopper = threading.Thread(target=app.stop)
+    stopper.start()
+    assert wait_until(lambda: app._stop.is_set(), 10)
+    release.set()  # the stage ends; the next report sees the stop
+    stopper.join(30)
+    assert not stopper.is_alive()
+    assert isinstance(outcome.get("cancelled"), PreparationCancelled)
+    assert not app.preparing
+    assert app.live is None and not app.ready.is_set() and app.failed is None
+
+
 def test_fast_splat_packing_matches_viser_set_gaussians():
     from physskin_gs_viewer.splats import pack_splat_buffer, rgba_u32
 

@@ -44,6 +44,7 @@ Entry points: :func:`run_viewer` (the CLI) and :class:`ViewerApp` (programmatic,
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
 import threading
 import time
@@ -66,7 +67,7 @@ from .render_server import ClientRenderThread, cuda_available
 from .selection import SelectionControl
 from .sim import SimWorker, default_threads, set_thread_torch_threads, to_numpy
 from .splats import SplatPacker, display_scale, robust_extent, sh_dc_to_rgb, subsample_index
-from .switching import SceneSwitcher
+from .switching import PreparationCancelled, SceneSwitcher
 
 
 # ------------------------------------------------------------------------------------------- loading
@@ -191,11 +192,6 @@ def config_from_args(args) -> Any:
             if v is not None:
                 kwargs[f.name] = v
     return AnimationConfig(**kwargs)
-
-
-class PreparationCancelled(Exception):
-    """Raised from the progress callback of a preparation when the app stops (ends that preparation at its next
-    stage, so no worker thread is left inside torch or numpy when the interpreter exits)."""
 
 
 class TerminalProgress:
@@ -326,6 +322,7 @@ class ViewerApp:
         self.failed: Optional[str] = None
         self._stop = threading.Event()
         self._lock = threading.RLock()
+        self._preparing: set = set()  # threads inside _prepare (first preparation and re-preparations)
         self._renderers: Dict[int, ClientRenderThread] = {}
         self._last_notify = 0.0
         #: seconds from :meth:`start` to: "preview" (the rest scene's splats handed to viser, path / scene flow
@@ -428,9 +425,7 @@ class ViewerApp:
             anim = self._initial_anim
             threading.Thread(target=self._activate, args=(anim,), name="physskin-setup", daemon=True).start()
         else:
-            self._prep_thread = threading.Thread(target=self._prepare_and_activate, name="physskin-prepare",
-                                                 daemon=True)
-            self._prep_thread.start()
+            threading.Thread(target=self._prepare_and_activate, name="physskin-prepare", daemon=True).start()
         return self
 
     def wait_ready(self, timeout: float = 60.0) -> bool:
@@ -443,8 +438,14 @@ class ViewerApp:
                 return False
         return self.ready.is_set()
 
+    PREPARE_JOIN_S = 30.0  # how long stop() waits in all for running preparations to reach their next stage
+
     def stop(self) -> None:
-        """Stop every thread, finish a running recording, stop the server. Idempotent."""
+        """Stop every thread, finish a running recording, stop the server. Idempotent.
+
+        A running preparation (the first one or a re-preparation) ends at its next stage with
+        :class:`PreparationCancelled`; this waits up to :attr:`PREPARE_JOIN_S` s in all for that (on top of up to
+        5 s for the display thread). :attr:`preparing` tells whether one is still running afterwards."""
         if self._stop.is_set():
             return
         self._stop.set()
@@ -464,17 +465,17 @@ class ViewerApp:
         self.display.join(5.0)
         if self.server is not None:
             self.server.stop()
-        t = getattr(self, "_prep_thread", None)
-        if t is not None and t is not threading.current_thread():
-            t.join(self.PREPARE_JOIN_S)  # it stops at its next stage (PreparationCancelled)
-
-    PREPARE_JOIN_S = 30.0  # how long stop() waits for a running preparation to reach its next stage
+        deadline = time.monotonic() + self.PREPARE_JOIN_S
+        with self._lock:
+            threads = [t for t in self._preparing if t is not threading.current_thread()]
+        for t in threads:  # each stops at its next stage (PreparationCancelled)
+            t.join(max(0.0, deadline - time.monotonic()))
 
     @property
     def preparing(self) -> bool:
-        """Whether the initial preparation thread is still running (e.g. after :meth:`stop` timed out on it)."""
-        t = getattr(self, "_prep_thread", None)
-        return t is not None and t.is_alive()
+        """Whether a thread is still inside a preparation (e.g. after :meth:`stop` timed out on a long stage)."""
+        with self._lock:
+            return any(t.is_alive() for t in self._preparing)
 
     # ================================================================== errors and status
     def report_error(self, where: str, exc: BaseException, tb: str = "") -> None:
@@ -510,7 +511,14 @@ class ViewerApp:
                 raise PreparationCancelled("the viewer is stopping")
             progress(stage, frac)
 
-        return prepare_animation(self.source_scene, config, progress=report)
+        me = threading.current_thread()
+        with self._lock:
+            self._preparing.add(me)
+        try:
+            return prepare_animation(self.source_scene, config, progress=report)
+        finally:
+            with self._lock:
+                self._preparing.discard(me)
 
     def _prepare_and_activate(self) -> None:
         try:
@@ -541,6 +549,8 @@ class ViewerApp:
             except Exception as exc2:  # noqa: BLE001
                 self.report_error("panel", exc2, traceback.format_exc())
             self.failed = failed  # last: whoever waits on it (wait_ready) finds the recovery panel complete
+            return
+        if self._stop.is_set():  # stopped after the last stage: nothing to show it on
             return
         self._activate(anim)
 
@@ -771,7 +781,10 @@ def run_viewer(args) -> int:
     """``physskin-gs animate PATH`` without ``--headless``: serve the live viewer until Ctrl-C.
 
     ``args`` has ``.path``, ``.host`` (default 127.0.0.1), ``.port`` (default 8080) and the AnimationConfig
-    options. The path is validated (exists, loads) before the server starts.
+    options. The path is validated (exists, loads) before the server starts. Ctrl-C (and SIGTERM, which the CLI
+    turns into KeyboardInterrupt) stop the app and return 0; if a preparation stage is still running after
+    :meth:`ViewerApp.stop`'s wait, the process ends with ``os._exit(0)`` after flushing stdout and stderr
+    (atexit handlers do not run), so the interpreter never finalises under a worker busy in torch.
 
     Raises:
         FileNotFoundError / SceneFormatError: bad path (the CLI prints ``error: ...`` and exits with code 2).
@@ -802,8 +815,6 @@ def run_viewer(args) -> int:
     if app.preparing:  # a stage longer than PREPARE_JOIN_S: leave without finalising under a busy worker thread
         sys.stdout.flush()
         sys.stderr.flush()
-        import os
-
         os._exit(0)
     return 0
 

@@ -21,6 +21,12 @@ from typing import Any, Dict, List, Optional
 from physskin_gs.model.bases import resolve_skinning
 
 
+class PreparationCancelled(Exception):
+    """Raised from the progress callback of a preparation (:meth:`ViewerApp._prepare`) when the app stops: it ends
+    that preparation at its next stage, so no worker thread is left inside torch or numpy when the interpreter
+    exits."""
+
+
 def normalize_up(choice) -> str:
     """``AnimationConfig.up`` for an up-axis dropdown entry: ``"+z"`` -> ``"z"``, ``"-y"`` stays, ``"auto"`` stays."""
     s = str(choice).strip().lower()
@@ -129,6 +135,10 @@ class SceneSwitcher:
             app.panel.set_status(f"Preparing {what}…", 0.0)
             try:
                 anim = app._prepare(cfg)
+            except PreparationCancelled:  # the app is stopping
+                with self._lock:
+                    self._pending.clear()
+                continue
             except Exception as exc:  # noqa: BLE001 - shown in the page; the old animation keeps running
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 app.panel.set_status(app.summary(), None)
