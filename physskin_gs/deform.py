@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import copy
 import ctypes
-import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -34,7 +32,7 @@ from physskin_gs.lbs import deformation_gradient, lbs_points
 from physskin_gs.physics.neohookean import _det3, svd3
 from physskin_gs.scene import quat_to_rotmat, rotmat_to_quat
 from physskin_gs.sh import eval_sh, rotate_sh, sh_basis, sh_degree_from_coeffs  # noqa: F401  (re-exported)
-from physskin_gs._threads import MAX_WORKERS, worker_pool
+from physskin_gs._threads import MAX_WORKERS, run_on_workers
 
 __all__ = [
     "DeformedGaussians",
@@ -150,14 +148,6 @@ def deform_reference(means: torch.Tensor, covars: torch.Tensor, W: torch.Tensor,
 
 
 # ------------------------------------------------------------------------------------------------ fast path
-_MAX_WORKERS = MAX_WORKERS  # Python-level worker threads for the per-frame blocks (single-threaded torch ops)
-
-
-def _worker_pool(n: int) -> ThreadPoolExecutor:
-    """This module's worker pool with at least n threads (:func:`physskin_gs._threads.worker_pool`)."""
-    return worker_pool("deform", n)
-
-
 class _Workspace:
     """Cache-sized temporaries of one block of C Gaussians (one per worker thread) and their views."""
 
@@ -508,39 +498,12 @@ class GaussianDeformer:
 
     def _run(self, fn, nslots_extra=None, torch_ops: bool = True) -> None:
         """Call fn(slot, b) for every block b: serially (slot 0), or shared by worker threads (slots 0..T-1) when
-        torch has more than one thread; blocks are handed out one at a time, so a busy core holds no one back."""
-        T = min(torch.get_num_threads(), _MAX_WORKERS, self.nblocks)
-        if T <= 1:
-            for b in range(self.nblocks):
-                fn(0, b)
-            return
-        if nslots_extra is not None:
+        torch has more than one thread; blocks are handed out one at a time, so a busy core holds no one back
+        (:func:`physskin_gs._threads.run_on_workers`)."""
+        T = min(torch.get_num_threads(), MAX_WORKERS, self.nblocks)
+        if T > 1 and nslots_extra is not None:
             nslots_extra(T)
-        blocks = iter(range(self.nblocks))
-        lock = threading.Lock()
-
-        def work(slot: int) -> None:
-            if torch_ops:
-                torch.set_num_threads(1)  # this thread's OpenMP setting: its ops stay single-threaded
-            while True:
-                with lock:
-                    b = next(blocks, None)
-                if b is None:
-                    return
-                fn(slot, b)
-
-        prev = torch.get_num_threads()
-        if torch_ops:
-            torch.set_num_threads(1)
-        try:
-            futs = [_worker_pool(T - 1).submit(work, i) for i in range(1, T)]
-            try:
-                work(0)
-            finally:
-                for f in futs:
-                    f.result()
-        finally:
-            torch.set_num_threads(prev)
+        run_on_workers("deform", fn, range(self.nblocks), T, torch_ops=torch_ops)
 
     # native kernel ----------------------------------------------------
     def _native_pass(self, means: Optional[torch.Tensor], covars: Optional[torch.Tensor],

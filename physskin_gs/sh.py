@@ -15,6 +15,7 @@ from typing import Optional
 
 import torch
 
+from physskin_gs._threads import MAX_WORKERS, run_on_workers
 from physskin_gs.errors import OptionError
 from physskin_gs.scene import C0 as _C0  # 1 / (2 sqrt(pi)), the one DC constant of the project
 
@@ -138,44 +139,48 @@ def rotate_sh(sh: torch.Tensor, R: torch.Tensor, chunk: int = 1 << 16) -> torch.
     from evaluating the basis at 2l+1 generic directions and at their rotated images, then solving.
 
     From :data:`ROTATE_PARALLEL_MIN` rows on, with more than one torch thread, contiguous parts of the rows are
-    rotated by that many worker threads at once (the small batched solves do not use torch's own threads); the
-    result is the same bit for bit (:func:`rotate_sh_serial`, the reference).
+    rotated by that many worker threads at once, each writing its rows of the one output (the small batched
+    solves do not use torch's own threads; inputs that require grad stay serial); the result is the same bit for
+    bit (:func:`rotate_sh_serial`, the reference).
 
     Raises OptionError if K+1 is not (d+1)^2, ValueError for degree 4 (not supported)."""
-    T = min(torch.get_num_threads(), 8, sh.shape[0] // max(1, ROTATE_PARALLEL_MIN // 2))
-    if T <= 1 or sh.shape[0] < ROTATE_PARALLEL_MIN:
-        return rotate_sh_serial(sh, R, chunk)
-    from physskin_gs._threads import worker_pool
-
-    sh_degree_from_coeffs(sh.shape[1])  # errors before any thread starts
+    T = min(torch.get_num_threads(), MAX_WORKERS, sh.shape[0] // max(1, ROTATE_PARALLEL_MIN // 2))
+    if T <= 1 or sh.shape[0] < ROTATE_PARALLEL_MIN or sh.requires_grad or R.requires_grad:
+        return rotate_sh_serial(sh, R, chunk)  # (autograd: in-place writes from several threads are unsafe)
+    degree = _rotation_degree(sh.shape[1])  # errors before any thread starts
     bounds = [sh.shape[0] * i // T for i in range(T + 1)]
+    out = torch.empty(sh.shape, dtype=sh.dtype, device=sh.device)
 
-    def part(i: int) -> torch.Tensor:
-        torch.set_num_threads(1)  # this thread's OpenMP setting: its ops stay single-threaded
+    def part(_slot: int, i: int) -> None:
         a, b = bounds[i], bounds[i + 1]
-        return rotate_sh_serial(sh[a:b], R[a:b], chunk)
+        out[a:b, :1] = sh[a:b, :1]  # DC; bands 1..degree (all the other coefficients) are written below
+        _rotate_bands(out[a:b], sh[a:b], R[a:b], chunk, degree)
 
-    prev = torch.get_num_threads()
-    try:
-        futs = [worker_pool("sh", T - 1).submit(part, i) for i in range(1, T)]
-        try:
-            first = part(0)
-        finally:
-            rest = [f.result() for f in futs]
-    finally:
-        torch.set_num_threads(prev)
-    return torch.cat([first] + rest)
+    run_on_workers("sh", part, range(T), T)
+    return out
 
 
 def rotate_sh_serial(sh: torch.Tensor, R: torch.Tensor, chunk: int = 1 << 16) -> torch.Tensor:
     """:func:`rotate_sh` on the calling thread only (the reference of the parallel path). Same arguments and
     errors."""
-    degree = sh_degree_from_coeffs(sh.shape[1])
-    if degree == 0:
-        return sh.clone()
+    degree = _rotation_degree(sh.shape[1])
+    out = sh.clone()
+    _rotate_bands(out, sh, R, chunk, degree)
+    return out
+
+
+def _rotation_degree(num_coeffs: int) -> int:
+    """SH degree of ``num_coeffs`` coefficients for :func:`rotate_sh`. Raises OptionError if it is not (d+1)^2,
+    ValueError for degree 4."""
+    degree = sh_degree_from_coeffs(num_coeffs)
     if degree > 3:
         raise ValueError(f"SH degree {degree} > 3 is not supported for rotation")
-    out = sh.clone()
+    return degree
+
+
+def _rotate_bands(out: torch.Tensor, sh: torch.Tensor, R: torch.Tensor, chunk: int, degree: int) -> None:
+    """Write bands 1..degree of sh (n, K+1, 3) rotated by R (n, 3, 3) into out (n, K+1, 3) in place, ``chunk``
+    rows at a time (out's band 0 is left as it is)."""
     dd = torch.float64
     for l in range(1, degree + 1):
         lo, hi = l * l, (l + 1) * (l + 1)
@@ -189,4 +194,3 @@ def rotate_sh_serial(sh: torch.Tensor, R: torch.Tensor, chunk: int = 1 << 16) ->
             Yr = sh_basis(Dr, l)[:, :, lo:hi]  # [n, k, 2l+1]
             M = Y0inv @ Yr  # [n, 2l+1, 2l+1]: c' = M c
             out[s:s + chunk, lo:hi] = (M @ sh[s:s + chunk, lo:hi].to(dd)).to(sh.dtype)
-    return out

@@ -17,6 +17,7 @@ from physskin_gs.deform import (
     polar_rotation,
     rotate_sh,
 )
+from physskin_gs.errors import OptionError
 from physskin_gs.lbs import lbs_points
 from physskin_gs.model.field import RBFSkinningField
 from physskin_gs.scene import quat_to_rotmat
@@ -464,6 +465,7 @@ def test_native_cache_refuses_a_folder_others_can_write(tmp_path, monkeypatch):
 
 def test_rotate_sh_parallel_equals_serial(monkeypatch):
     """The multi-threaded SH rotation gives the serial reference's values bit for bit (and its errors)."""
+    import physskin_gs._threads as threads
     import physskin_gs.sh as shm
 
     g = torch.Generator().manual_seed(5)
@@ -471,13 +473,35 @@ def test_rotate_sh_parallel_equals_serial(monkeypatch):
     sh = torch.randn(n, 16, 3, generator=g)
     R = torch.linalg.qr(torch.randn(n, 3, 3, generator=g, dtype=torch.float64))[0].float()
     monkeypatch.setattr(shm, "ROTATE_PARALLEL_MIN", 1000)
+    # spies on what the parallel path calls: the shared dispatch, and the worker pool it takes threads from
+    runs, pools = [], []
+    real_run, real_pool = shm.run_on_workers, threads.worker_pool
+
+    def run_spy(name, fn, items, workers, *args, **kwargs):
+        runs.append((name, len(items), workers))
+        return real_run(name, fn, items, workers, *args, **kwargs)
+
+    def pool_spy(name, size):
+        pools.append((name, size))
+        return real_pool(name, size)
+
+    monkeypatch.setattr(shm, "run_on_workers", run_spy)
+    monkeypatch.setattr(threads, "worker_pool", pool_spy)
+    bad_count = r"SH coefficient count 5 per channel is not \(d\+1\)\^2"
     prev = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         par = shm.rotate_sh(sh, R)
         assert torch.get_num_threads() == 2  # restored
+        assert runs == [("sh", 2, 2)] and pools == [("sh", 1)]  # two parts: the caller and one pool worker
+        # the serial reference's errors, raised before any thread starts
+        with pytest.raises(OptionError, match=bad_count):
+            shm.rotate_sh(torch.zeros(n, 5, 3), R)  # 5 coefficients: not (d+1)^2
+        with pytest.raises(ValueError, match="SH degree 4 > 3 is not supported for rotation"):
+            shm.rotate_sh(torch.zeros(n, 25, 3), R)
+        assert len(runs) == 1 and len(pools) == 1
     finally:
         torch.set_num_threads(prev)
     assert torch.equal(par, shm.rotate_sh_serial(sh, R))
-    with pytest.raises(Exception):
-        shm.rotate_sh(torch.zeros(n, 5, 3), R)  # 5 coefficients: not (d+1)^2
+    with pytest.raises(OptionError, match=bad_count):
+        shm.rotate_sh_serial(torch.zeros(n, 5, 3), R)

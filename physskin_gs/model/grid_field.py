@@ -92,10 +92,7 @@ interpolation in three dimensions", IJNME 63, which uses the same 8 values per n
 from __future__ import annotations
 
 import math
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Dict, Optional, Tuple
 
@@ -103,7 +100,7 @@ import numpy as np
 import torch
 
 from physskin_gs.model.field import SkinningField
-from physskin_gs._threads import MAX_WORKERS, worker_pool
+from physskin_gs._threads import MAX_WORKERS, run_on_workers, single_thread
 
 __all__ = ["GridSkinningField", "GridPlan", "plan_grid", "grid_error_report", "grid_interpolate_reference",
            "deformation_difference", "evaluate_field", "choose_cell", "field_length_scale", "SCHEMES"]
@@ -137,7 +134,7 @@ def evaluate_field(field: SkinningField, x: torch.Tensor, grads: bool = True, ch
     field's releases the GIL in its kernels."""
     x = torch.as_tensor(x).detach().cpu().float()
     N, H = int(x.shape[0]), int(field.num_handles)
-    T = min(_MAX_WORKERS, torch.get_num_threads()) if parallel else 1
+    T = min(MAX_WORKERS, torch.get_num_threads()) if parallel else 1
     if chunk is None:
         chunk = int(min(65536, max(2048, math.ceil(N / max(1, 4 * T)))))
     W = torch.empty(N, H)
@@ -188,58 +185,18 @@ def _stencil(scheme: str) -> Tuple[int, int]:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-_MAX_WORKERS = MAX_WORKERS
-
-
-def _worker_pool(n: int) -> ThreadPoolExecutor:
-    """This module's worker pool with at least n threads (:func:`physskin_gs._threads.worker_pool`)."""
-    return worker_pool("grid", n)
-
-
-@contextmanager
-def _single_threaded():
-    """torch ops of this thread single-threaded inside the block (the thread count is restored after).
-
-    The grid's element-wise and gather ops are small and memory-bound; on a 2-core machine shared with other
-    work, OpenMP's parallel regions were measured 5-10x slower than one thread (threads waiting at barriers)."""
-    prev = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(prev)
-
-
 def _parallel(fn, items) -> None:
     """Run ``fn(item)`` for every item on min(torch threads, 8) Python threads, each running single-threaded
     torch ops (torch releases the GIL inside ops); the caller's torch thread count is restored. ``fn`` must
-    write disjoint outputs. Exceptions propagate."""
+    write disjoint outputs. Exceptions propagate.
+
+    Single-threaded also with one thread: the grid's element-wise and gather ops are small and memory-bound; on
+    a 2-core machine shared with other work, OpenMP's parallel regions were measured 5-10x slower than one
+    thread (threads waiting at barriers)."""
     items = list(items)
-    T = min(_MAX_WORKERS, torch.get_num_threads(), len(items))
-    if T <= 1:
-        with _single_threaded():
-            for it in items:
-                fn(it)
-        return
-    queue = iter(items)
-    lock = threading.Lock()
-
-    def work() -> None:
-        torch.set_num_threads(1)  # this thread's setting
-        while True:
-            with lock:
-                it = next(queue, None)
-            if it is None:
-                return
-            fn(it)
-
-    with _single_threaded():
-        futs = [_worker_pool(T - 1).submit(work) for _ in range(T - 1)]
-        try:
-            work()
-        finally:
-            for f in futs:
-                f.result()
+    T = min(MAX_WORKERS, torch.get_num_threads(), len(items))
+    with single_thread():
+        run_on_workers("grid", lambda _slot, it: fn(it), items, T)
 
 
 def field_length_scale(W: torch.Tensor, G: torch.Tensor) -> float:
@@ -411,14 +368,14 @@ def plan_grid(base: SkinningField, points: torch.Tensor, *, scheme: str = "hermi
     g = torch.Generator().manual_seed(int(seed))
     sel = torch.randperm(x.shape[0], generator=g)[: max(16, int(pilot))]
     xp = x[sel]
-    T = min(_MAX_WORKERS, torch.get_num_threads())
+    T = min(MAX_WORKERS, torch.get_num_threads())
     tp = time.perf_counter()
     Wp, Gp = evaluate_field(base, xp, chunk=max(1, math.ceil(xp.shape[0] / T)))  # as the direct path runs
     pilot_seconds = time.perf_counter() - tp
     length = field_length_scale(Wp, Gp)
     ext = float((x.max(0).values - x.min(0).values).max())
     use = length if math.isfinite(length) else max(ext, 1e-6) * cells_per_length
-    with _single_threaded():
+    with single_thread():
         cell, nodes = choose_cell(x, use, scheme=scheme, margin=margin, max_nodes=max_nodes,
                                   cells_per_length=cells_per_length)
         origin = x.double().min(0).values - (margin + 1e-3) * cell
@@ -496,13 +453,13 @@ class GridSkinningField(SkinningField):
         cell = float(cell)
         if not (cell > 0 and math.isfinite(cell)):
             raise ValueError(f"cell must be a positive finite number, got {cell}")
-        with _single_threaded():
+        with single_thread():
             occ, xn, ijk = self._build_cells(x, cell, scheme)
         t1 = time.perf_counter()
         Wn, Gn = evaluate_field(base, xn, grads=scheme == "hermite", chunk=node_chunk, parallel=parallel)
         self.node_seconds = time.perf_counter() - t1
         del xn
-        with _single_threaded():
+        with single_thread():
             # exactly constant columns (the constant handle): returned exactly, not interpolated
             const = (Wn == Wn[:1]).all(0)
             if Gn is not None:
@@ -524,7 +481,7 @@ class GridSkinningField(SkinningField):
         self.child: Optional["GridSkinningField"] = None
         self.refine_reason = "no rejected cell" if self.num_rejected == 0 else "refinement off"
         if self.num_rejected and int(refine) > 0:
-            with _single_threaded():
+            with single_thread():
                 inrej = _lookup(self._rejected, self._keys(_cell_coords(x, self.origin, cell))) >= 0
                 xr = x[inrej]
                 occ_r, _, nodes_r = _count_nodes(xr, 0.5 * cell, scheme, 0) if xr.shape[0] else (0, 0, 0)
@@ -574,7 +531,7 @@ class GridSkinningField(SkinningField):
         keep[self._const_cols] = False
         Wb, Gb = evaluate_field(self.base, ctr, chunk=chunk, parallel=self.parallel)
         Wi, Gi, _ = self.interpolate(ctr)
-        with _single_threaded():
+        with single_thread():
             Wb, Gb, Wi, Gi = Wb[:, keep], Gb[:, keep], Wi[:, keep], Gi[:, keep]
             if Wb.shape[1]:
                 ew = (Wi - Wb).abs().amax(1)
@@ -695,7 +652,7 @@ class GridSkinningField(SkinningField):
         """Grid-only evaluation: (W (N, H), dW/dX (N, H, 3), inside (N,) bool) in ``dtype`` on CPU; rows outside
         the grid are zero (see :meth:`weights_and_grads` for the full field). Exactly constant columns of the
         base field (W = c, grad W = 0 at every node, e.g. the constant handle) are returned exactly."""
-        with _single_threaded():
+        with single_thread():
             idx, t = self.locate(x)
             N, H = idx.shape[0], self.num_handles
             inside = idx >= 0
@@ -742,7 +699,12 @@ class GridSkinningField(SkinningField):
         return W.to(xt.device), G.to(xt.device)
 
     def facts(self) -> Dict:
-        """JSON-ready description: scheme, cell, counts, seconds."""
+        """JSON-ready dict: ``scheme``; ``cell`` (edge, normalised units); ``margin`` (cells); the counts
+        ``num_occupied``, ``num_cells``, ``num_rejected``, ``num_nodes``; ``length_scale`` (normalised units, None
+        when the cell was given); wall-clock seconds ``build_seconds`` (the whole constructor: the plan when made
+        there, the child grid included), ``node_seconds`` (base field at the nodes) and ``check_seconds``;
+        ``memory_mib`` (node data, stencil table, node and cell keys, child included; MiB = 2^20 bytes);
+        ``refine`` (why / why not refined) and ``refined`` (the child grid's facts, or None)."""
         return {"scheme": self.scheme, "cell": self.cell, "margin": self.margin, "num_occupied": self.num_occupied,
                 "num_cells": self.num_cells, "num_rejected": self.num_rejected, "num_nodes": self.num_nodes,
                 "length_scale": self.length_scale, "build_seconds": self.build_seconds,

@@ -227,8 +227,11 @@ def hessian_rows(f: np.ndarray, mu: float, lam: float, vol: float, G: torch.Tens
 
     f: (9, n) float64 C-contiguous, f[3a + b] = F_ab at each cubature point; mu, lam: Pa; vol: cubature volume
     (m^3) multiplied into the Hessian; G: (n, 3, 4H) float32 contiguous dF/dq rows. ``out``: optional
-    preallocated (n, 18, 4H) float32 buffer. ``c``: optional (n,) float64 coefficient of d2J/dF2 in place of
-    ``lam (J - 1) - mu`` (as :func:`physskin_gs.physics.neohookean.projected_hessian_soa`)."""
+    preallocated (n, 18, 4H) float32 buffer. ``c``: optional (n,) float64 coefficient of d2J/dF2 (Pa) in place of
+    ``lam (J - 1) - mu`` (as :func:`physskin_gs.physics.neohookean.projected_hessian_soa`).
+
+    Raises:
+        ValueError: ``f``, ``G``, ``out`` or ``c`` of the wrong shape, dtype, layout or device."""
     fn = _load()
     if fn is None:
         return None

@@ -96,9 +96,10 @@ def first_piola(F: torch.Tensor, mu, lam) -> torch.Tensor:
 def hessian(F: torch.Tensor, mu, lam, c=None) -> torch.Tensor:
     """Exact (possibly indefinite) d2psi/dF2 as (n, 9, 9), row-major vec. F: (n, 3, 3); mu, lam scalars or (n,).
 
-    ``c``: optional (n,) coefficient of d2J/dF2 in place of ``lam (J - 1) - mu`` (the mean-dilatation split of
-    :class:`physskin_gs.physics.simulator.SubspaceSimulator` passes ``lam (Jbar - 1) - mu`` with ``lam = 0`` for the
-    rank-one term, which it adds per cluster)."""
+    ``c``: optional (n,) coefficient of d2J/dF2 in Pa, in place of ``lam (J - 1) - mu``. The mean-dilatation split
+    of :class:`physskin_gs.physics.simulator.SubspaceSimulator` (``volume_clusters``) passes
+    ``c = lam_p (J - 1) + (lam - lam_p) (Jbar - 1) - mu`` with ``lam = lam_p`` for the per-point rank-one term, and
+    adds the clusters' rank-one terms itself."""
     n = F.shape[0]
     Fv = F.reshape(n, 9)
     J = _det3(F)
@@ -328,7 +329,7 @@ def projected_hessian_soa(f: np.ndarray, mu, lam, dtype=torch.float32, c=None) -
     """:func:`projected_hessian` from F given as structure-of-arrays: f (9, n) float64 with f[3a + b] = F_ab
     (contiguous rows). mu, lam: Pa, scalars or (n,) arrays. Returns (n, 9, 9) torch tensor in ``dtype``; the
     eigensystem is computed in float64, the rotation back (a batched 9x9 product) in ``dtype``. ``c``: optional
-    (n,) coefficient of d2J/dF2 in place of ``lam (J - 1) - mu`` (as in :func:`hessian`)."""
+    (n,) coefficient of d2J/dF2 in Pa, in place of ``lam (J - 1) - mu`` (as in :func:`hessian`)."""
     n = f.shape[1]
     (u0, u1, u2), (s0, s1, s2), (v0, v1, v2) = _svd3_soa(f)
     mu_a = np.broadcast_to(np.asarray(mu, dtype=np.float64), (n,))

@@ -39,13 +39,13 @@ from __future__ import annotations
 import math
 import os
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Dict, Optional
 
 import numpy as np
 import torch
 
+from physskin_gs._threads import single_thread  # small per-point kernels: torch's pool is far slower at n ~ 1e3
 from physskin_gs.elastic import lame_parameters
 from physskin_gs.errors import OptionError
 from physskin_gs.physics import _hessian_native
@@ -74,21 +74,6 @@ def _same_mask(a, b) -> bool:
     if a is None or b is None:
         return a is None and b is None
     return a.shape == b.shape and bool((a == b).all())
-
-
-@contextmanager
-def single_thread(n: Optional[int] = 1):
-    """Run small per-point kernels on ``n`` intra-op threads (default 1: torch's thread pool is far slower for
-    n ~ 1e3 element kernels on a shared, oversubscribed CPU). None leaves the setting alone. Restores it after."""
-    old = torch.get_num_threads()
-    change = n is not None and old != n
-    if change:
-        torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        if change:
-            torch.set_num_threads(old)
 
 
 def orthonormal_handle_basis(W: torch.Tensor, mass: torch.Tensor, rel_tol: float = 1e-9) -> torch.Tensor:
@@ -156,6 +141,7 @@ class _Eval:
     Jm1: np.ndarray  # (n,) det F - 1
     Jv: np.ndarray  # (n,) J - 1 of the volumetric term at each point: Jm1, or its cluster mean (mean dilatation)
     cof0: tuple  # first row of cof(F), 3 x (n,)
+    cof: Optional[tuple] = None  # all of cof(F), 3 x 3 x (n,) (rows 1-2 on first use: :meth:`SubspaceSimulator._cof`)
     pe: Dict[str, float] = field(default_factory=dict)  # potential energy terms (J)
     d: Optional[np.ndarray] = None  # (n,) floor penetration (<= 0) or None without a floor
     Mdq: Optional[torch.Tensor] = None  # (3, 4H') M (q - q_pred)
@@ -332,6 +318,8 @@ class SubspaceSimulator:
         self.total_mass = density * self.volume
         self.m_p = self.total_mass / self.n  # kg per cubature point
         self.v_p = self.volume / self.n  # m^3 per cubature point
+        if self._vcl is not None:  # row scale sqrt((lam - lam_p) v / n_k) of the clusters' rank-one term
+            self._vrow = torch.from_numpy(np.sqrt((lam - self._lam_point) * self.v_p / self._vcount))  # [K]
         self._K0 = None
         self.invalidate_hessian()
         if hasattr(self, "Phi"):
@@ -512,9 +500,9 @@ class SubspaceSimulator:
             F0 = torch.eye(3, dtype=torch.float64).expand(self.n, 3, 3).contiguous()
             if self._vcl is None:
                 self._K0 = self._assemble(nh.hessian(F0, self.mu, self.lam) * self.v_p)
-            else:
+            else:  # at rest cof F = I, so dJ_p/dq = G_p
                 self._K0 = self._assemble(nh.hessian(F0, self.mu, self._lam_point) * self.v_p)
-                self._K0 += self._cluster_volumetric_hessian(np.ascontiguousarray(F0.permute(1, 2, 0).numpy()))
+                self._K0 += self._cluster_volumetric_hessian(self.G)
         return self._K0
 
     # ------------------------------------------------------------------------------------------ mean dilatation
@@ -531,10 +519,11 @@ class SubspaceSimulator:
         if k == 0 or k == X.shape[0]:
             self._vcl, self._vcount = None, None
             return
-        centres = X[torch.as_tensor(np.asarray(farthest_point_sampling(X, k, seed=0)), dtype=torch.long)]  # [k, 3]
-        lab = torch.cdist(X, centres).argmin(1).numpy().astype(np.int64)  # [n]
-        used, lab = np.unique(lab, return_inverse=True)  # every cluster non-empty
-        self._vcl = lab.reshape(-1)
+        centres = X[torch.as_tensor(farthest_point_sampling(X, k, seed=0), dtype=torch.long)]  # [k, 3]
+        lab = torch.cdist(X, centres).argmin(1).numpy()  # [n] int64
+        _, lab = np.unique(lab, return_inverse=True)  # renumbered so every cluster is non-empty
+        self._vcl = lab.reshape(-1)  # [n]
+        self._vcl_t = torch.from_numpy(self._vcl)
         self._vcount = np.bincount(self._vcl).astype(np.float64)  # [K]
 
     def _c_coeff(self, ev: "_Eval") -> np.ndarray:
@@ -544,20 +533,22 @@ class SubspaceSimulator:
             return self.lam * ev.Jm1 - self.mu
         return self._lam_point * ev.Jm1 + (self.lam - self._lam_point) * ev.Jv - self.mu
 
-    def _cluster_volumetric_hessian(self, F: np.ndarray) -> torch.Tensor:
-        """sum_k lam V_k grad Jbar_k grad Jbar_k^T (12H', 12H') float64 in q order, for F (3, 3, n): the rank-one
-        part of the mean-dilatation volumetric term lam/2 V_k (Jbar_k - 1)^2 (PSD; its d2J part is per point)."""
-        f = F.reshape(9, self.n)
-        cof = np.stack([f[4] * f[8] - f[5] * f[7], f[5] * f[6] - f[3] * f[8], f[3] * f[7] - f[4] * f[6],
-                        f[2] * f[7] - f[1] * f[8], f[0] * f[8] - f[2] * f[6], f[1] * f[6] - f[0] * f[7],
-                        f[1] * f[5] - f[2] * f[4], f[2] * f[3] - f[0] * f[5], f[0] * f[4] - f[1] * f[3]],
-                       1).reshape(self.n, 3, 3)  # [n, a, b] cof(F)
-        gJ = torch.einsum("pab,pbk->pak", torch.from_numpy(cof), self.G)  # [n, 3, 4H] dJ_p/dq
+    def _cof(self, ev: "_Eval") -> tuple:
+        """cof(F) at ``ev`` as rows of (n,) arrays, ``cof[a][b]``; rows 1-2 are computed once per iterate."""
+        if ev.cof is None:
+            f = ev.F.reshape(9, self.n)
+            ev.cof = (ev.cof0,
+                      (f[2] * f[7] - f[1] * f[8], f[0] * f[8] - f[2] * f[6], f[1] * f[6] - f[0] * f[7]),
+                      (f[1] * f[5] - f[2] * f[4], f[2] * f[3] - f[0] * f[5], f[0] * f[4] - f[1] * f[3]))
+        return ev.cof
+
+    def _cluster_volumetric_hessian(self, dJ: torch.Tensor) -> torch.Tensor:
+        """sum_k (lam - lam_p) V_k grad Jbar_k grad Jbar_k^T, (12H', 12H') float64 in q order, from the per-point
+        dJ_p/dq (n, 3, 4H'): the rank-one part of the clusters' volumetric term (lam - lam_p)/2 V_k (Jbar_k - 1)^2
+        (PSD; its d2J part is in the per-point Hessians)."""
         K = self._vcount.shape[0]
-        gc = torch.zeros(K, 3, self.K4, dtype=torch.float64).index_add_(0, torch.from_numpy(self._vcl), gJ)
-        # lam_m V_k gbar gbar^T with gbar = gc / n_k and V_k = v n_k: rows scaled by sqrt(lam_m v / n_k)
-        lm = self.lam - self._lam_point
-        R = gc.reshape(K, -1) * torch.from_numpy(np.sqrt(lm * self.v_p / self._vcount))[:, None]
+        gc = torch.zeros(K, 3, self.K4, dtype=torch.float64).index_add_(0, self._vcl_t, dJ)  # [K, 3, 4H] n_k gbar
+        R = gc.reshape(K, -1) * self._vrow[:, None]  # V_k gbar gbar^T = (v / n_k) gc gc^T
         return R.T @ R
 
     _PAIRS = _PAIRS
@@ -616,16 +607,13 @@ class SubspaceSimulator:
         Jm1 = f[0] * c00 + f[1] * c01 + f[2] * c02 - 1.0  # [n] J - 1
         I1 = float(np.vdot(f, f))
         if self._vcl is None:
-            Jv, vol_sum = Jm1, float(Jm1 @ Jm1)
-        else:  # mean dilatation: the volumetric term sees the mean J of each cluster
+            Jv = Jm1
+            psi_sum = 0.5 * mu * (I1 - 3.0 * n) + 0.5 * lam * float(Jm1 @ Jm1) - mu * float(Jm1.sum())
+        else:  # mean dilatation: lam_p per point, the rest of lam on the mean J of each cluster
             Jc = np.bincount(self._vcl, weights=Jm1, minlength=self._vcount.shape[0]) / self._vcount  # [K]
-            Jv, vol_sum = Jc[self._vcl], float(self._vcount @ (Jc * Jc))
-        lp = self._lam_point  # per-point share of lam (all of it without clusters)
-        if self._vcl is None:
-            psi_sum = 0.5 * mu * (I1 - 3.0 * n) + 0.5 * lam * vol_sum - mu * float(Jm1.sum())
-        else:
-            psi_sum = (0.5 * mu * (I1 - 3.0 * n) + 0.5 * lp * float(Jm1 @ Jm1) + 0.5 * (lam - lp) * vol_sum
-                       - mu * float(Jm1.sum()))
+            Jv, lp = Jc[self._vcl], self._lam_point
+            psi_sum = (0.5 * mu * (I1 - 3.0 * n) + 0.5 * lp * float(Jm1 @ Jm1)
+                       + 0.5 * (lam - lp) * float(self._vcount @ (Jc * Jc)) - mu * float(Jm1.sum()))
         ev = _Eval(q=q, x=x, F=F, Jm1=Jm1, Jv=Jv, cof0=(c00, c01, c02))
         ev.pe["elastic"] = self.v_p * psi_sum
         ev.pe["gravity"] = -self.m_p * float((self._g_np @ x).sum())
@@ -655,15 +643,11 @@ class SubspaceSimulator:
         G, external forces through Phi, as ONE GEMM ``[Phi; G]^T [4H, 4n] @ [f_ext | v P]^T [4n, 3]``) + dissipation."""
         n, v = self.n, self.v_p
         F = ev.F
-        f = F.reshape(9, n)
         rhs = np.empty((3, 4 * n))
         P = rhs[:, n:].reshape(3, 3, n)  # v P[a, b, c] = v (mu F + c cof F), written in place
         np.multiply(F, self.mu * v, out=P)
         cv = self._c_coeff(ev) * v  # [n] coefficient of cof F in P
-        c00, c01, c02 = ev.cof0
-        cof = ((c00, c01, c02),
-               (f[2] * f[7] - f[1] * f[8], f[0] * f[8] - f[2] * f[6], f[1] * f[6] - f[0] * f[7]),
-               (f[1] * f[5] - f[2] * f[4], f[2] * f[3] - f[0] * f[5], f[0] * f[4] - f[1] * f[3]))
+        cof = self._cof(ev)
         for a in range(3):
             for b in range(3):
                 P[a, b] += cv * cof[a][b]
@@ -697,11 +681,11 @@ class SubspaceSimulator:
             if self.project_psd:  # float32 out: assembled in float32 anyway
                 Hc = nh.projected_hessian_soa(ev.F.reshape(9, self.n), self.mu, lam_p, torch.float32, c=c_p)
             else:
-                Hc = nh.hessian(torch.from_numpy(ev.F).permute(2, 0, 1).contiguous(), self.mu, lam_p,
-                                c=None if c_p is None else torch.from_numpy(c_p))
+                Hc = nh.hessian(torch.from_numpy(ev.F).permute(2, 0, 1).contiguous(), self.mu, lam_p, c=c_p)
             Hel = self._assemble(Hc * self.v_p)
         if self._vcl is not None:
-            Hel += self._cluster_volumetric_hessian(ev.F)
+            cof = torch.from_numpy(np.stack([np.stack(r, 1) for r in self._cof(ev)], 1))  # [n, a, b] cof(F)
+            Hel += self._cluster_volumetric_hessian(torch.einsum("pab,pbk->pak", cof, self.G))  # dJ_p/dq
         h2 = ctx.h * ctx.h
         Hmat = Hel.mul_(h2)
         K4 = self.K4
@@ -900,9 +884,8 @@ class SubspaceSimulator:
             el = self.v_p * neohookean_energy_density(F, self.mu, self.lam).sum()
         else:  # mean dilatation: deviatoric + linear J terms per point, lam/2 (Jbar - 1)^2 per cluster
             J = torch.linalg.det(F)
-            lab = torch.from_numpy(self._vcl)
             cnt = torch.from_numpy(self._vcount)
-            Jbar = torch.zeros(cnt.shape[0], dtype=J.dtype).index_add(0, lab, J) / cnt
+            Jbar = torch.zeros(cnt.shape[0], dtype=J.dtype).index_add(0, self._vcl_t, J) / cnt
             el = self.v_p * (neohookean_energy_density(F, self.mu, self._lam_point).sum()
                              + 0.5 * (self.lam - self._lam_point) * (cnt * (Jbar - 1.0) ** 2).sum())
         pe = el - self.m_p * (x @ self.g_vec).sum()
