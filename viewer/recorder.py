@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Optional
 import numpy as np
 
 from physskin_gs.errors import OptionError
+from physskin_gs.io.sequence import open_sequence_exporter
 
 _STOP = object()
 
@@ -101,17 +102,8 @@ class Recorder:
         else:
             try:
                 if self._exporter is None:
-                    from physskin_gs.io.sequence import SequenceExporter
-
-                    from dataclasses import replace
-
-                    rest = replace(anim.export_rest_scene(), up_hint=tuple(float(v) for v in anim.up_vector))
-                    self._exporter = SequenceExporter(self.out_dir, self.export_format, rest,
-                                                      anim.moving_index, fps=1.0 / self.dt if self.dt > 0 else 30.0,
-                                                      up=[float(v) for v in anim.up_vector],
-                                                      meters_per_unit=getattr(anim, "sim_scale", None))
-                    if self._exporter.row_order is not None:
-                        np.save(self.out_dir / "row_order.npy", self._exporter.row_order.astype(np.int32))
+                    self._exporter = open_sequence_exporter(anim, self.out_dir, self.export_format,
+                                                            1.0 / self.dt if self.dt > 0 else 30.0)
                 self._exporter.add(self.count, anim.deformed_rows())  # waits when the disk is behind (bounded)
             except Exception as exc:  # noqa: BLE001 - reported through .error and the page
                 self.error = f"{type(exc).__name__}: {exc}"

@@ -19,7 +19,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, List, Optional, Tuple
 
-from physskin_gs.errors import OptionError, OutputError, PhysSkinError  # noqa: F401 (OutputError re-exported)
+from physskin_gs.errors import OptionError, OutputError  # noqa: F401 (OutputError re-exported)
 
 
 # ------------------------------------------------------------------------------------------------ input files
@@ -96,6 +96,48 @@ def check_int(name: str, value, lo: Optional[int] = None, hi: Optional[int] = No
 def warn_option(message: str) -> None:
     """A warning about a legal but unusual option value: one line on stderr (``[physskin-gs] warning: ...``)."""
     print(f"[physskin-gs] warning: {message}", file=sys.stderr, flush=True)
+
+
+# ------------------------------------------------------------------------------------------------ --up
+def parse_up(text: str):
+    """``y`` / ``-y`` / ... or ``'ux,uy,uz'`` -> value accepted by :func:`physskin_gs.render.up_vector`: the
+    text itself, or a list of three floats. Raises OptionError when a comma-separated value is not numbers."""
+    if "," in text:
+        try:
+            return [float(v) for v in text.split(",")]
+        except ValueError:
+            raise OptionError(f"--up {text!r}: expected an axis name or three comma-separated numbers") from None
+    return text
+
+
+def resolve_up_option(value) -> Tuple[bool, Any]:
+    """The ``--up`` option, checked before anything is loaded: ``(auto, up)``.
+
+    ``auto`` is True for ``"auto"`` (any case and surrounding blanks; then ``up`` is None and the caller asks
+    :func:`scene_up` once the scene is loaded); otherwise ``up`` is :func:`parse_up` of ``value`` (an axis name
+    or three floats, not normalised), already validated with :func:`physskin_gs.render.up_vector`.
+
+    Raises OptionError for an unknown axis name or a zero / non-finite / non-3 vector.
+    """
+    if str(value).strip().lower() == "auto":
+        return True, None
+    from physskin_gs.render import up_vector
+
+    up = parse_up(value)
+    up_vector(up)  # validate early
+    return False, up
+
+
+def scene_up(scene) -> List[float]:
+    """``--up auto``: the (3,) unit up vector of the scene analysis (the support plane's normal, else the
+    format's convention, as animate does), as floats; prints ``note: up X, Y, Z (source: reason)`` on stderr."""
+    from physskin_gs.pipeline import analyze_for_animation
+
+    analysis = analyze_for_animation(scene)
+    up = [float(v) for v in analysis.up]
+    print(f"note: up {', '.join(f'{v:+.3f}' for v in up)} ({analysis.up_source}: {analysis.reason})",
+          file=sys.stderr)
+    return up
 
 
 # ------------------------------------------------------------------------------------------------ outputs

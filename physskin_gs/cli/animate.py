@@ -28,7 +28,6 @@ import re
 import sys
 import time
 import warnings
-from dataclasses import replace
 from pathlib import Path
 from typing import List
 
@@ -567,6 +566,7 @@ def run_headless(args) -> int:
     import torch
     from tqdm import tqdm
 
+    from physskin_gs.io.sequence import open_sequence_exporter
     from physskin_gs.pipeline import load_for_animation, prepare_animation
 
     src = os.path.abspath(require_input_file(args.path))
@@ -657,7 +657,7 @@ def run_headless(args) -> int:
                     _write_mesh_frame(anim, export / f"{FRAME_PATTERN % f}.obj", src)
                 else:
                     if exporter is None:
-                        exporter = _open_exporter(anim, export, fmt, fps)
+                        exporter = open_sequence_exporter(anim, export, fmt, fps)
                     exporter.add(f, anim.deformed_rows())
             if video is not None:
                 img = video.render(f - 1)
@@ -756,27 +756,6 @@ def run_headless(args) -> int:
     if not all(torch.isfinite(anim.sim.q).reshape(-1).tolist()):  # pragma: no cover - guarded by the simulator
         raise PhysSkinError("simulation state became non-finite")
     return 0
-
-
-def _open_exporter(anim, export: Path, fmt: str, fps: float):
-    """A :class:`physskin_gs.io.sequence.SequenceExporter` for the headless run (frames of ``fmt`` in ``export``,
-    whose names :func:`check_outputs` has checked against the input); writes ``row_order.npy`` for compressed PLY
-    frames. Raises OutputError when that file cannot be written."""
-    import numpy as np
-
-    from physskin_gs.io.sequence import SequenceExporter
-
-    rest = replace(anim.export_rest_scene(), up_hint=tuple(float(v) for v in anim.up_vector))  # in every frame
-    ex = SequenceExporter(export, fmt, rest, anim.moving_index, fps=fps, up=anim.up_vector.tolist(),
-                          meters_per_unit=anim.sim_scale)
-    if ex.row_order is not None:
-        path = export / "row_order.npy"
-        try:
-            np.save(path, ex.row_order.astype(np.int32))
-        except OSError as exc:
-            raise OutputError(f"could not write {path}: {exc.strerror or exc}") from None
-        verify_written(path, "row order")
-    return ex
 
 
 def _axis_name(u) -> str:

@@ -14,7 +14,7 @@ import sys
 import warnings
 
 from physskin_gs.cli._common import (OutputError, check_number, check_output_folder, refuse_existing,
-                                     require_input_file, verify_written)
+                                     require_input_file, resolve_up_option, scene_up, verify_written, warn_option)
 from physskin_gs.errors import OptionError
 
 #: ``--format`` names and the file names each expects.
@@ -89,12 +89,7 @@ def run(args) -> int:
 
     require_input_file(args.input)
     fmt = output_format(args.output, getattr(args, "format", "auto"))
-    up_text = str(getattr(args, "up", "auto") or "auto")
-    if up_text.strip().lower() != "auto":
-        from physskin_gs.cli.render import parse_up
-        from physskin_gs.render import up_vector
-
-        up_vector(parse_up(up_text))  # validate early
+    auto_up, up_given = resolve_up_option(str(getattr(args, "up", "auto") or "auto"))
     mpu = getattr(args, "meters_per_unit", None)
     if mpu is not None:
         check_number("--meters-per-unit", mpu, 0.0, 1e9, lo_open=True, unit="m")
@@ -103,10 +98,10 @@ def run(args) -> int:
 
         require_pxr()
     if fmt in ("ply", "compressed-ply"):
-        for option, given in (("--up", up_text.strip().lower() != "auto"), ("--meters-per-unit", mpu is not None)):
+        for option, given in (("--up", not auto_up), ("--meters-per-unit", mpu is not None)):
             if given:
-                print(f"[physskin-gs] warning: {option} has no effect on a {fmt} output (the values are written in "
-                      "the input's own axes and units); it applies to .glb and .usd", file=sys.stderr)
+                warn_option(f"{option} has no effect on a {fmt} output (the values are written in the input's own "
+                            "axes and units); it applies to .glb and .usd")
     if os.path.exists(args.output) and os.path.exists(args.input) and os.path.samefile(args.input, args.output):
         raise OptionError(f"{args.output}: refusing to overwrite the input file; choose another output path")
     refuse_existing(args.output, args.force, "--force")
@@ -129,7 +124,7 @@ def run(args) -> int:
                   file=sys.stderr)
     up = None
     if fmt in ("usd", "glb"):
-        up = _resolve_up(up_text, scene)
+        up = scene_up(scene) if auto_up else _up_list(up_given)
     note = ""
     try:
         if fmt == "ply":
@@ -156,17 +151,8 @@ def run(args) -> int:
     return 0
 
 
-def _resolve_up(text: str, scene):
-    """(3,) up vector list: ``auto`` by the scene analysis (as render and animate), else the named axis/vector."""
-    if text.strip().lower() == "auto":
-        from physskin_gs.pipeline import analyze_for_animation
-
-        analysis = analyze_for_animation(scene)
-        up = [float(v) for v in analysis.up]
-        print(f"note: up {', '.join(f'{v:+.3f}' for v in up)} ({analysis.up_source}: {analysis.reason})",
-              file=sys.stderr)
-        return up
-    from physskin_gs.cli.render import parse_up
+def _up_list(up) -> list:
+    """A checked ``--up`` value (:func:`~physskin_gs.cli._common.resolve_up_option`) as a (3,) unit vector list."""
     from physskin_gs.render import up_vector
 
-    return [float(v) for v in up_vector(parse_up(text))]
+    return [float(v) for v in up_vector(up)]

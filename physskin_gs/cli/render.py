@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from physskin_gs.cli._common import (OutputError, check_int, check_number, check_output_folder, refuse_existing,
-                                     require_input_file, verify_written)
+                                     require_input_file, resolve_up_option, scene_up, verify_written)
+from physskin_gs.cli._common import parse_up  # noqa: F401 (moved to _common; still importable from here)
 from physskin_gs.errors import OptionError
 
 _IMAGE_EXT = {".png", ".jpg", ".jpeg"}
@@ -58,16 +59,6 @@ def register(sub) -> None:
     p.set_defaults(func=run)
 
 
-def parse_up(text: str):
-    """``y`` / ``-y`` / ... or ``'ux,uy,uz'`` -> value accepted by :func:`physskin_gs.render.up_vector`."""
-    if "," in text:
-        try:
-            return [float(v) for v in text.split(",")]
-        except ValueError:
-            raise OptionError(f"--up {text!r}: expected an axis name or three comma-separated numbers") from None
-    return text
-
-
 def parse_background(text: str):
     """``--background`` value -> (r, g, b) floats in [0, 1]: 'white', 'black' or 'r,g,b'.
 
@@ -98,7 +89,7 @@ def run(args) -> int:
     from tqdm import tqdm
 
     from physskin_gs.io import drop_invalid, load_scene
-    from physskin_gs.render import auto_frame, render_scene_frame, to_uint8, up_vector, write_video
+    from physskin_gs.render import auto_frame, render_scene_frame, to_uint8, write_video
 
     src, out = require_input_file(args.path), str(args.output)
     ext = Path(out).suffix.lower()
@@ -124,10 +115,7 @@ def run(args) -> int:
         check_number("--distance", args.distance, 0.0, None, lo_open=True, unit="scene units")
     if args.sh_degree is not None:
         check_int("--sh-degree", args.sh_degree, 0, 4)
-    auto_up = str(args.up).strip().lower() == "auto"
-    up = None if auto_up else parse_up(args.up)
-    if not auto_up:
-        up_vector(up)  # validate early
+    auto_up, up = resolve_up_option(args.up)
     background = parse_background(args.background)
     width, height = args.width, args.height
     if args.turntable:
@@ -141,12 +129,7 @@ def run(args) -> int:
 
     warn_scene(scene, src)
     if auto_up:
-        from physskin_gs.pipeline import analyze_for_animation
-
-        analysis = analyze_for_animation(scene)
-        up = [float(v) for v in analysis.up]
-        print(f"note: up {', '.join(f'{v:+.3f}' for v in up)} ({analysis.up_source}: {analysis.reason})",
-              file=sys.stderr)
+        up = scene_up(scene)
     scene, dropped = drop_invalid(scene)
     if dropped:
         print(f"note: dropped {dropped} Gaussians with non-finite values or zero quaternions", file=sys.stderr)

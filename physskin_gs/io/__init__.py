@@ -1,7 +1,7 @@
 """Reading and writing Gaussian scenes and meshes (the lowest layer; formats.md sections 1-4, 7).
 
 - :func:`load_scene`: INRIA 3DGS PLY (ascii / binary LE / binary BE), antimatter15 ``.splat``, PlayCanvas
-  compressed PLY; detected by content (:func:`detect_format`).
+  compressed PLY, glTF ``KHR_gaussian_splatting``, OpenUSD; detected by content (:func:`detect_format`).
 - :func:`save_scene`: INRIA binary little-endian float32 PLY, raw values, atomic write.
 - :func:`validate` / :func:`drop_invalid`: sanitising report and removal of unusable rows.
 - :func:`load_mesh`: meshes via trimesh (implemented in :mod:`physskin_gs.io.mesh`).
@@ -36,24 +36,39 @@ def load_scene(path, quat_order: str = "wxyz") -> GaussianScene:
     Supported: INRIA 3DGS PLY (SH degree 0-4, with or without normals, extra vertex properties kept in
     ``scene.extra``, extra elements ignored with a :class:`SceneWarning`; ascii, binary little- and big-endian;
     double properties cast to float32), antimatter15 ``.splat``, PlayCanvas/SuperSplat compressed PLY
-    (decoded), glTF / GLB with ``KHR_gaussian_splatting`` (:func:`physskin_gs.io.gltf.load_gltf`; +Y up) and
-    OpenUSD ``ParticleField3DGaussianSplat`` prims (:func:`physskin_gs.io.usd.load_usd`; needs usd-core).
+    (decoded), glTF / GLB with ``KHR_gaussian_splatting`` (:func:`physskin_gs.io.gltf.load_gltf`: values in
+    glTF axes and units (+Y up, metres), node transforms baked in) and OpenUSD ``ParticleField3DGaussianSplat``
+    prims (:func:`physskin_gs.io.usd.load_usd`: the default-time values, i.e. the rest state of an animation, in
+    the prims' local space; needs usd-core).
 
     Args:
         path: file path (str or PathLike).
         quat_order: component order of the stored quaternion, ``"wxyz"`` (default; INRIA, .splat) or
-            ``"xyzw"`` (some third-party exporters). Never guessed.
+            ``"xyzw"`` (some third-party exporters). Never guessed. Checked for every format, but only the INRIA
+            PLY and ``.splat`` readers use it: a compressed PLY needs ``"wxyz"`` (OptionError otherwise), and
+            glTF (always xyzw in the file) and OpenUSD (GfQuatf) ignore it.
 
     Returns:
-        GaussianScene with raw values (log-scales, opacity logits, unnormalised wxyz quats), float32 tensors,
-        ``scene.source`` = absolute path, ``scene.format`` = detected format.
+        GaussianScene (float32 CPU tensors) of N Gaussians: means (N, 3), quats (N, 4) wxyz, log_scales (N, 3)
+        (log of the linear standard deviations), opacity_logits (N,), sh_dc (N, 3), sh_rest (N, K, 3), raw 3DGS
+        values. Quaternions are returned as the file stores them, not normalised: an INRIA PLY may hold any norm;
+        glTF and OpenUSD files hold unit ones (the glTF extension requires it, our USD writer normalises), read
+        from their xyzw layout (glTF: with the node transforms baked in; missing USD orientations are the
+        identity); .splat and compressed PLY decode to unit quaternions.
+        glTF and OpenUSD store activated values, inverted here: log_scales = log(max(scale, 1.18e-38)),
+        opacity_logits = logit(clip(opacity, 1.18e-38, 1 - 2**-24)). ``scene.source`` = absolute path;
+        ``scene.format`` = ``"inria-ply"``, ``"splat"``, ``"compressed-ply"``, ``"gltf-gaussian-splatting"`` or
+        ``"openusd"`` (for glTF and OpenUSD not the name :func:`detect_format` gives, ``"gltf-splat"`` / ``"usd"``).
 
     Raises:
         FileNotFoundError: missing file.
         SceneFormatError: empty file, mesh or point-cloud PLY (names the missing 3DGS fields), mesh file,
             2DGS PLY, bad f_rest count, truncated file, short compressed chunk table, unsupported container
-            (.ksplat/.spz/.sog/.lcc), unrecognised content. The message names the file and the problem.
-        OptionError: unknown ``quat_order``.
+            (.ksplat/.spz/.sog/.lcc), unrecognised content, a glTF / OpenUSD file without a readable splat
+            primitive / prim (see :func:`~physskin_gs.io.gltf.load_gltf`, :func:`~physskin_gs.io.usd.load_usd`).
+            The message names the file and the problem.
+        OptionError: unknown ``quat_order``; ``"xyzw"`` for a compressed PLY; an OpenUSD file when usd-core is
+            not installed (the message names the install command).
     """
     path = os.fspath(path)
     if quat_order not in ("wxyz", "xyzw"):

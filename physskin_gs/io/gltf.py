@@ -74,7 +74,9 @@ import numpy as np
 import torch
 
 from physskin_gs.errors import OptionError, SceneFormatError
-from physskin_gs.io.inria_ply import _same_file, write_atomic
+from physskin_gs.io._shared import (log_scales64, logit64, output_folder, positive_number, refuse_directory,
+                                    refuse_source, sigmoid64)
+from physskin_gs.io.inria_ply import write_atomic
 from physskin_gs.io.ply_header import warn
 from physskin_gs.io.validate import invalid_mask
 from physskin_gs.scene import C0, GaussianScene, normalize_quats, quat_to_rotmat, rotmat_to_quat
@@ -113,9 +115,6 @@ ARRAY_BUFFER = 34962
 MODE_POINTS = 0
 #: extensionsRequired entries the reader understands.
 _READABLE_REQUIRED = {EXTENSION, "KHR_mesh_quantization"}
-
-_F32_TINY = float(np.finfo(np.float32).tiny)
-_F32_BELOW_ONE = float(np.nextafter(np.float32(1.0), np.float32(0.0)))
 
 
 def sh_attribute(degree: int, coef: int) -> str:
@@ -227,6 +226,11 @@ def transform_scene(scene: GaussianScene, R, scale: float = 1.0) -> GaussianScen
         scene: the scene (any device; the result is on the CPU, float32).
         R: (3, 3) proper rotation (numpy or torch).
         scale: positive uniform scale (e.g. metres per scene unit).
+    Returns:
+        A new GaussianScene on the CPU, float32 (computed in float64), same N, SH degree and row order: means
+        (N, 3) = ``scale * R p``, quats (N, 4) unit wxyz, log_scales (N, 3), opacity_logits (N,) (unchanged),
+        sh_dc (N, 3) (unchanged), sh_rest (N, K, 3); ``extra`` copied, ``source`` and ``format`` kept,
+        ``up_hint`` not carried over (None).
     Raises:
         OptionError: R not a proper rotation, scale not positive and finite, SH degree above 3 with R != I.
     """
@@ -244,13 +248,8 @@ def transform_scene(scene: GaussianScene, R, scale: float = 1.0) -> GaussianScen
 
 
 def _check_scale(value, name: str) -> float:
-    try:
-        v = float(value)
-    except (TypeError, ValueError):
-        raise OptionError(f"{name} must be a positive number, got {value!r}") from None
-    if not math.isfinite(v) or v <= 0:
-        raise OptionError(f"{name} must be a positive finite number, got {value!r}")
-    return v
+    """``value`` as a positive finite float; OptionError naming ``name`` otherwise."""
+    return positive_number(value, name, invalid="a positive finite number")
 
 
 # ------------------------------------------------------------------------------------------------ writing
@@ -264,7 +263,17 @@ def _pad4(data: bytes, fill: bytes) -> bytes:
 
 def glb_bytes(gltf: Dict, bin_data: bytes) -> bytes:
     """A GLB 2.0 container: 12-byte header (magic, version 2, total length), the JSON chunk padded with spaces
-    and, when ``bin_data`` is non-empty, the BIN chunk padded with zeros, each to a multiple of 4 bytes."""
+    and, when ``bin_data`` is non-empty, the BIN chunk padded with zeros, each to a multiple of 4 bytes.
+
+    Args:
+        gltf: the glTF JSON document (dict of JSON types), written compactly as UTF-8.
+        bin_data: the binary buffer (bytes; may be empty).
+    Returns:
+        The GLB file as bytes (length a multiple of 4).
+    Raises:
+        ValueError: ``gltf`` holds a NaN or infinite float (strict JSON, ``allow_nan=False``).
+        TypeError: ``gltf`` holds a value JSON cannot encode.
+    """
     js = _pad4(json.dumps(gltf, separators=(",", ":"), allow_nan=False).encode("utf-8"), b" ")
     chunks = struct.pack("<II", len(js), CHUNK_JSON) + js
     if bin_data:
@@ -305,13 +314,9 @@ def save_gltf(scene: GaussianScene, path, *, up=(0.0, 0.0, 1.0), meters_per_unit
     path = os.fspath(path)
     if os.path.splitext(path)[1].lower() != ".glb":
         raise OptionError(f"{path}: glTF export writes binary .glb files only; use a .glb extension")
-    if os.path.isdir(path):
-        raise OptionError(f"{path}: output path is a directory")
-    out_dir = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(out_dir):
-        raise OptionError(f"{path}: output folder does not exist: {out_dir}")
-    if scene.source and _same_file(path, os.fspath(scene.source)):
-        raise OptionError(f"{path}: refusing to overwrite the input file; choose another output path")
+    refuse_directory(path)
+    output_folder(path)
+    refuse_source(path, scene.source and os.fspath(scene.source), existing_only=False)
     R = up_to_gltf_rotation(up)
     k = 1.0 if meters_per_unit is None else _check_scale(meters_per_unit, "meters_per_unit")
     n = scene.num_gaussians
@@ -335,7 +340,7 @@ def save_gltf(scene: GaussianScene, path, *, up=(0.0, 0.0, 1.0), meters_per_unit
     means = a["means"].numpy().astype("<f4")
     scales = scales64.astype("<f4")
     x = a["opacity_logits"].numpy()
-    opacity = (0.5 * (1.0 + np.tanh(0.5 * x))).astype("<f4")  # sigmoid without overflow
+    opacity = sigmoid64(x).astype("<f4")
     q = a["quats"].numpy()
     rot = q[:, [1, 2, 3, 0]].astype("<f4")  # wxyz -> glTF xyzw
     sh_dc = a["sh_dc"].numpy()
@@ -685,13 +690,12 @@ def load_gltf(path, *, source_frame: bool = False) -> GaussianScene:
     if len(ks) > 1:
         raise SceneFormatError(f"{path}: splat primitives have different SH degrees")
     cat = {k: np.concatenate([p[k] for p in parts], axis=0) for k in parts[0]}
-    p = np.clip(cat["opacity"], _F32_TINY, _F32_BELOW_ONE)
     f = torch.float32
     scene = GaussianScene(
         means=torch.from_numpy(cat["means"]).to(f),
         quats=torch.from_numpy(cat["rot"][:, [3, 0, 1, 2]]).to(f),
-        log_scales=torch.from_numpy(np.log(np.maximum(cat["scales"], _F32_TINY))).to(f),
-        opacity_logits=torch.from_numpy(np.log(p) - np.log1p(-p)).to(f),
+        log_scales=torch.from_numpy(log_scales64(cat["scales"])).to(f),
+        opacity_logits=torch.from_numpy(logit64(cat["opacity"])).to(f),
         sh_dc=torch.from_numpy(cat["sh_dc"]).to(f),
         sh_rest=torch.from_numpy(cat["sh_rest"]).to(f),
         source=os.path.abspath(path),

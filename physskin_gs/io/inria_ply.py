@@ -12,13 +12,13 @@ from __future__ import annotations
 import logging
 import os
 import re
-import tempfile
 from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 
 from physskin_gs.errors import OptionError, SceneFormatError
+from physskin_gs.io._shared import as_float32, check_output, refuse_directory, refuse_source, temp_file, unlink_quietly
 from physskin_gs.io.detect import MESH_HINT
 from physskin_gs.io.ply_header import (PLY_TYPE_NAMES, PlyHeader, read_elements, read_ply_header, up_comment,
                                        up_from_comments, warn)
@@ -270,12 +270,6 @@ def inria_property_names(sh_degree: int, extra_names=()) -> List[str]:
     )
 
 
-def _np(t) -> np.ndarray:
-    if isinstance(t, torch.Tensor):
-        t = t.detach().cpu().numpy()
-    return np.asarray(t, dtype=np.float32)
-
-
 def scene_to_inria_array(scene: GaussianScene) -> Tuple[List[str], np.ndarray]:
     """(names, (N, P) float32 array) of the INRIA record layout for ``scene``; normals are zeros.
 
@@ -293,16 +287,16 @@ def scene_to_inria_array(scene: GaussianScene) -> Tuple[List[str], np.ndarray]:
     if (scene.sh_degree + 1) ** 2 - 1 != k:
         raise SceneFormatError(f"sh_rest has {k} coefficients per channel, which is not (d+1)^2-1 for any degree")
     arr = np.empty((n, len(names)), dtype=np.float32)
-    arr[:, 0:3] = _np(scene.means)
+    arr[:, 0:3] = as_float32(scene.means)
     arr[:, 3:6] = 0.0
-    arr[:, 6:9] = _np(scene.sh_dc)
+    arr[:, 6:9] = as_float32(scene.sh_dc)
     c = 9 + 3 * k
-    arr[:, 9:c] = _np(scene.sh_rest).transpose(0, 2, 1).reshape(n, 3 * k)  # [N, K, 3] -> channel-major [N, 3K]
-    arr[:, c] = _np(scene.opacity_logits)
-    arr[:, c + 1:c + 4] = _np(scene.log_scales)
-    arr[:, c + 4:c + 8] = _np(scene.quats)
+    arr[:, 9:c] = as_float32(scene.sh_rest).transpose(0, 2, 1).reshape(n, 3 * k)  # [N, K, 3] -> channel-major [N, 3K]
+    arr[:, c] = as_float32(scene.opacity_logits)
+    arr[:, c + 1:c + 4] = as_float32(scene.log_scales)
+    arr[:, c + 4:c + 8] = as_float32(scene.quats)
     for j, v in enumerate(scene.extra.values()):
-        arr[:, c + 8 + j] = _np(v).reshape(n)
+        arr[:, c + 8 + j] = as_float32(v).reshape(n)
     return names, arr
 
 
@@ -320,15 +314,6 @@ def _extra_type(v) -> str:
         info = np.iinfo(small)
         return small if t.size == 0 or (int(t.min()) >= info.min and int(t.max()) <= info.max) else "f8"
     return "f4"
-
-
-def _same_file(a: str, b: str) -> bool:
-    if os.path.abspath(a) == os.path.abspath(b) or os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
 
 
 def save_inria_ply(scene: GaussianScene, path, *, overwrite_source: bool = False) -> str:
@@ -352,10 +337,9 @@ def save_inria_ply(scene: GaussianScene, path, *, overwrite_source: bool = False
         SceneFormatError: inconsistent scene (SH count, clashing extra names).
     """
     path = os.fspath(path)
-    if os.path.isdir(path):
-        raise OptionError(f"{path}: output path is a directory")
-    if scene.source and not overwrite_source and os.path.exists(path) and _same_file(path, scene.source):
-        raise OptionError(f"{path}: refusing to overwrite the input file; choose another output path")
+    refuse_directory(path)
+    if not overwrite_source:
+        refuse_source(path, scene.source)
     header_bytes, body = inria_ply_body(scene)
     write_atomic(path, (header_bytes, body))
     return os.path.abspath(path)
@@ -390,10 +374,12 @@ def inria_ply_body(scene: GaussianScene) -> Tuple[bytes, np.ndarray]:
 
 
 def write_atomic(path, parts, *, fsync: bool = True) -> int:
-    """Write ``parts`` (bytes or C-contiguous numpy arrays, written without a copy) to ``path`` atomically.
+    """Write ``parts`` (bytes-like objects or C-contiguous numpy arrays, written without a copy; empty arrays add
+    nothing) to ``path`` (str or PathLike) atomically.
 
-    The data goes to a temporary file in the same folder (permissions as a plain ``open`` would give), its size is
-    checked against the bytes handed in, and it is renamed into place (atomic on POSIX); on any failure the
+    The data goes to a temporary file in the same folder (permissions as a plain ``open`` would give, under the
+    umask read once at import, never per file: safe in writer threads), its size is checked against the bytes
+    handed in, and it is renamed into place (atomic on POSIX); on any failure the
     temporary file is removed and ``path`` is untouched. ``fsync=False`` skips the flush to the disk (frames of a
     sequence: the size check still catches a short write). Returns the number of bytes written.
 
@@ -401,19 +387,16 @@ def write_atomic(path, parts, *, fsync: bool = True) -> int:
         OptionError: ``path`` is a directory or its folder does not exist.
         OSError: the write, the size check or the rename failed.
     """
-    path = os.fspath(path)
-    if os.path.isdir(path):
-        raise OptionError(f"{path}: output path is a directory")
-    out_dir = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(out_dir):
-        raise OptionError(f"{path}: output folder does not exist: {out_dir}")
-    views = [memoryview(p).cast("B") if isinstance(p, np.ndarray) else memoryview(p) for p in parts]
+    path, out_dir = check_output(path)
+    views = []
+    for p in parts:
+        if not isinstance(p, np.ndarray):
+            views.append(memoryview(p))
+        elif p.size:  # memoryview refuses to cast an empty array (an empty scene); it holds no bytes anyway
+            views.append(memoryview(p).cast("B"))
     total = sum(v.nbytes for v in views)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=out_dir)
+    fd, tmp = temp_file(path, out_dir)  # permissions as a plain open() gives (umask read once, at import)
     try:
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
         with os.fdopen(fd, "wb") as f:
             for v in views:
                 f.write(v)
@@ -424,9 +407,6 @@ def write_atomic(path, parts, *, fsync: bool = True) -> int:
             raise OSError(f"{path}: incomplete write ({os.path.getsize(tmp)} of {total} bytes)")
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        unlink_quietly(tmp)
         raise
     return total

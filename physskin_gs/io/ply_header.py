@@ -271,8 +271,9 @@ def up_comment(up) -> str:
 
 
 def up_from_comments(comments) -> "Optional[Tuple[float, float, float]]":
-    """The up vector of an ``up_comment`` among ``comments`` (header comment texts), or None when there is none or
-    it is not three finite numbers with a non-zero length."""
+    """The up vector of the first ``up_comment`` among ``comments`` (header comment texts), scaled to unit length:
+    a (3,) tuple of floats. None when there is no such comment or it is not three finite numbers with a non-zero
+    length. Raises nothing."""
     import math
 
     for c in comments:

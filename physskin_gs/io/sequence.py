@@ -33,6 +33,7 @@ import os
 import queue
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -40,6 +41,7 @@ import numpy as np
 import torch
 
 from physskin_gs.errors import OptionError, OutputError
+from physskin_gs.io._shared import as_float32
 from physskin_gs.scene import GaussianScene
 
 #: Names accepted by ``--export-format`` (the first is the default).
@@ -62,12 +64,6 @@ def check_export_format(fmt: str) -> str:
 
         require_pxr()
     return name
-
-
-def _np32(t) -> np.ndarray:
-    if isinstance(t, torch.Tensor):
-        t = t.detach().cpu().numpy()
-    return np.asarray(t, dtype=np.float32)
 
 
 def _moving_first_order(rest_means: np.ndarray, index: np.ndarray) -> np.ndarray:
@@ -133,16 +129,15 @@ class _CompressedFrames:
 
         self.folder = folder
         n, m = rest.num_gaussians, int(index.size)
-        self.order = _moving_first_order(_np32(rest.means), index)
+        self.order = _moving_first_order(as_float32(rest.means), index)
         head_n = min(n, -(-m // CHUNK_SIZE) * CHUNK_SIZE)  # rows of the chunks that hold moving rows
         head, tail = self.order[:head_n], self.order[head_n:]
         where = np.empty(n, dtype=np.int64)
         where[head] = np.arange(head_n)
         self.head_pos = where[index]  # [M] position in the head of each row of `index`
         self.with_sh = bool(sh) and rest.sh_rest.shape[1] > 0
-        full = {"means": _np32(rest.means), "quats": _np32(rest.quats), "log_scales": _np32(rest.log_scales),
-                "opacity_logits": _np32(rest.opacity_logits), "sh_dc": _np32(rest.sh_dc),
-                "sh_rest": _np32(rest.sh_rest)}
+        full = {k: as_float32(getattr(rest, k))
+                for k in ("means", "quats", "log_scales", "opacity_logits", "sh_dc", "sh_rest")}
         base = {k: np.ascontiguousarray(v[head]) for k, v in full.items()}
         self.buffers = [base, {k: v.copy() for k, v in base.items()}]
         self.tail = None
@@ -188,11 +183,18 @@ class SequenceExporter:
         index: (M,) int64 rows that move (the rows every :meth:`add` gives).
         fps: frames per second of the sequence (the USD time codes per second).
         up: (3,) up vector of the scene (USD: the stage is turned so it is +Y up).
-        max_pending: frames handed to the writer thread that may wait to be written (>= 1).
+        max_pending: frames handed to the writer thread that may wait to be written (>= 1; used by ``usd``,
+            the PLY formats always hold two frame buffers).
         meters_per_unit: metres per scene unit (the USD stage's ``metersPerUnit``; None: 1).
 
     Raises:
-        OptionError: unknown format, or ``usd`` without usd-core.
+        OptionError: unknown format; ``usd`` without usd-core, or the checks of
+            :class:`physskin_gs.io.usd.UsdSequenceWriter` (bad ``fps`` / ``up`` / ``meters_per_unit``, the output
+            file is the rest scene's source).
+        SceneFormatError: ``compressed-ply``: non-finite means in ``rest_scene`` (the row order is computed
+            here) or non-finite values in its static rows (encoded once, here); ``ply``: ``rest_scene.extra`` names
+            that clash with INRIA names, or an SH count that is not (d+1)^2 - 1.
+        OSError: the export folder cannot be created.
     """
 
     def __init__(self, folder, fmt: str, rest_scene: GaussianScene, index, *, fps: float,
@@ -243,13 +245,26 @@ class SequenceExporter:
         return self._frames.order if isinstance(self._frames, _CompressedFrames) else None
 
     def add(self, frame: int, rows: Dict[str, torch.Tensor]) -> None:
-        """Hand frame ``frame`` (1, 2, ...) to the writer: ``rows`` holds the moving rows' ``means``, ``quats``,
-        ``log_scales`` (and ``sh_rest``) in the order of ``index``. Copies them (the caller may reuse its
-        tensors); waits while ``max_pending`` frames are waiting. Raises OutputError if an earlier frame failed."""
+        """Hand frame ``frame`` (1, 2, ...) to the writer; waits while ``max_pending`` frames are waiting.
+
+        Args:
+            frame: frame number >= 1 (the file name's ``%04d``; for ``usd`` the time code, which must increase:
+                a bad one fails in the writer thread and is raised as OutputError later).
+            rows: the moving rows in the order of ``index`` (torch tensors on any device, or arrays): ``means``
+                (M, 3) scene units, ``quats`` (M, 4) wxyz, ``log_scales`` (M, 3) and, with SH, ``sh_rest``
+                (M, K, 3); other keys (``index``) are ignored. PLY formats copy the rows into a frame buffer
+                before returning, so the caller may reuse its tensors. ``usd`` hands CPU float32 tensors and
+                arrays to the writer thread without a copy (others are converted, i.e. copied): do not modify them
+                in place until :meth:`close` (fresh tensors per frame, as ``deformed_rows`` gives, are safe).
+
+        Raises:
+            OptionError: a key's first dimension is not M (the number of moving rows).
+            OutputError: the exporter is closed, or an earlier frame could not be written.
+        """
         self._raise_if_failed()
         if self._closed:
             raise OutputError("the sequence exporter is closed")
-        data = {k: _np32(v) for k, v in rows.items() if k in ("means", "quats", "log_scales", "sh_rest")}
+        data = {k: as_float32(v) for k, v in rows.items() if k in ("means", "quats", "log_scales", "sh_rest")}
         m = self.index.size
         for k, v in data.items():
             if v.shape[0] != m:
@@ -322,3 +337,29 @@ class SequenceExporter:
                     self.error = f"could not write frame {frame} to {what}: {reason}"
                 self.write_seconds += time.perf_counter() - t
             self._free.put(buf)
+
+
+def open_sequence_exporter(anim, folder, fmt: str, fps: float):
+    """A :class:`physskin_gs.io.sequence.SequenceExporter` for the frames of ``anim`` in ``folder`` (the headless
+    CLI and the viewer's recorder use this one). ``anim``: a :class:`physskin_gs.pipeline.AnimatedScene` (or anything with its
+    ``export_rest_scene()``, ``moving_index``, ``up_vector`` and optionally ``sim_scale``, metres per scene unit);
+    ``fmt``: "ply", "compressed-ply" or "usd"; ``fps``: frames per second of the sequence. Every frame carries the
+    scene's up axis (``up_hint``). For compressed PLY frames ``row_order.npy`` ((N,) int32: file row -> scene row)
+    is written into ``folder`` and checked.
+
+    Raises OutputError when ``row_order.npy`` cannot be written, and what SequenceExporter raises (OptionError for
+    a bad format or fps, OSError when the folder cannot be created)."""
+    up = [float(v) for v in anim.up_vector]
+    rest = replace(anim.export_rest_scene(), up_hint=tuple(up))
+    ex = SequenceExporter(folder, fmt, rest, anim.moving_index, fps=fps, up=up,
+                          meters_per_unit=getattr(anim, "sim_scale", None))
+    if ex.row_order is not None:
+        path = Path(folder) / "row_order.npy"
+        order = ex.row_order.astype(np.int32)
+        try:
+            np.save(path, order)
+        except OSError as exc:
+            raise OutputError(f"could not write {path}: {exc.strerror or exc}") from None
+        if not path.is_file() or path.stat().st_size < order.nbytes:
+            raise OutputError(f"could not write row order {path}: the file is missing or short after writing")
+    return ex

@@ -108,9 +108,7 @@ sample in memory until :meth:`UsdSequenceWriter.close`: about 290 bytes per movi
 
 from __future__ import annotations
 
-import math
 import os
-import tempfile
 from types import SimpleNamespace
 from typing import List, Optional
 
@@ -118,7 +116,8 @@ import numpy as np
 import torch
 
 from physskin_gs.errors import OptionError, SceneFormatError
-from physskin_gs.scene import GaussianScene
+from physskin_gs.io._shared import check_output, log_scales64, logit64, positive_number, temp_file, unlink_quietly
+from physskin_gs.scene import GaussianScene, normalize_quats
 
 __all__ = ["save_usd", "load_usd", "UsdSequenceWriter", "require_pxr", "USD_EXTENSIONS", "ROW_INDEX_ATTR"]
 
@@ -132,8 +131,6 @@ ROOT = "/Splats"
 
 _MISSING_PXR = ("OpenUSD export needs usd-core: pip install 'physskin_gs[usd]' (or pip install 'usd-core>=26.3'), "
                 "then run the command again")
-_F32_TINY = float(np.finfo(np.float32).tiny)  # 1.1754944e-38
-_OPACITY_HIGH = 1.0 - 2.0 ** -24  # largest float32 below 1
 _SH_DEGREES = {1: 0, 4: 1, 9: 2, 16: 3, 25: 4}
 
 
@@ -165,11 +162,8 @@ def _np(t, dtype=np.float32) -> np.ndarray:
 
 def _unit_quats_xyzw(quats_wxyz: np.ndarray) -> np.ndarray:
     """(M, 4) raw wxyz -> (M, 4) float32 unit quaternions in Vt.QuatfArray's numpy order (x, y, z, w); zero or
-    non-finite quaternions become the identity."""
-    q = quats_wxyz.astype(np.float64)
-    n = np.sqrt((q * q).sum(axis=1, keepdims=True))
-    ok = np.isfinite(n) & (n > 1e-12)
-    u = np.where(ok, q / np.where(ok, n, 1.0), np.array([1.0, 0.0, 0.0, 0.0]))
+    non-finite quaternions become the identity (:func:`physskin_gs.scene.normalize_quats`, in float64)."""
+    u = normalize_quats(torch.from_numpy(quats_wxyz.astype(np.float64))).numpy()
     return np.ascontiguousarray(u[:, [1, 2, 3, 0]], dtype=np.float32)
 
 
@@ -222,12 +216,6 @@ class _Rows:
 
 
 # ------------------------------------------------------------------------------------------ path checks
-def _same_file(a: str, b: str) -> bool:
-    from physskin_gs.io.inria_ply import _same_file as same
-
-    return same(a, b)
-
-
 def _check_output(path, source: Optional[str]) -> tuple:
     """(absolute path, 'usdc' | 'usda', output folder); OptionError for a bad extension, a directory, a missing
     folder or the scene's own input file."""
@@ -236,30 +224,16 @@ def _check_output(path, source: Optional[str]) -> tuple:
     if ext not in USD_EXTENSIONS:
         raise OptionError(f"{path}: OpenUSD output needs a .usd, .usdc (binary crate) or .usda (text) "
                           f"extension, got {ext or 'none'!r}")
-    if os.path.isdir(path):
-        raise OptionError(f"{path}: output path is a directory")
-    if source and os.path.exists(path) and _same_file(path, source):
-        raise OptionError(f"{path}: refusing to overwrite the input file; choose another output path")
-    out_dir = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(out_dir):
-        raise OptionError(f"{path}: output folder does not exist: {out_dir}")
+    path, out_dir = check_output(path, source)
     return os.path.abspath(path), USD_EXTENSIONS[ext], out_dir
 
 
 def _temp_path(path: str, fmt: str, out_dir: str) -> str:
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp." + fmt, dir=out_dir)
+    """A new empty ``.NAME.XXXX.tmp.<fmt>`` in ``out_dir`` with the usual file permissions (umask read once at
+    import, never changed here: writers run in background threads)."""
+    fd, tmp = temp_file(path, out_dir, ".tmp." + fmt)
     os.close(fd)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o666 & ~umask)  # mkstemp creates 0600; give the usual permissions
     return tmp
-
-
-def _unlink(p: str) -> None:
-    try:
-        os.unlink(p)
-    except OSError:
-        pass
 
 
 def _check_up_axis(up_axis, up=None) -> str:
@@ -278,15 +252,8 @@ def _check_up_axis(up_axis, up=None) -> str:
 
 
 def _check_mpu(meters_per_unit) -> float:
-    if meters_per_unit is None:
-        return 1.0
-    try:
-        m = float(meters_per_unit)
-    except (TypeError, ValueError):
-        m = float("nan")
-    if not (math.isfinite(m) and m > 0):
-        raise OptionError(f"meters_per_unit must be a positive number, got {meters_per_unit!r}")
-    return m
+    """1.0 for None, else ``meters_per_unit`` as a positive finite float (OptionError otherwise)."""
+    return 1.0 if meters_per_unit is None else positive_number(meters_per_unit, "meters_per_unit")
 
 
 # ---------------------------------------------------------------------------------------- stage writing
@@ -416,7 +383,7 @@ def save_usd(scene: GaussianScene, path, *, up_axis: str = "auto", meters_per_un
         _verify(px, tmp, {"Gaussians": n})
         os.replace(tmp, path)
     except BaseException:
-        _unlink(tmp)
+        unlink_quietly(tmp)
         raise
     _sync_registry(px, path)
     return path
@@ -462,12 +429,7 @@ class UsdSequenceWriter:
         self._px = px
         axis, mpu = _check_up_axis(up_axis, up), _check_mpu(meters_per_unit)
         rotation = _up_rotation(up, axis)
-        try:
-            fps_f = float(fps)
-        except (TypeError, ValueError):
-            fps_f = float("nan")
-        if not (math.isfinite(fps_f) and fps_f > 0):
-            raise OptionError(f"fps must be a positive number, got {fps!r}")
+        fps_f = positive_number(fps, "fps")
         n = rest_scene.num_gaussians
         mask = moving.detach().cpu().numpy() if isinstance(moving, torch.Tensor) else np.asarray(moving)
         if mask.dtype != np.bool_ or mask.shape != (n,):
@@ -510,7 +472,7 @@ class UsdSequenceWriter:
             self._stage.Save()
         except BaseException:
             self._stage = None
-            _unlink(self._tmp)
+            unlink_quietly(self._tmp)
             raise
 
     # ------------------------------------------------------------------------------------------ frames
@@ -646,7 +608,7 @@ class UsdSequenceWriter:
             os.replace(self._tmp, self.path)
         except BaseException:
             self._stage = None
-            _unlink(self._tmp)
+            unlink_quietly(self._tmp)
             raise
         self._state = "closed"
         _sync_registry(px, self.path)
@@ -657,7 +619,7 @@ class UsdSequenceWriter:
         if self._state == "open":
             self._state = "aborted"
             self._stage = self._moving = self._attrs = None
-            _unlink(self._tmp)
+            unlink_quietly(self._tmp)
 
     def __enter__(self) -> "UsdSequenceWriter":
         return self
@@ -704,12 +666,10 @@ def _read_prim(px, gs, time, path: str) -> dict:
     q = _array(gs, ("orientations", "orientationsh"), time, 4, n)
     quats = np.tile(np.array([1, 0, 0, 0], np.float32), (n, 1)) if q is None else q[:, [3, 0, 1, 2]]
     s = _array(gs, ("scales", "scalesh"), time, 3, n)
-    log_scales = np.zeros((n, 3), np.float32) if s is None else \
-        np.log(np.maximum(s.astype(np.float64), _F32_TINY)).astype(np.float32)
+    log_scales = np.zeros((n, 3), np.float32) if s is None else log_scales64(s).astype(np.float32)
     o = _array(gs, ("opacities", "opacitiesh"), time, 1, n)
     o = np.ones(n, np.float64) if o is None else o[:, 0].astype(np.float64)
-    o = np.clip(o, _F32_TINY, _OPACITY_HIGH)  # NaN stays NaN
-    logits = (np.log(o) - np.log1p(-o)).astype(np.float32)
+    logits = logit64(o).astype(np.float32)  # clipped to [float32 tiny, 1 - 2**-24]; NaN stays NaN
     deg_attr = gs.GetRadianceSphericalHarmonicsDegreeAttr()
     degree = int(deg_attr.Get()) if deg_attr and deg_attr.Get() is not None else 3
     if degree < 0:
