@@ -39,16 +39,17 @@ import numpy as np
 import torch
 
 from physskin_gs.deform import DeformedGaussians, GaussianDeformer, rotate_sh
-# Every preparation runs the scene analysis, the interior fill and the field build; their modules (and the scipy
+from physskin_gs.errors import OptionError, PhysSkinError
+# Every preparation runs the scene analysis, the interior fill and the field build: their modules (and the scipy
 # submodules they need, about 0.3 s of imports) load with this module, once per process, rather than inside the
 # first preparation, where they would count against the capture (issue 13: load to first frame).
-from physskin_gs.geometry import interior as _interior  # noqa: F401
-from physskin_gs.geometry import scene_analysis as _scene_analysis  # noqa: F401
-from physskin_gs.model import eigen as _eigen  # noqa: F401  (the default basis)
-from physskin_gs.model import grid_field as _grid_field  # noqa: F401
-from physskin_gs.physics import _hessian_native
-from physskin_gs.errors import OptionError, PhysSkinError
+from physskin_gs.geometry.interior import fill_splat_interior, sample_cubature
+from physskin_gs.geometry.normalize import normalize_points
+from physskin_gs.geometry.scene_analysis import analyze_scene
+from physskin_gs.model import grid_field
 from physskin_gs.model.bases import DEFAULT_SKINNING, resolve_skinning
+from physskin_gs.model.grid_field import GridSkinningField, evaluate_field, grid_error_report, plan_grid
+from physskin_gs.physics import _hessian_native
 from physskin_gs.physics.simulator import SubspaceSimulator
 from physskin_gs.scene import C0, GaussianScene
 
@@ -281,8 +282,6 @@ def analyze_for_animation(scene: GaussianScene):
     opacities), with the format prior of :func:`resolve_up` for scenes without a support plane. Returns a
     ``SceneAnalysis`` whose masks are (N,) over the scene's rows. Raises DegenerateGeometryError when no valid
     opaque row is left."""
-    from physskin_gs.geometry.scene_analysis import analyze_scene
-
     prior = resolve_up("auto", scene).numpy()
     return analyze_scene(scene.means, scene.opacities, scene.log_scales, format_prior_up=prior, seed=0)
 
@@ -320,6 +319,18 @@ def _build_field(config: AnimationConfig, surface_norm: torch.Tensor, volume_nor
     return out
 
 
+def _stage_clock(timings: Dict[str, float]) -> Callable[[str], None]:
+    """``lap(stage)``: adds the seconds since the previous lap (or since this call) to ``timings[stage]``."""
+    clock = [time.perf_counter()]
+
+    def lap(stage: str) -> None:
+        now = time.perf_counter()
+        timings[stage] = timings.get(stage, 0.0) + now - clock[0]
+        clock[0] = now
+
+    return lap
+
+
 def _weights_chunked(field, x_norm: torch.Tensor, chunk: int = 65536):
     Ws, Gs = [], []
     for s in range(0, x_norm.shape[0], chunk):
@@ -340,9 +351,6 @@ def _gaussian_weights(field, x_norm: torch.Tensor, mode: str, seed: int = 0):
     centres (the resolution rule's pilot sample, evaluated directly once). The grid's node budget is
     ``min(grid_field.MAX_NODES, max(GRID_NODE_FLOOR, N))``. Raises OptionError for an unknown mode, and what the
     field raises."""
-    from physskin_gs.model import grid_field
-    from physskin_gs.model.grid_field import GridSkinningField, evaluate_field, grid_error_report, plan_grid
-
     if mode not in FIELD_EVAL_MODES:
         raise OptionError(f"--field-eval must be one of {', '.join(FIELD_EVAL_MODES)}, got {mode!r}")
     t0 = time.perf_counter()
@@ -418,13 +426,7 @@ class AnimatedScene:
         self.frame = 0
         self._idx = torch.nonzero(moving).flatten()
         s_n = float(norm.scale)
-        timings = info.setdefault("timings", {})
-        clock = [time.perf_counter()]
-
-        def lap(stage: str) -> None:
-            now = time.perf_counter()
-            timings[stage] = timings.get(stage, 0.0) + now - clock[0]
-            clock[0] = now
+        lap = _stage_clock(info.setdefault("timings", {}))
 
         # cubature points: weights in the normalised frame, gradients chain-ruled to the simulation frame
         Wc, Gc = _weights_chunked(field, norm.to_normalized(cubature_scene.double()).float())
@@ -631,23 +633,39 @@ class AnimatedScene:
         :meth:`export_rest_scene`.
         """
         d = self._deform()
-        sc = self.export_rest_scene()  # SH of a row with a NaN SH value (it can move) are zero here
+        rest = self._moving_export_rest()
         q, ls = d.export_quats_scales()
         out = {"index": self._idx, "means": d.means.clone(), "quats": q, "log_scales": ls}
-        K = sc.sh_rest.shape[1]
+        K = rest["num_sh_rest"]
         if K > 0:
-            k3 = min(K, 15)
-            full = torch.cat([sc.sh_dc[self._idx][:, None], sc.sh_rest[self._idx, :k3]], dim=1)
-            rot = rotate_sh(full, d.view_rotations())
+            rot = rotate_sh(rest["sh"], d.view_rotations())  # [M, 1 + k3, 3]
             sh = torch.zeros(self._idx.numel(), K, 3)
-            sh[:, :k3] = rot[:, 1:]
+            sh[:, :rot.shape[1] - 1] = rot[:, 1:]
             out["sh_rest"] = sh
-        bad = self._invalid_rows()[self._idx]  # [M] moving rows with a non-finite SH value: written as the rest does
-        if bool(bad.any()):
-            out["means"][bad] = sc.means[self._idx][bad]
-            out["quats"][bad] = sc.quats[self._idx][bad]
-            out["log_scales"][bad] = sc.log_scales[self._idx][bad]
+        bad = rest["bad"]  # [M] moving rows with a non-finite SH value: written as the rest does
+        if bad is not None:
+            out["means"][bad] = rest["means"]
+            out["quats"][bad] = rest["quats"]
+            out["log_scales"][bad] = rest["log_scales"]
         return out
+
+    def _moving_export_rest(self) -> Dict:
+        """What :meth:`deformed_rows` takes from the rest scene for the moving rows, gathered once: ``sh``
+        (M, 1 + k3, 3) DC and the first k3 = min(K, 15) SH-rest coefficients (SH of a row with a NaN SH value are
+        zero, :meth:`export_rest_scene`), ``num_sh_rest`` K, and ``bad`` (M,) bool or None with the rest means
+        (B, 3), quats (B, 4) and log_scales (B, 3) of those B invalid moving rows."""
+        if getattr(self, "_moving_rest", None) is None:
+            sc = self.export_rest_scene()
+            K = sc.sh_rest.shape[1]
+            rest: Dict = {"num_sh_rest": K, "bad": None}
+            if K > 0:
+                rest["sh"] = torch.cat([sc.sh_dc[self._idx][:, None], sc.sh_rest[self._idx, :min(K, 15)]], dim=1)
+            bad = self._invalid_rows()[self._idx]
+            if bool(bad.any()):
+                rows = self._idx[bad]
+                rest.update(bad=bad, means=sc.means[rows], quats=sc.quats[rows], log_scales=sc.log_scales[rows])
+            self._moving_rest = rest
+        return self._moving_rest
 
     def export_rest_scene(self) -> GaussianScene:
         """The rest scene as every exported frame writes its static rows: invalid rows sanitised
@@ -788,9 +806,6 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     Raises OptionError for bad options (selection, up axis, material, pin, field evaluation) and PhysSkinError
     when the selected object has no usable geometry.
     """
-    from physskin_gs.geometry.interior import fill_splat_interior, sample_cubature
-    from physskin_gs.geometry.normalize import normalize_points
-
     if not isinstance(config, AnimationConfig):
         raise OptionError("config must be an AnimationConfig")
     if config.num_cubature < 16:
@@ -803,12 +818,7 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     if config.field_eval not in FIELD_EVAL_MODES:
         raise OptionError(f"--field-eval must be one of {', '.join(FIELD_EVAL_MODES)}, got {config.field_eval!r}")
     timings: Dict[str, float] = {}
-    clock = [time.perf_counter()]
-
-    def lap(stage: str) -> None:
-        now = time.perf_counter()
-        timings[stage] = timings.get(stage, 0.0) + now - clock[0]
-        clock[0] = now
+    lap = _stage_clock(timings)
 
     _report(progress, "analysing the scene", 0.0)
     select_auto = str(config.select or "").strip().lower() == "auto"

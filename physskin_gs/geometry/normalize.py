@@ -63,10 +63,17 @@ class Normalization:
 
 
 def finite_rows(points: ArrayLike) -> np.ndarray:
-    """(N,) bool mask of the rows of an (N, 3) array whose three coordinates are all finite."""
+    """(N,) bool mask of the rows of an (N, 3) array or tensor whose coordinates are all finite.
+
+    Arrays are checked column by column (numpy's reduction over the short last axis is several times slower at 1M
+    rows)."""
     if isinstance(points, torch.Tensor):
         return torch.isfinite(points).all(dim=-1).cpu().numpy()
-    return np.isfinite(np.asarray(points)).all(axis=-1)
+    p = np.asarray(points)
+    ok = np.isfinite(p[..., 0])
+    for a in range(1, p.shape[-1]):
+        ok &= np.isfinite(p[..., a])
+    return ok
 
 
 def compute_normalization(points: ArrayLike, *, allow_flat: bool = False, what: str = "point set") -> Normalization:

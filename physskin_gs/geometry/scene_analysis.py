@@ -59,7 +59,7 @@ from scipy import ndimage
 from scipy.spatial import ConvexHull, cKDTree
 from scipy.spatial import QhullError
 
-from physskin_gs.geometry.normalize import DegenerateGeometryError
+from physskin_gs.geometry.normalize import DegenerateGeometryError, finite_rows
 
 ArrayLike = Union[np.ndarray, torch.Tensor]
 
@@ -391,7 +391,7 @@ def analyze_scene(
     rng = np.random.default_rng(seed)
 
     # 1. rows ------------------------------------------------------------------------------------------
-    valid = np.isfinite(op) & np.isfinite(pts[:, 0]) & np.isfinite(pts[:, 1]) & np.isfinite(pts[:, 2])  # [N]
+    valid = np.isfinite(op) & finite_rows(pts)  # [N]
     transparent = valid & (op < opacity_threshold)
     opaque = valid & ~transparent
     opaque_idx = np.flatnonzero(opaque)

@@ -32,6 +32,7 @@ import numpy as np
 import torch
 
 from physskin_gs.errors import CheckpointError, OptionError
+from physskin_gs.model.eigen import EigenSkinningField, build_eigen_field  # the default basis: its imports load with the registry
 from physskin_gs.model.field import RBFSkinningField, SkinningField
 
 __all__ = [
@@ -105,8 +106,6 @@ class EigenBasis(SkinningBasis):
     summary = "skinning eigenmodes on the object's volume points (RKPM, no tet mesh; about 1 s)"
 
     def build(self, surface, volume, options, progress=None):
-        from physskin_gs.model.eigen import build_eigen_field
-
         _report(progress, "skinning: eigenmodes of the object's volume points", 0.35)
         field = build_eigen_field(torch.as_tensor(volume).float(), num_handles=options.num_handles + 1,
                                   seed=options.seed)  # its num_handles counts the constant handle
@@ -268,8 +267,6 @@ def load_field(path) -> SkinningField:
         if kind == "rbf":
             return RBFSkinningField(tensors["centers"], settings["radius"])
         if kind == "eigen":
-            from physskin_gs.model.eigen import EigenSkinningField
-
             return EigenSkinningField.from_state(tensors)
         if kind == "neural":
             from physskin_gs.model.network import NetConfig, PhysSkinNet, SimplicitsMLP
