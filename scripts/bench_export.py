@@ -40,11 +40,17 @@ from physskin_gs.io.sequence import SequenceExporter  # noqa: E402
 from physskin_gs.scene import GaussianScene  # noqa: E402
 
 
-def rss_mb() -> float:
+def peak_rss_mb() -> float:
+    """Peak resident memory of this process so far (``ru_maxrss``, KiB on Linux), in MiB; never decreases."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
 def make_scene(n: int, k: int, seed: int = 0) -> GaussianScene:
+    """A random GaussianScene of ``n`` Gaussians with ``k`` SH rest coefficients per channel.
+
+    Tensors (float32, CPU): means (n, 3) in [0, 4), quats (n, 4) unnormalised, log_scales (n, 3), opacity_logits
+    (n,), sh_dc (n, 3), sh_rest (n, k, 3). Seeded by ``seed``.
+    """
     g = torch.Generator().manual_seed(seed)
     return GaussianScene(means=torch.rand(n, 3, generator=g) * 4, quats=torch.randn(n, 4, generator=g),
                          log_scales=torch.randn(n, 3, generator=g) - 4, opacity_logits=torch.randn(n, generator=g),
@@ -52,6 +58,11 @@ def make_scene(n: int, k: int, seed: int = 0) -> GaussianScene:
 
 
 def frame_rows(idx: torch.Tensor, frame: int, k: int) -> dict:
+    """Random moving rows of frame ``frame`` for the (M,) row indices ``idx``, as ``SequenceExporter.add`` takes.
+
+    Returns a dict of float32 tensors: ``means`` (M, 3), ``quats`` (M, 4) unit wxyz, ``log_scales`` (M, 3),
+    ``sh_rest`` (M, k, 3). Seeded by ``frame``; only ``idx.numel()`` is used.
+    """
     g = torch.Generator().manual_seed(frame)
     m = idx.numel()
     q = torch.randn(m, 4, generator=g)
@@ -75,7 +86,7 @@ def main() -> int:
     idx = torch.arange(args.moving) * (args.n // args.moving)
     rows = [frame_rows(idx, f, k) for f in range(1, args.frames + 1)]  # prepared before any timing
     _, body = inria_ply_body(scene)
-    base_mb = rss_mb()
+    base_mb = peak_rss_mb()
     baseline = []
 
     def measure_baseline(tag: str) -> None:
@@ -95,7 +106,7 @@ def main() -> int:
             print("usd: skipped (usd-core not installed)")
             continue
         folder = out / fmt
-        rss0 = rss_mb()
+        rss0 = peak_rss_mb()
         t0 = time.perf_counter()
         ex = SequenceExporter(folder, fmt, scene, idx, fps=30.0)
         setup = time.perf_counter() - t0
@@ -107,7 +118,7 @@ def main() -> int:
         total = time.perf_counter() - t1
         results.append((fmt, setup, s["write_seconds"] / args.frames, s["wait_seconds"] / args.frames,
                         handed / args.frames, total / args.frames, s["bytes"] / args.frames / args.n,
-                        rss_mb() - rss0))
+                        peak_rss_mb() - rss0))
         shutil.rmtree(folder)
     measure_baseline("end")
     b = statistics.median(baseline)
@@ -120,7 +131,7 @@ def main() -> int:
     for fmt, setup, write, wait, handed, total, bpg, drss in results:
         print(f"{fmt:<16}{setup:>9.2f}{write * 1e3:>16.0f}{write / b:>12.2f}{handed * 1e3:>17.0f}{wait * 1e3:>11.0f}"
               f"{total * 1e3:>15.0f}{bpg:>12.1f}{drss:>9.0f}")
-    print(f"peak RSS {rss_mb():.0f} MB (scene + frame rows prepared: {base_mb:.0f} MB)")
+    print(f"peak RSS {peak_rss_mb():.0f} MB (scene + frame rows prepared: {base_mb:.0f} MB)")
     shutil.rmtree(out, ignore_errors=True)
     return 0
 

@@ -20,7 +20,7 @@ opens it in the app the way the CLI does, measuring
   first frame  seconds until the page has the rest scene (``/scene/preview``), and until the live nodes are in
                place (``/scene/static`` + ``/scene/moving``, physics running), as a websocket client sees them;
   memory       the viewer process's resident memory per Gaussian, static and moving, from three fresh processes
-               (800k/200k, 400k/200k, 800k/100k static/moving; a separate process plays the browser);
+               (800k/200k, 200k/200k, 800k/50k static/moving; a separate process plays the browser);
 then runs the measurements above on that scene.
 
 Usage:
@@ -177,19 +177,15 @@ def memory_probe(n_static: int, n_moving: int, args) -> dict:
     both nodes), ``rss_live`` (after ``probe_seconds`` of play); plus ``rss_live_untrimmed`` (what ``top`` shows
     while it plays), the peak (VmHWM) and the number of display updates.
     """
-    import ctypes
     import gc
     import subprocess
 
     from physskin_gs.pipeline import prepare_animation  # type: ignore[attr-defined]
-    from physskin_gs_viewer.app import ViewerApp
+    from physskin_gs_viewer.app import ViewerApp, release_free_memory
 
     def rss() -> float:
         gc.collect()
-        try:
-            ctypes.CDLL("libc.so.6").malloc_trim(0)
-        except (OSError, AttributeError):
-            pass
+        release_free_memory()
         return rss_mib()
 
     out = {"n_static": n_static, "n_moving": n_moving, "rss_imports": rss()}
@@ -496,16 +492,10 @@ def bench_cpu(args, anim=None, kind="", solver="fast") -> None:
     sim_t, disp_t = app.live.worker._thread, app._display_thread
 
     def moving_updates():  # splat buffer updates of the moving node (not the handle gizmos' updates)
-        try:
-            return ws.count("SceneNodeUpdateMessage", "/scene/moving")
-        except TypeError:  # an older test client without per-node counts
-            return ws.count("SceneNodeUpdateMessage")
+        return ws.count("SceneNodeUpdateMessage", "/scene/moving")
 
     def static_messages():
-        try:
-            return ws.count("SceneNodeUpdateMessage", "/scene/static") + ws.count("GaussianSplatsMessage", "/scene/static")
-        except TypeError:
-            return -1
+        return ws.count("SceneNodeUpdateMessage", "/scene/static") + ws.count("GaussianSplatsMessage", "/scene/static")
 
     def sample():
         return (anim.frame, app.display_updates, moving_updates(), time.perf_counter(),

@@ -947,6 +947,9 @@ class TorchDeformer:
         return (4 * self.K + 12) * 4 * self.N, 12 * 4 * self.N
 
     def z_parts(self, Z):
+        """Split handle transforms Z (H, 3, 4) (any float dtype or device) into the per-frame inputs of
+        :meth:`deform_parts`: ``Zt`` (12, K) float32, the K non-constant handles' Z flattened row-major, and
+        ``bias`` (3, 4) float32, the sum of the constant handles' Z plus the identity in its linear part."""
         import torch
 
         Z = Z.to(self.device, torch.float32)
@@ -956,10 +959,14 @@ class TorchDeformer:
         return Zt, bias
 
     def deform(self, Z):
+        """Deform every Gaussian by handle transforms Z (H, 3, 4). Returns (means (N, 3), covars (N, 3, 3))
+        float32 on the object's device: its own buffers, overwritten by the next call."""
         Zt, bias = self.z_parts(Z)
         return self.deform_parts(Zt, bias)
 
     def deform_parts(self, Zt, bias):
+        """:meth:`deform` from :meth:`z_parts`' ``Zt`` (12, K) and ``bias`` (3, 4). Returns (means (N, 3),
+        covars (N, 3, 3)) float32, the object's buffers (overwritten by the next call)."""
         import torch
 
         torch.mm(Zt, self.WG.view(self.K, 4 * self.N), out=self.P)
@@ -1361,63 +1368,67 @@ def step_viewer(sc: StepContext) -> None:
     scenes = [("plant_capture", lambda: load_scene(str(ROOT / "data/plant_capture.splat")))]
     scenes.append((f"blob_{a.n // 1000}k", lambda: make_blob_scene(a.n, log_scale=-5.0)))
     tmp = tempfile.mkdtemp(prefix="gpu_check_rec_")
-    for stem, make in scenes:
-        rec: Dict[str, Any] = {}
-        r["scenes"][stem] = rec
-        with sc.part(stem, into=rec):
-            scene = make()
-            rec["n"] = scene.num_gaussians
-            anim = FakeAnimatedScene(scene, num_handles=4)
-            app = ViewerApp(anim, None, port=0, display=backend, realtime=False, play=True,
-                            max_live=max(200_000, scene.num_gaussians), record_dir=tmp)
-            ws = None
-            try:
-                app.start()
-                if not app.wait_ready(60):
-                    raise RuntimeError(f"viewer not ready after 60 s: {app.failed}")
-                pts = scene.means.numpy()
-                center = np.median(pts, axis=0)
-                ext = float(robust_extent(pts))
-                pos = center + np.array([0.3, -1.0, 0.4]) * 1.6 * ext / np.linalg.norm([0.3, -1.0, 0.4])
-                ws = ViserWsClient(app.port)
-                ws.send_camera(tuple(pos), tuple(center), (0.0, 0.0, 1.0), fov=0.8, width=W, height=H)
-                if not wait_until(lambda: any(x.renders > 0 for x in list(app._renderers.values())), 60):
-                    raise RuntimeError("no server-side render within 60 s; errors: " + "; ".join(app.error_log[-3:]))
-                rend = list(app._renderers.values())[0]
+    try:
+        for stem, make in scenes:
+            rec: Dict[str, Any] = {}
+            r["scenes"][stem] = rec
+            with sc.part(stem, into=rec):
+                scene = make()
+                rec["n"] = scene.num_gaussians
+                anim = FakeAnimatedScene(scene, num_handles=4)
+                app = ViewerApp(anim, None, port=0, display=backend, realtime=False, play=True,
+                                max_live=max(200_000, scene.num_gaussians), record_dir=tmp)
+                ws = None
+                try:
+                    app.start()
+                    if not app.wait_ready(60):
+                        raise RuntimeError(f"viewer not ready after 60 s: {app.failed}")
+                    pts = scene.means.numpy()
+                    center = np.median(pts, axis=0)
+                    ext = float(robust_extent(pts))
+                    pos = center + np.array([0.3, -1.0, 0.4]) * 1.6 * ext / np.linalg.norm([0.3, -1.0, 0.4])
+                    ws = ViserWsClient(app.port)
+                    ws.send_camera(tuple(pos), tuple(center), (0.0, 0.0, 1.0), fov=0.8, width=W, height=H)
+                    if not wait_until(lambda: any(x.renders > 0 for x in list(app._renderers.values())), 60):
+                        raise RuntimeError("no server-side render within 60 s; errors: "
+                                           + "; ".join(app.error_log[-3:]))
+                    rend = list(app._renderers.values())[0]
 
-                def measure(seconds):
-                    n0, m0, t0 = rend.renders, ws.count("BackgroundImageMessage"), time.perf_counter()
-                    time.sleep(seconds)
-                    n1, m1, t1 = rend.renders, ws.count("BackgroundImageMessage"), time.perf_counter()
-                    return {"renders_per_s": finite((n1 - n0) / (t1 - t0)),
-                            "received_per_s": finite((m1 - m0) / (t1 - t0)),
-                            "last_ms": finite(rend.last_ms), "height_end": rend.height}
+                    def measure(seconds):
+                        n0, m0, t0 = rend.renders, ws.count("BackgroundImageMessage"), time.perf_counter()
+                        time.sleep(seconds)
+                        n1, m1, t1 = rend.renders, ws.count("BackgroundImageMessage"), time.perf_counter()
+                        return {"renders_per_s": finite((n1 - n0) / (t1 - t0)),
+                                "received_per_s": finite((m1 - m0) / (t1 - t0)),
+                                "last_ms": finite(rend.last_ms), "height_end": rend.height}
 
-                time.sleep(min(2.0, secs))  # let the height adapt
-                rec["adaptive"] = measure(secs)
-                rec["adaptive"]["target_fps"] = rend.target_fps
-                sc.save()
-                rend.min_height = rend.max_height = H  # pin the render height to the viewport
-                rend.height = H
-                time.sleep(0.5)
-                rec["fixed_1080p" if dev == "cuda" else "fixed_viewport"] = measure(secs)
-                sc.save()
-                frame = app.live.worker.slot.get()
-                cam = CameraState(tuple(look_at_wxyz(pos, center, (0.0, 0.0, 1.0))), tuple(pos), 0.8, W / H)
-                colors = sh_dc_to_rgb(scene.sh_dc.numpy()).astype(np.float32)
-                opac = scene.opacities.numpy().astype(np.float32)
-                ct = torch.as_tensor(colors, device=dev)
-                ot = torch.as_tensor(opac, device=dev)
-                rec["render_frame_loop"] = time_calls(
-                    lambda: render_frame(frame, cam, W, H, ct, ot, backend), reps=30 if dev == "cuda" else 3,
-                    warmup=2, device=dev, budget_s=10)
-                rec["errors_logged"] = app.error_log[-5:]
-            finally:
-                if ws is not None:
-                    ws.close()
-                app.stop()
-            del anim, scene
-            _free_cuda()
+                    time.sleep(min(2.0, secs))  # let the height adapt
+                    rec["adaptive"] = measure(secs)
+                    rec["adaptive"]["target_fps"] = rend.target_fps
+                    sc.save()
+                    rend.min_height = rend.max_height = H  # pin the render height to the viewport
+                    rend.height = H
+                    time.sleep(0.5)
+                    rec["fixed_1080p" if dev == "cuda" else "fixed_viewport"] = measure(secs)
+                    sc.save()
+                    frame = app.live.worker.slot.get()
+                    cam = CameraState(tuple(look_at_wxyz(pos, center, (0.0, 0.0, 1.0))), tuple(pos), 0.8, W / H)
+                    colors = sh_dc_to_rgb(scene.sh_dc.numpy()).astype(np.float32)
+                    opac = scene.opacities.numpy().astype(np.float32)
+                    ct = torch.as_tensor(colors, device=dev)
+                    ot = torch.as_tensor(opac, device=dev)
+                    rec["render_frame_loop"] = time_calls(
+                        lambda: render_frame(frame, cam, W, H, ct, ot, backend), reps=30 if dev == "cuda" else 3,
+                        warmup=2, device=dev, budget_s=10)
+                    rec["errors_logged"] = app.error_log[-5:]
+                finally:
+                    if ws is not None:
+                        ws.close()
+                    app.stop()
+                del anim, scene
+                _free_cuda()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _step_test_sleep(sc: StepContext) -> None:

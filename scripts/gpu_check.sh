@@ -18,10 +18,11 @@
 #       the GPU match exactly; anywhere else gsplat JIT-compiles (and if the prebuilt one fails, the run deletes
 #       it and retries with the JIT build).
 #   On the CUDA machine:            bash scripts/gpu_check.sh run [OUT] [gpu_check.py options]
-#       installs the bundle into /tmp/site where `import torch, gsplat, viser, ...` fails, then runs
-#       scripts/gpu_check.py --out OUT/gpu_check.json. Writes OUT/gpu_check.json (every step's numbers, timings
-#       and errors, rewritten after each step), OUT/gpu_check.log (every step's output, gsplat's build included)
-#       and OUT/compare_<scene>.png (torch | gsplat | 10 x |difference|). OUT defaults to ${OUT:-runs/gpu_check}.
+#       installs the bundle into $SITE (default ${TMPDIR:-/tmp}/site) where `import torch, gsplat, viser, ...`
+#       fails, then runs scripts/gpu_check.py --out OUT/gpu_check.json. Writes OUT/gpu_check.json (every step's
+#       numbers, timings and errors, rewritten after each step), OUT/gpu_check.log (every step's output, gsplat's
+#       build included) and OUT/compare_<scene>.png (torch | gsplat | 10 x |difference|). OUT defaults to
+#       ${OUT:-runs/gpu_check}.
 #       Exit status: 0 all ok, 1 a step failed, 2 no CUDA device (only the environment is measured), 3 bad options.
 #       Takes about 3 minutes plus gsplat's JIT build (none with a matching prebuilt extension); --budget (500 s)
 #       caps it. TORCH_CUDA_ARCH_LIST and MAX_JOBS default to the GPU's compute capability (9.0 on an H200) and
@@ -33,7 +34,7 @@
 # On a CPU machine `bash scripts/gpu_check.sh run /tmp/x` stops after the environment step with exit status 2 and
 # "no CUDA device" (the JSON still holds the environment facts).
 #
-# Environment overrides: PY (python3), SITE (site/ in $TMPDIR, default /tmp).
+# Environment overrides: PY (python3), SITE (default ${TMPDIR:-/tmp}/site).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUNDLE=gpu_bundle

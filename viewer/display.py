@@ -129,7 +129,7 @@ class DisplayLoop:
                     last_stats = now
                     self.update_stats(live, frame)
             except Exception as exc:  # noqa: BLE001 - shown in the page, the loop goes on
-                if app.live is not live or getattr(live, "retired", False):
+                if app.live is not live or live.retired:
                     continue  # the scene was re-prepared meanwhile: its nodes are gone, nothing was lost
                 app.report_error("display update", exc, traceback.format_exc())
                 self._stop.wait(0.5)
@@ -265,7 +265,7 @@ class DisplayLoop:
             return live.packer.pack(means, covars, live.s)
 
         buf = frame.with_moving(pack, live.moving_rows_t)
-        if getattr(live, "retired", False):
+        if live.retired:
             return  # re-prepared while packing: the node is being removed
         live.moving_node.buffer = buf  # viser copies it: the packer may overwrite its buffer next frame
 

@@ -46,6 +46,17 @@ def display_scale(extent: float) -> float:
     return DISPLAY_EXTENT / max(float(extent), 1e-12)
 
 
+def _sanitize_wire(centres: np.ndarray, covars: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    """In place: clip float32 wire covariances (N, 3, 3) to +-:data:`F16_COV_MAX` and zero non-finite entries
+    of them and of the centres (N, 3). Returns the same two arrays."""
+    np.clip(covars, -F16_COV_MAX, F16_COV_MAX, out=covars)
+    if not np.isfinite(centres).all():
+        np.nan_to_num(centres, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    if not np.isfinite(covars).all():
+        np.nan_to_num(covars, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
+    return centres, covars
+
+
 def to_wire(means: np.ndarray, covars: np.ndarray, s: float) -> Tuple[np.ndarray, np.ndarray]:
     """Scale centres (N, 3) by ``s`` and covariances (N, 3, 3) by ``s^2`` and clip them to the float16 range.
 
@@ -54,12 +65,7 @@ def to_wire(means: np.ndarray, covars: np.ndarray, s: float) -> Tuple[np.ndarray
     """
     c = np.asarray(means, dtype=np.float32) * np.float32(s)
     v = np.asarray(covars, dtype=np.float32) * np.float32(s * s)
-    np.clip(v, -F16_COV_MAX, F16_COV_MAX, out=v)
-    if not np.all(np.isfinite(c)):
-        c = np.nan_to_num(c, nan=0.0, posinf=0.0, neginf=0.0)
-    if not np.all(np.isfinite(v)):
-        v = np.nan_to_num(v, nan=0.0, posinf=0.0, neginf=0.0)
-    return c, v
+    return _sanitize_wire(c, v)
 
 
 def rest_wire(scene, rows: Optional[np.ndarray], s: float, chunk: int = 262_144) -> Tuple[np.ndarray, np.ndarray]:
@@ -97,12 +103,7 @@ def rest_wire(scene, rows: Optional[np.ndarray], s: float, chunk: int = 262_144)
             c = torch.bmm(L, L.transpose(1, 2))  # [B, 3, 3] = R S^2 R^T, as GaussianScene.covariances()
             np.multiply(m.numpy(), s32, out=centres[a:b])
             np.multiply(c.numpy(), s2, out=covars[a:b])
-    np.clip(covars, -F16_COV_MAX, F16_COV_MAX, out=covars)
-    if not np.isfinite(centres).all():
-        np.nan_to_num(centres, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-    if not np.isfinite(covars).all():
-        np.nan_to_num(covars, copy=False, nan=0.0, posinf=0.0, neginf=0.0)
-    return centres, covars
+    return _sanitize_wire(centres, covars)
 
 
 #: Flat indices of the covariance upper triangle (xx, xy, xz, yy, yz, zz) in a row-major 3x3.

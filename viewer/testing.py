@@ -11,7 +11,6 @@ the real solver, and it is cheap enough for benchmarks of the viewer alone.
 from __future__ import annotations
 
 import dataclasses
-
 import time
 from types import SimpleNamespace
 from typing import Dict, Optional
@@ -238,9 +237,7 @@ class FakeAnimatedScene:
         return Z
 
     def deformed_scene(self) -> GaussianScene:
-        from dataclasses import replace
-
-        return replace(self.scene, means=self._full_means())
+        return dataclasses.replace(self.scene, means=self._full_means())
 
     @property
     def moving_index(self) -> torch.Tensor:
@@ -634,7 +631,12 @@ class HeadlessChromium:
 
 @dataclasses.dataclass
 class FakeAnimationConfig:
-    """Stand-in for ``physskin_gs.pipeline.AnimationConfig`` in fake pipeline modules (the fields the viewer reads)."""
+    """Stand-in for ``physskin_gs.pipeline.AnimationConfig`` in fake pipeline modules (the fields the viewer reads).
+
+    Units as ``AnimationConfig``: ``E`` Pa, ``nu`` dimensionless, ``density`` kg/m^3, ``dt`` s, ``gravity`` m/s^2,
+    ``floor_height`` scene units along up (None: chosen by the pipeline), ``damping`` the Rayleigh coefficient c
+    (dimensionless). ``pin``: None, ``"below:F"`` or ``"box:xmin,...,zmax"``.
+    """
 
     E: float = 2e4
     nu: float = 0.45
@@ -642,7 +644,7 @@ class FakeAnimationConfig:
     dt: float = 0.03
     gravity: float = 9.8
     floor: bool = True
-    floor_height: float = None
+    floor_height: Optional[float] = None
     damping: float = 0.02
     skinning: str = "pretrained"
-    pin: str = None
+    pin: Optional[str] = None
