@@ -178,10 +178,11 @@ def test_sh_bytes_are_the_nearest_decoded_value(tmp_path):
     cand = (np.where(u == 0, 0.0, np.where(u == 255, 1.0, (u + 0.5) / 256)) - 0.5) * 8  # all decodable values
     x = np.clip(vals.reshape(n, 3, 3).astype(np.float64), -4, 4)
     best = np.abs(x[..., None] - cand).min(-1)
-    np.testing.assert_allclose(np.abs(dec - x), best, atol=1e-6)
-    assert best.max() <= 6 / 256 + 1e-9 and best.max() > 5.5 / 256
+    err = np.abs(dec - x)
+    np.testing.assert_allclose(err, best, atol=1e-6)
+    assert err.max() <= 6 / 256 + 1e-9 and err.max() > 5.5 / 256
     inner = np.abs(x) <= 4 - 8 / 256
-    assert best[inner].max() <= 4 / 256 + 1e-9
+    assert err[inner].max() <= 4 / 256 + 1e-9
 
 
 def test_log_scales_clipped_to_20(tmp_path):

@@ -419,11 +419,18 @@ def test_sigterm_is_an_interrupt(tmp_path):
     p = subprocess.Popen([sys.executable, "-m", "physskin_gs", "animate", str(ROOT / "data" / "spot_mesh2splat_10k.splat"),
                           "--headless", "--frames", "100000", "--export", str(out), *FAST],
                          stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 120
-    while time.time() < deadline and not (out / "frame0002.ply").exists():
-        time.sleep(0.2)
-    p.send_signal(signal.SIGTERM)
-    _, err = p.communicate(timeout=60)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and p.poll() is None and not (out / "frame0002.ply").exists():
+            time.sleep(0.2)
+        assert p.poll() is None, f"the command ended (exit {p.returncode}) before frame 2:\n{p.communicate()[1][-3000:]}"
+        assert (out / "frame0002.ply").is_file(), "frame0002.ply not written within 120 s"
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:  # a failed wait above: do not leave the child running
+            p.kill()
+            p.communicate()
     assert p.returncode == 143 and "terminated" in err and "kept" in err
     assert (out / "frame0001.ply").is_file() and not list(out.glob(".*.tmp"))
     assert os.path.getsize(out / "frame0001.ply") == os.path.getsize(out / "frame0002.ply")

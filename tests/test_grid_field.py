@@ -254,7 +254,7 @@ def test_pipeline_grid_vs_direct_deformations_agree(monkeypatch):
     assert direct.info["field_eval"]["mode"] == "direct"
     for key in ("scene_analysis", "interior_fill", "cubature", "field_build", "cubature_weights",
                 "gaussian_weights", "deformer_setup"):
-        assert key in grid.info["timings"] and grid.info["timings"][key] >= 0
+        assert key in grid.info["timings"]
     # the same simulation (cubature points are evaluated directly in both), then the same handle transforms
     for anim in (direct, grid):
         did = anim.start_drag(anim.center + torch.tensor([0.45, 0.0, 0.0], dtype=torch.float64))

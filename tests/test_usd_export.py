@@ -17,7 +17,7 @@ from pxr import Gf, Sdf, Usd, UsdGeom, UsdVol, Vt  # noqa: E402
 
 from physskin_gs.errors import OptionError  # noqa: E402
 from physskin_gs.io.usd import ROW_INDEX_ATTR, UsdSequenceWriter, load_usd, require_pxr, save_usd  # noqa: E402
-from physskin_gs.scene import C0, GaussianScene, normalize_quats, quat_to_rotmat  # noqa: E402
+from physskin_gs.scene import GaussianScene, normalize_quats, quat_to_rotmat  # noqa: E402
 
 LOGIT_HIGH = math.log((1 - 2.0 ** -24) / 2.0 ** -24)  # 16.6355...
 LOG_TINY = math.log(np.finfo(np.float32).tiny)  # -87.3365...
@@ -88,8 +88,6 @@ def test_hand_computed_conventions_read_with_pxr(tmp_path):
     assert gs.GetRadianceSphericalHarmonicsDegreeAttr().Get() == 0
     coeffs = gs.GetRadianceSphericalHarmonicsCoefficientsAttr().Get()
     assert len(coeffs) == 1 and tuple(coeffs[0]) == (0.25, -0.5, 1.0)  # coefficient 0 is f_dc verbatim
-    # the schema's default "DC signal of (0.5, 0.5, 0.5)" is rgb = 0.5 + C0 * c0 with c0 = 0
-    assert 0.5 + C0 * 0.0 == 0.5
     ext = [tuple(v) for v in gs.GetExtentAttr().Get()]  # 3-sigma bounds: centre -/+ 3 * 0.5
     assert ext[0] == pytest.approx((-0.5, 0.5, 1.5), abs=1e-6) and ext[1] == pytest.approx((2.5, 3.5, 4.5), abs=1e-6)
     text = open(path).read()
@@ -332,12 +330,14 @@ def test_write_frame_errors(tmp_path):
     moved_static = replace(good[0], means=good[0].means + 1.0)
     with pytest.raises(OptionError, match="marked static moved .first: row 10"):
         w.write_frame(1, moved_static)
+    logits = rest.opacity_logits.clone()
+    logits[3] += 1
+    changed_opacity = replace(good[0], opacity_logits=logits)
     with pytest.raises(OptionError, match="opacity of row 3"):
-        logits = rest.opacity_logits.clone()
-        logits[3] += 1
-        w.write_frame(1, replace(good[0], opacity_logits=logits))
+        w.write_frame(1, changed_opacity)
+    too_few = good[0].subset(torch.arange(29))
     with pytest.raises(OptionError, match="29 Gaussians"):
-        w.write_frame(1, good[0].subset(torch.arange(29)))
+        w.write_frame(1, too_few)
     w.write_frame(2, good[0])
     with pytest.raises(OptionError, match="frames must increase"):
         w.write_frame(2, good[1])

@@ -16,11 +16,11 @@ Small scenes; every wait is bounded; servers bind 127.0.0.1 on a free port.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
 import sys
 import threading
-import time
 import types
 import warnings
 
@@ -53,18 +53,39 @@ def to_bool(x) -> np.ndarray:
     return np.asarray(x.numpy() if hasattr(x, "numpy") else x, dtype=bool)
 
 
-def _connect(app) -> ViserWsClient:
+@contextlib.contextmanager
+def _running_app(target, config=None, *, ready: float | None = 20.0, **kwargs):
+    """A started :class:`ViewerApp` of ``target`` on 127.0.0.1 (free port, ``play=False``), ready within ``ready``
+    seconds (None: not waited for). Yields ``(app, stack)``: what the test registers on the ExitStack (clients,
+    browsers, events to release) is closed first, in reverse order, then the app is stopped."""
+    app = ViewerApp(target, config, host="127.0.0.1", port=0, play=False, **kwargs)
+    with contextlib.ExitStack() as stack:
+        app.start()
+        stack.callback(app.stop)
+        if ready is not None:
+            assert app.wait_ready(ready), app.failed
+        yield app, stack
+
+
+def _connect(app, stack: contextlib.ExitStack) -> ViserWsClient:
+    """A websocket client of ``app`` (closed with ``stack``), its camera sent, once the server counts it."""
     c = ViserWsClient(app.port)
+    stack.callback(c.close)
     c.send_camera((3.0, 3.0, 2.0), (0.0, 0.0, 0.3))
     assert wait_until(lambda: len(app.server.get_clients()) >= 1, 10)
     return c
 
 
-def _expected_full(g, live) -> np.ndarray:
-    """The whole deformed scene ``g`` (means (N, 3), covars (N, 3, 3)) packed with the app's wire scale and the
-    scene colours: (N, 8) uint32."""
-    rgba = rgba_u32(live.base_rgb, live.opac)
-    return pack_splat_buffer(np.asarray(g.means, np.float32), np.asarray(g.covars, np.float32), live.s, rgba)
+def _scene_rgba(scene) -> np.ndarray:
+    """(N,) uint32 RGBA words of the scene's own colours (degree-0 SH) and opacities, not the app's copies."""
+    return rgba_u32(sh_dc_to_rgb(scene.sh_dc.numpy()), scene.opacities.numpy())
+
+
+def _expected_full(g, scene, s: float) -> np.ndarray:
+    """The whole deformed scene ``g`` (means (N, 3), covars (N, 3, 3)) packed with the wire scale ``s`` and the
+    colours of the rest ``scene``: (N, 8) uint32."""
+    return pack_splat_buffer(np.asarray(g.means, np.float32), np.asarray(g.covars, np.float32), s,
+                             _scene_rgba(scene))
 
 
 def _check_union(c, live, full) -> None:
@@ -84,11 +105,7 @@ def test_static_node_sent_once_moving_node_is_the_deformed_moving_rows(monkeypat
     scene = make_capture_scene(n_object=1500, n_support=2500, n_floaters=40)
     moving = _object_mask(scene)
     anim = FakeAnimatedScene(scene, num_handles=3, moving=moving)
-    app = ViewerApp(anim, None, host="127.0.0.1", port=0, play=False, realtime=False)
-    app.start()
-    c = None
-    try:
-        assert app.wait_ready(20), app.failed
+    with _running_app(anim, realtime=False) as (app, stack):
         live = app.live
         assert live.static_node is not None and len(live.static_shown) == int((~moving).sum())
         # count buffer assignments to the static handle on the server
@@ -102,7 +119,7 @@ def test_static_node_sent_once_moving_node_is_the_deformed_moving_rows(monkeypat
             orig(self, name, value)
 
         monkeypatch.setattr(cls, "__setattr__", spy)
-        c = _connect(app)
+        c = _connect(app, stack)
         assert wait_until(lambda: c.splat_buffer("/scene/static") is not None and c.splat_buffer("/scene/moving")
                           is not None, 10)
         w = live.worker
@@ -121,14 +138,16 @@ def test_static_node_sent_once_moving_node_is_the_deformed_moving_rows(monkeypat
         # the moving node is the deformed moving rows (the current state), static + moving the whole scene
         g = anim.deformed_gaussians()
         assert not torch.allclose(g.means[moving], scene.means[moving])  # it did move
-        full = _expected_full(g, live)
+        full = _expected_full(g, scene, live.s)
         mov = moving.numpy()
-        expected_moving = pack_splat_buffer(g.means[moving].numpy(), g.covars[moving].numpy(), live.s,
-                                            live.live_rgba[1])
+        rgba = _scene_rgba(scene)
+        expected_moving = pack_splat_buffer(g.means[moving].numpy(), g.covars[moving].numpy(), live.s, rgba[mov])
         assert wait_until(lambda: np.array_equal(c.splat_buffer("/scene/moving"), expected_moving), 10)
-        assert np.array_equal(full[~mov], pack_splat_buffer(scene.means[~moving].numpy(),
-                                                            scene.covariances()[~moving].numpy(), live.s,
-                                                            rgba_u32(live.base_rgb[~mov], live.opac[~mov])))
+        # the static node is the rest rows with the scene's colours, as first sent
+        assert np.array_equal(live.static_shown, np.flatnonzero(~mov))
+        expected_static = pack_splat_buffer(scene.means[~moving].numpy(), scene.covariances()[~moving].numpy(),
+                                            live.s, rgba[~mov])
+        np.testing.assert_array_equal(c.splat_buffer("/scene/static"), expected_static)
         _check_union(c, live, full)
         # "dim static": one update of the colour words, the geometry as first sent
         app.display.set_dim_static(True)
@@ -138,10 +157,6 @@ def test_static_node_sent_once_moving_node_is_the_deformed_moving_rows(monkeypat
         alpha = dimmed[:, 7] >> 24
         assert np.all(alpha <= np.ceil(255 * DIM_OPACITY))
         assert sets == [1] and app.error_log == []
-    finally:
-        if c is not None:
-            c.close()
-        app.stop()
 
 
 def test_real_animated_scene_static_and_moving_nodes_make_up_the_deformed_scene():
@@ -152,32 +167,24 @@ def test_real_animated_scene_static_and_moving_nodes_make_up_the_deformed_scene(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         anim = pipeline.prepare_animation(scene, cfg)
-    app = ViewerApp(anim, None, host="127.0.0.1", port=0, play=False, realtime=False)
-    app.start()
-    c = None
-    try:
-        assert app.wait_ready(60), app.failed
+    with _running_app(anim, ready=60, realtime=False) as (app, stack):
         live = app.live
-        c = _connect(app)
+        c = _connect(app, stack)
         w = live.worker
         hp = np.asarray(anim.handle_positions())
         w.begin_handle_drag(("test", "/handles/h0"), 0, target=hp[0] + 0.3 * live.extent * live.up)
         w.step_once(10)
         assert wait_until(lambda: anim.frame == 10 and w.slot.get().sim_frame == 10, 30)
         g = anim.deformed_gaussians(view_rotations=False)
-        full = _expected_full(g, live)
+        full = _expected_full(g, scene, live.s)
         mov = to_bool(anim.moving)
         expected_moving = pack_splat_buffer(g.means[anim.moving].numpy(), g.covars[anim.moving].numpy(), live.s,
-                                            live.live_rgba[1])
+                                            _scene_rgba(scene)[mov])
         assert wait_until(lambda: (c.splat_buffer("/scene/moving") is not None
                                    and np.array_equal(c.splat_buffer("/scene/moving"), expected_moving)), 10)
         assert mov.sum() < len(mov) and c.count("SceneNodeUpdateMessage", "/scene/static") == 0
         _check_union(c, live, full)
         assert app.error_log == []
-    finally:
-        if c is not None:
-            c.close()
-        app.stop()
 
 
 @pytest.fixture
@@ -208,12 +215,9 @@ def slow_pipeline(monkeypatch):
 def test_rest_scene_and_progress_reach_the_page_before_the_animation_is_ready(slow_pipeline):
     mod, go, reached = slow_pipeline
     scene = make_capture_scene(n_object=800, n_support=1200, n_floaters=20)
-    app = ViewerApp(scene, mod.AnimationConfig(), host="127.0.0.1", port=0, play=False,
-                    progress_stream=io.StringIO())
-    app.start()
-    c = None
-    try:
-        c = _connect(app)
+    with _running_app(scene, mod.AnimationConfig(), ready=None, progress_stream=io.StringIO()) as (app, stack):
+        stack.callback(go.set)  # a failing test must not leave the preparation waiting
+        c = _connect(app, stack)
         assert reached.wait(20)
         # while the preparation runs: the rest scene, every row, in one node, and the stage with its fraction
         assert wait_until(lambda: c.splat_buffer("/scene/preview") is not None, 10)
@@ -222,8 +226,7 @@ def test_rest_scene_and_progress_reach_the_page_before_the_animation_is_ready(sl
         assert prev.shape == (n, 8) and not app.ready.is_set()
         s = 1.0 / float(c.get("GaussianSplatsMessage", "/scene/preview")["props"]["scale"])
         cen, cov = rest_wire(scene, None, s)
-        ref = pack_splat_buffer(cen / s, cov / (s * s), s, rgba_u32(sh_dc_to_rgb(scene.sh_dc.numpy()),
-                                                                       scene.opacities.numpy()))
+        ref = pack_splat_buffer(cen / s, cov / (s * s), s, _scene_rgba(scene))
         np.testing.assert_allclose(prev[:, 0:3].view(np.float32), ref[:, 0:3].view(np.float32), rtol=1e-5)
         np.testing.assert_array_equal(prev[:, 7], ref[:, 7])
         bar = app.gui["progress"]._impl.uuid
@@ -253,11 +256,6 @@ def test_rest_scene_and_progress_reach_the_page_before_the_animation_is_ready(sl
         np.testing.assert_allclose(pos_msg["position"], app.server.initial_camera.position, atol=1e-4)
         assert np.linalg.norm(np.asarray(app.server.initial_camera.look_at) - look) > 0.05  # moved: object != scene
         assert app.error_log == []
-    finally:
-        go.set()
-        if c is not None:
-            c.close()
-        app.stop()
 
 
 def _layers_scene():
@@ -295,12 +293,7 @@ def test_two_nodes_composite_in_depth_order_in_the_browser():
     if shutil.which(CHROMIUM) is None:
         pytest.skip(f"{CHROMIUM} not installed")
     scene, moving = _layers_scene()
-    app = ViewerApp(FakeAnimatedScene(scene, num_handles=2, moving=moving), None, host="127.0.0.1", port=0,
-                    play=False)
-    app.start()
-    b = None
-    try:
-        assert app.wait_ready(20), app.failed
+    with _running_app(FakeAnimatedScene(scene, num_handles=2, moving=moving)) as (app, stack):
         assert app.live.static_node is not None and app.live.moving_node is not None
         app.gui["handles"].value = False
         for g in app.live.handle_gizmos:
@@ -310,11 +303,11 @@ def test_two_nodes_composite_in_depth_order_in_the_browser():
         ic.up, ic.look_at, ic.position = (0.0, 0.0, 1.0), (1.0, 0.0, 0.3), (1.0, -0.01, 4.0)
         w, h = 800, 400
         b = HeadlessChromium(app.url, width=w, height=h)
+        stack.callback(b.close)
         region = panel_free_region(w, h)
         wait_stable(b, region, timeout=120, min_object_px=2000)
         b.call("Runtime.evaluate", expression=_HIDE_NOTIFICATIONS_JS)  # the software-WebGL notice, top left
-        time.sleep(0.5)
-        img = b.screenshot()[region].astype(int)
+        img = wait_stable(b, region, timeout=60, min_object_px=2000)[region].astype(int)  # repainted without it
         r, g, bl = img[..., 0], img[..., 1], img[..., 2]
         red, green, blue = (r > 150) & (g < 100), (g > 150) & (r < 100), (bl > 150) & (r < 100) & (g < 120)
         assert red.sum() > 300 and green.sum() > 300 and blue.sum() > 300
@@ -329,7 +322,3 @@ def test_two_nodes_composite_in_depth_order_in_the_browser():
         size = {k: np.sqrt(m.sum()) for k, m in (("red", red), ("green", green), ("blue", blue))}
         assert size["red"] < size["green"] < size["blue"]
         assert red[int(c[0]), int(c[1])] and not green[int(c[0]), int(c[1])]  # red over green at the centre
-    finally:
-        if b is not None:
-            b.close()
-        app.stop()
