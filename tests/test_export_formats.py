@@ -84,6 +84,28 @@ def test_ply_exporter_writes_each_frame_and_keeps_static_rows(tmp_path):
     assert summary["bytes"] == sum(p.stat().st_size for p in tmp_path.glob("frame*.ply"))
 
 
+@pytest.mark.parametrize("fmt", ["ply", "compressed-ply", "usd"])
+def test_exporter_with_no_moving_rows_writes_the_rest_scene(tmp_path, fmt):
+    """A selection that moves nothing (M = 0) still exports: every frame is the rest scene."""
+    if fmt == "usd":
+        pytest.importorskip("pxr")
+    rest = _random_scene(300, k=3)
+    idx = torch.zeros(0, dtype=torch.long)
+    ex = SequenceExporter(tmp_path, fmt, rest, idx, fps=10.0)
+    for f in (1, 2):
+        ex.add(f, _frame_rows(idx, f, 3))
+    summary = ex.close()
+    assert summary["frames"] == 2
+    if fmt == "usd":
+        assert len(list(tmp_path.glob("*.usd*"))) == 1
+        return
+    back = load_scene(tmp_path / (ex.pattern % 2))
+    order = ex.row_order if ex.row_order is not None else np.arange(300)  # file row -> scene row
+    tol = 0.0 if fmt == "ply" else 0.02 * float((rest.means.max(0).values - rest.means.min(0).values).max())
+    assert back.num_gaussians == 300
+    assert float((back.means - rest.means[torch.as_tensor(order)]).abs().max()) <= tol
+
+
 def test_ply_exporter_matches_save_scene_bytes(tmp_path):
     """A frame is byte-identical to the full scene written by save_scene (same header, same layout)."""
     rest = _random_scene(300, k=3)

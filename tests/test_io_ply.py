@@ -397,3 +397,19 @@ def test_zero_gaussians_and_utf8_comment(inria_sh3, tmp_path):
     q.write_bytes(hdr.replace(b"ply\n", "ply\ncomment made by caf\u00e9 \u00a9\n".encode("utf-8"), 1)
                   + b"end_header\n" + body)
     assert_bit_identical(load_scene(q), load_scene(tile.path))
+
+
+def test_an_empty_scene_writes_a_header_only_ply(tmp_path):
+    """Zero rows: the writer skips empty arrays (a memoryview of a zero-size array cannot be cast) and writes a valid
+    header-only INRIA PLY (plyfile reads 0 vertices with every property); our loader refuses it clearly."""
+    empty = GaussianScene(means=torch.zeros(0, 3), quats=torch.zeros(0, 4), log_scales=torch.zeros(0, 3),
+                          opacity_logits=torch.zeros(0), sh_dc=torch.zeros(0, 3), sh_rest=torch.zeros(0, 15, 3))
+    path = tmp_path / "empty.ply"
+    save_scene(empty, path)
+    assert path.read_bytes().endswith(b"end_header\n")
+    ply = PlyData.read(str(path))
+    assert ply["vertex"].count == 0
+    names = [p.name for p in ply["vertex"].properties]
+    assert names[:3] == ["x", "y", "z"] and "f_rest_44" in names and "rot_3" in names
+    with pytest.raises(SceneFormatError, match="no Gaussians"):
+        load_scene(path)
