@@ -11,10 +11,12 @@ import io
 import numpy as np
 import pytest
 import torch
+from scipy.spatial import cKDTree
 
 from physskin_gs.geometry.normalize import normalize_points
 from physskin_gs.lbs import deformation_gradient, lbs_points
-from physskin_gs.model.eigen import EigenSkinningField, _lame_factor, build_eigen_field
+from physskin_gs.model.eigen import (CLUSTER_EXTRA, EigenSkinningField, _lame_factor, build_eigen_field,
+                                     cell_nodes, cluster_cutoff)
 from physskin_gs.model.field import SkinningField
 
 
@@ -36,7 +38,8 @@ def _ball(rng, n, center, radius):
 @pytest.fixture(scope="module")
 def beam():
     V = _beam()
-    return V, build_eigen_field(V, 16, seed=0, num_nodes=256, quadrature="uniform")
+    # 15 handles: m = 14 ends at the axial k = 6 mode (k^2 = 36), below the pair at 41 (module docstring)
+    return V, build_eigen_field(V, 15, seed=0, num_nodes=256, quadrature="uniform")
 
 
 @pytest.fixture(scope="module")
@@ -55,13 +58,13 @@ def _interior(V, n=2000, seed=3):
 
 def test_interface_units_and_constant_handle(beam):
     V, f = beam
-    assert isinstance(f, SkinningField) and f.kind == "eigen" and f.num_handles == 16
+    assert isinstance(f, SkinningField) and f.kind == "eigen" and f.num_handles == 15
     W, G = f.weights_and_grads(torch.from_numpy(V).float())
     assert W.dtype == torch.float32 and G.dtype == torch.float32
-    assert W.shape == (len(V), 16) and G.shape == (len(V), 16, 3)
+    assert W.shape == (len(V), 15) and G.shape == (len(V), 15, 3)
     assert torch.all(W[:, -1] == 1.0) and torch.all(G[:, -1] == 0.0)
     rms = W[:, :-1].double().pow(2).mean(0).sqrt()  # units: RMS 1 over the build's volume points
-    assert torch.allclose(rms, torch.ones(15, dtype=torch.float64), atol=1e-6)
+    assert torch.allclose(rms, torch.ones(14, dtype=torch.float64), atol=1e-6)
     np.testing.assert_allclose(f.col_scale, 1.0, atol=1e-9)  # c^T M c is that mean square already
 
 
@@ -87,7 +90,7 @@ def test_constant_handle_spans_every_affine_motion(beam):
     W, G = (t.double() for t in f.weights_and_grads(X))
     A = torch.tensor([[0.1, -0.3, 0.2], [0.05, 0.2, -0.1], [0.3, 0.0, -0.15]], dtype=torch.float64)
     t = torch.tensor([0.5, -0.2, 0.1], dtype=torch.float64)
-    Z = torch.zeros(16, 3, 4, dtype=torch.float64)
+    Z = torch.zeros(f.num_handles, 3, 4, dtype=torch.float64)
     Z[-1, :, :3], Z[-1, :, 3] = A, t
     assert torch.allclose(lbs_points(X, W, Z), X + X @ A.T + t, atol=1e-12)
     F = deformation_gradient(X, W, G, Z)
@@ -160,7 +163,7 @@ def test_learned_columns_are_mass_orthonormal(beam):
     W, _ = f.evaluate(V)
     Wl = W[:, :-1]
     gram = Wl.T @ Wl / len(V)  # the mass Gram with v_p = 1 / V
-    assert np.abs(gram - np.eye(15)).max() < 1e-8  # measured 2e-14
+    assert np.abs(gram - np.eye(f.num_handles - 1)).max() < 1e-8  # measured 2e-14
     assert np.abs(Wl.mean(0)).max() < 1e-8  # M-orthogonal to the constant handle
     assert np.all(np.diff(f.eigenvalues) >= 0) and f.eigenvalues[0] > 0
 
@@ -192,12 +195,19 @@ def test_state_round_trip_is_bit_identical(beam):
 
 def test_build_is_deterministic_for_a_seed(beam):
     V, f = beam
-    again = build_eigen_field(torch.from_numpy(V), 16, seed=0, num_nodes=256, quadrature="uniform")
+    again = build_eigen_field(torch.from_numpy(V), 15, seed=0, num_nodes=256, quadrature="uniform")
     for k, v in f.state().items():
         assert torch.equal(v, again.state()[k]), k
-    other = build_eigen_field(V, 16, seed=1, num_nodes=256, quadrature="uniform")
-    assert not torch.equal(other.state()["nodes"], f.state()["nodes"])
-    np.testing.assert_allclose(other.eigenvalues[:4], f.eigenvalues[:4], rtol=0.02)  # same physics; 0.3 %
+    # cell nodes do not depend on the seed (it only starts the Lanczos iteration): the same field to round-off
+    other = build_eigen_field(V, 15, seed=1, num_nodes=256, quadrature="uniform")
+    assert torch.equal(other.state()["nodes"], f.state()["nodes"])
+    np.testing.assert_allclose(other.eigenvalues, f.eigenvalues, rtol=1e-8)
+    # farthest-point nodes start from a seeded point: other nodes, the same physics
+    a = build_eigen_field(V, 15, seed=0, num_nodes=256, quadrature="uniform", nodes="fps")
+    b = build_eigen_field(V, 15, seed=1, num_nodes=256, quadrature="uniform", nodes="fps")
+    assert not torch.equal(a.state()["nodes"], b.state()["nodes"])
+    np.testing.assert_allclose(b.eigenvalues[:4], a.eigenvalues[:4], rtol=0.02)  # measured 0.3 %
+    np.testing.assert_allclose(a.eigenvalues[:4], f.eigenvalues[:4], rtol=0.03)  # either node rule
 
 
 def test_far_points_are_finite_and_continuous_at_the_edge(beam):
@@ -256,8 +266,10 @@ def test_values_do_not_depend_on_batching(beam):
 
 def test_dense_and_lanczos_eigensolvers_agree(beam):
     V, _ = beam
-    dense = build_eigen_field(V, 16, num_nodes=128, quadrature="uniform")  # n <= 8 (m + 1): dense generalised eigh
-    lanczos = build_eigen_field(V, 16, num_nodes=129, quadrature="uniform")  # ARPACK shift-invert
+    # farthest-point nodes, so 160 and 161 nodes differ by one node; k = m + 1 + CLUSTER_EXTRA = 20 eigenpairs
+    kw = dict(quadrature="uniform", nodes="fps")
+    dense = build_eigen_field(V, 16, num_nodes=8 * (16 + CLUSTER_EXTRA), **kw)  # n <= 8 k: dense generalised eigh
+    lanczos = build_eigen_field(V, 16, num_nodes=8 * (16 + CLUSTER_EXTRA) + 1, **kw)  # ARPACK shift-invert
     np.testing.assert_allclose(lanczos.eigenvalues[:4], dense.eigenvalues[:4], rtol=0.005)  # measured 2e-4
     L = V[:, 0].max() - V[:, 0].min()
     ratio = dense.eigenvalues / (_lame_factor(0.45) * (np.pi / L) ** 2)
@@ -294,3 +306,94 @@ def test_knn_quadrature_weighs_points_by_the_volume_they_sample():
     assert abs(np.corrcoef(W[:, 0], V[:, 0])[0, 1]) > 0.95
     Phi = f.shape_functions(_interior(V, 300))[0]
     assert np.abs(np.asarray(Phi.sum(1)).ravel() - 1).max() < 1e-9
+
+
+def test_cluster_cutoff_never_splits_near_equal_eigenvalues():
+    lam = np.array([1.0, 4.0, 9.0, 16.0, 25.0, 25.1, 25.2, 26.0, 26.05, 29.0])
+    assert cluster_cutoff(lam, 4, 0.015) == 4  # 16 | 25: a real gap
+    assert cluster_cutoff(lam, 5, 0.015) == 4  # 25 | 25.1 would split the triple: down to its start
+    assert cluster_cutoff(lam, 6, 0.015) == 4
+    assert cluster_cutoff(lam, 7, 0.015) == 7  # 25.2 | 26.0 is a 3 % gap
+    assert cluster_cutoff(lam, 8, 0.015) == 7  # the pair 26.0 / 26.05
+    assert cluster_cutoff(lam, 8, 0.0) == 8  # tol 0 keeps m
+    assert cluster_cutoff(np.array([5.0, 5.0, 5.0, 5.01]), 2, 0.015) == 2  # one cluster only: no gap, keep m
+    assert cluster_cutoff(lam[:6], 6, 0.015) == 6  # nothing computed beyond the cut-off: keep m
+
+
+def test_requested_handles_drop_to_the_start_of_a_split_mirror_pair(beam):
+    """On the 2 x 0.4 x 0.4 beam, m = 15 learned columns would end inside the y / z pair at k^2 = 41 (the cross
+    modes times the axial k = 4 cosine: 25 + 16): keeping one of the pair is an arbitrary mixture of y and z, a
+    preferred sideways direction in a square beam. The build drops that pair (15 handles); cluster_tol = 0
+    keeps 16."""
+    V, f15 = beam
+    f = build_eigen_field(V, 16, seed=0, num_nodes=256, quadrature="uniform")
+    assert f.num_handles == 15
+    np.testing.assert_allclose(f.eigenvalues, f15.eigenvalues, rtol=1e-8)
+    L = V[:, 0].max() - V[:, 0].min()
+    raw = build_eigen_field(V, 16, seed=0, num_nodes=256, quadrature="uniform", cluster_tol=0.0)
+    assert raw.num_handles == 16
+    ratio = raw.eigenvalues / (_lame_factor(0.45) * (np.pi / L) ** 2)
+    assert ratio[14] > 1.03 * ratio[13]  # the kept cut-off at 36 | 41 is a real gap (measured ~15 %)
+
+
+def _mirror_set(rng, n):
+    """(4 n, 3) points of the 2 x 0.4 x 0.4 box, exactly mirror-symmetric across y = 0 and z = 0."""
+    p = rng.uniform([-1.0, -0.2, -0.2], [1.0, 0.2, 0.2], (n, 3))
+    for a in (1, 2):
+        m = p.copy()
+        m[:, a] = -m[:, a]
+        p = np.concatenate([p, m])
+    return p
+
+
+def test_cell_nodes_count_and_mirror_symmetry():
+    rng = np.random.default_rng(4)
+    P = _mirror_set(rng, 3000)
+    for n, tol in ((100, 0.1), (400, 0.05), (1000, 0.05)):
+        c = cell_nodes(P, n)
+        assert abs(len(c) - n) <= tol * n  # measured 96, 392, 1008
+        lo, hi = P.min(0), P.max(0)
+        assert np.all(c >= lo - 1e-12) and np.all(c <= hi + 1e-12)
+        for a in (1, 2):  # the mirrored node set is the node set
+            m = c.copy()
+            m[:, a] = -m[:, a]
+            d, _ = cKDTree(c).query(m)
+            assert d.max() < 1e-12
+        # the nodes reach the surface: the outermost node along each axis is within 1 % of the box of the
+        # outermost point (measured <= 0.08 %)
+        assert np.all(np.abs(c).max(0) > np.abs(P).max(0) - 0.01 * (hi - lo).max())
+        if n >= 400:  # and cover the volume: no point is far from a node (at 100, 2 x 2 cells per section
+            dn, _ = cKDTree(c).query(c, k=2)  # put every node on the section's edges)
+            dp, _ = cKDTree(c).query(P)
+            assert dp.max() < 1.5 * np.median(dn[:, 1])  # measured 1.39 / 1.04
+
+
+def test_mirror_symmetric_points_give_a_mirror_invariant_span():
+    """A mirror-symmetric point set gives a basis whose span is closed under the mirror (what keeps a symmetric
+    beam under a symmetric load from drifting sideways); farthest-point nodes from a random start do not."""
+    rng = np.random.default_rng(5)
+    P = np.asarray(normalize_points(_mirror_set(rng, 1500))[0], dtype=np.float64)
+
+    def residual(f):
+        W, _ = f.evaluate(P)
+        worst = 0.0
+        for a in (1, 2):
+            Pm = P.copy()
+            Pm[:, a] = -Pm[:, a]
+            Wm, _ = f.evaluate(Pm)  # W(mirror x) at the same points
+            c, *_ = np.linalg.lstsq(W, Wm, rcond=None)
+            worst = max(worst, float(np.linalg.norm(Wm - W @ c) / np.linalg.norm(Wm)))
+        return worst
+
+    cells = build_eigen_field(P, 16, seed=0, num_nodes=400)
+    assert residual(cells) < 1e-6  # measured ~1e-12
+    fps = build_eigen_field(P, 16, seed=0, num_nodes=400, nodes="fps", cluster_tol=0.0)
+    assert residual(fps) > 1e-4  # measured ~1e-2
+
+
+def test_unknown_node_rule_and_bad_cluster_tol_are_rejected(beam):
+    V, _ = beam
+    with pytest.raises(ValueError, match="node rule"):
+        build_eigen_field(V, 8, nodes="grid")
+    with pytest.raises(ValueError, match="cluster_tol"):
+        build_eigen_field(V, 8, cluster_tol=1.5)

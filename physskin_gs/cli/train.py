@@ -152,14 +152,17 @@ def attach_eigen_target(shape, num_handles: int, cache_dir: str = ".cache/target
     """The shape with ``target`` = its eigen skinning basis (V, m+1) at its volume points (the label-free subspace
     target of ``--w-sub``), computed with :func:`physskin_gs.model.eigen.build_eigen_field` and cached on disk by
     a hash of the points (safetensors). ``shape.volume`` (V, 3) float32 on the CPU, normalised frame; the target
-    is (V, num_handles + 1) float32. Raises ValueError (from the eigen build) for too few or non-finite points."""
+    is (V, H) float32 with H <= num_handles + 1 (fewer when that count would split a cluster of equal eigenvalues,
+    :func:`physskin_gs.model.eigen.cluster_cutoff`; the subspace loss takes any width). Raises ValueError (from
+    the eigen build) for too few or non-finite points."""
     import hashlib
     from dataclasses import replace
 
     from safetensors.torch import load_file, save_file
 
     vol = shape.volume.float().contiguous()
-    key = hashlib.sha1(vol.numpy().tobytes() + str(num_handles).encode()).hexdigest()[:16]
+    # the tag names the eigen build (cell nodes, clusters kept whole), so targets of earlier builds are not reused
+    key = hashlib.sha1(vol.numpy().tobytes() + str(num_handles).encode() + b"eigen-cells-v2").hexdigest()[:16]
     path = Path(cache_dir) / f"eigen_{key}.safetensors"
     if path.is_file():
         try:
