@@ -10,7 +10,7 @@ the seconds of the reduced run. The FEM runs once and is shared by all bases.
 
 Symmetry: the beam, its load and the FEM mesh are mirror-symmetric across y = 0 and z = 0, so by default the
 reduced model is too: the bases are built from mirror-symmetric samples (``--points mirror``) and the cubature
-points are mirror-symmetric farthest points (``--cubature fps_sym``). Any sideways drift then comes from the
+points come from the product's rule on mirror-symmetric samples (``--cubature cells``). Any sideways drift then comes from the
 basis itself (a basis that splits a pair of equal modes, or nodes that break the symmetry), not from sampling
 noise. ``--points random --cubature fps`` shows what plain uniform samples give (a few mm of drift from their
 asymmetry, shrinking with the sample count).
@@ -187,8 +187,9 @@ def main(argv=None) -> int:
     ap.add_argument("--points", default="mirror", choices=["mirror", "random"],
                     help="samples the bases are built from: mirror-symmetric like the beam and its FEM mesh "
                          "(default), or plain uniform ones (their sampling asymmetry then shows as drift)")
-    ap.add_argument("--cubature", default="fps_sym", choices=["fps", "fps_sym", "random", "grid"],
-                    help="reduced cubature points (default %(default)s: farthest points, mirror-symmetric)")
+    ap.add_argument("--cubature", default="cells", choices=["cells", "fps", "fps_sym", "random", "grid"],
+                    help="reduced cubature points (default %(default)s: the product's rule on mirror-symmetric "
+                         "samples)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--pin-width", type=float, default=0.02, help="pinned end slab in metres (kaolin: 0.02)")
     ap.add_argument("--volume-clusters", type=int, default=0,

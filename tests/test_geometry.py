@@ -9,6 +9,7 @@ import pytest
 import torch
 import trimesh
 
+from physskin_gs.errors import OptionError
 from physskin_gs.geometry.inside import winding_number
 from physskin_gs.geometry.interior import (
     FillWarning,
@@ -252,12 +253,43 @@ def test_box_radii_clamped_and_rotated():
 def test_sample_cubature():
     pts = np.random.default_rng(0).random((3000, 3)).astype(np.float32)
     pts[10] = np.nan
-    c = sample_cubature(pts, n=256, seed=0)
-    assert c.shape == (256, 3) and c.dtype == torch.float32 and torch.isfinite(c).all()
-    assert len(np.unique(c.numpy(), axis=0)) == 256
-    r = sample_cubature(pts, n=256, seed=0, method="random")
-    assert len(np.unique(r.numpy(), axis=0)) == 256
-    assert sample_cubature(pts[:100], n=256).shape == (99, 3)
+    for method in ("fps", "random"):
+        c = sample_cubature(pts, n=256, seed=0, method=method)
+        assert c.shape == (256, 3) and c.dtype == torch.float32 and torch.isfinite(c).all()
+        assert len(np.unique(c.numpy(), axis=0)) == 256
+    c = sample_cubature(pts, n=256, seed=0)  # cells (default): about n distinct rows of the input
+    assert abs(c.shape[0] - 256) <= 0.05 * 256 and c.dtype == torch.float32 and torch.isfinite(c).all()
+    assert len(np.unique(c.numpy(), axis=0)) == c.shape[0]
+    assert np.isin(c.numpy().view("V12"), pts.view("V12")).all()
+    for method in ("cells", "fps"):
+        assert sample_cubature(pts[:100], n=256, method=method).shape == (99, 3)
+    with pytest.raises(OptionError, match="cells"):
+        sample_cubature(pts, n=16, method="grid")
+
+
+def test_cell_cubature_is_even_and_mirror_symmetric():
+    """The default rule spreads the points like farthest points (every volume point near one, no two nearly
+    coincident), and keeps a mirror-symmetric point set's symmetry (farthest points from a seeded start do not)."""
+    from scipy.spatial import cKDTree
+
+    rng = np.random.default_rng(1)
+    p = rng.uniform([0.0, -0.1, -0.1], [1.0, 0.1, 0.1], (5000, 3))
+    for a in (1, 2):
+        m = p.copy()
+        m[:, a] = -m[:, a]
+        p = np.concatenate([p, m])
+    for method, symmetric in (("cells", True), ("fps", False)):
+        c = sample_cubature(p, n=1024, method=method).double().numpy()
+        nn = cKDTree(c).query(c, k=2)[0][:, 1]
+        cover = cKDTree(c).query(p)[0]
+        assert cover.max() < 3.0 * np.median(nn) and nn.min() > 0.1 * np.median(nn)  # measured: both rules
+        worst = 0.0
+        for a in (1, 2):
+            m = c.copy()
+            m[:, a] = -m[:, a]
+            worst = max(worst, float(cKDTree(c).query(m)[0].max()))
+        assert (worst < 1e-6) == symmetric  # float32 rows: exact mirror images
+
 
 
 # -------------------------------------------------------------------------------- procedural shapes

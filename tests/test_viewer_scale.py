@@ -249,8 +249,9 @@ def test_rest_scene_and_progress_reach_the_page_before_the_animation_is_ready(sl
         assert app.display.preview_node is None and not app.gui["progress"].visible
         assert wait_until(lambda: c.gui_updates.get(bar, [{}])[-1].get("visible") is False, 10)
         assert 0 <= app.timings["preview"] <= app.timings["live"]
+        # sent to that tab, not only to new ones (it may arrive after the live nodes: wait for it)
+        assert wait_until(lambda: not (c.get("SetCameraLookAtMessage") or {"initial": True})["initial"], 10)
         look_msg = c.get("SetCameraLookAtMessage")
-        assert look_msg is not None and not look_msg["initial"]  # sent to that tab, not only to new ones
         np.testing.assert_allclose(look_msg["look_at"], app.live.center, atol=1e-4)
         pos_msg = c.get("SetCameraPositionMessage")
         np.testing.assert_allclose(pos_msg["position"], app.server.initial_camera.position, atol=1e-4)

@@ -87,7 +87,8 @@ def register(sub) -> None:
                    help="moving part: auto (default: the object the scene analysis finds; its support, background "
                         "and floaters stay static but are rendered and exported), all, a box "
                         "'xmin,ymin,zmin,xmax,ymax,zmax' (scene units) or a rule like 'opacity>0.1'")
-    p.add_argument("--cubature", dest="num_cubature", type=int, default=1024, help="cubature points (default 1024)")
+    p.add_argument("--cubature", dest="num_cubature", type=int, default=1024,
+                   help="about this many cubature points (one per cell of a grid over the object; default 1024)")
     p.add_argument("--field-eval", dest="field_eval", choices=("auto", "grid", "direct"), default="auto",
                    help="skinning weights and gradients at the moving Gaussians: evaluated at every centre (direct), "
                         "or interpolated from a sparse grid built from the field (grid; max error against direct "

@@ -44,7 +44,7 @@ import torch
 from physskin_gs.errors import OptionError
 from physskin_gs.scene import quat_to_rotmat
 from physskin_gs.geometry.normalize import DegenerateGeometryError, Normalization, compute_normalization, finite_rows
-from physskin_gs.geometry.sampling import farthest_point_sampling, sample_surface, triangle_areas_normals
+from physskin_gs.geometry.sampling import farthest_point_sampling, grid_cells, sample_surface, triangle_areas_normals
 
 ArrayLike = Union[np.ndarray, torch.Tensor]
 
@@ -622,30 +622,54 @@ def fill_splat_interior(
 
 
 # ------------------------------------------------------------------------------------- cubature
-def sample_cubature(volume_points: ArrayLike, n: int = 1024, seed: int = 0, method: str = "fps") -> torch.Tensor:
-    """Cubature points drawn from a volume point set (method.md 6.1 / 9.1).
+def sample_cubature(volume_points: ArrayLike, n: int = 1024, seed: int = 0, method: str = "cells") -> torch.Tensor:
+    """Cubature points drawn from a volume point set (method.md 6.1 / 9.1); each stands for an equal share of the
+    volume (the lumped mass ``rho V / n``).
 
-    ``method="fps"`` (default): farthest point sampling from a seeded random start, so the points are spread
-    evenly in space (each then stands for about V/n of the volume, matching the lumped mass ``rho V / n``).
-    ``method="random"``: uniform without replacement. Non-finite rows are ignored.
+    ``method="cells"`` (default): about n occupied cells of a cubic grid with faces on the bounding box's
+    mid-planes (:func:`physskin_gs.geometry.sampling.grid_cells`), and in each the point nearest the centroid
+    of the cell's points (the middle of its occupied part; on the kaolin cantilever as accurate as farthest
+    points, Chamfer@100 0.7-1.8e-3 vs 0.4-2.1e-3 m^2 over three seeds): evenly spread like farthest points, O(M log M), and mirror-symmetric when the points are (so a
+    symmetric object under a symmetric load stays symmetric; farthest points from a random start push a
+    symmetric cantilever 5 mm sideways). ``method="fps"``: farthest point sampling from a seeded random start,
+    exactly n points. ``method="random"``: uniform without replacement. Non-finite rows are ignored.
 
     Args:
         volume_points: (M, 3) float array or tensor.
-        n: number of cubature points; min(n, M) are returned.
-        seed: seeds the start index / the draw.
+        n: number of cubature points ("cells": within about 5 % of n where the grid allows); at most M.
+        seed: seeds the start index / the draw ("cells" is deterministic and does not use it).
 
     Returns:
-        (min(n, M), 3) float32 tensor, rows of ``volume_points``.
+        (k, 3) float32 tensor, rows of ``volume_points``, k <= min(n, M) for "fps" / "random" and about n for
+        "cells" (at most M).
+
+    Raises DegenerateGeometryError without finite points, OptionError for an unknown method.
     """
     pts = torch.as_tensor(_as_numpy(volume_points, np.float32))
     pts = pts[torch.isfinite(pts).all(dim=1)]
     if pts.shape[0] == 0:
         raise DegenerateGeometryError("sample_cubature: no finite volume points")
-    if method == "fps":
+    if method == "cells":
+        p64 = pts.numpy().astype(np.float64)
+        if pts.shape[0] <= n:
+            idx = np.arange(pts.shape[0])
+        else:
+            g = grid_cells(p64, n)
+            cnt = np.bincount(g.cell, minlength=g.count).astype(np.float64)
+            cen = np.stack([np.bincount(g.cell, weights=p64[:, a], minlength=g.count) for a in range(3)], 1)
+            cen /= cnt[:, None]  # [C, 3] centroid of each cell's points (the middle of its occupied part)
+            d = ((p64 - cen[g.cell]) ** 2).sum(1)  # [M] squared distance to the cell's centroid
+            # equal distances (a two-point cell's centroid is their midpoint) are broken by the distance to the
+            # cell's centre, not by row order, so mirror-image cells pick mirror-image points
+            dq = np.round(d / (1e-9 * g.size * g.size))
+            dc = ((p64 - (g.origin + (g.key + 0.5) * g.size)) ** 2).sum(1)  # [M] to the cell centre
+            order = np.lexsort((dc, dq, g.cell))  # by cell, nearest the centroid first
+            idx = np.sort(order[np.r_[0, np.nonzero(np.diff(g.cell[order]))[0] + 1]])
+    elif method == "fps":
         idx = farthest_point_sampling(pts, n, seed=seed)
     elif method == "random":
         k = min(n, pts.shape[0])
         idx = np.random.default_rng(seed).choice(pts.shape[0], size=k, replace=False)
     else:
-        raise OptionError(f"unknown cubature sampling method {method!r}; expected 'fps' or 'random'")
+        raise OptionError(f"unknown cubature sampling method {method!r}; expected 'cells', 'fps' or 'random'")
     return pts[torch.from_numpy(np.asarray(idx, dtype=np.int64))]

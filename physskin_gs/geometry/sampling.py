@@ -8,7 +8,8 @@
 
 from __future__ import annotations
 
-from typing import Optional, Tuple, Union
+import math
+from typing import NamedTuple, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -133,3 +134,66 @@ def farthest_point_sampling_reference(points: np.ndarray, k: int, start: int = 0
                 best, best_i = min_d[j], j
         chosen.append(best_i)
     return np.asarray(chosen, dtype=np.int64)
+
+
+class GridCells(NamedTuple):
+    """Occupied cells of a cubic grid over a point set (:func:`grid_cells`).
+
+    key: (V, 3) int64 cell indices of the points (>= 0); dims: (3,) int64 grid size in cells; cell: (V,) int64
+    index of each point's occupied cell in [0, count), ordered like the flattened keys; count: number of
+    occupied cells; size: cell edge (the points' length unit); origin: (3,) float64, so the centre of cell
+    ``key`` is ``origin + (key + 0.5) * size``."""
+
+    key: np.ndarray
+    dims: np.ndarray
+    cell: np.ndarray
+    count: int
+    size: float
+    origin: np.ndarray
+
+
+def grid_cells(points: np.ndarray, n: int, tol: float = 0.05, max_iter: int = 24) -> GridCells:
+    """About ``n`` occupied cells of a cubic grid whose cell faces lie on the bounding box's three mid-planes.
+
+    points: (V, 3) float64, finite, any length unit; n: target count (>= 1). The cell size is adjusted (a
+    power-law step, then bisection on log size, at most ``max_iter`` tries of O(V log V) each) until the
+    occupied-cell count is within ``tol`` of n; otherwise the closest try is kept (counts move in steps on
+    coarse grids). With faces on the mid-planes, mirroring a point set about one of them maps cells onto cells,
+    so rules that pick per cell in a mirror-invariant way (a centroid, the point nearest the cell centre) keep
+    the point set's mirror symmetry; points exactly on a mid-plane are the exception (they fall on one side).
+    Deterministic. Returns :class:`GridCells`. Raises ValueError for an empty or non-(V, 3) array."""
+    pts = np.asarray(points, dtype=np.float64)
+    if pts.ndim != 2 or pts.shape[1] != 3 or pts.shape[0] == 0:
+        raise ValueError(f"grid_cells needs (V, 3) points with V >= 1, got {pts.shape}")
+    lo, hi = pts.min(0), pts.max(0)
+    centre = 0.5 * (lo + hi)
+    span = float((hi - lo).max())
+    ext = np.maximum(hi - lo, 1e-9 * span if span > 0 else 1.0)
+    target = max(1, int(n))
+
+    def attempt(size: float) -> GridCells:
+        key = np.floor((pts - centre) / size).astype(np.int64)  # faces on the mid-planes
+        kmin = key.min(0)
+        key -= kmin
+        dims = key.max(0) + 1
+        flat = (key[:, 0] * dims[1] + key[:, 1]) * dims[2] + key[:, 2]
+        uniq, cell = np.unique(flat, return_inverse=True)
+        return GridCells(key, dims, cell.reshape(-1), int(uniq.shape[0]), size, centre + kmin * size)
+
+    size = float(np.prod(ext) / target) ** (1.0 / 3.0)
+    best, lo_s, hi_s = None, None, None  # lo_s: a size with too many cells, hi_s: one with too few
+    for _ in range(max_iter):
+        g = attempt(size)
+        if best is None or abs(math.log(g.count / target)) < abs(math.log(best.count / target)):
+            best = g
+        if abs(g.count - target) <= tol * target:
+            break
+        if g.count > target:
+            lo_s = size
+        else:
+            hi_s = size
+        if lo_s is not None and hi_s is not None:
+            size = math.sqrt(lo_s * hi_s)  # bisection on log size
+        else:  # occupancy scales like size^-d, d from 2 (a shell) to 3 (a volume)
+            size *= (g.count / target) ** (1.0 / 2.5)
+    return best

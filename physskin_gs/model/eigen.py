@@ -98,7 +98,7 @@ import torch
 from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, eigsh
 from scipy.spatial import cKDTree
 
-from physskin_gs.geometry.sampling import farthest_point_sampling
+from physskin_gs.geometry.sampling import farthest_point_sampling, grid_cells
 from physskin_gs.model.field import SkinningField
 
 ArrayLike = Union[np.ndarray, torch.Tensor]
@@ -433,10 +433,9 @@ def cell_nodes(points: np.ndarray, n: int, max_iter: int = 24) -> np.ndarray:
     """About ``n`` RKPM nodes, one per occupied cell of a cubic grid over the points' bounding box (module
     docstring, step 1).
 
-    points: (V, 3) float64, any length unit. n: target count (>= 1). The cell size is adjusted (a power-law
-    step, then bisection on log size, at most ``max_iter`` tries of O(V) each) until the occupied-cell count is
-    within 5 % of n; otherwise the closest try is kept (counts move in steps on coarse grids). The node of an
-    inner cell (all 26 neighbours occupied) is the centroid of its points; the node of a boundary cell is its
+    points: (V, 3) float64, any length unit. n: target count (>= 1); the grid is
+    :func:`physskin_gs.geometry.sampling.grid_cells` (count within 5 % of n where the grid allows). The node
+    of an inner cell (all 26 neighbours occupied) is the centroid of its points; the node of a boundary cell is its
     centroid moved outward (along the direction from the centroid of its 3 x 3 x 3 neighbourhood's points to
     its own centroid) as far as the cell's outermost point along that direction, clipped to the bounding box of
     the cell's points, so the nodes reach the object's surface as farthest-point nodes do (the RKPM correction
@@ -445,37 +444,7 @@ def cell_nodes(points: np.ndarray, n: int, max_iter: int = 24) -> np.ndarray:
     symmetry (farthest-point nodes from a random start do not; points lying exactly on the plane are the
     exception).
     Returns (k, 3) float64 rows, k <= V."""
-    lo, hi = points.min(0), points.max(0)
-    centre = 0.5 * (lo + hi)
-    ext = np.maximum(hi - lo, 1e-9 * max(float((hi - lo).max()), 1e-300))
-    target = max(1, int(n))
-
-    def cells(size: float):
-        # cell faces on the box's mid-planes, so no cell straddles a mirror plane through the centre (its
-        # outermost point would be a tie between mirror images)
-        key = np.floor((points - centre) / size).astype(np.int64)
-        key -= key.min(0)
-        dims = key.max(0) + 1
-        flat = (key[:, 0] * dims[1] + key[:, 1]) * dims[2] + key[:, 2]
-        return key, dims, flat, np.unique(flat).shape[0]
-
-    size = float(np.prod(ext) / target) ** (1.0 / 3.0)
-    best, lo_s, hi_s = None, None, None  # lo_s: a size with too many cells, hi_s: one with too few
-    for _ in range(max_iter):
-        key, dims, flat, k = cells(size)
-        if best is None or abs(math.log(k / target)) < abs(math.log(best[3] / target)):
-            best = (key, dims, flat, k)
-        if abs(k - target) <= 0.05 * target:
-            break
-        if k > target:
-            lo_s = size
-        else:
-            hi_s = size
-        if lo_s is not None and hi_s is not None:
-            size = math.sqrt(lo_s * hi_s)  # bisection on log size
-        else:  # occupancy scales like size^-d, d from 2 (a shell) to 3 (a volume)
-            size *= (k / target) ** (1.0 / 2.5)
-    key, dims, flat, _ = best
+    key, dims, inv, c, _, _ = grid_cells(points, n, tol=0.05, max_iter=max_iter)  # inv: [V] cell of each point
     # dense per-cell point counts and coordinate sums, padded by one cell, then 3 x 3 x 3 box sums
     g = tuple(int(d) + 2 for d in dims)
     cnt = np.zeros(g)
@@ -493,9 +462,6 @@ def cell_nodes(points: np.ndarray, n: int, max_iter: int = 24) -> np.ndarray:
 
     occ_n = box((cnt > 0).astype(np.float64))[kk]  # [V] occupied cells around each point's cell (27 = inner)
     nb_c = np.stack([box(sums[a])[kk] for a in range(3)], 1) / box(cnt)[kk][:, None]  # [V, 3]
-    uniq, inv = np.unique(flat, return_inverse=True)
-    inv = inv.reshape(-1)
-    c = uniq.shape[0]
     per = np.bincount(inv, minlength=c).astype(np.float64)
     out = np.stack([np.bincount(inv, weights=points[:, a], minlength=c) for a in range(3)], 1) / per[:, None]
     boundary = occ_n < 27

@@ -564,8 +564,10 @@ def legendre_beam_weights(degree: int = 6, axis: int = 0, cross_degree: int = 0)
 # ---------------------------------------------------------------------------------------------- protocol
 def _box_cubature(size: np.ndarray, origin: np.ndarray, n: int, method: str, seed: int) -> np.ndarray:
     """(n, 3) cubature points in the box: 'fps' (farthest points of 20 n uniform samples), 'fps_sym' (the same for
-    n / 4 points in one quarter y, z < mid, mirrored across both mid-planes: exactly mirror-symmetric), 'random'
-    (uniform), or 'grid' (cell centres of a near-cubic lattice, mirror-symmetric; about n points)."""
+    n / 4 points in one quarter y, z < mid, mirrored across both mid-planes: exactly mirror-symmetric), 'cells'
+    (the product's rule, :func:`physskin_gs.geometry.interior.sample_cubature`, on 20 n uniform samples made
+    mirror-symmetric: about n points), 'random' (uniform), or 'grid' (cell centres of a near-cubic lattice,
+    mirror-symmetric; about n points)."""
     rng = np.random.default_rng(seed)
     if method == "grid":
         cell = (float(np.prod(size)) / n) ** (1.0 / 3.0)
@@ -575,6 +577,16 @@ def _box_cubature(size: np.ndarray, origin: np.ndarray, n: int, method: str, see
         return np.stack([c.ravel() for c in g], 1)
     if method == "random":
         return origin + rng.random((n, 3)) * size
+    if method == "cells":  # the product's rule (sample_cubature) on a mirror-symmetric pool of 20 n points
+        from physskin_gs.geometry.interior import sample_cubature
+
+        pool = origin + rng.random((5 * n, 3)) * size
+        mid = origin + size / 2
+        for a in (1, 2):
+            m = pool.copy()
+            m[:, a] = 2.0 * mid[a] - m[:, a]
+            pool = np.concatenate([pool, m], 0)
+        return sample_cubature(pool, n).double().numpy()
     if method in ("fps", "fps_sym"):
         from physskin_gs.geometry.sampling import farthest_point_sampling
 
@@ -613,8 +625,8 @@ def cantilever_protocol(weights_fn: Optional[WeightsFn], *, size: Sequence[float
             9.8 m/s^2).
         pin_width: the pinned slab (m): FEM nodes (Dirichlet) and cubature points (springs through
             ``SubspaceSimulator.set_pins``) with x <= pin_width (kaolin: x >= 0.98 on its 1 m beam).
-        n_cubature, cubature, seed: reduced cubature points ('fps', 'random', or the mirror-symmetric 'fps_sym'
-            and 'grid').
+        n_cubature, cubature, seed: reduced cubature points ('fps', 'random', or the mirror-symmetric 'cells'
+            (the product's rule), 'fps_sym' and 'grid').
         symmetric_mesh: use :func:`symmetric_box_tetmesh` (mirror-symmetric in y and z) instead of the plain
             Kuhn split.
         sim_kwargs: overrides of the :class:`SubspaceSimulator` arguments (defaults here: damping 0, no floor,
