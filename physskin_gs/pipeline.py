@@ -9,7 +9,8 @@
    ``X_sim = s (X - c)``, with s = ``config.scale`` (metres per scene unit) or, when None, the value that makes
    the selected object 1 m across. Weight gradients follow the chain rule: ``grad_sim W = grad_norm W / (s s_n)``.
 3. Volume: interior fill of the selected splat (method.md 8), cubature points sampled from it (default 1024;
-   farthest points of at most :data:`CUBATURE_POOL` random volume points).
+   one volume point per occupied cell of a grid with faces on the bounding box's mid-planes, from at most
+   :data:`CUBATURE_POOL` random volume points), and about 20000 build points for the basis the same way.
 4. Skinning: the basis named by ``config.skinning`` (``eigen`` by default, ``network``/``pretrained``, ``fit``,
    ``rbf``), built through the one registry :data:`physskin_gs.model.bases.SKINNING_BASES`.
 5. Simulation (:class:`physskin_gs.physics.simulator.SubspaceSimulator`) and Gaussian deformation
@@ -872,7 +873,7 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
         volume = 0.5 * float(torch.prod((hi - lo).clamp_min(extent * 1e-3)))
     _report(progress, "sampling cubature points", 0.25)
     cub_pool = pts
-    if pts.shape[0] > CUBATURE_POOL:  # farthest point sampling is O(pool x n); a random pool keeps it bounded
+    if pts.shape[0] > CUBATURE_POOL:  # bounds the grid search on a huge fallback (the centres themselves)
         g = torch.Generator().manual_seed(config.seed)
         cub_pool = pts[torch.randperm(pts.shape[0], generator=g)[:CUBATURE_POOL]]
     cub = sample_cubature(cub_pool, n=config.num_cubature, seed=config.seed).double()
@@ -882,9 +883,8 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
         shell = shell[torch.randperm(shell.shape[0], generator=g)[:ENCODER_POOL]]
     surface_norm = norm.to_normalized(shell.double()).float()
     volume_norm = norm.to_normalized(pts.double()).float()
-    if volume_norm.shape[0] > 20000:
-        g = torch.Generator().manual_seed(config.seed)
-        volume_norm = volume_norm[torch.randperm(volume_norm.shape[0], generator=g)[:20000]]
+    if volume_norm.shape[0] > 20000:  # the basis's build points: about 20000, one per grid cell (keeps symmetry)
+        volume_norm = sample_cubature(volume_norm, n=20000)
     lap("cubature")
     field, source = _build_field(config, surface_norm, volume_norm, progress)
     lap("field_build")

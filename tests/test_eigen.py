@@ -316,8 +316,17 @@ def test_cluster_cutoff_never_splits_near_equal_eigenvalues():
     assert cluster_cutoff(lam, 7, 0.015) == 7  # 25.2 | 26.0 is a 3 % gap
     assert cluster_cutoff(lam, 8, 0.015) == 7  # the pair 26.0 / 26.05
     assert cluster_cutoff(lam, 8, 0.0) == 8  # tol 0 keeps m
-    assert cluster_cutoff(np.array([5.0, 5.0, 5.0, 5.01]), 2, 0.015) == 2  # one cluster only: no gap, keep m
     assert cluster_cutoff(lam[:6], 6, 0.015) == 6  # nothing computed beyond the cut-off: keep m
+    # the first cluster straddles the cut (a ball's three l = 1 modes, 2 asked for): keep all three
+    ball = np.array([1.0, 1.014, 1.024, 2.6, 2.62, 2.63, 2.65, 2.66])
+    assert cluster_cutoff(ball, 2, 0.015) == 3 and cluster_cutoff(ball, 1, 0.015) == 3
+    assert cluster_cutoff(np.array([5.0, 5.0, 5.0, 5.01]), 2, 0.015) == 2  # its end not computed: keep m
+    # a dense spectrum (1 % gaps all the way) has no cluster worth keeping whole: m is kept
+    dense = 10.0 * 1.01 ** np.arange(40)
+    assert cluster_cutoff(dense, 30, 0.015) == 30
+    # a chained cluster of three is dropped whole (the shift is bounded by max_shift)
+    chain = np.array([1.0, 2.0, 3.0, 4.0, 4.02, 4.04, 5.0])
+    assert cluster_cutoff(chain, 5, 0.015) == 3 and cluster_cutoff(chain, 5, 0.015, max_shift=1) == 6
 
 
 def test_requested_handles_drop_to_the_start_of_a_split_mirror_pair(beam):
@@ -429,3 +438,24 @@ def test_symmetric_cantilever_stays_symmetric_with_cell_nodes():
     assert sag > 0.5 and side < 1e-6  # the beam sags 0.5-0.8 m and stays on the mid-plane
     side_fps, sag_fps = max_side(nodes="fps")
     assert sag_fps > 0.5 and side_fps > 1e-3
+
+
+def test_cell_nodes_memory_stays_linear_on_flat_and_outlier_sets():
+    """Neighbours are looked up among the occupied cells, so a flat set, a thin diagonal line or a few far
+    outliers (a box mostly empty) cost memory in proportion to the points, not to the grid's bounding box."""
+    import tracemalloc
+
+    rng = np.random.default_rng(2)
+    flat = np.c_[rng.random((500, 2)), np.zeros(500)]
+    line = np.repeat(rng.random((4000, 1)), 3, axis=1)
+    outliers = -1 + 0.02 * rng.random((20000, 3))
+    outliers[:10] = 1 - 0.01 * rng.random((10, 3))
+    for pts, n in ((flat, 1024), (line, 1024), (outliers, 1024)):
+        tracemalloc.start()
+        c = cell_nodes(pts, n)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert c is not None and 0 < len(c) <= len(pts) and np.isfinite(c).all()
+        assert peak < 4000 * len(pts) + (8 << 20)  # bytes; a dense grid over these boxes needed 4-30 GiB
+    f = build_eigen_field(flat, 16)  # builds (it raised MemoryError with dense neighbour arrays)
+    assert np.isfinite(f.evaluate(flat)[0]).all()

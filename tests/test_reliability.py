@@ -489,6 +489,12 @@ def test_too_few_points_for_a_basis_is_an_error_not_a_traceback(capsys, tmp_path
     z = np.load(tmp_path / "w.npz")
     assert z["weights"].shape == (40, 17) and np.isfinite(z["weights"]).all() and np.isfinite(z["grads"]).all()
     assert np.all(z["weights"][:, -1] == 1.0)
+    # 17 distinct points cannot carry 16 eigenmodes + the constant: a clear error, no output
+    path = _save(_blob(17), tmp_path / "seventeen.ply")
+    code, _, err = _run(capsys, ["skin", path, "-o", tmp_path / "w17.npz"])
+    assert code == 2 and not (tmp_path / "w17.npz").exists()
+    assert _last_error(err).startswith(f"error: {path}: cannot build the eigen skinning basis from 17 usable points (")
+    assert "distinct nodes" in _last_error(err) and "too few for 17 handles" in _last_error(err)
 
 
 def test_info_json_is_strict(capsys, tmp_path, monkeypatch):

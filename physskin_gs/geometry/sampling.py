@@ -157,34 +157,47 @@ def grid_cells(points: np.ndarray, n: int, tol: float = 0.05, max_iter: int = 24
 
     points: (V, 3) float64, finite, any length unit; n: target count (>= 1). The cell size is adjusted (a
     power-law step, then bisection on log size, at most ``max_iter`` tries of O(V log V) each) until the
-    occupied-cell count is within ``tol`` of n; otherwise the closest try is kept (counts move in steps on
-    coarse grids). With faces on the mid-planes, mirroring a point set about one of them maps cells onto cells,
+    occupied-cell count is within ``tol`` of n; otherwise the closest try (the coarsest among equals) is kept:
+    counts move in steps on coarse grids, and a 3-D set always fills at least the 8 cells around the box centre.
+    With faces on the mid-planes, mirroring a point set about one of them maps cells onto cells,
     so rules that pick per cell in a mirror-invariant way (a centroid, the point nearest the cell centre) keep
     the point set's mirror symmetry; points exactly on a mid-plane are the exception (they fall on one side).
-    Deterministic. Returns :class:`GridCells`. Raises ValueError for an empty or non-(V, 3) array."""
+    Memory O(V). Deterministic. Returns :class:`GridCells`. Raises ValueError for an empty, non-(V, 3) or
+    non-finite array."""
     pts = np.asarray(points, dtype=np.float64)
     if pts.ndim != 2 or pts.shape[1] != 3 or pts.shape[0] == 0:
         raise ValueError(f"grid_cells needs (V, 3) points with V >= 1, got {pts.shape}")
+    if not np.isfinite(pts).all():
+        raise ValueError("grid_cells needs finite points")
     lo, hi = pts.min(0), pts.max(0)
     centre = 0.5 * (lo + hi)
     span = float((hi - lo).max())
-    ext = np.maximum(hi - lo, 1e-9 * span if span > 0 else 1.0)
     target = max(1, int(n))
+    if not span > 0:  # one position: one cell
+        return GridCells(np.zeros_like(pts, dtype=np.int64), np.ones(3, np.int64), np.zeros(len(pts), np.int64), 1,
+                         1.0, centre - 0.5)
 
     def attempt(size: float) -> GridCells:
         key = np.floor((pts - centre) / size).astype(np.int64)  # faces on the mid-planes
         kmin = key.min(0)
         key -= kmin
         dims = key.max(0) + 1
-        flat = (key[:, 0] * dims[1] + key[:, 1]) * dims[2] + key[:, 2]
-        uniq, cell = np.unique(flat, return_inverse=True)
-        return GridCells(key, dims, cell.reshape(-1), int(uniq.shape[0]), size, centre + kmin * size)
+        if float(np.prod(dims.astype(np.float64))) < 2.0 ** 62:  # flattened keys keep the lexicographic order
+            _, cell = np.unique((key[:, 0] * dims[1] + key[:, 1]) * dims[2] + key[:, 2], return_inverse=True)
+        else:  # a huge sparse grid (far outliers): unique rows, the same order without int64 overflow
+            _, cell = np.unique(key, axis=0, return_inverse=True)
+        cell = cell.reshape(-1)
+        return GridCells(key, dims, cell, int(cell.max()) + 1, size, centre + kmin * size)
 
-    size = float(np.prod(ext) / target) ** (1.0 / 3.0)
+    # first guess: the bounding box's volume split into n cells, but never finer than the longest side / n (a
+    # flat or thin set has a tiny box volume)
+    ext = np.maximum(hi - lo, 1e-9 * span)
+    size = max(float(np.prod(ext) / target) ** (1.0 / 3.0), span / target)
     best, lo_s, hi_s = None, None, None  # lo_s: a size with too many cells, hi_s: one with too few
     for _ in range(max_iter):
         g = attempt(size)
-        if best is None or abs(math.log(g.count / target)) < abs(math.log(best.count / target)):
+        err, best_err = abs(math.log(g.count / target)), None if best is None else abs(math.log(best.count / target))
+        if best is None or err < best_err or (err == best_err and g.size > best.size):  # ties: the coarsest
             best = g
         if abs(g.count - target) <= tol * target:
             break

@@ -55,11 +55,12 @@ meshless shape functions (method.md section 13, "Laplacian eigenbasis" and "Free
    (``c = 1``, exactly in the null space because of the partition of unity) is M-projected out of that
    subspace and a Rayleigh-Ritz step gives m M-orthonormal fields orthogonal to the constant. **Clusters:**
    ``CLUSTER_EXTRA`` more eigenpairs are computed, and if the m-th and (m+1)-th eigenvalues lie within
-   ``cluster_tol`` (1.5 %) of each other, m is lowered to the start of their cluster (:func:`cluster_cutoff`):
+   ``cluster_tol`` (1.5 %) of each other, the count moves down to the start of their cluster (at most
+   ``CLUSTER_EXTRA`` modes; or up to its end if it is the first cluster; :func:`cluster_cutoff`):
    a symmetric object has equal eigenvalues (the y and z bending of a square beam, the three l = 1 modes of
    a ball), and keeping part of such a cluster keeps an arbitrary mixture of its modes, a preferred direction
-   the object does not have. The field may therefore have fewer handles than asked for (``num_handles``
-   tells). These are the
+   the object does not have. The field may therefore have another handle count than asked for
+   (``num_handles`` tells). These are the
    skinning eigenmodes of Benchekroun et al. 2023 ("Fast complementary dynamics via skinning eigenmodes",
    ACM TOG 42(4)) for a homogeneous material, computed meshlessly as FreeForm (CVPR 2026) does with RKPM
    nodes.
@@ -429,47 +430,49 @@ def quadrature_weights(points: np.ndarray, rule: str = "uniform", k: int = 16) -
     raise ValueError(f"unknown quadrature rule {rule!r} (use 'uniform' or 'knn')")
 
 
-def cell_nodes(points: np.ndarray, n: int, max_iter: int = 24) -> np.ndarray:
+def cell_nodes(points: np.ndarray, n: int, max_iter: int = 24) -> Optional[np.ndarray]:
     """About ``n`` RKPM nodes, one per occupied cell of a cubic grid over the points' bounding box (module
     docstring, step 1).
 
-    points: (V, 3) float64, any length unit. n: target count (>= 1); the grid is
+    points: (V, 3) float64, finite, any length unit. n: target count (>= 1); the grid is
     :func:`physskin_gs.geometry.sampling.grid_cells` (count within 5 % of n where the grid allows). The node
     of an inner cell (all 26 neighbours occupied) is the centroid of its points; the node of a boundary cell is its
     centroid moved outward (along the direction from the centroid of its 3 x 3 x 3 neighbourhood's points to
     its own centroid) as far as the cell's outermost point along that direction, clipped to the bounding box of
     the cell's points, so the nodes reach the object's surface as farthest-point nodes do (the RKPM correction
-    needs every point inside its nodes, module docstring step 3). Deterministic, and, the grid having cell faces
-    on the box's mid-planes, a point set that is mirror-symmetric about a mid-plane gives nodes with the same
-    symmetry (farthest-point nodes from a random start do not; points lying exactly on the plane are the
-    exception).
-    Returns (k, 3) float64 rows, k <= V."""
-    key, dims, inv, c, _, _ = grid_cells(points, n, tol=0.05, max_iter=max_iter)  # inv: [V] cell of each point
-    # dense per-cell point counts and coordinate sums, padded by one cell, then 3 x 3 x 3 box sums
-    g = tuple(int(d) + 2 for d in dims)
-    cnt = np.zeros(g)
-    sums = np.zeros((3,) + g)
-    kk = tuple(key[:, a] + 1 for a in range(3))
-    np.add.at(cnt, kk, 1.0)
-    for a in range(3):
-        np.add.at(sums[a], kk, points[:, a])
-
-    def box(arr):
-        out = np.zeros_like(arr)
-        for dx, dy, dz in itertools.product((-1, 0, 1), repeat=3):
-            out[1:-1, 1:-1, 1:-1] += arr[1 + dx:g[0] - 1 + dx, 1 + dy:g[1] - 1 + dy, 1 + dz:g[2] - 1 + dz]
-        return out
-
-    occ_n = box((cnt > 0).astype(np.float64))[kk]  # [V] occupied cells around each point's cell (27 = inner)
-    nb_c = np.stack([box(sums[a])[kk] for a in range(3)], 1) / box(cnt)[kk][:, None]  # [V, 3]
-    per = np.bincount(inv, minlength=c).astype(np.float64)
-    out = np.stack([np.bincount(inv, weights=points[:, a], minlength=c) for a in range(3)], 1) / per[:, None]
-    boundary = occ_n < 27
+    needs every point inside its nodes, module docstring step 3). Deterministic, memory O(V) (neighbours are
+    found among the occupied cells only), and, the grid having cell faces on the box's mid-planes, a point set
+    that is mirror-symmetric about a mid-plane gives nodes with the same symmetry (farthest-point nodes from a
+    random start do not; points lying exactly on the plane are the exception).
+    Returns (k, 3) float64 rows, k <= V, or None when the grid is too large to index (far outliers; the caller
+    then uses farthest points)."""
+    key, dims, inv, c, size, _ = grid_cells(points, n, tol=0.05, max_iter=max_iter)  # inv: [V] cell of each point
+    dp = dims.astype(np.int64) + 2  # padded by one cell on each side, so neighbour keys never wrap
+    if float(np.prod(dp.astype(np.float64))) >= 2.0 ** 62:
+        return None
+    per = np.bincount(inv, minlength=c).astype(np.float64)  # [C] points per cell
+    sums = np.stack([np.bincount(inv, weights=points[:, a], minlength=c) for a in range(3)], 1)  # [C, 3]
+    ckey = np.zeros((c, 3), np.int64)
+    ckey[inv] = key + 1
+    flat = (ckey[:, 0] * dp[1] + ckey[:, 1]) * dp[2] + ckey[:, 2]  # [C] ascending (cells are in key order)
+    nb_occ = np.zeros(c)
+    nb_cnt = np.zeros(c)
+    nb_sum = np.zeros((c, 3))
+    for dx, dy, dz in itertools.product((-1, 0, 1), repeat=3):  # the 3 x 3 x 3 neighbourhood, by binary search
+        f = flat + (dx * dp[1] + dy) * dp[2] + dz
+        j = np.minimum(np.searchsorted(flat, f), c - 1)
+        hit = flat[j] == f
+        nb_occ += hit
+        nb_cnt[hit] += per[j[hit]]
+        nb_sum[hit] += sums[j[hit]]
+    out = sums / per[:, None]  # [C, 3] centroids
+    boundary = (nb_occ < 27)[inv]  # [V] the point's cell misses a neighbour
     if boundary.any():
         # outward direction of a boundary cell: from its neighbourhood's centroid to its own centroid
         cen = out[inv]  # [V, 3] the centroid of each point's cell
-        nrm = cen - nb_c
-        nrm /= np.maximum(np.linalg.norm(nrm, axis=1, keepdims=True), 1e-300)
+        nrm = cen - (nb_sum / nb_cnt[:, None])[inv]
+        ln = np.linalg.norm(nrm, axis=1, keepdims=True)
+        nrm = np.where(ln > 1e-9 * size, nrm / np.maximum(ln, 1e-300), 0.0)  # no direction: no push
         reach = np.where(boundary, ((points - cen) * nrm).sum(1), 0.0)  # [V] outward reach of each point
         far = np.full(c, -np.inf)
         np.maximum.at(far, inv, reach)
@@ -486,21 +489,35 @@ def cell_nodes(points: np.ndarray, n: int, max_iter: int = 24) -> np.ndarray:
     return out
 
 
-def cluster_cutoff(eigenvalues: np.ndarray, m: int, tol: float) -> int:
-    """The number of leading eigenpairs to keep, at most m, so that no cluster is split (module docstring,
-    step 4).
+def cluster_cutoff(eigenvalues: np.ndarray, m: int, tol: float, max_shift: int = CLUSTER_EXTRA) -> int:
+    """The number of leading eigenpairs to keep so that the cut-off does not split a cluster of near-equal
+    eigenvalues (module docstring, step 4).
 
-    eigenvalues: (k,) ascending, k >= m (k > m to see past the cut-off). Consecutive eigenvalues whose relative
-    gap ``(l[i+1] - l[i]) / l[i+1]`` is below ``tol`` belong to one cluster. If ``l[m]`` (the first one dropped)
-    is in the same cluster as ``l[m-1]``, the count moves down to the start of that cluster; if the whole
-    range 0..m-1 is one cluster, m is kept (there is no gap to cut at). tol = 0 returns m."""
+    eigenvalues: (k,) ascending, k >= m (k > m to see past the cut-off). Consecutive eigenvalues whose gap
+    ``l[i+1] - l[i]`` is below ``tol l[i+1]`` belong to one cluster. If the cut after mode m - 1 splits one, the
+    count moves down to the start of that cluster when that drops at most ``max_shift`` modes and leaves at
+    least one; otherwise up to its end when that end lies among the k computed eigenvalues and adds at most
+    ``max_shift`` modes; otherwise m is kept (a dense spectrum with small gaps everywhere has no cluster worth
+    keeping whole). tol = 0, or nothing computed beyond m, returns m."""
     lam = np.asarray(eigenvalues, np.float64)
-    if tol <= 0 or lam.shape[0] <= m:
+    k_all = lam.shape[0]
+
+    def same(i: int) -> bool:  # modes i - 1 and i are in one cluster
+        return lam[i] - lam[i - 1] < tol * abs(lam[i])
+
+    if tol <= 0 or m <= 0 or k_all <= m or not same(m):
         return m
     k = m
-    while k > 0 and (lam[k] - lam[k - 1]) < tol * abs(lam[k]):
+    while k > 0 and same(k):
         k -= 1
-    return k if k > 0 else m
+    if k > 0 and m - k <= max_shift:
+        return k
+    e = m
+    while e < k_all and same(e):
+        e += 1
+    if e < k_all and e - m <= max_shift:
+        return e
+    return m
 
 
 def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optional[int] = 0, num_nodes: int = 1024,
@@ -513,8 +530,9 @@ def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optiona
     Args:
         volume: (V, 3) float numpy array or tensor, the object's volume (interior + surface) points in the
             normalised frame; also the quadrature points of K and M and the reference set of the column units.
-        num_handles: H = m + 1, constant handle included (>= 2); the field may have fewer so that no
-            cluster of equal eigenvalues is split (``cluster_tol``).
+        num_handles: H = m + 1, constant handle included (>= 2); the field may have fewer (or, when the
+            first cluster straddles the cut, up to ``CLUSTER_EXTRA`` more) so that the cut does not split a
+            cluster of near-equal eigenvalues (``cluster_tol``, :func:`cluster_cutoff`).
         seed: seed of the ARPACK start vector and, with ``nodes="fps"``, of the first farthest-point node (the
             build is deterministic for a given seed).
         num_nodes: number of RKPM nodes n (clipped to V; must exceed m + 1); with ``nodes="cells"`` the count
@@ -562,12 +580,15 @@ def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optiona
     # 1. nodes; 2. radii
     if nodes == "cells":
         node_pts = cell_nodes(pts, n)  # [~n, 3]
-        if node_pts.shape[0] < m + 2 or node_pts.shape[0] <= radius_k:
+        if node_pts is None or node_pts.shape[0] < m + 2 or node_pts.shape[0] <= radius_k:
             node_pts = pts[farthest_point_sampling(pts, n, seed=seed)]  # a few clustered points: too few cells
     else:
         node_pts = pts[farthest_point_sampling(pts, n, seed=seed)]  # [n, 3]
-    nodes = node_pts
+    nodes = np.unique(node_pts, axis=0)  # farthest points repeat once n exceeds the distinct points
     n = nodes.shape[0]
+    if n < m + 2 or n <= radius_k:
+        raise ValueError(f"{n} distinct nodes (from {V} points, {len(np.unique(pts, axis=0))} distinct) are too "
+                         f"few for {num_handles} handles")
     dn, _ = cKDTree(nodes).query(nodes, k=radius_k + 1)  # [n, k+1], column 0 is the node itself
     dp, _ = cKDTree(pts).query(pts, k=2)  # [V, 2]
     spacing = float(dp[:, 1].mean())
@@ -594,10 +615,10 @@ def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optiona
     # drop the constant: M-project it out of the subspace, then Rayleigh-Ritz in what is left
     one = np.ones(n)
     Mone = M @ one
-    Qp = Q - np.outer(one, (Mone @ Q) / (one @ Mone))  # [n, m+1]
+    Qp = Q - np.outer(one, (Mone @ Q) / (one @ Mone))  # [n, m+1+extra]
     gram = Qp.T @ (M @ Qp)
     s, U = np.linalg.eigh(0.5 * (gram + gram.T))  # ascending; s[0] ~ 0 is the removed constant
-    B = Qp @ (U[:, 1:] / np.sqrt(s[1:]))  # [n, m] M-orthonormal, M-orthogonal to 1
+    B = Qp @ (U[:, 1:] / np.sqrt(s[1:]))  # [n, m+extra] M-orthonormal, M-orthogonal to 1
     kr = B.T @ (K @ B)
     lam, Y = np.linalg.eigh(0.5 * (kr + kr.T))
     m = cluster_cutoff(lam, m, cluster_tol)  # never split a cluster of (near-)equal eigenvalues

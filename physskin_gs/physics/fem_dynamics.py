@@ -563,7 +563,7 @@ def legendre_beam_weights(degree: int = 6, axis: int = 0, cross_degree: int = 0)
 
 # ---------------------------------------------------------------------------------------------- protocol
 def _box_cubature(size: np.ndarray, origin: np.ndarray, n: int, method: str, seed: int) -> np.ndarray:
-    """(n, 3) cubature points in the box: 'fps' (farthest points of 20 n uniform samples), 'fps_sym' (the same for
+    """(about n, 3) cubature points in the box: 'fps' (farthest points of 20 n uniform samples), 'fps_sym' (the same for
     n / 4 points in one quarter y, z < mid, mirrored across both mid-planes: exactly mirror-symmetric), 'cells'
     (the product's rule, :func:`physskin_gs.geometry.interior.sample_cubature`, on 20 n uniform samples made
     mirror-symmetric: about n points), 'random' (uniform), or 'grid' (cell centres of a near-cubic lattice,
