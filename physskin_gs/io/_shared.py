@@ -19,15 +19,8 @@ from physskin_gs.errors import OptionError
 
 # ------------------------------------------------------------------------------------------------ permissions
 def _read_umask() -> int:
-    """The process umask. Linux: read from ``/proc/self/status`` (leaves it untouched); elsewhere set and
-    restored once, which is why this runs at import and never per file."""
-    try:
-        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
-            for line in f:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError, IndexError):
-        pass
+    """The process umask. ``os.umask`` can only be read by setting it, so it is set and restored once, at import
+    (before any writer thread exists), never per file."""
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
