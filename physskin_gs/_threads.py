@@ -86,7 +86,8 @@ def run_on_workers(name: str, fn: Callable[[int, _Item], None], items: Sequence[
             fn(slot, it)
 
     with single_thread(1 if torch_ops else None):
-        futs = [worker_pool(name, T - 1).submit(work, i) for i in range(1, T)]
+        pool = worker_pool(name, T - 1)
+        futs = [pool.submit(work, i) for i in range(1, T)]
         try:
             work(0)
         finally:

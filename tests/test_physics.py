@@ -390,7 +390,7 @@ def test_mean_dilatation_objective_matches_autograd():
     against autograd of the plain reference."""
     X, W, dW, V = _beam(160, m=5, seed=3)
     sim = SubspaceSimulator(X, W, dW, V, E=5e4, nu=0.45, density=200, project_psd=False, volume_clusters=12)
-    assert sim._vcount.shape[0] == 12 and sim._vcount.sum() == 160
+    assert sim._vcount.shape[0] == 12
     assert sim._lam_point == pytest.approx(sim.mu)  # min(lam, mu): the stable per-point share
     sim.set_pins(torch.arange(8))
     _assert_objective_matches_autograd(sim, 0.08, seed=4)

@@ -78,7 +78,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     """Run one subcommand; ``argv`` defaults to ``sys.argv[1:]``.
 
     Returns the exit code: the subcommand's (0 on success), 2 for a :class:`PhysSkinError` or a missing /
-    unreadable input (``error: ...`` on stderr, no traceback), 130 on Ctrl-C. argparse itself exits with 2
+    unreadable input (``error: ...`` on stderr, no traceback), 130 on Ctrl-C, 143 on SIGTERM. argparse itself exits with 2
     (``SystemExit``) on bad arguments.
     """
     warnings.formatwarning = _format_warning

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from physskin_gs.cli._common import (OutputError, check_int, check_number, check_output_folder, refuse_existing,
                                      require_input_file, resolve_up_option, scene_up, verify_written)
-from physskin_gs.cli._common import parse_up  # noqa: F401 (moved to _common; still importable from here)
 from physskin_gs.errors import OptionError
 
 _IMAGE_EXT = {".png", ".jpg", ".jpeg"}

@@ -9,7 +9,6 @@ gradients are averaged across ranks before the ConFIG combination, rank 0 writes
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time

@@ -44,7 +44,8 @@ import torch
 from physskin_gs.errors import OptionError
 from physskin_gs.scene import quat_to_rotmat
 from physskin_gs.geometry.normalize import DegenerateGeometryError, Normalization, compute_normalization, finite_rows
-from physskin_gs.geometry.sampling import farthest_point_sampling, grid_cells, sample_surface, triangle_areas_normals
+from physskin_gs.geometry.sampling import (cell_centroids, farthest_point_sampling, grid_cells, sample_surface,
+                                           triangle_areas_normals)
 
 ArrayLike = Union[np.ndarray, torch.Tensor]
 
@@ -655,9 +656,7 @@ def sample_cubature(volume_points: ArrayLike, n: int = 1024, seed: int = 0, meth
             idx = np.arange(pts.shape[0])
         else:
             g = grid_cells(p64, n)
-            cnt = np.bincount(g.cell, minlength=g.count).astype(np.float64)
-            cen = np.stack([np.bincount(g.cell, weights=p64[:, a], minlength=g.count) for a in range(3)], 1)
-            cen /= cnt[:, None]  # [C, 3] centroid of each cell's points (the middle of its occupied part)
+            _, cen = cell_centroids(p64, g)  # [C, 3] centroid of each cell's points (the middle of its occupied part)
             d = ((p64 - cen[g.cell]) ** 2).sum(1)  # [M] squared distance to the cell's centroid
             # equal distances (a two-point cell's centroid is their midpoint) are broken by the distance to the
             # cell's centre, not by row order, so mirror-image cells pick mirror-image points

@@ -196,8 +196,9 @@ def grid_cells(points: np.ndarray, n: int, tol: float = 0.05, max_iter: int = 24
     best, lo_s, hi_s = None, None, None  # lo_s: a size with too many cells, hi_s: one with too few
     for _ in range(max_iter):
         g = attempt(size)
-        err, best_err = abs(math.log(g.count / target)), None if best is None else abs(math.log(best.count / target))
-        if best is None or err < best_err or (err == best_err and g.size > best.size):  # ties: the coarsest
+        err = abs(math.log(g.count / target))
+        best_err = math.inf if best is None else abs(math.log(best.count / target))
+        if err < best_err or (err == best_err and g.size > best.size):  # ties: the coarsest
             best = g
         if abs(g.count - target) <= tol * target:
             break
@@ -210,3 +211,11 @@ def grid_cells(points: np.ndarray, n: int, tol: float = 0.05, max_iter: int = 24
         else:  # occupancy scales like size^-d, d from 2 (a shell) to 3 (a volume)
             size *= (g.count / target) ** (1.0 / 2.5)
     return best
+
+
+def cell_centroids(points: np.ndarray, cells: GridCells) -> Tuple[np.ndarray, np.ndarray]:
+    """Per occupied cell of ``cells`` (from :func:`grid_cells` on the same points): the number of points (C,)
+    float64 and their centroid (C, 3) float64, in the points' units. points: (V, 3) float64."""
+    cnt = np.bincount(cells.cell, minlength=cells.count).astype(np.float64)
+    sums = np.stack([np.bincount(cells.cell, weights=points[:, a], minlength=cells.count) for a in range(3)], 1)
+    return cnt, sums / cnt[:, None]

@@ -20,8 +20,7 @@ Everything is seeded with ``numpy.random.default_rng(seed)``: the same seed give
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 import numpy as np

@@ -89,7 +89,6 @@ layer (off it, the blend falls back to Shepard, constant-reproducing, functions)
 from __future__ import annotations
 
 import itertools
-import math
 from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
@@ -99,7 +98,7 @@ import torch
 from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, eigsh
 from scipy.spatial import cKDTree
 
-from physskin_gs.geometry.sampling import farthest_point_sampling, grid_cells
+from physskin_gs.geometry.sampling import cell_centroids, farthest_point_sampling, grid_cells
 from physskin_gs.model.field import SkinningField
 
 ArrayLike = Union[np.ndarray, torch.Tensor]
@@ -445,13 +444,14 @@ def cell_nodes(points: np.ndarray, n: int, max_iter: int = 24) -> Optional[np.nd
     that is mirror-symmetric about a mid-plane gives nodes with the same symmetry (farthest-point nodes from a
     random start do not; points lying exactly on the plane are the exception).
     Returns (k, 3) float64 rows, k <= V, or None when the grid is too large to index (far outliers; the caller
-    then uses farthest points)."""
-    key, dims, inv, c, size, _ = grid_cells(points, n, tol=0.05, max_iter=max_iter)  # inv: [V] cell of each point
+    then uses farthest points). Raises ValueError for empty, non-(V, 3) or non-finite points (:func:`grid_cells`)."""
+    g = grid_cells(points, n, tol=0.05, max_iter=max_iter)
+    key, dims, inv, c, size = g.key, g.dims, g.cell, g.count, g.size  # inv: [V] cell of each point
     dp = dims.astype(np.int64) + 2  # padded by one cell on each side, so neighbour keys never wrap
     if float(np.prod(dp.astype(np.float64))) >= 2.0 ** 62:
         return None
-    per = np.bincount(inv, minlength=c).astype(np.float64)  # [C] points per cell
-    sums = np.stack([np.bincount(inv, weights=points[:, a], minlength=c) for a in range(3)], 1)  # [C, 3]
+    per, cen_c = cell_centroids(points, g)  # [C] points per cell, [C, 3] their centroids
+    sums = cen_c * per[:, None]  # [C, 3]
     ckey = np.zeros((c, 3), np.int64)
     ckey[inv] = key + 1
     flat = (ckey[:, 0] * dp[1] + ckey[:, 1]) * dp[2] + ckey[:, 2]  # [C] ascending (cells are in key order)
@@ -465,7 +465,7 @@ def cell_nodes(points: np.ndarray, n: int, max_iter: int = 24) -> Optional[np.nd
         nb_occ += hit
         nb_cnt[hit] += per[j[hit]]
         nb_sum[hit] += sums[j[hit]]
-    out = sums / per[:, None]  # [C, 3] centroids
+    out = cen_c.copy()  # [C, 3] centroids, moved out below in boundary cells
     boundary = (nb_occ < 27)[inv]  # [V] the point's cell misses a neighbour
     if boundary.any():
         # outward direction of a boundary cell: from its neighbourhood's centroid to its own centroid

@@ -9,9 +9,8 @@ evaluated in chunks so that a million query points never build one large attenti
 
 from __future__ import annotations
 
-import math
 import warnings
-from typing import Dict, Optional, Tuple
+from typing import Dict, Tuple
 
 import torch
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import asdict, dataclass, fields
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 import torch
 

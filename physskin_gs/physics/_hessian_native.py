@@ -15,7 +15,6 @@ The numpy/torch path is the reference; ``tests/test_physics.py`` holds this kern
 from __future__ import annotations
 
 import ctypes
-import os
 from typing import Optional
 
 import numpy as np

@@ -562,6 +562,15 @@ def legendre_beam_weights(degree: int = 6, axis: int = 0, cross_degree: int = 0)
 
 
 # ---------------------------------------------------------------------------------------------- protocol
+def _mirror_yz(pts: np.ndarray, mid: np.ndarray) -> np.ndarray:
+    """(4 k, 3): ``pts`` (k, 3) and its mirror images across the planes y = mid[1] and z = mid[2]."""
+    for a in (1, 2):
+        m = pts.copy()
+        m[:, a] = 2.0 * mid[a] - m[:, a]
+        pts = np.concatenate([pts, m], 0)
+    return pts
+
+
 def _box_cubature(size: np.ndarray, origin: np.ndarray, n: int, method: str, seed: int) -> np.ndarray:
     """(about n, 3) cubature points in the box: 'fps' (farthest points of 20 n uniform samples), 'fps_sym' (the same for
     n / 4 points in one quarter y, z < mid, mirrored across both mid-planes: exactly mirror-symmetric), 'cells'
@@ -580,12 +589,7 @@ def _box_cubature(size: np.ndarray, origin: np.ndarray, n: int, method: str, see
     if method == "cells":  # the product's rule (sample_cubature) on a mirror-symmetric pool of 20 n points
         from physskin_gs.geometry.interior import sample_cubature
 
-        pool = origin + rng.random((5 * n, 3)) * size
-        mid = origin + size / 2
-        for a in (1, 2):
-            m = pool.copy()
-            m[:, a] = 2.0 * mid[a] - m[:, a]
-            pool = np.concatenate([pool, m], 0)
+        pool = _mirror_yz(origin + rng.random((5 * n, 3)) * size, origin + size / 2)
         return sample_cubature(pool, n).double().numpy()
     if method in ("fps", "fps_sym"):
         from physskin_gs.geometry.sampling import farthest_point_sampling
@@ -595,13 +599,9 @@ def _box_cubature(size: np.ndarray, origin: np.ndarray, n: int, method: str, see
         pool = origin + rng.random((20 * k, 3)) * qsize
         pts = pool[farthest_point_sampling(pool, k, seed=seed, dtype=np.float64)]
         if method == "fps_sym":  # mirror the quarter (y, z below the mid-planes) to all four quadrants
-            mid = origin + size / 2
-            for a in (1, 2):
-                m = pts.copy()
-                m[:, a] = 2.0 * mid[a] - m[:, a]
-                pts = np.concatenate([pts, m], 0)
+            pts = _mirror_yz(pts, origin + size / 2)
         return pts
-    raise ValueError(f"unknown cubature method {method!r}; expected 'fps', 'fps_sym', 'random' or 'grid'")
+    raise ValueError(f"unknown cubature method {method!r}; expected 'cells', 'fps', 'fps_sym', 'random' or 'grid'")
 
 
 def cantilever_protocol(weights_fn: Optional[WeightsFn], *, size: Sequence[float] = (1.0, 0.2, 0.2),
