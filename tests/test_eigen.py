@@ -459,3 +459,81 @@ def test_cell_nodes_memory_stays_linear_on_flat_and_outlier_sets():
         assert peak < 4000 * len(pts) + (8 << 20)  # bytes; a dense grid over these boxes needed 4-30 GiB
     f = build_eigen_field(flat, 16)  # builds (it raised MemoryError with dense neighbour arrays)
     assert np.isfinite(f.evaluate(flat)[0]).all()
+
+
+# ------------------------------------------------------------------ the C kernel (model._rkpm_native)
+def _needs_rkpm_kernel():
+    from physskin_gs.model import _rkpm_native
+    if not _rkpm_native.available():
+        pytest.skip("no C compiler: native RKPM kernel unavailable")
+    return _rkpm_native
+
+
+def test_native_field_matches_the_reference_inside_on_the_fringe_and_outside(beam):
+    """The C kernel against the numpy / scipy shape functions: points inside, in the RKPM-to-Shepard fringe
+    (just outside the surface), beyond every support (nearest-node rows) and exactly on nodes."""
+    rk = _needs_rkpm_kernel()
+    V, f = beam
+    rng = np.random.default_rng(7)
+    x = np.concatenate([_interior(V, 1500), V[:200] * 1.08, rng.uniform(-1.6, 1.6, (1500, 3)), f.nodes[:50]])
+    W0, G0 = f.evaluate(x, native=False)
+    W1, G1 = f.evaluate(x, native=True)
+    Wn, Gn, covered, gamma = rk.evaluate(f, x)
+    _, _, cov_ref, gamma_ref = f.shape_functions(x)
+    assert (covered == cov_ref).all() and 0 < covered.sum() < len(x)  # some points lie beyond every support
+    assert 0 < (gamma_ref[covered] < 1).sum()  # the fringe (blend) is exercised
+    np.testing.assert_allclose(gamma, gamma_ref, atol=1e-9)
+    assert np.abs(W1 - W0).max() < 1e-10 * np.abs(W0).max()  # measured 1e-15 relative
+    assert np.abs(G1 - G0).max() < 1e-9 * np.abs(G0).max()  # measured 2e-15 relative
+    assert np.all(W1[:, -1] == 1.0) and np.all(G1[:, -1] == 0.0)
+    out = ~covered
+    assert np.array_equal(W1[out], W0[out]) and np.all(G1[out] == 0.0)  # the nearest scaled node's coefficients
+
+
+def test_native_build_matches_the_reference_build(beam):
+    """K and M from the kernel's dense accumulation give the reference's eigenpairs and column units."""
+    _needs_rkpm_kernel()
+    V, _ = beam
+    ref = build_eigen_field(V, 15, seed=0, num_nodes=256, native=False)
+    fast = build_eigen_field(V, 15, seed=0, num_nodes=256, native=True)
+    assert fast.num_handles == ref.num_handles
+    np.testing.assert_allclose(fast.eigenvalues, ref.eigenvalues, rtol=1e-9)
+    np.testing.assert_allclose(fast.col_scale, ref.col_scale, rtol=1e-9)
+    np.testing.assert_allclose(fast.coeffs, ref.coeffs, atol=1e-7 * np.abs(ref.coeffs).max())
+
+
+def test_native_kernel_required_but_unavailable_raises(beam, monkeypatch):
+    from physskin_gs.model import _rkpm_native
+    V, f = beam
+    monkeypatch.setattr(_rkpm_native, "_load", lambda: None)
+    with pytest.raises(RuntimeError, match="native RKPM kernel is unavailable"):
+        f.evaluate(V[:10], native=True)
+    with pytest.raises(RuntimeError, match="native RKPM kernel is unavailable"):
+        build_eigen_field(V, 6, num_nodes=64, native=True)
+    W, G = f.evaluate(V[:10])  # the default falls back to the reference
+    W0, G0 = f.evaluate(V[:10], native=False)
+    assert np.array_equal(W, W0) and np.array_equal(G, G0)
+
+
+def test_bucket_table_lists_every_covering_node():
+    """Each node appears in every bucket its support's box overlaps, ascending; so the covering nodes of any
+    point are among its bucket's (checked against a KD-tree ball query)."""
+    rk = _needs_rkpm_kernel()
+    rng = np.random.default_rng(3)
+    nodes = rng.uniform(-1, 1, (300, 3))
+    radius = rng.uniform(0.05, 0.6, 300)
+    t = rk.bucket_table(nodes, radius)
+    x = rng.uniform(-1.5, 1.5, (3000, 3))
+    b = np.floor((x - t.origin) / t.size).astype(np.int64)
+    inside = ((b >= 0) & (b < t.dims)).all(1)
+    flat = (b[:, 0] * t.dims[1] + b[:, 1]) * t.dims[2] + b[:, 2]
+    d = np.linalg.norm(x[:, None] - nodes[None], axis=2) / radius[None]  # [3000, 300]
+    for p in range(len(x)):
+        cover = np.flatnonzero(d[p] < 1)
+        if not inside[p]:
+            assert cover.size == 0
+            continue
+        lst = t.node[t.start[flat[p]]:t.start[flat[p] + 1]]
+        assert np.all(np.diff(lst) > 0) and np.isin(cover, lst).all()
+    with pytest.raises(ValueError):
+        rk.bucket_table(nodes[:0], radius[:0])
