@@ -39,7 +39,7 @@ from typing import Callable, Dict, Optional
 import numpy as np
 import torch
 
-from physskin_gs.deform import DeformedGaussians, GaussianDeformer, rotate_sh
+from physskin_gs.deform import DeformedGaussians, GaussianDeformer, rest_covariances, rotate_sh
 from physskin_gs.errors import OptionError, PhysSkinError
 # Every preparation runs the scene analysis, the interior fill and the field build: their modules (and the scipy
 # submodules they need, about 0.3 s of imports) load with this module, once per process, rather than inside the
@@ -49,7 +49,8 @@ from physskin_gs.geometry.normalize import normalize_points
 from physskin_gs.geometry.scene_analysis import analyze_scene
 from physskin_gs.model import grid_field
 from physskin_gs.model.bases import DEFAULT_SKINNING, resolve_skinning
-from physskin_gs.model.grid_field import GridSkinningField, evaluate_field, grid_error_report, plan_grid
+from physskin_gs.model.grid_field import (GridSkinningField, evaluate_field, grid_error_report, pilot_sample,
+                                         plan_grid)
 from physskin_gs.physics import _hessian_native
 from physskin_gs.physics.simulator import SubspaceSimulator
 from physskin_gs.scene import C0, GaussianScene
@@ -70,13 +71,15 @@ ProgressFn = Optional[Callable[[str, float], None]]
 FIELD_EVAL_MODES = ("auto", "grid", "direct")
 #: "auto" field evaluation considers the grid from this many moving Gaussians on. Measured crossovers on the
 #: 1M bench capture's object, 2 cores (``scripts/bench_prepare.py``): network about 35k moving Gaussians (50k:
-#: grid 0.92 s vs direct 1.22 s; 25k: 0.79 vs 0.61 s), eigen about 120k (100k: 0.62 vs 0.57 s; 198k: 0.82 vs
-#: 1.09 s); below 50k the gain is at most a few tenths of a second.
+#: grid 0.92 s vs direct 1.22 s; 25k: 0.79 vs 0.61 s); below 50k the gain is at most a few tenths of a second.
+#: The eigen field's direct evaluation (C kernel, about 0.4 us per point on 2 cores) is cheaper than any grid
+#: (198k: 0.19 s direct vs 0.58 s grid); without the kernel (numpy reference) its crossover is about 120k.
 GRID_AUTO_MIN_GAUSSIANS = 50_000
 #: Cost model of "auto" above the threshold (seconds, 2 cores, measured on the bench capture): the grid is used
 #: when ``(nodes + checks + GRID_FALLBACK_SHARE N) c + N GRID_INTERP_SECONDS (H / 17) + nodes
 #: GRID_NODE_OVERHEAD_SECONDS`` is below ``GRID_AUTO_MARGIN`` times the direct ``N c``, with c the pilot's
-#: measured direct time per point.
+#: measured direct time per point. When even the interpolation term alone is not below that margin (the eigen
+#: field's C kernel: about 0.4 us per point on 2 cores), the grid is not planned at all.
 GRID_INTERP_SECONDS = 1.5e-6
 GRID_NODE_OVERHEAD_SECONDS = 3e-6
 GRID_FALLBACK_SHARE = 0.1
@@ -367,13 +370,23 @@ def _gaussian_weights(field, x_norm: torch.Tensor, mode: str, seed: int = 0):
     elif N < GRID_AUTO_MIN_GAUSSIANS:
         use, facts["reason"] = "direct", f"{N} moving Gaussians < {GRID_AUTO_MIN_GAUSSIANS}"
     else:
-        plan = plan_grid(field, x_norm, pilot=GRID_REPORT_POINTS, seed=seed, max_nodes=budget)
-        c = plan.seconds_per_point
+        pilot = pilot_sample(field, x_norm, GRID_REPORT_POINTS, seed)
+        c = pilot.seconds_per_point
         direct_s = N * c
-        grid_s = ((plan.num_nodes + plan.num_occupied + GRID_FALLBACK_SHARE * N) * c
-                  + N * GRID_INTERP_SECONDS * field.num_handles / 17.0 + plan.num_nodes * GRID_NODE_OVERHEAD_SECONDS)
+        floor_s = N * GRID_INTERP_SECONDS * field.num_handles / 17.0  # the grid's interpolation alone
+        if floor_s >= GRID_AUTO_MARGIN * direct_s:  # no grid can pay (the eigen field's C kernel): no plan
+            grid_s = floor_s
+            plan = None
+        else:
+            plan = plan_grid(field, x_norm, pilot=GRID_REPORT_POINTS, seed=seed, max_nodes=budget, pilot_data=pilot)
+            grid_s = ((plan.num_nodes + plan.num_occupied + GRID_FALLBACK_SHARE * N) * c + floor_s
+                      + plan.num_nodes * GRID_NODE_OVERHEAD_SECONDS)
         facts["estimate_seconds"] = {"direct": direct_s, "grid": grid_s}
-        if grid_s < GRID_AUTO_MARGIN * direct_s:
+        if plan is None:
+            use = "direct"
+            facts["reason"] = (f"a grid's interpolation alone ({floor_s:.2f} s estimated) is not below "
+                               f"{GRID_AUTO_MARGIN:g} x {direct_s:.2f} s direct: no grid planned")
+        elif grid_s < GRID_AUTO_MARGIN * direct_s:
             use = "grid"
             facts["reason"] = (f"{N} moving Gaussians >= {GRID_AUTO_MIN_GAUSSIANS} and a grid of {plan.num_nodes} "
                                f"nodes is estimated at {grid_s:.2f} s vs {direct_s:.2f} s direct")
@@ -609,7 +622,7 @@ class AnimatedScene:
         means = sc.means.clone()
         means[self._idx] = d.means
         if getattr(self, "_rest_covars", None) is None:
-            self._rest_covars = sc.covariances()  # static rows: computed once
+            self._rest_covars = rest_covariances(sc.quats, sc.log_scales)  # static rows: computed once
         covars = self._rest_covars.clone()
         covars[self._idx] = d.covars
         if sc.sh_rest.shape[1] > 0 and view_rotations:

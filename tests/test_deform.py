@@ -380,7 +380,9 @@ def test_native_and_torch_kernels_agree():
     assert _rel(cn, ct.double()) < 1e-5
     assert (dn.deformation_gradients() - dt.deformation_gradients()).abs().max() < 1e-5
     assert _rel(dn.FL, dt.FL.double()) < 1e-5
-    assert torch.equal(dn.rest_means, dt.rest_means) and torch.equal(dn.L, dt.L)
+    assert torch.equal(dn.rest_means, dt.rest_means)
+    # L = R S: the C packing's exp and rotation round differently from torch's in the last bits
+    assert ((dn.L - dt.L).abs() <= 1e-6 * dt.L.abs().amax((1, 2), keepdim=True)).all()
 
 
 def test_kernel_choice_and_fallback(monkeypatch):
@@ -505,3 +507,74 @@ def test_rotate_sh_parallel_equals_serial(monkeypatch):
     assert torch.equal(par, shm.rotate_sh_serial(sh, R))
     with pytest.raises(OptionError, match=bad_count):
         shm.rotate_sh_serial(torch.zeros(n, 5, 3), R)
+
+
+def test_native_packing_matches_the_torch_packing(monkeypatch):
+    """The C packing of the tile storage (one pass) against the torch packing it replaced: same tiles, rest
+    means and covariances, also for NaN / inf / zero quaternions, NaN and extreme log-scales, non-finite W and
+    a size that is not a multiple of the tile."""
+    from physskin_gs import deform as deform_mod
+
+    if not native_available():
+        pytest.skip("no C compiler: native deformation kernel unavailable")
+    n, H = 40013, 9
+    means, quats, ls, _ = _gaussians(n, seed=21)
+    W, dW = _random_skinning(n, H, seed=21)
+    quats[:5] = 0.0
+    quats[5, 1] = float("nan")
+    quats[6, 2] = float("inf")
+    ls[7] = float("nan")
+    ls[8] = torch.tensor([-80.0, 40.0, float("inf")])
+    means[9, 0] = float("nan")
+    means[10, 1] = float("-inf")
+    W[11, 2] = float("nan")
+    dW[12, 3, 1] = float("inf")
+    packed = GaussianDeformer(means, quats, ls, W, dW, native=True, chunk_size=10007)
+    monkeypatch.setattr(deform_mod, "_PACK_NATIVE", False)
+    ref = GaussianDeformer(means, quats, ls, W, dW, native=True, chunk_size=10007)
+    assert packed._D.shape == ref._D.shape and torch.equal(packed._keep, ref._keep)
+    K = packed.K
+    assert torch.equal(packed._D[:, :4 * K + 3], ref._D[:, :4 * K + 3])  # W, grad W, means: copied
+    La, Lb = packed.L, ref.L  # [n, 3, 3] rotation times scales: rounding of R's cancelling entries differs
+    scale = Lb.abs().amax((1, 2), keepdim=True)
+    assert ((La - Lb).abs() <= 1e-6 * scale).all()  # measured 2.4e-7 of the largest entry
+    assert torch.equal(packed.means, ref.means)
+    cs = ref.covars.abs().amax((1, 2), keepdim=True)
+    assert ((packed.covars - ref.covars).abs() <= 2e-6 * cs).all()
+    assert (packed._D[-1, :, n % 8:] == 0).all()  # the unused lanes of the last tile
+    Z = _random_Z(H, seed=21, scale=0.3)
+    xp, cp = packed.deform(Z)
+    xr, cr = ref.deform(Z)
+    assert torch.equal(torch.isfinite(xp), torch.isfinite(xr))
+    ok = torch.isfinite(xr).all(1)
+    assert (xp[ok] - xr[ok]).abs().max() < 1e-5
+
+
+def test_rest_covariances_match_the_scene_reference(monkeypatch):
+    """The compiled rest covariances against GaussianScene.covariances() (and the torch fallback), with zero,
+    NaN and huge quaternions and NaN / extreme log-scales (whose rows stay NaN / inf as in the reference)."""
+    from physskin_gs import deform as deform_mod
+    from physskin_gs.deform import rest_covariances
+    from physskin_gs.scene import GaussianScene
+
+    n = 70001
+    means, quats, ls, _ = _gaussians(n, seed=31)
+    quats[:3] = 0.0
+    quats[3, 0] = float("nan")
+    quats[4, 1] = 1e30
+    ls[5, 2] = float("nan")
+    ls[6] = torch.tensor([-40.0, 5.0, 0.0])
+    sc = GaussianScene(means=means, quats=quats, log_scales=ls, opacity_logits=torch.zeros(n),
+                       sh_dc=torch.zeros(n, 3), sh_rest=torch.zeros(n, 0, 3))
+    ref = sc.covariances()
+    fast = rest_covariances(quats, ls)
+    assert fast.shape == (n, 3, 3) and fast.dtype == torch.float32
+    fin = torch.isfinite(ref).all(2).all(1)
+    assert torch.equal(torch.isfinite(fast).all(2).all(1), fin) and int((~fin).sum()) == 1  # the NaN scale row
+    scale = ref[fin].abs().amax((1, 2), keepdim=True)
+    assert ((fast[fin] - ref[fin]).abs() <= 2e-6 * scale).all()  # float rounding of exp and the rotation
+    assert torch.allclose(fast[:3], torch.diag_embed(torch.exp(2 * ls[:3])), rtol=1e-6)  # identity rotation
+    monkeypatch.setattr(deform_mod, "_native_kernel", lambda: (None, "no compiler here"))
+    assert torch.equal(rest_covariances(quats, ls)[fin], ref[fin])
+    with pytest.raises(ValueError):
+        rest_covariances(quats[:, :3], ls)

@@ -215,8 +215,10 @@ class SplitDeformSource:
         """(means (N, 3), covars (N, 3, 3)) float32 private tensors of every Gaussian for ``state`` (static rows at
         rest), as ``anim.deformed_gaussians()`` returns them."""
         if self._rest is None:
+            from physskin_gs.deform import rest_covariances  # GaussianScene.covariances(), compiled
+
             sc = self.anim.scene
-            self._rest = (sc.means.detach().float(), sc.covariances().detach().float())
+            self._rest = (sc.means.detach().float(), rest_covariances(sc.quats, sc.log_scales))
         rest_m, rest_c = self._rest
 
         def scatter(m, c):

@@ -604,7 +604,7 @@ def _score(p: np.ndarray, normals: np.ndarray, offsets: np.ndarray, band: float,
         sd = p32 @ normals[s:e].T.astype(np.float32) - offsets[s:e].astype(np.float32)  # [M, C]
         inl[s:e] = np.count_nonzero(np.abs(sd) <= band, axis=0)
         above[s:e] = np.count_nonzero(sd > band, axis=0)
-        below[s:e] = np.count_nonzero(sd < -band, axis=0)
+        below[s:e] = p.shape[0] - inl[s:e] - above[s:e]  # the rest (p is finite: every row is in one class)
     return inl, above, below
 
 

@@ -104,8 +104,9 @@ static int shape_point(const double* xp, const double* nodes, const double* radi
     for (int64_t e = bstart[bk]; e < bstart[bk + 1]; ++e) {
         int j = bnode[e];
         double d0 = nodes[3 * j] - xp[0], d1 = nodes[3 * j + 1] - xp[1], d2 = nodes[3 * j + 2] - xp[2];
-        double r = radius[j];
-        double q = sqrt(d0 * d0 + d1 * d1 + d2 * d2) / r;
+        double r = radius[j], dd = d0 * d0 + d1 * d1 + d2 * d2;
+        if (!(dd < 1.0000001 * r * r)) continue; /* cheap rejection of most bucket candidates; q decides below */
+        double q = sqrt(dd) / r;
         if (!(q < 1.0)) continue;
         double w, g;
         if (q <= 0.5) { w = 1.0 - 6.0 * q * q + 6.0 * q * q * q; g = -12.0 + 18.0 * q; }

@@ -438,7 +438,7 @@ def quadrature_weights(points: np.ndarray, rule: str = "uniform", k: int = 16) -
         return np.full(V, 1.0 / V)
     if rule == "knn":
         kk = int(min(k, V - 1))
-        d, _ = cKDTree(points).query(points, k=kk + 1)
+        d, _ = cKDTree(points).query(points, k=kk + 1, workers=-1)
         w = np.maximum(d[:, kk], 1e-12) ** 3
         w = np.minimum(w, 8.0 * np.median(w))  # isolated points cannot take over
         return w / w.sum()
@@ -611,7 +611,7 @@ def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optiona
         raise ValueError(f"{n} distinct nodes (from {V} points, {len(np.unique(pts, axis=0))} distinct) are too "
                          f"few for {num_handles} handles")
     dn, _ = cKDTree(nodes).query(nodes, k=radius_k + 1)  # [n, k+1], column 0 is the node itself
-    dp, _ = cKDTree(pts).query(pts, k=2)  # [V, 2]
+    dp, _ = cKDTree(pts).query(pts, k=2, workers=-1)  # [V, 2]
     spacing = float(dp[:, 1].mean())
     radius = np.maximum(radius_factor * dn[:, radius_k], min_spacing_factor * spacing)
     radius = np.minimum(radius, radius_cap * float(np.median(radius)))
@@ -663,4 +663,7 @@ def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optiona
         Wb = _rkpm_native.evaluate(EigenSkinningField(nodes, radius, C, np.ones(m), lam, h), pts)[0][:, :m]
         Wb[~covered] = 0.0
     col_scale = np.sqrt((Wb * Wb).mean(0))
-    return EigenSkinningField(nodes, radius, C / col_scale, col_scale, lam, h)
+    field = EigenSkinningField(nodes, radius, C / col_scale, col_scale, lam, h)
+    if getattr(proto, "_bucket_table", None) is not None:  # same nodes and radii: the kernel's table carries over
+        field._bucket_table = proto._bucket_table
+    return field

@@ -102,7 +102,7 @@ import torch
 from physskin_gs.model.field import SkinningField
 from physskin_gs._threads import MAX_WORKERS, run_on_workers, single_thread
 
-__all__ = ["GridSkinningField", "GridPlan", "plan_grid", "grid_error_report", "grid_interpolate_reference",
+__all__ = ["GridSkinningField", "GridPlan", "Pilot", "pilot_sample", "plan_grid", "grid_error_report", "grid_interpolate_reference",
            "deformation_difference", "evaluate_field", "choose_cell", "field_length_scale", "SCHEMES"]
 
 SCHEMES = ("hermite", "catmull-rom", "trilinear")
@@ -353,25 +353,47 @@ def _finite_points(points: torch.Tensor) -> torch.Tensor:
     return x
 
 
-def plan_grid(base: SkinningField, points: torch.Tensor, *, scheme: str = "hermite", margin: int = 1,
-              max_nodes: Optional[int] = None, cells_per_length: Optional[float] = None, pilot: int = 2000,
-              seed: int = 0) -> GridPlan:
-    """Resolution rule (module docstring): evaluate the base field directly at ``pilot`` random build points
-    (normalised frame, (N, 3)), take its length scale (:func:`field_length_scale`) and :func:`choose_cell`
-    (``max_nodes`` None: :data:`MAX_NODES`; ``cells_per_length`` None: :data:`CELLS_PER_LENGTH`, both read at
-    call time). Costs ``pilot`` base evaluations plus a few passes of cell counting. Raises ValueError for bad
-    points."""
-    t0 = time.perf_counter()
-    max_nodes = MAX_NODES if max_nodes is None else int(max_nodes)
-    cells_per_length = CELLS_PER_LENGTH if cells_per_length is None else float(cells_per_length)
+@dataclass
+class Pilot:
+    """Direct evaluation of a field at a random sample of build points (:func:`pilot_sample`): points (P, 3)
+    float32 normalised frame, W (P, H) and G (P, H, 3) float32, seconds_per_point (wall-clock seconds per point
+    on the torch threads, as :func:`evaluate_field` runs it)."""
+
+    points: torch.Tensor
+    W: torch.Tensor
+    G: torch.Tensor
+    seconds_per_point: float
+
+
+def pilot_sample(base: SkinningField, points: torch.Tensor, pilot: int = 2000, seed: int = 0) -> Pilot:
+    """Evaluate ``base`` directly at max(16, ``pilot``) random rows of the finite build points (N, 3) (seeded;
+    all of them when fewer), timed after an untimed warm-up call on 64 of them (first-call costs: worker threads,
+    a compiled kernel's tables). Raises ValueError for bad points and what the field raises."""
     x = _finite_points(points)
     g = torch.Generator().manual_seed(int(seed))
     sel = torch.randperm(x.shape[0], generator=g)[: max(16, int(pilot))]
     xp = x[sel]
     T = min(MAX_WORKERS, torch.get_num_threads())
+    evaluate_field(base, xp[:64], chunk=max(1, math.ceil(min(64, xp.shape[0]) / T)))  # warm-up, not timed
     tp = time.perf_counter()
     Wp, Gp = evaluate_field(base, xp, chunk=max(1, math.ceil(xp.shape[0] / T)))  # as the direct path runs
-    pilot_seconds = time.perf_counter() - tp
+    return Pilot(xp, Wp, Gp, (time.perf_counter() - tp) / max(1, xp.shape[0]))
+
+
+def plan_grid(base: SkinningField, points: torch.Tensor, *, scheme: str = "hermite", margin: int = 1,
+              max_nodes: Optional[int] = None, cells_per_length: Optional[float] = None, pilot: int = 2000,
+              seed: int = 0, pilot_data: Optional[Pilot] = None) -> GridPlan:
+    """Resolution rule (module docstring): evaluate the base field directly at ``pilot`` random build points
+    (normalised frame, (N, 3); :func:`pilot_sample`, or ``pilot_data`` when already made), take its length scale
+    (:func:`field_length_scale`) and :func:`choose_cell` (``max_nodes`` None: :data:`MAX_NODES`;
+    ``cells_per_length`` None: :data:`CELLS_PER_LENGTH`, both read at call time). Costs ``pilot`` base
+    evaluations plus a few passes of cell counting. Raises ValueError for bad points."""
+    t0 = time.perf_counter()
+    max_nodes = MAX_NODES if max_nodes is None else int(max_nodes)
+    cells_per_length = CELLS_PER_LENGTH if cells_per_length is None else float(cells_per_length)
+    x = _finite_points(points)
+    pil = pilot_data if pilot_data is not None else pilot_sample(base, x, pilot, seed)
+    xp, Wp, Gp = pil.points, pil.W, pil.G
     length = field_length_scale(Wp, Gp)
     ext = float((x.max(0).values - x.min(0).values).max())
     use = length if math.isfinite(length) else max(ext, 1e-6) * cells_per_length
@@ -383,7 +405,7 @@ def plan_grid(base: SkinningField, points: torch.Tensor, *, scheme: str = "hermi
         occ = int(_unique(_Keys(c.max(0).values + margin + 1)(c)).numel())
     return GridPlan(cell=cell, num_nodes=nodes, num_occupied=occ, length_scale=length, pilot_points=xp,
                     pilot_W=Wp, pilot_G=Gp, seconds=time.perf_counter() - t0,
-                    seconds_per_point=pilot_seconds / max(1, xp.shape[0]))
+                    seconds_per_point=pil.seconds_per_point)
 
 
 class GridSkinningField(SkinningField):
