@@ -284,8 +284,10 @@ def print_table(res: Dict) -> None:
     fe = res.get("field_eval") or {}
     rep_note = ""
     if res.get("repeats", 1) > 1:
-        rep_note = (f"; fastest of {res['repeats']} runs (load to first frame per run: "
-                    f"{', '.join(f'{v:.2f}' for v in res['load_to_first_frame_runs'])} s)")
+        per = ", ".join(f"{t:.2f} s / {ld:.2f} s = {t / ld:.1f}x" for t, ld in
+                        zip(res["load_to_first_frame_runs"], res["load_runs"]))
+        rep_note = (f"; fastest of {res['repeats']} runs (load to first frame / load per run: {per}; the load of "
+                    f"this 2-core VM's page cache varies several-fold between processes)")
     print(f"\n== {res['num_gaussians']} Gaussians ({res['num_moving']} moving), skinning {res['skinning']}, "
           f"field evaluation {fe.get('mode')} ({fe.get('reason', '')}){rep_note}")
     if fe.get("mode") == "grid":
@@ -319,6 +321,7 @@ def best_run(runs: list) -> Dict:
     out["peak_rss_mib"] = max(r["peak_rss_mib"] for r in runs)
     out["repeats"] = len(runs)
     out["load_to_first_frame_runs"] = [r["load_to_first_frame"] for r in runs]
+    out["load_runs"] = [r["load"] for r in runs]
     return out
 
 

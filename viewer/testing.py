@@ -18,6 +18,7 @@ from typing import Dict, Optional
 import numpy as np
 import torch
 
+from physskin_gs.deform import rest_covariances
 from physskin_gs.scene import C0, GaussianScene
 
 
@@ -139,7 +140,7 @@ class FakeAnimatedScene:
             raise ValueError(f"moving must be an ({n},) bool mask with at least one True")
         self._all = bool(self.moving.all())
         self._rest_means = scene.means.float()
-        self._rest_covars = scene.covariances().float()
+        self._rest_covars = rest_covariances(scene.quats, scene.log_scales)  # as AnimatedScene's static rows
         mov = self.moving
         self.x0 = scene.means[mov].double().numpy()  # [M, 3] the moving rows (all rows by default)
         self.cov0 = self._rest_covars[mov]
