@@ -55,6 +55,9 @@ def test_animate_prints_url_serves_page_and_exits_cleanly_on_ctrl_c(splat_file):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         env=env,
+        # a suite started in the background by a non-interactive shell inherits SIGINT ignored, and Python keeps
+        # an ignored SIGINT ignored: give the child the default, as a terminal would
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     lines = []
     try:

@@ -1,9 +1,11 @@
 """A sparse-grid interpolant of any skinning field, for evaluating W and grad W at millions of Gaussians (issue #13).
 
 Why: the pipeline needs W (N, H) and grad W (N, H, 3) at every moving Gaussian centre once. Directly that costs
-about 5-15 us per centre for the eigen field and 20-65 us for the network (7 evaluations: central differences),
-on 2 cores; the fields are smooth at the scale of a few Gaussian spacings, so a grid of 20-40k nodes around the
-object, evaluated once, plus an interpolation of about 1.7 us per centre gives the same numbers.
+20-65 us per centre for the network (7 evaluations: central differences) and 5-15 us for the eigen field's numpy
+reference, on 2 cores; the fields are smooth at the scale of a few Gaussian spacings, so a grid of 20-40k nodes
+around the object, evaluated once, plus an interpolation of about 1.7 us per centre gives the same numbers. (The
+eigen field's C kernel, about 1 us per centre, is cheaper than any interpolation: the pipeline's "auto" mode then
+evaluates it directly.)
 
 :class:`GridSkinningField` is built once per object from a base :class:`~physskin_gs.model.field.SkinningField`
 (eigen, network, fit, RBF) and the points it will be queried at (the moving Gaussian centres, normalised frame):
