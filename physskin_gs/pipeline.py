@@ -178,6 +178,13 @@ def resolve_up(up: str, scene: Optional[GaussianScene] = None) -> torch.Tensor:
 _RULE = re.compile(r"^\s*opacity\s*(>=|<=|>|<)\s*([-+0-9.eE]+)\s*$")
 
 
+def _finite_rows(scene: GaussianScene, idx: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """(N,) bool (or (len(idx),) for the rows idx): means, log-scales, quats and opacity logit all finite."""
+    sel = (lambda t: t) if idx is None else (lambda t: t[idx])
+    return torch.isfinite(sel(scene.means)).all(1) & torch.isfinite(sel(scene.log_scales)).all(1) \
+        & torch.isfinite(sel(scene.quats)).all(1) & torch.isfinite(sel(scene.opacity_logits))
+
+
 def parse_selection(spec: Optional[str], scene: GaussianScene) -> torch.Tensor:
     """(N,) bool mask of the Gaussians that move: finite rows matching ``spec``.
 
@@ -185,8 +192,7 @@ def parse_selection(spec: Optional[str], scene: GaussianScene) -> torch.Tensor:
     (also >=, <, <=; opacity is the activated value in [0, 1]). Raises OptionError for a malformed spec or an
     empty selection.
     """
-    finite = torch.isfinite(scene.means).all(1) & torch.isfinite(scene.log_scales).all(1) \
-        & torch.isfinite(scene.quats).all(1) & torch.isfinite(scene.opacity_logits)
+    finite = _finite_rows(scene)
     if spec is None or str(spec).strip().lower() in ("", "all"):
         mask = finite
     else:
@@ -845,7 +851,10 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     else:
         up = resolve_up(config.up, scene)
     if select_auto:
-        moving = torch.from_numpy(analysis.object | analysis.transparent_in_object) & parse_selection("all", scene)
+        # the analysis' object rows that are finite in every parameter (parse_selection's rule, on those rows only)
+        cand = torch.from_numpy(np.flatnonzero(analysis.object | analysis.transparent_in_object))
+        moving = torch.zeros(scene.num_gaussians, dtype=torch.bool)
+        moving[cand[_finite_rows(scene, cand)]] = True
         if int(moving.sum()) < 4:
             raise OptionError(f"the scene analysis found no object to animate ({analysis.summary()}); pass --select "
                               "all or a box")
@@ -875,8 +884,9 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
         raise PhysSkinError("the selected Gaussians have zero extent; nothing to simulate")
     # the default scale (the object is 1 m across) from a robust extent: 0.5-99.5 % quantiles, so a few stray
     # rows in the selection cannot shrink the object
-    q = torch.quantile(mov_means.double()[torch.randperm(mov_means.shape[0], generator=torch.Generator()
-                       .manual_seed(config.seed))[:200000]], torch.tensor([0.005, 0.995], dtype=torch.float64), dim=0)
+    sub = mov_means.double()[torch.randperm(mov_means.shape[0], generator=torch.Generator()
+                             .manual_seed(config.seed))[:200000]].numpy()
+    q = np.quantile(sub, [0.005, 0.995], axis=0)  # torch.quantile's linear rule, by partition (no full sort)
     robust_extent = float((q[1] - q[0]).max())
     robust_extent = robust_extent if robust_extent > 0 else extent
     sim_scale = float(config.scale) if config.scale is not None else 1.0 / robust_extent

@@ -537,3 +537,15 @@ def test_bucket_table_lists_every_covering_node():
         assert np.all(np.diff(lst) > 0) and np.isin(cover, lst).all()
     with pytest.raises(ValueError):
         rk.bucket_table(nodes[:0], radius[:0])
+
+
+def test_native_float32_output_is_the_float64_result_rounded(beam):
+    _needs_rkpm_kernel()
+    V, f = beam
+    x = np.concatenate([_interior(V, 500), np.random.default_rng(2).uniform(-1.6, 1.6, (300, 3))])
+    W64, G64 = f.evaluate(x, native=True)
+    W32, G32 = f.evaluate(x, native=True, dtype=np.float32)
+    assert W32.dtype == np.float32 and G32.dtype == np.float32
+    assert np.array_equal(W32, W64.astype(np.float32)) and np.array_equal(G32, G64.astype(np.float32))
+    Wt, Gt = f.weights_and_grads(torch.from_numpy(x))
+    assert np.array_equal(Wt.numpy(), W32) and np.array_equal(Gt.numpy(), G32)

@@ -197,35 +197,30 @@ static int shape_point(const double* xp, const double* nodes, const double* radi
 
 #define SHAPE_ARGS nodes, radius, feat, xn, c0, h, ridge, klo, khi, borig, bsize, bdims, bstart, bnode
 
-/* W (N, m + 1) and grad W (N, m + 1, 3); returns the number of singular moment matrices (rows left zero),
-   -1 when the scratch cannot be allocated */
+/* W (N, m + 1) and grad W (N, m + 1, 3), float64 (f32 == 0) or float32 (f32 != 0); returns the number of singular
+   moment matrices (rows left zero), -1 when the scratch cannot be allocated */
 int physskin_rkpm_eval(int N, const double* x, int n, const double* nodes, const double* radius,
                        const double* feat, const double* xn, const double* c0, double h, double ridge,
                        double klo, double khi, int m, const double* coeffs,
                        const double* borig, double bsize, const int64_t* bdims, const int64_t* bstart,
-                       const int32_t* bnode, double* W, double* G, uint8_t* covered, double* gamma_out) {
+                       const int32_t* bnode, void* Wv, void* Gv, int f32, uint8_t* covered, double* gamma_out) {
     int H = m + 1, nbad = 0;
-    size_t nn = (size_t)(n > 0 ? n : 1), mm = (size_t)(m > 0 ? m : 1);
+    size_t nn = (size_t)(n > 0 ? n : 1);
     int* idx = (int*)malloc(sizeof(int) * nn);
     double* phi = (double*)malloc(sizeof(double) * nn);
     double* dphi = (double*)malloc(sizeof(double) * 3 * nn);
-    double* acc = (double*)malloc(sizeof(double) * 4 * mm);
+    double* acc = (double*)malloc(sizeof(double) * 4 * (size_t)H);  /* W then grad W (x, y, z) per column */
     if (!idx || !phi || !dphi || !acc) { free(idx); free(phi); free(dphi); free(acc); return -1; }
+    double* aw = acc;
+    double* ax = acc + H;
+    double* ay = acc + 2 * H;
+    double* az = acc + 3 * H;
     for (int p = 0; p < N; ++p) {
-        double* Wp = W + (size_t)p * H;
-        double* Gp = G + (size_t)p * H * 3;
-        memset(Wp, 0, sizeof(double) * H);
-        memset(Gp, 0, sizeof(double) * H * 3);
-        Wp[m] = 1.0;
+        memset(acc, 0, sizeof(double) * 4 * (size_t)H);
+        aw[m] = 1.0;
         covered[p] = 0;
         int cnt = shape_point(x + 3 * (size_t)p, SHAPE_ARGS, idx, phi, dphi, gamma_out + p);
-        if (cnt < 0) { ++nbad; continue; }
-        if (cnt == 0) continue;
-        double* aw = acc;
-        double* ax = acc + m;
-        double* ay = acc + 2 * m;
-        double* az = acc + 3 * m;
-        memset(acc, 0, sizeof(double) * 4 * (size_t)m);
+        if (cnt < 0) ++nbad;
         for (int a = 0; a < cnt; ++a) {
             double f = phi[a], g0 = dphi[3 * a], g1 = dphi[3 * a + 1], g2 = dphi[3 * a + 2];
             const double* Cj = coeffs + (size_t)idx[a] * m;
@@ -234,11 +229,22 @@ int physskin_rkpm_eval(int N, const double* x, int n, const double* nodes, const
                 aw[c] += f * v; ax[c] += g0 * v; ay[c] += g1 * v; az[c] += g2 * v;
             }
         }
-        for (int c = 0; c < m; ++c) {
-            Wp[c] = aw[c];
-            Gp[3 * c] = ax[c]; Gp[3 * c + 1] = ay[c]; Gp[3 * c + 2] = az[c];
+        if (cnt > 0) covered[p] = 1;
+        if (f32) {
+            float* Wp = (float*)Wv + (size_t)p * H;
+            float* Gp = (float*)Gv + (size_t)p * H * 3;
+            for (int c = 0; c < H; ++c) {
+                Wp[c] = (float)aw[c];
+                Gp[3 * c] = (float)ax[c]; Gp[3 * c + 1] = (float)ay[c]; Gp[3 * c + 2] = (float)az[c];
+            }
+        } else {
+            double* Wp = (double*)Wv + (size_t)p * H;
+            double* Gp = (double*)Gv + (size_t)p * H * 3;
+            for (int c = 0; c < H; ++c) {
+                Wp[c] = aw[c];
+                Gp[3 * c] = ax[c]; Gp[3 * c + 1] = ay[c]; Gp[3 * c + 2] = az[c];
+            }
         }
-        covered[p] = 1;
     }
     free(idx); free(phi); free(dphi); free(acc);
     return nbad;
@@ -295,7 +301,8 @@ def _load():
         if lib is not None:
             fn = lib.physskin_rkpm_eval
             P, i32, f64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_double
-            fn.argtypes = [i32, P, i32, P, P, P, P, P, f64, f64, f64, f64, i32, P, P, f64, P, P, P, P, P, P, P]
+            fn.argtypes = [i32, P, i32, P, P, P, P, P, f64, f64, f64, f64, i32, P, P, f64, P, P, P, P, P, i32, P,
+                           P]
             fn.restype = i32
             gram = lib.physskin_rkpm_gram
             gram.argtypes = [i32, P, P, i32, P, P, P, P, P, f64, f64, f64, f64, P, f64, P, P, P, P, P, P]
@@ -369,10 +376,11 @@ def _table(field) -> BucketTable:
     return t
 
 
-def evaluate(field, x: np.ndarray) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+def evaluate(field, x: np.ndarray, dtype=np.float64
+             ) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Blended RKPM field of an :class:`~physskin_gs.model.eigen.EigenSkinningField` at x (N, 3) float64 finite,
-    normalised frame: (W (N, H) float64, dW/dX (N, H, 3) float64, covered (N,) bool, gamma (N,) float64), or None
-    without the kernel. Uncovered rows are zero except the constant column (1); the caller fills them. Raises
+    normalised frame: (W (N, H), dW/dX (N, H, 3) in ``dtype`` (np.float64 or np.float32; sums in float64 either
+    way), covered (N,) bool, gamma (N,) float64), or None without the kernel. Uncovered rows are zero except the constant column (1); the caller fills them. Raises
     RuntimeError if the kernel cannot allocate its scratch or a moment matrix is singular (the ridge prevents
     that for finite input)."""
     fn = _load()
@@ -381,8 +389,9 @@ def evaluate(field, x: np.ndarray) -> Optional[Tuple[np.ndarray, np.ndarray, np.
     x = np.ascontiguousarray(x, dtype=np.float64)
     N, n, m = x.shape[0], field.nodes.shape[0], field.coeffs.shape[1]
     t = _table(field)
-    W = np.empty((N, m + 1))
-    G = np.empty((N, m + 1, 3))
+    f32 = np.dtype(dtype) == np.float32
+    W = np.empty((N, m + 1), np.float32 if f32 else np.float64)
+    G = np.empty((N, m + 1, 3), np.float32 if f32 else np.float64)
     cov = np.empty(N, np.uint8)
     gam = np.empty(N)
     c0 = np.ascontiguousarray(field._c0, np.float64)
@@ -390,7 +399,7 @@ def evaluate(field, x: np.ndarray) -> Optional[Tuple[np.ndarray, np.ndarray, np.
     nbad = fn(N, x.ctypes.data, n, field.nodes.ctypes.data, field.radius.ctypes.data, field._feat.ctypes.data,
               field._xn.ctypes.data, c0.ctypes.data, float(field.length_scale), float(field.ridge), float(lo),
               float(hi), m, field.coeffs.ctypes.data, t.origin.ctypes.data, float(t.size), t.dims.ctypes.data,
-              t.start.ctypes.data, t.node.ctypes.data, W.ctypes.data, G.ctypes.data, cov.ctypes.data,
+              t.start.ctypes.data, t.node.ctypes.data, W.ctypes.data, G.ctypes.data, int(f32), cov.ctypes.data,
               gam.ctypes.data)
     if nbad:
         raise RuntimeError(f"RKPM kernel: {'allocation failed' if nbad < 0 else f'{nbad} singular moment matrices'}")

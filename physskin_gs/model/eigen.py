@@ -323,12 +323,14 @@ class EigenSkinningField(SkinningField):
             best[s:s + 4096] = score.argmin(1)
         return best
 
-    def evaluate(self, x: np.ndarray, native: Optional[bool] = None) -> Tuple[np.ndarray, np.ndarray]:
+    def evaluate(self, x: np.ndarray, native: Optional[bool] = None,
+                 dtype=np.float64) -> Tuple[np.ndarray, np.ndarray]:
         """Float64 field: x (N, 3) -> (W (N, H), dW/dX (N, H, 3)), constant handle last (see the module doc).
 
         ``native``: None (default) uses the C kernel of :mod:`physskin_gs.model._rkpm_native` when it is available
         (about 9x faster; equal to rounding, held by the tests), False the numpy / scipy reference
-        (:meth:`shape_functions`), True requires the kernel.
+        (:meth:`shape_functions`), True requires the kernel. ``dtype``: of the returned arrays (np.float64 or
+        np.float32; the sums are float64 either way).
 
         Raises:
             ValueError: x is not (N, 3) or has non-finite entries.
@@ -341,7 +343,7 @@ class EigenSkinningField(SkinningField):
             raise ValueError("query points must be finite")
         N, m = x.shape[0], self.coeffs.shape[1]
         if native is not False:
-            res = _rkpm_native.evaluate(self, x)
+            res = _rkpm_native.evaluate(self, x, dtype)
             if res is None and native:
                 raise RuntimeError("the native RKPM kernel is unavailable (no C compiler, or PHYSSKIN_NATIVE=0)")
             if res is not None:
@@ -362,7 +364,7 @@ class EigenSkinningField(SkinningField):
             if not covered.all():
                 out = np.flatnonzero(~covered)
                 W[s + out, :m] = self.coeffs[self.nearest_scaled(xs[out])]
-        return W, G
+        return W.astype(dtype, copy=False), G.astype(dtype, copy=False)
 
     def weights_and_grads(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
         """x: (N, 3) normalised coordinates -> (W (N, H), dW/dX (N, H, 3)) float32 on x's device.
@@ -371,9 +373,9 @@ class EigenSkinningField(SkinningField):
             ValueError: x is not (N, 3) or has non-finite entries.
         """
         xt = torch.as_tensor(x)
-        W, G = self.evaluate(xt.detach().cpu().double().numpy())
-        return (torch.from_numpy(W.astype(np.float32)).to(xt.device),
-                torch.from_numpy(G.astype(np.float32)).to(xt.device))
+        W, G = self.evaluate(xt.detach().cpu().double().numpy(), dtype=np.float32)
+        return (torch.from_numpy(W.astype(np.float32, copy=False)).to(xt.device),
+                torch.from_numpy(G.astype(np.float32, copy=False)).to(xt.device))
 
     # ------------------------------------------------------------------ save / load
     def state(self) -> Dict[str, torch.Tensor]:
