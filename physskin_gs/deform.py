@@ -404,14 +404,14 @@ def _native_kernel():
 def rest_covariances(quats: torch.Tensor, log_scales: torch.Tensor) -> torch.Tensor:
     """(N, 3, 3) float32 rest covariances ``R S^2 R^T`` (scene units squared) from quats (N, 4) wxyz (any norm)
     and log_scales (N, 3): the values of :meth:`physskin_gs.scene.GaussianScene.covariances` (the reference;
-    quaternions of zero or non-finite norm are the identity, NaN scales give NaN rows), computed by the compiled
-    kernel on the worker threads when available (one pass, about 10x faster at 1M), else by torch. Raises
-    ValueError for mismatched shapes."""
+    quaternions of zero or non-finite norm are the identity, NaN scales give NaN rows) in float32 on the inputs'
+    device, computed by the compiled kernel on the worker threads for CPU inputs when available (one pass, about
+    10x faster at 1M), else by torch. Raises ValueError for mismatched shapes."""
     N = int(quats.shape[0])
     if quats.shape != (N, 4) or log_scales.shape != (N, 3):
         raise ValueError(f"rest_covariances: quats {tuple(quats.shape)} and log_scales {tuple(log_scales.shape)}")
     fn = _native_kernel()[0] and _NATIVE_STATE.get("covariances")
-    if fn is None or N == 0:
+    if fn is None or N == 0 or quats.device.type != "cpu":
         L = quat_to_rotmat(quats.float()) * torch.exp(log_scales.float())[:, None, :]  # [N, 3, 3]
         return L @ L.transpose(1, 2)
     q = quats.detach().cpu().float().contiguous()
@@ -421,7 +421,7 @@ def rest_covariances(quats: torch.Tensor, log_scales: torch.Tensor) -> torch.Ten
     cuts = [N * i // T for i in range(T + 1)]
     run_on_workers("deform-pack", lambda _slot, i: fn(cuts[i], cuts[i + 1], q.data_ptr(), ls.data_ptr(),
                                                       out.data_ptr()), list(range(T)), T, torch_ops=False)
-    return out
+    return out.to(quats.device)
 
 
 def native_available() -> bool:

@@ -72,14 +72,14 @@ FIELD_EVAL_MODES = ("auto", "grid", "direct")
 #: "auto" field evaluation considers the grid from this many moving Gaussians on. Measured crossovers on the
 #: 1M bench capture's object, 2 cores (``scripts/bench_prepare.py``): network about 35k moving Gaussians (50k:
 #: grid 0.92 s vs direct 1.22 s; 25k: 0.79 vs 0.61 s); below 50k the gain is at most a few tenths of a second.
-#: The eigen field's direct evaluation (C kernel, about 0.4 us per point on 2 cores) is cheaper than any grid
+#: The eigen field's direct evaluation (C kernel, about 1 us per point per core) is cheaper than any grid
 #: (198k: 0.19 s direct vs 0.58 s grid); without the kernel (numpy reference) its crossover is about 120k.
 GRID_AUTO_MIN_GAUSSIANS = 50_000
 #: Cost model of "auto" above the threshold (seconds, 2 cores, measured on the bench capture): the grid is used
 #: when ``(nodes + checks + GRID_FALLBACK_SHARE N) c + N GRID_INTERP_SECONDS (H / 17) + nodes
 #: GRID_NODE_OVERHEAD_SECONDS`` is below ``GRID_AUTO_MARGIN`` times the direct ``N c``, with c the pilot's
 #: measured direct time per point. When even the interpolation term alone is not below that margin (the eigen
-#: field's C kernel: about 0.4 us per point on 2 cores), the grid is not planned at all.
+#: field's C kernel: about 1 us per point per core), the grid is not planned at all.
 GRID_INTERP_SECONDS = 1.5e-6
 GRID_NODE_OVERHEAD_SECONDS = 3e-6
 GRID_FALLBACK_SHARE = 0.1

@@ -450,6 +450,7 @@ def test_fork_shares_data_and_has_its_own_buffers(native):
 def test_native_cache_refuses_a_folder_others_can_write(tmp_path, monkeypatch):
     from physskin_gs import _native
 
+    monkeypatch.delenv("PHYSSKIN_NATIVE", raising=False)  # the refusal is what is tested, not the opt-out
     shared = tmp_path / "shared_cache"
     shared.mkdir()
     shared.chmod(0o777)

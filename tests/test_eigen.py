@@ -549,3 +549,28 @@ def test_native_float32_output_is_the_float64_result_rounded(beam):
     assert np.array_equal(W32, W64.astype(np.float32)) and np.array_equal(G32, G64.astype(np.float32))
     Wt, Gt = f.weights_and_grads(torch.from_numpy(x))
     assert np.array_equal(Wt.numpy(), W32) and np.array_equal(Gt.numpy(), G32)
+
+
+def test_native_build_does_not_depend_on_the_thread_count(beam):
+    """The dense K / M sums run over a fixed number of point slices, so 1 and 2 threads give the same field."""
+    _needs_rkpm_kernel()
+    V, _ = beam
+    old = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = build_eigen_field(V, 8, seed=0, num_nodes=128)
+        torch.set_num_threads(2)
+        two = build_eigen_field(V, 8, seed=0, num_nodes=128)
+    finally:
+        torch.set_num_threads(old)
+    assert np.array_equal(one.coeffs, two.coeffs) and np.array_equal(one.eigenvalues, two.eigenvalues)
+
+
+def test_eigen_field_rejects_non_finite_arrays(beam):
+    _, f = beam
+    for key in ("nodes", "radius", "coeffs"):
+        d = f.state()
+        d[key] = d[key].clone()
+        d[key].view(-1)[0] = float("inf")
+        with pytest.raises(ValueError, match="finite"):
+            EigenSkinningField.from_state(d)

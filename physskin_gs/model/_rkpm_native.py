@@ -15,8 +15,11 @@ without the sparse matrices:
    with the nodal coefficients C (n, m); the constant handle (column m) is 1 with zero gradient.
 
 A point that no support covers gets ``covered = 0`` and zero rows; the caller fills it (nearest scaled node).
-Results agree with the numpy / scipy reference to rounding (a few 1e-13 relative; the summation order per
-point is the same, the 4x4 inverse and FMA contraction differ); ``tests/test_eigen.py`` holds it to the
+Results agree with the numpy / scipy reference to rounding (about 1e-15 of the field's largest value on
+random points; the summation order per point is the same, the 4x4 inverse and FMA contraction differ; within
+1e-12 of a support's edge, where the spline's gradient is ill-conditioned, grad W can differ by 1e-5 of its
+largest value, both being equally right, and a point exactly on a support sphere may count as covered by one
+and not the other); ``tests/test_eigen.py`` holds it to the
 reference. Compiled once through :mod:`physskin_gs._native`; without a compiler :func:`evaluate` returns None
 and the eigen field uses the reference. Calls release the GIL (ctypes), so the chunks of
 :func:`physskin_gs.model.grid_field.evaluate_field` run on several threads.
@@ -376,17 +379,32 @@ def _table(field) -> BucketTable:
     return t
 
 
+def _check(field, x: np.ndarray) -> None:
+    """The arrays the C code reads through raw pointers: shapes, dtypes and layout (ValueError otherwise)."""
+    n = field.nodes.shape[0]
+    arrays = {"nodes": (field.nodes, (n, 3)), "radius": (field.radius, (n,)), "feat": (field._feat, (n, 10)),
+              "xn": (field._xn, (n, 3)), "coeffs": (field.coeffs, (n, field.coeffs.shape[1] if field.coeffs.ndim == 2
+                                                                   else -1))}
+    for name, (a, shape) in arrays.items():
+        if a.shape != shape or a.dtype != np.float64 or not a.flags.c_contiguous:
+            raise ValueError(f"RKPM kernel: field array {name} {a.shape} {a.dtype} is not C-contiguous float64 {shape}")
+    if x.ndim != 2 or x.shape[1] != 3:
+        raise ValueError(f"RKPM kernel: points must be (N, 3), got {x.shape}")
+
+
 def evaluate(field, x: np.ndarray, dtype=np.float64
              ) -> Optional[Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
     """Blended RKPM field of an :class:`~physskin_gs.model.eigen.EigenSkinningField` at x (N, 3) float64 finite,
     normalised frame: (W (N, H), dW/dX (N, H, 3) in ``dtype`` (np.float64 or np.float32; sums in float64 either
-    way), covered (N,) bool, gamma (N,) float64), or None without the kernel. Uncovered rows are zero except the constant column (1); the caller fills them. Raises
-    RuntimeError if the kernel cannot allocate its scratch or a moment matrix is singular (the ridge prevents
-    that for finite input)."""
+    way), covered (N,) bool, gamma (N,) float64), or None without the kernel. Uncovered rows are zero except the
+    constant column (1); the caller fills them. Raises ValueError for x not (N, 3) or field arrays that are not
+    C-contiguous float64 of matching shapes, RuntimeError if the kernel cannot allocate its scratch or a moment
+    matrix is singular (the ridge prevents that for finite input)."""
     fn = _load()
     if fn is None:
         return None
     x = np.ascontiguousarray(x, dtype=np.float64)
+    _check(field, x)
     N, n, m = x.shape[0], field.nodes.shape[0], field.coeffs.shape[1]
     t = _table(field)
     f32 = np.dtype(dtype) == np.float32
@@ -406,6 +424,9 @@ def evaluate(field, x: np.ndarray, dtype=np.float64
     return W, G, cov.astype(bool), gam
 
 
+#: Slices of the quadrature points in :func:`gram` (each with its own accumulators; a constant, so the sums do not
+#: depend on the thread count).
+GRAM_SLICES = 2
 #: Largest node count for :func:`gram` (two dense (n, n) float64 accumulators: 2 x 72 MB at 3000).
 MAX_GRAM_NODES = 3000
 
@@ -421,20 +442,24 @@ def gram(field, x: np.ndarray, vol: np.ndarray) -> Optional[Tuple[np.ndarray, np
     if fn is None or n > MAX_GRAM_NODES:
         return None
     x = np.ascontiguousarray(x, dtype=np.float64)
+    _check(field, x)
     vol = np.ascontiguousarray(vol, dtype=np.float64)
     N = x.shape[0]
     if vol.shape != (N,):
         raise ValueError(f"gram: vol {vol.shape} does not match the {N} points")
     t = _table(field)
-    # one pair of accumulators per thread (slices of the points; at most 256 MB of accumulators in all)
-    T = int(max(1, min(MAX_WORKERS, torch.get_num_threads(), N // 2048, (1 << 28) // (16 * n * n))))
-    Ms = [np.zeros((n, n)) for _ in range(T)]
-    Ks = [np.zeros((n, n)) for _ in range(T)]
+    # one pair of accumulators per slice of the points, summed in slice order; the slice count depends on N and n
+    # only (not on the thread count), so the result is the same on any number of threads (at most 2 slices, the
+    # 2-core machines this runs on; at most 256 MB of accumulators)
+    S = int(max(1, min(GRAM_SLICES, N // 2048, (1 << 28) // (16 * n * n))))
+    T = int(max(1, min(MAX_WORKERS, torch.get_num_threads(), S)))
+    Ms = [np.zeros((n, n)) for _ in range(S)]
+    Ks = [np.zeros((n, n)) for _ in range(S)]
     cov = np.empty(N, np.uint8)
     c0 = np.ascontiguousarray(field._c0, np.float64)
     lo, hi = field.kappa_band
-    bounds = np.linspace(0, N, T + 1).astype(np.int64)
-    bad = [0] * T
+    bounds = np.linspace(0, N, S + 1).astype(np.int64)
+    bad = [0] * S
 
     def part(_slot: int, i: int) -> None:
         s, e = int(bounds[i]), int(bounds[i + 1])
@@ -444,13 +469,13 @@ def gram(field, x: np.ndarray, vol: np.ndarray) -> Optional[Tuple[np.ndarray, np
                                 t.origin.ctypes.data, float(t.size), t.dims.ctypes.data, t.start.ctypes.data,
                                 t.node.ctypes.data, Ms[i].ctypes.data, Ks[i].ctypes.data, cov[s:].ctypes.data)
 
-    run_on_workers("rkpm", part, list(range(T)), T, torch_ops=False)
+    run_on_workers("rkpm", part, list(range(S)), T, torch_ops=False)
     if any(b < 0 for b in bad):
         raise RuntimeError("RKPM kernel: allocation failed")
     if sum(bad):
         raise RuntimeError(f"RKPM kernel: {sum(bad)} singular moment matrices")
     M, K = Ms[0], Ks[0]
-    for i in range(1, T):
+    for i in range(1, S):
         M += Ms[i]
         K += Ks[i]
     return M, K, cov.astype(bool)

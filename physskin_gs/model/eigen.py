@@ -70,7 +70,7 @@ meshless shape functions (method.md section 13, "Laplacian eigenbasis" and "Free
 
 Field evaluation: ``W_j(x) = sum_n Phi_n(x) C_nj`` with the analytic gradient, computed in float64 and
 returned as float32. Two implementations of the same sums: a C kernel (:mod:`physskin_gs.model._rkpm_native`,
-default when a C compiler is available: about 0.6-1 us per point on one core, and K and M of the build by dense
+default when a C compiler is available: about 0.6-1.6 us per point on one core, and K and M of the build by dense
 accumulation) and the numpy / scipy reference (:meth:`EigenSkinningField.shape_functions` with
 ``scipy.spatial.cKDTree`` neighbour lists, 5-15 us per point), which the tests hold the kernel to.
 
@@ -213,6 +213,9 @@ class EigenSkinningField(SkinningField):
                              f"{self.radius.shape}, coeffs {self.coeffs.shape}")
         if not (np.all(self.radius > 0) and self.length_scale > 0 and self.kappa_band[1] > self.kappa_band[0] >= 0):
             raise ValueError("eigen field radii, length scale and blend band must be positive")
+        if not (np.isfinite(self.nodes).all() and np.isfinite(self.radius).all() and np.isfinite(self.coeffs).all()
+                and np.isfinite(self.length_scale)):
+            raise ValueError("eigen field nodes, radii, coefficients and length scale must be finite")
         self.num_handles = int(self.coeffs.shape[1]) + 1
         self._c0 = self.nodes.mean(0)  # [3] fixed centre, so values do not depend on how queries are batched
         self._xn = (self.nodes - self._c0) / self.length_scale  # [n, 3]
@@ -665,7 +668,9 @@ def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optiona
     if Phi is not None:
         Wb = Phi @ C  # [V, m]
     else:
-        Wb = _rkpm_native.evaluate(EigenSkinningField(nodes, radius, C, np.ones(m), lam, h), pts)[0][:, :m]
+        tmp = EigenSkinningField(nodes, radius, C, np.ones(m), lam, h)
+        tmp._bucket_table = getattr(proto, "_bucket_table", None)  # same nodes and radii
+        Wb = _rkpm_native.evaluate(tmp, pts)[0][:, :m]
         Wb[~covered] = 0.0
     col_scale = np.sqrt((Wb * Wb).mean(0))
     field = EigenSkinningField(nodes, radius, C / col_scale, col_scale, lam, h)
