@@ -46,6 +46,7 @@ __all__ = [
     "clamp_singular_values",
     "native_available",
     "rest_covariances",
+    "factor_quats_scales",
 ]
 
 MIN_LOG_SCALE = -30.0  # numerics only; real files reach about -23
@@ -99,7 +100,9 @@ def covariance_factor_svd(M: torch.Tensor, sweeps: int = 6) -> Tuple[torch.Tenso
     """Left singular vectors and singular values of (N, 3, 3) M (= F L) by one-sided Jacobi (Hestenes).
 
     Returns (U (N, 3, 3) with det U = +1, s (N, 3) >= 0) with ``M M^T = U diag(s^2) U^T``. Column-scaling
-    invariant (high relative accuracy for thin Gaussians). float64 internally, outputs in M's dtype.
+    invariant (high relative accuracy for thin Gaussians). float64 internally, outputs in M's dtype. Zero columns
+    (a zero scale, a singular F) are completed from the first non-zero column in cyclic order, so the non-zero
+    ones are kept wherever the zero one is (an all-zero M gives the identity).
     """
     A = M.to(torch.float64).clone()
     pairs = ((0, 1), (0, 2), (1, 2))
@@ -124,17 +127,36 @@ def covariance_factor_svd(M: torch.Tensor, sweeps: int = 6) -> Tuple[torch.Tenso
             A[..., :, q] = new_q
     sv = A.norm(dim=-2)  # [N, 3]
     U = A / sv.clamp_min(1e-300)[..., None, :]
-    # zero columns: complete the frame
-    ok = sv > 0
-    u0 = torch.where(ok[..., 0:1], U[..., :, 0], torch.tensor([1.0, 0.0, 0.0], dtype=U.dtype).expand_as(U[..., :, 0]))
-    u1 = U[..., :, 1] - (U[..., :, 1] * u0).sum(-1, keepdim=True) * u0
-    alt = torch.linalg.cross(u0, torch.tensor([0.0, 0.0, 1.0], dtype=U.dtype).expand_as(u0))
+    # zero columns (a zero scale, a singular F): complete the frame from the first non-zero column k, taking the
+    # others in cyclic order (k, k+1, k+2), so a zero column anywhere keeps the non-zero ones and det U = +1
+    ok = sv > 0  # [..., 3]
+    k = torch.where(ok[..., 0], 0, torch.where(ok[..., 1], 1, torch.where(ok[..., 2], 2, 0)))  # [...]
+    perm = (k[..., None] + torch.arange(3)) % 3  # [..., 3] columns i, j, l
+    Ur = U.gather(-1, perm[..., None, :].expand(U.shape))  # [..., 3, 3] columns in rolled order
+    okr = ok.gather(-1, perm)
+    ex = torch.tensor([1.0, 0.0, 0.0], dtype=U.dtype).expand_as(Ur[..., :, 0])
+    none = ~okr[..., 0]
+    a = torch.where(none[..., None], ex, Ur[..., :, 0])  # nothing at all: the identity frame
+
+    def unit_perp(v, ref):  # v orthogonalised against the unit ref, normalised (with its norm)
+        w = v - (v * ref).sum(-1, keepdim=True) * ref
+        n = w.norm(dim=-1, keepdim=True)
+        return w / n.clamp_min(1e-300), n
+
+    b_j, nb = unit_perp(Ur[..., :, 1], a)
+    c_l, nc = unit_perp(Ur[..., :, 2], a)
+    use_j = okr[..., 1:2] & (nb > 1e-12)
+    use_l = ~use_j & okr[..., 2:3] & (nc > 1e-12)
+    alt = torch.linalg.cross(a, torch.tensor([0.0, 0.0, 1.0], dtype=U.dtype).expand_as(a))
     alt = torch.where(alt.norm(dim=-1, keepdim=True) > 1e-6, alt,
-                      torch.linalg.cross(u0, torch.tensor([0.0, 1.0, 0.0], dtype=U.dtype).expand_as(u0)))
-    u1 = torch.where(ok[..., 1:2] & (u1.norm(dim=-1, keepdim=True) > 1e-12), u1, alt)
-    u1 = u1 / u1.norm(dim=-1, keepdim=True).clamp_min(1e-300)
-    u2 = torch.linalg.cross(u0, u1)  # right-handed completion; equals +-column 2 when it is non-zero
-    U = torch.stack([u0, u1, u2], dim=-1)
+                      torch.linalg.cross(a, torch.tensor([0.0, 1.0, 0.0], dtype=U.dtype).expand_as(a)))
+    alt = alt / alt.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+    b = torch.where(use_j, b_j, torch.where(use_l, torch.linalg.cross(c_l, a), alt))
+    none_b = none[..., None]
+    b = torch.where(none_b, torch.tensor([0.0, 1.0, 0.0], dtype=U.dtype).expand_as(b), b)
+    c = torch.linalg.cross(a, b)  # right-handed; equals +-the rolled column l when that is non-zero
+    Ur = torch.stack([a, b, c], dim=-1)
+    U = torch.empty_like(Ur).scatter_(-1, perm[..., None, :].expand(Ur.shape), Ur)  # back to columns 0, 1, 2
     return U.to(M.dtype), sv.to(M.dtype)
 
 
@@ -350,6 +372,93 @@ void physskin_deform_pack(int s, int e, int K, int H, const float* restrict mean
     }
 }
 
+/* Export values of Gaussians [s, e) from their deformed covariance factors FL (N, 9) row-major float32, exactly
+   as covariance_factor_svd (one-sided Jacobi, 6 sweeps over the column pairs, float64, frame completion for zero
+   columns from the first non-zero one in cyclic order, det U = +1) + rotmat_to_quat (Shepperd, w >= 0) + log of the singular values clamped to min_ls:
+   quats (N, 4) wxyz and log_scales (N, 3), float32. */
+static void cross3d(const double* a, const double* b, double* o) {
+    o[0] = a[1] * b[2] - a[2] * b[1]; o[1] = a[2] * b[0] - a[0] * b[2]; o[2] = a[0] * b[1] - a[1] * b[0];
+}
+
+void physskin_export_qs(int s, int e, const float* restrict FL, float min_ls, float* restrict quats,
+                        float* restrict log_scales)
+{
+    static const int P[3] = {0, 0, 1}, Q[3] = {1, 2, 2};
+    for (int i = s; i < e; ++i) {
+        double A[3][3];  /* A[row][col] */
+        for (int r = 0; r < 3; ++r) for (int c = 0; c < 3; ++c) A[r][c] = (double)FL[9 * (size_t)i + 3 * r + c];
+        for (int sweep = 0; sweep < 6; ++sweep)
+            for (int k = 0; k < 3; ++k) {
+                int p = P[k], q = Q[k];
+                double alpha = 0.0, beta = 0.0, gamma = 0.0;
+                for (int r = 0; r < 3; ++r) {
+                    alpha += A[r][p] * A[r][p]; beta += A[r][q] * A[r][q]; gamma += A[r][p] * A[r][q];
+                }
+                if (!(fabs(gamma) > 1e-15 * sqrt(alpha * beta))) continue;
+                double zeta = (beta - alpha) / (2.0 * gamma);
+                double t = (zeta >= 0 ? 1.0 : -1.0) / (fabs(zeta) + sqrt(1.0 + zeta * zeta));
+                double c = 1.0 / sqrt(1.0 + t * t), sn = c * t;
+                for (int r = 0; r < 3; ++r) {
+                    double ap = A[r][p], aq = A[r][q];
+                    A[r][p] = c * ap - sn * aq;
+                    A[r][q] = sn * ap + c * aq;
+                }
+            }
+        double sv[3], U[3][3];  /* U[col][row] */
+        for (int c = 0; c < 3; ++c) {
+            sv[c] = sqrt(A[0][c] * A[0][c] + A[1][c] * A[1][c] + A[2][c] * A[2][c]);
+            double d = sv[c] > 1e-300 ? sv[c] : 1e-300;
+            for (int r = 0; r < 3; ++r) U[c][r] = A[r][c] / d;
+        }
+        /* frame completion from the first non-zero column kk, the others in cyclic order (as the reference) */
+        int kk = sv[0] > 0 ? 0 : (sv[1] > 0 ? 1 : (sv[2] > 0 ? 2 : 0));
+        int cj = (kk + 1) % 3, cl = (kk + 2) % 3;
+        double a[3], bb[3], cc[3], alt[3], bj[3], cL[3];
+        if (sv[kk] > 0) { a[0] = U[kk][0]; a[1] = U[kk][1]; a[2] = U[kk][2]; }
+        else { a[0] = 1.0; a[1] = 0.0; a[2] = 0.0; }
+        double dj = U[cj][0] * a[0] + U[cj][1] * a[1] + U[cj][2] * a[2];
+        double dl = U[cl][0] * a[0] + U[cl][1] * a[1] + U[cl][2] * a[2];
+        for (int r = 0; r < 3; ++r) { bj[r] = U[cj][r] - dj * a[r]; cL[r] = U[cl][r] - dl * a[r]; }
+        double nb = sqrt(bj[0] * bj[0] + bj[1] * bj[1] + bj[2] * bj[2]);
+        double nc = sqrt(cL[0] * cL[0] + cL[1] * cL[1] + cL[2] * cL[2]);
+        const double ez[3] = {0.0, 0.0, 1.0}, ey[3] = {0.0, 1.0, 0.0};
+        if (!(sv[kk] > 0)) { bb[0] = 0.0; bb[1] = 1.0; bb[2] = 0.0; }
+        else if (sv[cj] > 0 && nb > 1e-12) { for (int r = 0; r < 3; ++r) bb[r] = bj[r] / nb; }
+        else if (sv[cl] > 0 && nc > 1e-12) { for (int r = 0; r < 3; ++r) cL[r] /= nc; cross3d(cL, a, bb); }
+        else {
+            cross3d(a, ez, alt);
+            if (!(sqrt(alt[0] * alt[0] + alt[1] * alt[1] + alt[2] * alt[2]) > 1e-6)) cross3d(a, ey, alt);
+            double na = sqrt(alt[0] * alt[0] + alt[1] * alt[1] + alt[2] * alt[2]);
+            if (na < 1e-300) na = 1e-300;
+            for (int r = 0; r < 3; ++r) bb[r] = alt[r] / na;
+        }
+        cross3d(a, bb, cc);
+        double* cols[3];
+        double u0[3], u1[3], u2[3];
+        cols[0] = u0; cols[1] = u1; cols[2] = u2;
+        for (int r = 0; r < 3; ++r) { cols[kk][r] = a[r]; cols[cj][r] = bb[r]; cols[cl][r] = cc[r]; }
+        /* R = [u0 u1 u2] (columns); Shepperd on the largest of 4 (w^2, x^2, y^2, z^2) */
+        double m00 = u0[0], m11 = u1[1], m22 = u2[2];
+        double m01 = u1[0], m02 = u2[0], m10 = u0[1], m12 = u2[1], m20 = u0[2], m21 = u1[2];
+        double tt[4] = {1 + m00 + m11 + m22, 1 + m00 - m11 - m22, 1 - m00 + m11 - m22, 1 - m00 - m11 + m22};
+        int b = 0;
+        for (int k = 1; k < 4; ++k) if (tt[k] > tt[b]) b = k;
+        double sq = sqrt(tt[b] > 1e-12 ? tt[b] : 1e-12) * 2.0, qv[4];
+        if (b == 0) { qv[0] = sq / 4; qv[1] = (m21 - m12) / sq; qv[2] = (m02 - m20) / sq; qv[3] = (m10 - m01) / sq; }
+        else if (b == 1) { qv[0] = (m21 - m12) / sq; qv[1] = sq / 4; qv[2] = (m01 + m10) / sq; qv[3] = (m02 + m20) / sq; }
+        else if (b == 2) { qv[0] = (m02 - m20) / sq; qv[1] = (m01 + m10) / sq; qv[2] = sq / 4; qv[3] = (m12 + m21) / sq; }
+        else { qv[0] = (m10 - m01) / sq; qv[1] = (m02 + m20) / sq; qv[2] = (m12 + m21) / sq; qv[3] = sq / 4; }
+        if (qv[0] < 0) for (int k = 0; k < 4; ++k) qv[k] = -qv[k];
+        double qn = sqrt(qv[0] * qv[0] + qv[1] * qv[1] + qv[2] * qv[2] + qv[3] * qv[3]);
+        if (qn < 1e-12) qn = 1e-12;
+        for (int k = 0; k < 4; ++k) quats[4 * (size_t)i + k] = (float)(qv[k] / qn);
+        for (int c = 0; c < 3; ++c) {
+            double l = log(sv[c] > 1e-300 ? sv[c] : 1e-300);
+            log_scales[3 * (size_t)i + c] = (float)(l > min_ls ? l : min_ls);
+        }
+    }
+}
+
 /* Rest covariances R S^2 R^T of Gaussians [s, e) as GaussianScene.covariances() computes them: quaternions of
    non-finite or <= 1e-12 norm are the identity, scales exp(log_scales) unclamped (NaN stays NaN). */
 void physskin_rest_covariances(int s, int e, const float* restrict quats, const float* restrict log_scales,
@@ -397,8 +506,47 @@ def _native_kernel():
             cov.argtypes = [i32, i32, P, P, P]
             cov.restype = None
             _NATIVE_STATE["covariances"] = cov
+            eqs = lib.physskin_export_qs
+            eqs.argtypes = [i32, i32, P, f32, P, P]
+            eqs.restype = None
+            _NATIVE_STATE["export_qs"] = eqs
         _NATIVE_STATE["fn"], _NATIVE_STATE["why"] = fn, why
     return _NATIVE_STATE["fn"], _NATIVE_STATE["why"]
+
+
+def factor_quats_scales(FL: torch.Tensor, native: Optional[bool] = None,
+                        chunk: int = 1 << 17) -> Tuple[torch.Tensor, torch.Tensor]:
+    """Export values of Gaussians from their covariance factors FL (N, 3, 3) (Sigma = FL FL^T, scene units):
+    (quats (N, 4) unit wxyz with w >= 0, log_scales (N, 3)) float32, from the SVD FL = U diag(s) V^T with
+    det U = +1 (:func:`covariance_factor_svd`, one-sided Jacobi in float64) and
+    :func:`physskin_gs.scene.rotmat_to_quat`, log-scales clamped to ``MIN_LOG_SCALE``.
+
+    ``native``: None (default) uses the compiled kernel when available (the same sweeps, frame completion and
+    Shepperd quaternion in float64; bit-identical on the tests' inputs and about 8x faster, on the worker
+    threads), False the torch reference (in chunks of ``chunk`` rows), True requires the kernel.
+    Raises ValueError for FL not (N, 3, 3), RuntimeError for ``native=True`` without a usable kernel."""
+    if FL.ndim != 3 or FL.shape[1:] != (3, 3):
+        raise ValueError(f"factor_quats_scales: FL must be (N, 3, 3), got {tuple(FL.shape)}")
+    N = int(FL.shape[0])
+    q = torch.empty(N, 4, dtype=torch.float32)
+    ls = torch.empty(N, 3, dtype=torch.float32)
+    fn = (_native_kernel()[0] and _NATIVE_STATE.get("export_qs")) if native is not False else None
+    if native and fn is None:
+        raise RuntimeError(_native_kernel()[1] or "native export kernel unavailable")
+    if fn is not None and N:
+        FLc = FL.detach().cpu().float().contiguous()
+        T = max(1, min(MAX_WORKERS, torch.get_num_threads(), N // 8192))
+        cuts = [N * i // T for i in range(T + 1)]
+        run_on_workers("deform-pack", lambda _slot, i: fn(cuts[i], cuts[i + 1], FLc.data_ptr(), MIN_LOG_SCALE,
+                                                          q.data_ptr(), ls.data_ptr()),
+                       list(range(T)), T, torch_ops=False)
+        return q, ls
+    for s in range(0, N, chunk):
+        e = min(N, s + chunk)
+        U, sv = covariance_factor_svd(FL[s:e].to(torch.float64))
+        q[s:e] = rotmat_to_quat(U).float()
+        ls[s:e] = torch.log(sv.clamp_min(1e-300)).clamp_min(MIN_LOG_SCALE).float()
+    return q, ls
 
 
 def rest_covariances(quats: torch.Tensor, log_scales: torch.Tensor) -> torch.Tensor:
@@ -822,14 +970,7 @@ class GaussianDeformer:
             out[s:e] = polar_rotation(F[s:e])  # float64 inside, float32 out
         return out
 
-    def export_quats_scales(self) -> Tuple[torch.Tensor, torch.Tensor]:
-        """(quats (N, 4) unit wxyz, log_scales (N, 3)) of the last deformed covariances (SVD of F L, det U = +1)."""
-        FL = self.FL
-        q = torch.empty(self.N, 4, dtype=torch.float32)
-        ls = torch.empty(self.N, 3, dtype=torch.float32)
-        for s in range(0, self.N, self.chunk):
-            e = min(self.N, s + self.chunk)
-            U, sv = covariance_factor_svd(FL[s:e].to(torch.float64))
-            q[s:e] = rotmat_to_quat(U).float()
-            ls[s:e] = torch.log(sv.clamp_min(1e-300)).clamp_min(MIN_LOG_SCALE).float()
-        return q, ls
+    def export_quats_scales(self, native: Optional[bool] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+        """(quats (N, 4) unit wxyz, log_scales (N, 3)) float32 of the last deformed covariances
+        (:func:`factor_quats_scales` of F L; ``native`` as there)."""
+        return factor_quats_scales(self.FL, native=native, chunk=self.chunk)

@@ -579,3 +579,45 @@ def test_rest_covariances_match_the_scene_reference(monkeypatch):
     assert torch.equal(rest_covariances(quats, ls)[fin], ref[fin])
     with pytest.raises(ValueError):
         rest_covariances(quats[:, :3], ls)
+
+
+def test_native_export_factors_match_the_reference_svd():
+    """The compiled SVD export (quats, log-scales of F L) against covariance_factor_svd + rotmat_to_quat: random
+    factors, thin ones (1e-10 columns), zero columns anywhere (whose frame the reference once completed wrongly
+    when the zero column was not the last), repeated columns, rank 1, the identity, 180-degree rotations
+    (w = 0) and a reflection; and the reconstructed covariance."""
+    from physskin_gs.deform import factor_quats_scales
+
+    if not native_available():
+        pytest.skip("no C compiler: native deformation kernel unavailable")
+    g = torch.Generator().manual_seed(5)
+    FL = torch.randn(20000, 3, 3, generator=g)
+    FL[:500] *= torch.tensor([1.0, 1.0, 1e-10])  # thin: one column at 1e-10 of the others
+    FL[500:510, :, 1] = 0.0  # a zero column
+    FL[510:520] = 0.0  # nothing at all
+    FL[520:530, :, 2] = FL[520:530, :, 0]  # repeated column
+    FL[530:540] = torch.randn(10, 3, 1, generator=g) * torch.randn(10, 1, 3, generator=g)  # rank 1
+    FL[540] = torch.eye(3)
+    FL[541] = torch.diag(torch.tensor([-1.0, -1.0, 1.0]))  # 180 degrees about z: w = 0
+    FL[542] = torch.diag(torch.tensor([1.0, 1.0, -1.0]))  # a reflection (det < 0)
+    FL[543:553, :, 0] = 0.0  # the first column zero (the frame starts at the next one)
+    FL[553:563, :, :2] = 0.0  # only the last column
+    qn, ln = factor_quats_scales(FL, native=True)
+    qr, lr = factor_quats_scales(FL, native=False)
+    assert (ln - lr).abs().max() < 1e-5  # measured bit-identical
+    # the same frame (q ~ -q), except where a singular value is rounding noise (repeated columns, rank 1: s ~ 1e-17),
+    # whose direction is arbitrary in both; the covariance below holds for every row
+    sv = torch.linalg.svdvals(FL.double())
+    defined = (sv[:, 2] > 1e-12 * sv[:, 0]) | (sv[:, 2] == 0)
+    assert 10 <= int((~defined).sum()) <= 20  # the repeated-column and rank-1 rows only
+    dq = torch.minimum((qn - qr).abs().amax(1), (qn + qr).abs().amax(1))
+    assert dq[defined].max() < 1e-6
+    assert torch.allclose(qn.norm(dim=1), torch.ones(len(FL)), atol=1e-6) and (qn[:, 0] >= 0).all()
+    R = quat_to_rotmat(qn.double())
+    S = torch.exp(2 * ln.double())
+    cov = R @ torch.diag_embed(S) @ R.transpose(1, 2)
+    ref = FL.double() @ FL.double().transpose(1, 2)
+    big = ref.abs().amax((1, 2)) > 0
+    assert ((cov - ref).abs().amax((1, 2))[big] <= 1e-5 * ref.abs().amax((1, 2))[big]).all()
+    with pytest.raises(ValueError):
+        factor_quats_scales(FL[:, :2])
