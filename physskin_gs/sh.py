@@ -133,7 +133,110 @@ def _probe_dirs(l: int, dtype) -> torch.Tensor:
 ROTATE_PARALLEL_MIN = 32768
 
 
-def rotate_sh(sh: torch.Tensor, R: torch.Tensor, chunk: int = 1 << 16) -> torch.Tensor:
+_ROTATE_SRC = r"""
+/* physskin_gs: per-Gaussian SH rotation, bands 1-3 (see physskin_gs/sh.py, rotate_sh). For each band l the
+   rotated probe directions R^T d_k (k < 2l+1) are normalised, the band's real SH basis is evaluated there (the
+   constants and sign convention of sh_basis), M = Y0inv Yr and out = M sh per channel; float64 inside. */
+#include <math.h>
+#include <stddef.h>
+
+static void band(int l, const double* d, const double* C, double* Y) {
+    double n = sqrt(d[0] * d[0] + d[1] * d[1] + d[2] * d[2]);
+    if (n < 1e-12) n = 1e-12;
+    double x = d[0] / n, y = d[1] / n, z = d[2] / n;
+    if (l == 1) { Y[0] = -C[0] * y; Y[1] = C[0] * z; Y[2] = -C[0] * x; return; }
+    double xx = x * x, yy = y * y, zz = z * z;
+    if (l == 2) {
+        Y[0] = C[1] * (x * y); Y[1] = C[2] * (y * z); Y[2] = C[3] * (2.0 * zz - xx - yy); Y[3] = C[4] * (x * z);
+        Y[4] = C[5] * (xx - yy);
+        return;
+    }
+    Y[0] = C[6] * y * (3.0 * xx - yy); Y[1] = C[7] * (x * y) * z; Y[2] = C[8] * y * (4.0 * zz - xx - yy);
+    Y[3] = C[9] * z * (2.0 * zz - 3.0 * xx - 3.0 * yy); Y[4] = C[10] * x * (4.0 * zz - xx - yy);
+    Y[5] = C[11] * z * (xx - yy); Y[6] = C[12] * x * (xx - 3.0 * yy);
+}
+
+/* rows [s, e): sh and out (N, K1, 3) float32 (K1 = (degree + 1)^2), R (N, 3, 3) float32; D: the probe
+   directions of bands 1..degree one after the other (3 + 5 + 7 rows of 3), Yi: their inverse basis matrices
+   (9 + 25 + 49 values, row-major), C: 13 basis constants. Band 0 is copied. */
+void physskin_rotate_sh(int s, int e, int K1, int degree, const float* sh, const float* R, const double* D,
+                        const double* Yi, const double* C, float* out) {
+    for (int i = s; i < e; ++i) {
+        const float* Ri = R + 9 * (size_t)i;
+        const float* si = sh + (size_t)i * K1 * 3;
+        float* oi = out + (size_t)i * K1 * 3;
+        oi[0] = si[0]; oi[1] = si[1]; oi[2] = si[2];
+        const double* Dl = D;
+        const double* Yl = Yi;
+        for (int l = 1; l <= degree; ++l) {
+            int w = 2 * l + 1, lo = l * l;
+            double Yr[7][7], M[7][7];
+            for (int k = 0; k < w; ++k) {
+                double dr[3];
+                for (int a = 0; a < 3; ++a)
+                    dr[a] = (double)Ri[a] * Dl[3 * k] + (double)Ri[3 + a] * Dl[3 * k + 1] + (double)Ri[6 + a] * Dl[3 * k + 2];
+                band(l, dr, C, Yr[k]);
+            }
+            for (int a = 0; a < w; ++a)
+                for (int b = 0; b < w; ++b) {
+                    double acc = 0.0;
+                    for (int k = 0; k < w; ++k) acc += Yl[a * w + k] * Yr[k][b];
+                    M[a][b] = acc;
+                }
+            for (int a = 0; a < w; ++a)
+                for (int c = 0; c < 3; ++c) {
+                    double acc = 0.0;
+                    for (int b = 0; b < w; ++b) acc += M[a][b] * (double)si[3 * (lo + b) + c];
+                    oi[3 * (lo + a) + c] = (float)acc;
+                }
+            Dl += 3 * w;
+            Yl += w * w;
+        }
+    }
+}
+"""
+_ROTATE_STATE: dict = {}
+
+
+def _rotate_kernel():
+    """(ctypes function, probe directions (15, 3), inverse basis matrices (83,), constants (13,)) or None."""
+    if "fn" not in _ROTATE_STATE:
+        from physskin_gs import _native
+
+        lib, why = _native.load("physskin_rotate_sh", _ROTATE_SRC)
+        fn = None
+        if lib is not None:
+            import ctypes
+
+            fn = lib.physskin_rotate_sh
+            P, i32 = ctypes.c_void_p, ctypes.c_int
+            fn.argtypes = [i32, i32, i32, i32, P, P, P, P, P, P]
+            fn.restype = None
+            dd = torch.float64
+            D = torch.cat([_probe_dirs(l, dd) for l in (1, 2, 3)]).contiguous()  # [15, 3], as the reference
+            Yi = torch.cat([torch.linalg.inv(sh_basis(_probe_dirs(l, dd), l)[:, l * l:(l + 1) ** 2]).reshape(-1)
+                            for l in (1, 2, 3)]).contiguous()  # [83]
+            C = torch.tensor((_C1,) + _C2 + _C3, dtype=dd)
+            _ROTATE_STATE["tables"] = (D, Yi, C)
+        _ROTATE_STATE["fn"], _ROTATE_STATE["why"] = fn, why
+    return _ROTATE_STATE["fn"]
+
+
+def _rotate_native(sh: torch.Tensor, R: torch.Tensor, degree: int) -> torch.Tensor:
+    fn = _rotate_kernel()
+    D, Yi, C = _ROTATE_STATE["tables"]
+    shc, Rc = sh.contiguous(), R.contiguous()
+    out = torch.empty_like(shc)
+    N, K1 = int(sh.shape[0]), int(sh.shape[1])
+    T = max(1, min(MAX_WORKERS, torch.get_num_threads(), N // 8192))
+    cuts = [N * i // T for i in range(T + 1)]
+    run_on_workers("sh", lambda _slot, i: fn(cuts[i], cuts[i + 1], K1, degree, shc.data_ptr(), Rc.data_ptr(),
+                                             D.data_ptr(), Yi.data_ptr(), C.data_ptr(), out.data_ptr()),
+                   list(range(T)), T, torch_ops=False)
+    return out
+
+
+def rotate_sh(sh: torch.Tensor, R: torch.Tensor, chunk: int = 1 << 16, native: Optional[bool] = None) -> torch.Tensor:
     """Rotate SH coefficients per Gaussian: sh (N, K+1, 3) (degree <= 3), R (N, 3, 3) rotations -> (N, K+1, 3)
     with ``eval_sh(out, d) == eval_sh(sh, R^T d)`` (method.md 10). DC is unchanged. Band l's (2l+1)^2 matrix comes
     from evaluating the basis at 2l+1 generic directions and at their rotated images, then solving.
@@ -143,7 +246,21 @@ def rotate_sh(sh: torch.Tensor, R: torch.Tensor, chunk: int = 1 << 16) -> torch.
     solves do not use torch's own threads; inputs that require grad stay serial); the result is the same bit for
     bit (:func:`rotate_sh_serial`, the reference).
 
-    Raises OptionError if K+1 is not (d+1)^2, ValueError for degree 4 (not supported)."""
+    ``native``: None (default) uses a compiled kernel (the same probe directions, basis and solve in float64,
+    about 4x faster; equal to the reference to float32 rounding, held by the tests) for float32 CPU tensors that
+    do not require grad, when a C compiler is available; False the torch path; True requires the kernel.
+
+    Raises OptionError if K+1 is not (d+1)^2, ValueError for degree 4 (not supported), RuntimeError for
+    ``native=True`` when the kernel cannot be used."""
+    degree0 = _rotation_degree(sh.shape[1])
+    usable = (sh.dtype == torch.float32 and R.dtype == torch.float32 and sh.device.type == "cpu"
+              and R.device.type == "cpu" and not sh.requires_grad and not R.requires_grad
+              and R.shape == (sh.shape[0], 3, 3) and sh.ndim == 3 and sh.shape[2] == 3)
+    if native is not False and usable and _rotate_kernel() is not None:
+        return _rotate_native(sh, R, degree0)
+    if native:
+        raise RuntimeError("native SH rotation unavailable: " + (_ROTATE_STATE.get("why") or
+                                                                 "needs float32 CPU tensors without grad"))
     T = min(torch.get_num_threads(), MAX_WORKERS, sh.shape[0] // max(1, ROTATE_PARALLEL_MIN // 2))
     if T <= 1 or sh.shape[0] < ROTATE_PARALLEL_MIN or sh.requires_grad or R.requires_grad:
         return rotate_sh_serial(sh, R, chunk)  # (autograd: in-place writes from several threads are unsafe)
