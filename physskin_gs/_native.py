@@ -25,7 +25,19 @@ import threading
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-__all__ = ["load", "cache_dir"]
+__all__ = ["load", "cache_dir", "bind"]
+
+_CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int, "f": ctypes.c_float, "d": ctypes.c_double}
+
+
+def bind(lib: ctypes.CDLL, symbol: str, args: str, result: str = "") -> ctypes._CFuncPtr:
+    """``lib.symbol`` with its ctypes signature set from type codes, one per argument: ``p`` pointer, ``i`` int,
+    ``f`` float, ``d`` double (``result`` likewise, "" for void). Raises AttributeError for a missing symbol and
+    KeyError for an unknown code."""
+    fn = getattr(lib, symbol)
+    fn.argtypes = [_CTYPES[c] for c in args]
+    fn.restype = _CTYPES[result] if result else None
+    return fn
 
 _LOCK = threading.Lock()
 _LOADED: Dict[str, Tuple[Optional[ctypes.CDLL], str]] = {}

@@ -21,7 +21,6 @@ d equal the original ones seen from R_F^T d.
 from __future__ import annotations
 
 import copy
-import ctypes
 from dataclasses import dataclass
 from typing import Optional, Tuple
 
@@ -494,22 +493,10 @@ def _native_kernel():
         lib, why = _native.load("physskin_deform", _NATIVE_SRC)
         fn = None
         if lib is not None:
-            fn = lib.physskin_deform
-            P, i32, f32 = ctypes.c_void_p, ctypes.c_int, ctypes.c_float
-            fn.argtypes = [i32, i32, P, P, P, P, P, P, P, i32, f32, f32, P, P]
-            fn.restype = i32
-            pack = lib.physskin_deform_pack
-            pack.argtypes = [i32, i32, i32, i32, P, P, P, P, P, P, f32, P, P, P]
-            pack.restype = None
-            _NATIVE_STATE["pack"] = pack
-            cov = lib.physskin_rest_covariances
-            cov.argtypes = [i32, i32, P, P, P]
-            cov.restype = None
-            _NATIVE_STATE["covariances"] = cov
-            eqs = lib.physskin_export_qs
-            eqs.argtypes = [i32, i32, P, f32, P, P]
-            eqs.restype = None
-            _NATIVE_STATE["export_qs"] = eqs
+            fn = _native.bind(lib, "physskin_deform", "iippppppp" "iff" "pp", "i")
+            _NATIVE_STATE["pack"] = _native.bind(lib, "physskin_deform_pack", "iiii" "pppppp" "f" "ppp")
+            _NATIVE_STATE["covariances"] = _native.bind(lib, "physskin_rest_covariances", "iippp")
+            _NATIVE_STATE["export_qs"] = _native.bind(lib, "physskin_export_qs", "iipfpp")
         _NATIVE_STATE["fn"], _NATIVE_STATE["why"] = fn, why
     return _NATIVE_STATE["fn"], _NATIVE_STATE["why"]
 

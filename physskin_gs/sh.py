@@ -206,12 +206,7 @@ def _rotate_kernel():
         lib, why = _native.load("physskin_rotate_sh", _ROTATE_SRC)
         fn = None
         if lib is not None:
-            import ctypes
-
-            fn = lib.physskin_rotate_sh
-            P, i32 = ctypes.c_void_p, ctypes.c_int
-            fn.argtypes = [i32, i32, i32, i32, P, P, P, P, P, P]
-            fn.restype = None
+            fn = _native.bind(lib, "physskin_rotate_sh", "iiii" "pppppp")
             dd = torch.float64
             D = torch.cat([_probe_dirs(l, dd) for l in (1, 2, 3)]).contiguous()  # [15, 3], as the reference
             Yi = torch.cat([torch.linalg.inv(sh_basis(_probe_dirs(l, dd), l)[:, l * l:(l + 1) ** 2]).reshape(-1)

@@ -27,7 +27,6 @@ and the eigen field uses the reference. Calls release the GIL (ctypes), so the c
 
 from __future__ import annotations
 
-import ctypes
 import threading
 from typing import Optional, Tuple
 
@@ -302,15 +301,8 @@ def _load():
         lib, why = _native.load("physskin_rkpm", _SRC)
         fn = None
         if lib is not None:
-            fn = lib.physskin_rkpm_eval
-            P, i32, f64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_double
-            fn.argtypes = [i32, P, i32, P, P, P, P, P, f64, f64, f64, f64, i32, P, P, f64, P, P, P, P, P, i32, P,
-                           P]
-            fn.restype = i32
-            gram = lib.physskin_rkpm_gram
-            gram.argtypes = [i32, P, P, i32, P, P, P, P, P, f64, f64, f64, f64, P, f64, P, P, P, P, P, P]
-            gram.restype = i32
-            _STATE["gram"] = gram
+            fn = _native.bind(lib, "physskin_rkpm_eval", "ipippppp" "dddd" "ipp" "d" "ppppp" "ipp", "i")
+            _STATE["gram"] = _native.bind(lib, "physskin_rkpm_gram", "ippi" "ppppp" "dddd" "p" "d" "pppppp", "i")
         _STATE["fn"], _STATE["why"] = fn, why
     return _STATE["fn"]
 

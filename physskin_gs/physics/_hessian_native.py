@@ -14,7 +14,6 @@ The numpy/torch path is the reference; ``tests/test_physics.py`` holds this kern
 
 from __future__ import annotations
 
-import ctypes
 from typing import Optional
 
 import numpy as np
@@ -207,11 +206,7 @@ def _load():
         if lib is None:
             _WHY = why or "unavailable"
         else:
-            fn = lib.physskin_hessian_rows
-            P, i32, f64 = ctypes.c_void_p, ctypes.c_int, ctypes.c_double
-            fn.argtypes = [i32, i32, P, f64, f64, f64, P, P, P]
-            fn.restype = i32
-            _FN = fn
+            _FN = _native.bind(lib, "physskin_hessian_rows", "iip" "ddd" "ppp", "i")
     return _FN
 
 
