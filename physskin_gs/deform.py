@@ -372,9 +372,9 @@ void physskin_deform_pack(int s, int e, int K, int H, const float* restrict mean
 }
 
 /* Export values of Gaussians [s, e) from their deformed covariance factors FL (N, 9) row-major float32, exactly
-   as covariance_factor_svd (one-sided Jacobi, 6 sweeps over the column pairs, float64, frame completion for zero
-   columns from the first non-zero one in cyclic order, det U = +1) + rotmat_to_quat (Shepperd, w >= 0) + log of the singular values clamped to min_ls:
-   quats (N, 4) wxyz and log_scales (N, 3), float32. */
+   as covariance_factor_svd (one-sided Jacobi, 6 sweeps over the column pairs, float64; zero columns completed
+   from the first non-zero one in cyclic order; det U = +1) + rotmat_to_quat (Shepperd, w >= 0) + log of the
+   singular values clamped to min_ls: quats (N, 4) wxyz and log_scales (N, 3), float32. */
 static void cross3d(const double* a, const double* b, double* o) {
     o[0] = a[1] * b[2] - a[2] * b[1]; o[1] = a[2] * b[0] - a[0] * b[2]; o[2] = a[0] * b[1] - a[1] * b[0];
 }
@@ -633,10 +633,9 @@ class GaussianDeformer:
         self.nblocks = nb = (N + C - 1) // C
         f32 = torch.float32
         self._R = R = 4 * K + 12  # floats per Gaussian
-        if self.native:  # [tile, row, lane]; the packing kernel writes every used lane, the rest are zeroed
-            self._D = torch.empty(-(-N // T8), R, T8, dtype=f32) if _PACK_NATIVE else \
-                torch.zeros(-(-N // T8), R, T8, dtype=f32)
-            if _PACK_NATIVE and N % T8:
+        if self.native:  # [tile, row, lane]; both packings write every used lane; the last tile's others are zero
+            self._D = torch.empty(-(-N // T8), R, T8, dtype=f32)
+            if N % T8:
                 self._D[-1, :, N % T8:] = 0.0
         else:
             self.WG = torch.zeros(nb, K, 4, C, dtype=f32)  # [block, handle, (W, dW/dX_b), Gaussian]
@@ -644,9 +643,10 @@ class GaussianDeformer:
             self.Lb = torch.zeros(nb, 3, 3, C, dtype=f32)  # L = R S [block, a, d, Gaussian]
         self.means = torch.empty(N, 3, dtype=f32)
         self.covars = torch.empty(N, 3, 3, dtype=f32)
-        if self.native and _PACK_NATIVE and N > 0:
+        packed = self.native and _PACK_NATIVE
+        if packed and N > 0:
             self._pack_native(means, quats, log_scales, weights, weight_grads)
-        for s in range(0, N if not (self.native and _PACK_NATIVE) else 0, self.chunk):
+        for s in range(0, 0 if packed else N, self.chunk):  # the torch packing (and the torch kernel's storage)
             e = min(N, s + self.chunk)
             mu = torch.nan_to_num(means[s:e].to(f32))
             Rq = quat_to_rotmat(torch.nan_to_num(quats[s:e].to(f32)))  # normalised inside

@@ -15,6 +15,7 @@ from typing import Optional
 
 import torch
 
+from physskin_gs import _native
 from physskin_gs._threads import MAX_WORKERS, run_on_workers
 from physskin_gs.errors import OptionError
 from physskin_gs.scene import C0 as _C0  # 1 / (2 sqrt(pi)), the one DC constant of the project
@@ -174,7 +175,8 @@ void physskin_rotate_sh(int s, int e, int K1, int degree, const float* sh, const
             for (int k = 0; k < w; ++k) {
                 double dr[3];
                 for (int a = 0; a < 3; ++a)
-                    dr[a] = (double)Ri[a] * Dl[3 * k] + (double)Ri[3 + a] * Dl[3 * k + 1] + (double)Ri[6 + a] * Dl[3 * k + 2];
+                    dr[a] = (double)Ri[a] * Dl[3 * k] + (double)Ri[3 + a] * Dl[3 * k + 1]
+                            + (double)Ri[6 + a] * Dl[3 * k + 2];
                 band(l, dr, C, Yr[k]);
             }
             for (int a = 0; a < w; ++a)
@@ -201,8 +203,6 @@ _ROTATE_STATE: dict = {}
 def _rotate_kernel():
     """(ctypes function, probe directions (15, 3), inverse basis matrices (83,), constants (13,)) or None."""
     if "fn" not in _ROTATE_STATE:
-        from physskin_gs import _native
-
         lib, why = _native.load("physskin_rotate_sh", _ROTATE_SRC)
         fn = None
         if lib is not None:

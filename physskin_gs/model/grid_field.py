@@ -105,7 +105,8 @@ from physskin_gs.model.field import SkinningField
 from physskin_gs._threads import MAX_WORKERS, run_on_workers, single_thread
 
 __all__ = ["GridSkinningField", "GridPlan", "Pilot", "pilot_sample", "plan_grid", "grid_error_report",
-           "grid_interpolate_reference", "deformation_difference", "evaluate_field", "choose_cell", "field_length_scale", "SCHEMES"]
+           "grid_interpolate_reference", "deformation_difference", "evaluate_field", "choose_cell",
+           "field_length_scale", "SCHEMES"]
 
 SCHEMES = ("hermite", "catmull-rom", "trilinear")
 #: Cells per field length scale of the resolution rule (module docstring).
