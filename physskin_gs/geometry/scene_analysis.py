@@ -222,17 +222,35 @@ def weighted_quantiles(values: np.ndarray, weights: np.ndarray, qs) -> np.ndarra
         > 0 (a zero total gives meaningless values and a RuntimeWarning).
     """
     values = np.asarray(values, dtype=np.float64)
+    vs, ws, _ = _sort_columns(values, weights)
+    return _sorted_quantiles(vs, ws, qs)
+
+
+def _sort_columns(values: np.ndarray, weights: np.ndarray):
+    """Each column of (M, D) ``values`` sorted, with its weights and order: (values (D, M) float64, weights
+    (D, M) float64, orders (D, M) intp with ``values[orders[j], j]`` ascending)."""
     w = np.asarray(weights, dtype=np.float64)
-    qs = np.asarray(qs, dtype=np.float64)
-    out = np.empty((qs.shape[0], values.shape[1]))
+    vs = np.empty((values.shape[1], values.shape[0]))
+    ws = np.empty_like(vs)
+    orders = np.empty(vs.shape, dtype=np.intp)
     for j in range(values.shape[1]):
         col = np.ascontiguousarray(values[:, j])  # a contiguous column sorts ~5x faster than a strided one
         order = np.argsort(col)  # [M] (deterministic; the order among exactly equal values is immaterial up to
         # the weights of the tied rows)
-        ws = w[order]
-        cw = np.cumsum(ws)
-        pos = (cw - 0.5 * ws) / cw[-1]  # [M] quantile of each sorted value
-        out[:, j] = np.interp(qs, pos, col[order])
+        vs[j] = col[order]
+        ws[j] = w[order]
+        orders[j] = order
+    return vs, ws, orders
+
+
+def _sorted_quantiles(vs: np.ndarray, ws: np.ndarray, qs) -> np.ndarray:
+    """(Q, D) weighted midpoint-rule quantiles from sorted columns (:func:`_sort_columns`' output)."""
+    qs = np.asarray(qs, dtype=np.float64)
+    out = np.empty((qs.shape[0], vs.shape[0]))
+    for j in range(vs.shape[0]):
+        cw = np.cumsum(ws[j])
+        pos = (cw - 0.5 * ws[j]) / cw[-1]  # [M] quantile of each sorted value
+        out[:, j] = np.interp(qs, pos, vs[j])
     return out
 
 
@@ -284,8 +302,12 @@ class _Grid:
         flat = np.zeros(pts.shape[0], dtype=np.int64)  # [M]
         inside = np.ones(pts.shape[0], dtype=bool)  # [M]
         for a in range(3):  # column by column: reductions over a length-3 axis are slow in numpy
-            u = np.floor((pts[:, a] - self.lo[a]) / self.h)  # [M] float64
-            inside &= (u >= 0) & (u < self.dims[a])
+            u = pts[:, a].astype(np.float64)  # [M] (in place below: the same values, fewer temporaries)
+            u -= self.lo[a]
+            u /= self.h
+            np.floor(u, out=u)
+            inside &= u >= 0
+            inside &= u < self.dims[a]
             if a:
                 flat *= self.dims[a]
             flat += u.astype(np.int64)
@@ -405,7 +427,8 @@ def analyze_scene(
     # 2. first extent (opacity-weighted quantiles of a subsample of the opaque rows) ----------------------
     t = time.perf_counter()
     sub = _subsample(opaque_idx, max_stat_points, rng)
-    q = weighted_quantiles(pts[sub], op[sub], quantiles)  # [2, 3]
+    vs, ws, orders = _sort_columns(pts[sub], op[sub])  # [3, M] sorted once; step 4 filters them
+    q = _sorted_quantiles(vs, ws, quantiles)  # [2, 3]
     lo0, hi0 = q[0], q[1]
     size0 = hi0 - lo0
     scale0 = float(size0.max())
@@ -424,14 +447,18 @@ def analyze_scene(
     res = int(np.clip(np.sqrt(opaque_idx.shape[0] / 24.0), 16, grid_resolution))
     grid = _Grid(lo0 - pad, hi0 + pad, res)
     flat_all = np.full(n, -1, dtype=np.int64)  # [N] voxel of every valid row (-1: invalid or outside), reused below
-    flat_all[valid] = grid.flat_index(pts[valid])
+    all_valid = bool(valid.all())
+    flat_all[valid] = grid.flat_index(pts if all_valid else pts[valid])
     flat_op = flat_all[opaque_idx]  # [No]
     labels, cmass, k = _components(grid, flat_op, op[opaque_idx], min_voxel_count)
     floater_comp = np.ones(k + 1, dtype=bool)  # component id -> floater (0 = empty / sparse voxel)
     if k > 0:
         main = int(np.argmax(cmass))
         gap = ndimage.distance_transform_edt(labels != main) * grid.h  # [X, Y, Z] distance to main comp.
-        cgap = np.asarray(ndimage.minimum(gap, labels, index=np.arange(k + 1)))
+        lab_occ = labels.ravel()  # [X*Y*Z]
+        occ = np.flatnonzero(lab_occ)  # occupied voxels (label > 0)
+        cgap = np.full(k + 1, np.inf)  # [K+1] each component's least distance to the main one
+        np.minimum.at(cgap, lab_occ[occ], gap.ravel()[occ])
         frac = cmass / cmass.sum()
         floater_comp = (frac < min_cluster_fraction) | (cgap > far_fraction * scale0)
         floater_comp[0] = True
@@ -453,7 +480,8 @@ def analyze_scene(
     if keep.sum() < 2:
         keep = np.ones(sub.shape[0], dtype=bool)
     sub = sub[keep]
-    q = weighted_quantiles(pts[sub], op[sub], quantiles)
+    kept = keep[orders]  # [3, M] the kept rows, in each column's sorted order
+    q = _sorted_quantiles(vs[kept].reshape(3, -1), ws[kept].reshape(3, -1), quantiles)
     lo, hi = q[0], q[1]
     size = hi - lo
     center = 0.5 * (lo + hi)
@@ -485,8 +513,9 @@ def analyze_scene(
     above = cand.copy()
     if plane is not None:
         nrm, d = plane["normal"], plane["offset"]
-        sd = np.zeros(n, dtype=np.float64)
-        sd[valid] = pts[valid].astype(np.float64) @ nrm - d  # [Nv] signed distance, object side > 0
+        sd = _signed_distance(pts, nrm, d)  # [N] float64, object side > 0
+        if not all_valid:
+            sd[~valid] = 0.0
         slab = cand & (np.abs(sd) <= band)
         # the support's own half-thickness: most of its inliers lie much closer to the plane than the band
         # when the support is a clean surface; rows above that thickness but inside the band belong to what
@@ -592,20 +621,38 @@ def _local_normals(p: np.ndarray, seeds: np.ndarray, k: int) -> np.ndarray:
     return v[:, :, 0]
 
 
-def _score(p: np.ndarray, normals: np.ndarray, offsets: np.ndarray, band: float, chunk: int = 256):
-    """Inlier / above / below counts (H,) of H planes against points p (M, 3), in chunks of hypotheses."""
-    h = normals.shape[0]
+def _signed_distance(pts: np.ndarray, n: np.ndarray, d: float) -> np.ndarray:
+    """(M,) float64 ``pts @ n - d`` of (M, 3) points, column by column (no (M, 3) float64 copy)."""
+    sd = pts[:, 0].astype(np.float64)
+    sd *= n[0]
+    for a in (1, 2):
+        col = pts[:, a].astype(np.float64)
+        col *= n[a]
+        sd += col
+    sd -= d
+    return sd
+
+
+def _score(p: np.ndarray, normals: np.ndarray, offsets: np.ndarray, band: float, chunk: int = 128):
+    """Inlier / above / below counts (H,) of H planes against points p (M, 3), in chunks of hypotheses.
+
+    Float32 signed distances, hypotheses along rows (each count runs over a contiguous row); inliers are
+    ``count(sd <= band) - count(sd < -band)`` (the same rows as ``|sd| <= band``), above ``M - count(sd <=
+    band)``, below the rest (p is finite: every row is in one class)."""
+    h, m = normals.shape[0], p.shape[0]
     inl = np.empty(h, dtype=np.int64)
     above = np.empty(h, dtype=np.int64)
-    below = np.empty(h, dtype=np.int64)
-    p32 = p.astype(np.float32)
+    p_t = np.ascontiguousarray(p.T, dtype=np.float32)  # [3, M]
+    n32 = normals.astype(np.float32)
+    o32 = offsets.astype(np.float32)
     for s in range(0, h, chunk):
         e = min(s + chunk, h)
-        sd = p32 @ normals[s:e].T.astype(np.float32) - offsets[s:e].astype(np.float32)  # [M, C]
-        inl[s:e] = np.count_nonzero(np.abs(sd) <= band, axis=0)
-        above[s:e] = np.count_nonzero(sd > band, axis=0)
-        below[s:e] = p.shape[0] - inl[s:e] - above[s:e]  # the rest (p is finite: every row is in one class)
-    return inl, above, below
+        sd = n32[s:e] @ p_t  # [C, M]
+        sd -= o32[s:e, None]
+        not_above = np.count_nonzero(sd <= band, axis=1)  # [C]
+        inl[s:e] = not_above - np.count_nonzero(sd < -band, axis=1)
+        above[s:e] = m - not_above
+    return inl, above, m - inl - above
 
 
 def _refine(p: np.ndarray, n: np.ndarray, d: float, band: float, iters: int = 3):
