@@ -98,7 +98,7 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 import torch
-from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, eigsh
+from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, LinearOperator, eigsh, splu
 from scipy.spatial import cKDTree
 
 from physskin_gs.geometry.sampling import cell_centroids, farthest_point_sampling, grid_cells
@@ -415,16 +415,22 @@ def _lame_factor(nu: float) -> float:
 def _lowest_modes(K: sp.csr_matrix, M: sp.csr_matrix, k: int, seed: Optional[int]) -> np.ndarray:
     """(n, k) basis of the k lowest eigenvectors of K c = lambda M c (K PSD, M PD, both sparse symmetric).
 
-    ARPACK shift-invert Lanczos (``scipy.sparse.linalg.eigsh``, sigma slightly below 0, sparse LU, a seeded
-    start vector) for speed and because it needs no multi-threaded BLAS-3 (OpenBLAS threads were 10x slower
-    than one on a loaded 2-core machine); a dense ``scipy.linalg.eigh`` for small n or if ARPACK fails.
+    ARPACK shift-invert Lanczos (``scipy.sparse.linalg.eigsh``, sigma slightly below 0, a symmetric-mode sparse
+    LU of K - sigma M, a seeded start vector) for speed and because it needs no multi-threaded BLAS-3 (OpenBLAS
+    threads were 10x slower than one on a loaded 2-core machine); a dense ``scipy.linalg.eigh`` for small n or
+    if ARPACK fails.
     """
     n = K.shape[0]
     if n > 8 * k:
         sigma = -1e-4 * float(K.diagonal().sum()) / float(M.diagonal().sum())
         v0 = np.random.default_rng(0 if seed is None else seed).standard_normal(n)
         try:
-            _, Q = eigsh(K.tocsc(), k=k, M=M.tocsc(), sigma=sigma, which="LM", v0=v0)
+            # K - sigma M is symmetric positive definite (sigma < 0): a symmetric-mode LU on the minimum-degree
+            # ordering of A + A^T, without pivoting, has about half the cost of eigsh's own (COLAMD) one
+            lu = splu((K - sigma * M).tocsc(), permc_spec="MMD_AT_PLUS_A", diag_pivot_thresh=0.0,
+                      options={"SymmetricMode": True})
+            op_inv = LinearOperator((n, n), matvec=lu.solve, dtype=np.float64)
+            _, Q = eigsh(K.tocsc(), k=k, M=M.tocsc(), sigma=sigma, which="LM", v0=v0, OPinv=op_inv)
             if np.isfinite(Q).all():
                 return Q
         except (ArpackNoConvergence, ArpackError, RuntimeError):
@@ -433,20 +439,30 @@ def _lowest_modes(K: sp.csr_matrix, M: sp.csr_matrix, k: int, seed: Optional[int
     return Q
 
 
-def quadrature_weights(points: np.ndarray, rule: str = "uniform", k: int = 16) -> np.ndarray:
+#: neighbours of the ``knn`` quadrature rule (:func:`quadrature_weights`)
+QUADRATURE_K = 16
+
+
+def quadrature_weights(points: np.ndarray, rule: str = "uniform", k: int = QUADRATURE_K,
+                       distances: Optional[np.ndarray] = None) -> np.ndarray:
     """(V,) float64 quadrature volumes of the build points (V, 3) float (any length unit), summing to 1
     (dimensionless fractions of the total volume).
 
     ``uniform``: 1 / V each (the points sample the volume uniformly). ``knn``: proportional to the cube of the
     distance to the k-th nearest point (a local volume per point), normalised; for samples that crowd some
     regions (area-uniform surface samples mixed with a coarser interior fill) this keeps those regions from
-    weighing more than their volume. Raises ValueError for another rule."""
+    weighing more than their volume. ``distances``: the points' ascending nearest-neighbour distances (V, >= k + 1)
+    (column 0 the point itself, as ``cKDTree.query`` gives them) when the caller has them; computed otherwise.
+    Raises ValueError for another rule."""
     V = points.shape[0]
     if rule == "uniform":
         return np.full(V, 1.0 / V)
     if rule == "knn":
         kk = int(min(k, V - 1))
-        d, _ = cKDTree(points).query(points, k=kk + 1, workers=-1)
+        if distances is not None and distances.shape[1] > kk:
+            d = distances
+        else:
+            d, _ = cKDTree(points).query(points, k=kk + 1, workers=-1)
         w = np.maximum(d[:, kk], 1e-12) ** 3
         w = np.minimum(w, 8.0 * np.median(w))  # isolated points cannot take over
         return w / w.sum()
@@ -619,7 +635,8 @@ def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optiona
         raise ValueError(f"{n} distinct nodes (from {V} points, {len(np.unique(pts, axis=0))} distinct) are too "
                          f"few for {num_handles} handles")
     dn, _ = cKDTree(nodes).query(nodes, k=radius_k + 1)  # [n, k+1], column 0 is the node itself
-    dp, _ = cKDTree(pts).query(pts, k=2, workers=-1)  # [V, 2]
+    # [V, 17] (the knn quadrature's neighbours) or [V, 2]; column 1: the nearest other point
+    dp, _ = cKDTree(pts).query(pts, k=min(QUADRATURE_K, V - 1) + 1 if quadrature == "knn" else 2, workers=-1)
     spacing = float(dp[:, 1].mean())
     radius = np.maximum(radius_factor * dn[:, radius_k], min_spacing_factor * spacing)
     radius = np.minimum(radius, radius_cap * float(np.median(radius)))
@@ -629,7 +646,7 @@ def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optiona
     proto = EigenSkinningField(nodes, radius, np.zeros((n, m)), np.ones(m), np.zeros(m), h)
 
     # 3. shape functions at the quadrature points; 4. K and M
-    vol = quadrature_weights(pts, quadrature)  # [V], sums to 1
+    vol = quadrature_weights(pts, quadrature, QUADRATURE_K, distances=dp)  # [V], sums to 1
     dense = _rkpm_native.gram(proto, pts, vol) if native is not False else None
     if dense is None and native:
         raise RuntimeError("the native RKPM kernel is unavailable (no C compiler, PHYSSKIN_NATIVE=0, or more than "
