@@ -613,10 +613,10 @@ class GaussianDeformer:
         self.chunk = max(1, int(chunk_size))
         self.singular_clamp = singular_clamp
         # constant handles (W == 1 and dW == 0 for every Gaussian) become a per-frame bias
-        is_const = torch.full((H,), N > 0, dtype=torch.bool)
-        for s in range(0, N, self.chunk):
-            e = min(N, s + self.chunk)
-            is_const &= (weights[s:e] == 1).all(0) & (weight_grads[s:e] == 0).all(2).all(0)
+        is_const = torch.zeros(H, dtype=torch.bool)
+        if N > 0:  # candidates from the first row, then only their columns are checked (usually one, or none)
+            for h in torch.nonzero((weights[0] == 1) & (weight_grads[0] == 0).all(1)).flatten().tolist():
+                is_const[h] = bool((weights[:, h] == 1).all()) and bool((weight_grads[:, h] == 0).all())
         self._const = torch.nonzero(is_const).flatten()
         self._keep = torch.nonzero(~is_const).flatten()
         self.K = K = int(self._keep.numel())

@@ -282,6 +282,15 @@ def test_fast_kernels_match_reference_with_grad_term_and_ragged_blocks(kernel):
             assert (d.deformation_gradients().double() - F_ref).abs().max() < 2e-6
             assert _rel(d.FL, F_ref @ L_ref) < 1e-5
             assert torch.allclose(d.rest_means, means) and torch.allclose(d.L.double(), L_ref, atol=1e-6)
+    # a handle that looks constant in the first rows only (W = 1, dW = 0 there) is kept as a handle
+    W, dW = _random_skinning(n, H, seed=12, constant=True)
+    W[:500, 0], dW[:500, 0] = 1.0, 0.0
+    W[0, 1], dW[:, 1] = 1.0, 0.0  # dW = 0 everywhere and W = 1 in the first row, but W varies
+    d = GaussianDeformer(means, quats, ls, W, dW, native=native)
+    assert d._const.tolist() == [H - 1] and d.K == H - 1
+    x_ref, c_ref, _, _ = _reference(means, quats, ls, W, dW, Z)
+    x, c = d.deform(Z)
+    assert (x.double() - x_ref).abs().max() < 2e-6 and _rel(c, c_ref) < 2e-5
 
 
 @pytest.mark.parametrize("kernel", KERNELS)
