@@ -185,6 +185,37 @@ def _finite_rows(scene: GaussianScene, idx: Optional[torch.Tensor] = None) -> to
         & torch.isfinite(sel(scene.quats)).all(1) & torch.isfinite(sel(scene.opacity_logits))
 
 
+def parse_selection_spec(spec: Optional[str]):
+    """Check a ``--select`` value without a scene (before any file is loaded): returns ``("all", None)``,
+    ``("auto", None)``, ``("rule", (op, value))`` for ``"opacity>0.1"`` (also >=, <, <=) or ``("box", (lo, hi))``
+    for ``"xmin,ymin,zmin,xmax,ymax,zmax"`` (scene units, max > min on every axis). Raises OptionError for a
+    malformed value."""
+    if spec is None or str(spec).strip().lower() in ("", "all"):
+        return "all", None
+    s = str(spec).strip()
+    if s.lower() == "auto":
+        return "auto", None
+    m = _RULE.match(s)
+    if m:
+        try:
+            val = float(m.group(2))
+        except ValueError:
+            val = float("nan")
+        if not math.isfinite(val):
+            raise OptionError(f"--select {spec!r}: the opacity threshold must be a finite number")
+        return "rule", (m.group(1), val)
+    try:
+        vals = [float(v) for v in s.split(",")]
+    except ValueError:
+        vals = []
+    if len(vals) != 6 or not all(math.isfinite(v) for v in vals):
+        raise OptionError(f"--select {spec!r}: expected auto, all, 'xmin,ymin,zmin,xmax,ymax,zmax' or a rule like "
+                          "'opacity>0.1'")
+    if any(b <= a for a, b in zip(vals[:3], vals[3:])):
+        raise OptionError(f"--select {spec!r}: box max must exceed min on every axis")
+    return "box", (vals[:3], vals[3:])
+
+
 def parse_selection(spec: Optional[str], scene: GaussianScene) -> torch.Tensor:
     """(N,) bool mask of the Gaussians that move: finite rows matching ``spec``.
 
@@ -192,28 +223,19 @@ def parse_selection(spec: Optional[str], scene: GaussianScene) -> torch.Tensor:
     (also >=, <, <=; opacity is the activated value in [0, 1]). Raises OptionError for a malformed spec or an
     empty selection.
     """
+    kind, val = parse_selection_spec(spec)
     finite = _finite_rows(scene)
-    if spec is None or str(spec).strip().lower() in ("", "all"):
+    if kind == "auto":
+        raise OptionError("--select auto is resolved by the scene analysis (prepare_animation), not as a mask")
+    if kind == "all":
         mask = finite
+    elif kind == "rule":
+        op, v = val
+        o = scene.opacities
+        mask = {">": o > v, ">=": o >= v, "<": o < v, "<=": o <= v}[op] & finite
     else:
-        s = str(spec).strip()
-        m = _RULE.match(s)
-        if m:
-            op, val = m.group(1), float(m.group(2))
-            o = scene.opacities
-            mask = {">": o > val, ">=": o >= val, "<": o < val, "<=": o <= val}[op] & finite
-        else:
-            try:
-                vals = [float(v) for v in s.split(",")]
-            except ValueError:
-                vals = []
-            if len(vals) != 6 or not all(math.isfinite(v) for v in vals):
-                raise OptionError(f"--select {spec!r}: expected 'xmin,ymin,zmin,xmax,ymax,zmax' or a rule like "
-                                  "'opacity>0.1'")
-            lo, hi = torch.tensor(vals[:3]), torch.tensor(vals[3:])
-            if (hi <= lo).any():
-                raise OptionError(f"--select {spec!r}: box max must exceed min on every axis")
-            mask = ((scene.means >= lo) & (scene.means <= hi)).all(1) & finite
+        lo, hi = torch.tensor(val[0]), torch.tensor(val[1])
+        mask = ((scene.means >= lo) & (scene.means <= hi)).all(1) & finite
     if int(mask.sum()) < 4:
         raise OptionError(f"selection {spec!r} keeps {int(mask.sum())} Gaussians; at least 4 are needed to animate")
     return mask

@@ -14,6 +14,7 @@ from physskin_gs.pipeline import (
     PipelineWarning,
     load_for_animation,
     parse_selection,
+    parse_selection_spec,
     prepare_animation,
     resolve_up,
 )
@@ -57,9 +58,16 @@ def test_selection_rules():
     assert int(parse_selection("opacity <= 0.1", sc).sum()) == 100
     sc.means[0, 0] = float("nan")
     assert not bool(parse_selection(None, sc)[0])  # non-finite rows never move
-    for bad in ("1,2,3", "0,0,0,-1,1,1", "opacity>>1", "9,9,9,10,10,10"):
+    for bad in ("1,2,3", "0,0,0,-1,1,1", "opacity>>1", "9,9,9,10,10,10", "opacity>", "opacity>nan", "auto"):
         with pytest.raises(OptionError):
             parse_selection(bad, sc)
+    # the syntax alone, without a scene (what the CLI checks before loading a file)
+    assert parse_selection_spec(" Auto ")[0] == "auto" and parse_selection_spec(None) == ("all", None)
+    assert parse_selection_spec("opacity >= 0.25") == ("rule", (">=", 0.25))
+    assert parse_selection_spec("-1,-2,-3,1,2,3") == ("box", ([-1.0, -2.0, -3.0], [1.0, 2.0, 3.0]))
+    for bad in ("1,2,3", "0,0,0,-1,1,1", "opacity>", "opacity>inf", "x,1,2,3,4,5"):
+        with pytest.raises(OptionError):
+            parse_selection_spec(bad)
     with pytest.raises(OptionError):
         resolve_up("w")
     assert resolve_up("auto", sc).tolist() == [0.0, 0.0, 1.0]

@@ -217,6 +217,9 @@ def test_render_turntable_and_image_write_failures_are_errors(capsys, blob, tmp_
     (["--fit-seconds", "nan"], "--fit-seconds must be a finite number in (0, 86400] s, got nan"),
     (["--seed", "-1"], "--seed must be an integer in [0, 4294967295], got -1"),
     (["--up", "w"], "unknown up axis 'w'"),
+    (["--select", "1,2,3"], "--select '1,2,3': expected auto, all, 'xmin,ymin,zmin,xmax,ymax,zmax'"),
+    (["--select", "opacity>"], "--select 'opacity>': expected auto, all"),
+    (["--select", "0,0,0,-1,1,1"], "--select '0,0,0,-1,1,1': box max must exceed min on every axis"),
     (["--video", "v.mp4", "--width", "40"], "--width/--height must be positive multiples of 16 up to 8192, got 40x384"),
 ])
 def test_animate_options_are_checked_before_loading(capsys, garbage, tmp_path, extra, message):

@@ -417,6 +417,9 @@ def validate_args(args) -> None:
     check_number("--orbit", args.orbit, -3600.0, 3600.0, unit="degrees")
     if args.scale is not None:
         check_number("--scale", args.scale, 0.0, 1e9, lo_open=True, unit="m per scene unit")
+    from physskin_gs.pipeline import parse_selection_spec
+
+    parse_selection_spec(getattr(args, "select", None))  # syntax only; the rows are counted after loading
     if str(args.up).strip().lower().lstrip("+") not in _UP_NAMES:
         raise OptionError(f"unknown up axis {args.up!r}; use auto, y, -y, z, -z, x or -x")
     if getattr(args, "headless", False) and (args.video or args.png):
