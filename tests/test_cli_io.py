@@ -121,6 +121,10 @@ def test_convert_drop_invalid_and_refusals(capsys, inria_sh3, mesh_file, tmp_pat
     before = src.read_bytes()
     assert "refusing to overwrite the input" in _error(capsys, ["convert", str(src), str(src)])
     assert src.read_bytes() == before
+    splat = tmp_path / "copy.splat"  # an input format that is no output format: the same refusal, first
+    splat.write_bytes(b"\0" * 64)
+    assert "refusing to overwrite the input" in _error(capsys, ["convert", str(splat), str(splat)])
+    assert splat.read_bytes() == b"\0" * 64
     assert ".ply" in _error(capsys, ["convert", str(src), str(tmp_path / "out.splat")])
     assert "not a 3DGS PLY" in _error(capsys, ["convert", str(mesh_file("pyvista_ant.ply")),
                                                str(tmp_path / "ant.ply")])

@@ -88,6 +88,8 @@ def run(args) -> int:
     from physskin_gs.io import drop_invalid, load_scene, save_scene, validate
 
     require_input_file(args.input)
+    if os.path.exists(args.output) and os.path.exists(args.input) and os.path.samefile(args.input, args.output):
+        raise OptionError(f"{args.output}: refusing to overwrite the input file; choose another output path")
     fmt = output_format(args.output, getattr(args, "format", "auto"))
     auto_up, up_given = resolve_up_option(str(getattr(args, "up", "auto") or "auto"))
     mpu = getattr(args, "meters_per_unit", None)
@@ -102,8 +104,6 @@ def run(args) -> int:
             if given:
                 warn_option(f"{option} has no effect on a {fmt} output (the values are written in the input's own "
                             "axes and units); it applies to .glb and .usd")
-    if os.path.exists(args.output) and os.path.exists(args.input) and os.path.samefile(args.input, args.output):
-        raise OptionError(f"{args.output}: refusing to overwrite the input file; choose another output path")
     refuse_existing(args.output, args.force, "--force")
     check_output_folder(args.output, "output")
     with warnings.catch_warnings(record=True) as caught:
