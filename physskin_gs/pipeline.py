@@ -315,7 +315,10 @@ def analyze_for_animation(scene: GaussianScene):
     ``SceneAnalysis`` whose masks are (N,) over the scene's rows. Raises DegenerateGeometryError when no valid
     opaque row is left."""
     prior = resolve_up("auto", scene).numpy()
-    return analyze_scene(scene.means, scene.opacities, scene.log_scales, format_prior_up=prior, seed=0)
+    name = ("the up axis recorded in the file" if scene.up_hint is not None
+            else f"the up-axis convention of {scene.format} files" if scene.format else "the format prior")
+    return analyze_scene(scene.means, scene.opacities, scene.log_scales, format_prior_up=prior, prior_name=name,
+                         seed=0)
 
 
 def scene_analysis_facts(analysis) -> Dict:

@@ -249,3 +249,19 @@ def test_degenerate_gaussians_never_poison_the_run(tmp_path):
     assert torch.isfinite(ds.means[:3]).all() and (torch.sigmoid(ds.opacity_logits[:3]) < 1e-8).all()
     back = load_scene(save_scene(ds, tmp_path / "frame0001.ply"))
     assert back.num_gaussians == sc.num_gaussians
+
+
+def test_analysis_names_where_the_fallback_up_axis_comes_from():
+    """Without a support plane the up axis falls back to the file's recorded axis or its format's convention,
+    and the reason says which (a physskin_gs export records its up axis; an INRIA PLY follows COLMAP's -y)."""
+    from dataclasses import replace
+
+    from physskin_gs.pipeline import analyze_for_animation
+
+    sc = _blob_scene(n=1200, seed=3)
+    a = analyze_for_animation(sc)
+    assert a.up_source == "format-prior" and a.reason.endswith("using the up-axis convention of inria-ply files")
+    assert a.up.tolist() == [0.0, 0.0, 1.0]
+    b = analyze_for_animation(replace(sc, up_hint=(0.0, -1.0, 0.0)))
+    assert b.up_source == "format-prior" and b.reason.endswith("using the up axis recorded in the file")
+    assert b.up.tolist() == [0.0, -1.0, 0.0]

@@ -338,6 +338,7 @@ def analyze_scene(
     log_scales: Optional[ArrayLike] = None,
     *,
     format_prior_up=None,
+    prior_name: str = "the format prior",
     seed: int = 0,
     opacity_threshold: float = 0.05,
     quantiles: Tuple[float, float] = (0.01, 0.99),
@@ -367,6 +368,7 @@ def analyze_scene(
             (a huge blob's centre says little about a surface) but are still classified.
         format_prior_up: unit-able 3-vector used as the up axis when no support plane is accepted
             (otherwise :data:`DEFAULT_UP`). It never overrides a detected plane.
+        prior_name: what the prior is, for ``reason`` (e.g. "the up axis recorded in the file").
         seed: seed of the subsampling / hypothesis generator; equal inputs and seed give equal results.
         opacity_threshold: rows with opacity below this are ``transparent``.
         quantiles: (low, high) quantiles of the robust extent.
@@ -529,7 +531,7 @@ def analyze_scene(
         reason = why
     elif prior is not None:
         up, source = prior, "format-prior"
-        reason = f"no support plane found ({why}); using the format prior"
+        reason = f"no support plane found ({why}); using {prior_name}"
     else:
         up, source = DEFAULT_UP.copy(), "default"
         reason = f"no support plane found ({why}) and no format prior given; using the default -y"
