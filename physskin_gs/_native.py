@@ -25,7 +25,7 @@ import threading
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
-__all__ = ["load", "cache_dir", "bind"]
+__all__ = ["load", "cache_dir", "bind", "functions"]
 
 _CTYPES = {"p": ctypes.c_void_p, "i": ctypes.c_int, "f": ctypes.c_float, "d": ctypes.c_double}
 
@@ -39,8 +39,26 @@ def bind(lib: ctypes.CDLL, symbol: str, args: str, result: str = "") -> ctypes._
     fn.restype = _CTYPES[result] if result else None
     return fn
 
+
 _LOCK = threading.Lock()
 _LOADED: Dict[str, Tuple[Optional[ctypes.CDLL], str]] = {}
+_BOUND: Dict[str, Tuple[Optional[Dict[str, ctypes._CFuncPtr]], str]] = {}
+
+
+def functions(name: str, source: str, signatures: Dict[str, Tuple[str, ...]]):
+    """The kernel library ``name`` (:func:`load`) with its functions bound (:func:`bind`), memoised per ``name``
+    for the process: ``({key: function}, "")`` for ``signatures`` ``{key: (symbol, args[, result])}``, or
+    ``(None, reason)`` when the library is unavailable or a symbol is missing. Never raises."""
+    if name not in _BOUND:
+        lib, why = load(name, source)
+        fns = None
+        if lib is not None:
+            try:
+                fns = {key: bind(lib, *sig) for key, sig in signatures.items()}
+            except (AttributeError, KeyError) as e:
+                why = f"native kernel {name!r} unavailable: {e}"
+        _BOUND[name] = (fns, why if fns is None else "")
+    return _BOUND[name]
 
 
 def cache_dir() -> Path:

@@ -484,21 +484,21 @@ void physskin_rest_covariances(int s, int e, const float* restrict quats, const 
     }
 }
 """
-_NATIVE_STATE: dict = {}
+def _native_kernels():
+    """({"deform", "pack", "covariances", "export_qs"}: the compiled functions (ctypes), or None, and the reason
+    when None."""
+    return _native.functions("physskin_deform", _NATIVE_SRC, {
+        "deform": ("physskin_deform", "iippppppp" "iff" "pp", "i"),
+        "pack": ("physskin_deform_pack", "iiii" "pppppp" "f" "ppp"),
+        "covariances": ("physskin_rest_covariances", "iippp"),
+        "export_qs": ("physskin_export_qs", "iipfpp"),
+    })
 
 
 def _native_kernel():
     """The compiled ``physskin_deform`` function (ctypes) or None, and the reason when None."""
-    if "fn" not in _NATIVE_STATE:
-        lib, why = _native.load("physskin_deform", _NATIVE_SRC)
-        fn = None
-        if lib is not None:
-            fn = _native.bind(lib, "physskin_deform", "iippppppp" "iff" "pp", "i")
-            _NATIVE_STATE["pack"] = _native.bind(lib, "physskin_deform_pack", "iiii" "pppppp" "f" "ppp")
-            _NATIVE_STATE["covariances"] = _native.bind(lib, "physskin_rest_covariances", "iippp")
-            _NATIVE_STATE["export_qs"] = _native.bind(lib, "physskin_export_qs", "iipfpp")
-        _NATIVE_STATE["fn"], _NATIVE_STATE["why"] = fn, why
-    return _NATIVE_STATE["fn"], _NATIVE_STATE["why"]
+    fns, why = _native_kernels()
+    return (None, why) if fns is None else (fns["deform"], "")
 
 
 def factor_quats_scales(FL: torch.Tensor, native: Optional[bool] = None,
@@ -517,7 +517,7 @@ def factor_quats_scales(FL: torch.Tensor, native: Optional[bool] = None,
     N = int(FL.shape[0])
     q = torch.empty(N, 4, dtype=torch.float32)
     ls = torch.empty(N, 3, dtype=torch.float32)
-    fn = (_native_kernel()[0] and _NATIVE_STATE.get("export_qs")) if native is not False else None
+    fn = (_native_kernels()[0] or {}).get("export_qs") if native is not False else None
     if native and fn is None:
         raise RuntimeError(_native_kernel()[1] or "native export kernel unavailable")
     if fn is not None and N:
@@ -545,7 +545,7 @@ def rest_covariances(quats: torch.Tensor, log_scales: torch.Tensor) -> torch.Ten
     N = int(quats.shape[0])
     if quats.shape != (N, 4) or log_scales.shape != (N, 3):
         raise ValueError(f"rest_covariances: quats {tuple(quats.shape)} and log_scales {tuple(log_scales.shape)}")
-    fn = _native_kernel()[0] and _NATIVE_STATE.get("covariances")
+    fn = (_native_kernels()[0] or {}).get("covariances")
     if fn is None or N == 0 or quats.device.type != "cpu":
         L = quat_to_rotmat(quats.float()) * torch.exp(log_scales.float())[:, None, :]  # [N, 3, 3]
         return L @ L.transpose(1, 2)
@@ -703,7 +703,7 @@ class GaussianDeformer:
         f32 = torch.float32
         ins = [t.detach().cpu().to(f32).contiguous() for t in (means, quats, log_scales, weights, weight_grads)]
         keep = self._keep.to(torch.int32).contiguous()
-        pack = _NATIVE_STATE["pack"]
+        pack = _native_kernels()[0]["pack"]
         N, T8 = self.N, _NATIVE_TILE
         T = max(1, min(MAX_WORKERS, torch.get_num_threads(), N // 16384))
         cuts = [min(N, -(-(N * i // T) // T8) * T8) for i in range(T + 1)]

@@ -201,12 +201,13 @@ _ROTATE_STATE: dict = {}
 
 
 def _rotate_kernel():
-    """(ctypes function, probe directions (15, 3), inverse basis matrices (83,), constants (13,)) or None."""
+    """The ctypes function, or None; its float64 tables (probe directions (15, 3), inverse basis matrices (83,),
+    constants (13,)) are kept in ``_ROTATE_STATE["tables"]``."""
     if "fn" not in _ROTATE_STATE:
-        lib, why = _native.load("physskin_rotate_sh", _ROTATE_SRC)
-        fn = None
-        if lib is not None:
-            fn = _native.bind(lib, "physskin_rotate_sh", "iiii" "pppppp")
+        fns, why = _native.functions("physskin_rotate_sh", _ROTATE_SRC,
+                                     {"rotate": ("physskin_rotate_sh", "iiii" "pppppp")})
+        fn = None if fns is None else fns["rotate"]
+        if fn is not None:
             dd = torch.float64
             D = torch.cat([_probe_dirs(l, dd) for l in (1, 2, 3)]).contiguous()  # [15, 3], as the reference
             Yi = torch.cat([torch.linalg.inv(sh_basis(_probe_dirs(l, dd), l)[:, l * l:(l + 1) ** 2]).reshape(-1)

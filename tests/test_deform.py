@@ -427,6 +427,13 @@ def test_native_loader_caches_and_reports_failures(tmp_path, monkeypatch):
     assert len(list(tmp_path.glob("t_add_*.so"))) == 1  # compiled once into the cache folder
     lib, why = _native.load("t_bad", "this is not C")
     assert lib is None and "failed" in why
+    # bound functions by key; a missing symbol makes the whole set unavailable, with the reason
+    src = "int add(int a, int b) { return a + b; }\nint mul(int a, int b) { return a * b; }\n"
+    fns, why = _native.functions("t_addmul", src, {"add": ("add", "ii", "i"), "mul": ("mul", "ii", "i")})
+    assert why == "" and fns["add"](2, 3) == 5 and fns["mul"](2, 3) == 6
+    assert _native.functions("t_addmul", "", {})[0] is fns  # memoised per name
+    fns, why = _native.functions("t_missing", src, {"sub": ("sub", "ii", "i")})
+    assert fns is None and "sub" in why
 
 
 @pytest.mark.parametrize("native", [False, None])
@@ -615,7 +622,7 @@ def test_rest_covariances_match_the_scene_reference(monkeypatch):
     scale = ref[fin].abs().amax((1, 2), keepdim=True)
     assert ((fast[fin] - ref[fin]).abs() <= 2e-6 * scale).all()  # float rounding of exp and the rotation
     assert torch.allclose(fast[:3], torch.diag_embed(torch.exp(2 * ls[:3])), rtol=1e-6)  # identity rotation
-    monkeypatch.setattr(deform_mod, "_native_kernel", lambda: (None, "no compiler here"))
+    monkeypatch.setattr(deform_mod, "_native_kernels", lambda: (None, "no compiler here"))
     assert torch.equal(rest_covariances(quats, ls)[fin], ref[fin])
     with pytest.raises(ValueError):
         rest_covariances(quats[:, :3], ls)

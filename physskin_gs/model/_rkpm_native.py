@@ -292,19 +292,15 @@ int physskin_rkpm_gram(int N, const double* x, const double* vol, int n, const d
 }
 """
 
-_STATE: dict = {}
 _TABLE_LOCK = threading.Lock()
 
 
 def _load():
-    if "fn" not in _STATE:
-        lib, why = _native.load("physskin_rkpm", _SRC)
-        fn = None
-        if lib is not None:
-            fn = _native.bind(lib, "physskin_rkpm_eval", "ipippppp" "dddd" "ipp" "d" "ppppp" "ipp", "i")
-            _STATE["gram"] = _native.bind(lib, "physskin_rkpm_gram", "ippi" "ppppp" "dddd" "p" "d" "pppppp", "i")
-        _STATE["fn"], _STATE["why"] = fn, why
-    return _STATE["fn"]
+    """{"eval", "gram"}: the bound kernel functions, or None when unavailable."""
+    return _native.functions("physskin_rkpm", _SRC, {
+        "eval": ("physskin_rkpm_eval", "ipippppp" "dddd" "ipp" "d" "ppppp" "ipp", "i"),
+        "gram": ("physskin_rkpm_gram", "ippi" "ppppp" "dddd" "p" "d" "pppppp", "i"),
+    })[0]
 
 
 def available() -> bool:
@@ -392,8 +388,8 @@ def evaluate(field, x: np.ndarray, dtype=np.float64
     constant column (1); the caller fills them. Raises ValueError for x not (N, 3) or field arrays that are not
     C-contiguous float64 of matching shapes, RuntimeError if the kernel cannot allocate its scratch or a moment
     matrix is singular (the ridge prevents that for finite input)."""
-    fn = _load()
-    if fn is None:
+    fns = _load()
+    if fns is None:
         return None
     x = np.ascontiguousarray(x, dtype=np.float64)
     _check(field, x)
@@ -406,6 +402,7 @@ def evaluate(field, x: np.ndarray, dtype=np.float64
     gam = np.empty(N)
     c0 = np.ascontiguousarray(field._c0, np.float64)
     lo, hi = field.kappa_band
+    fn = fns["eval"]
     nbad = fn(N, x.ctypes.data, n, field.nodes.ctypes.data, field.radius.ctypes.data, field._feat.ctypes.data,
               field._xn.ctypes.data, c0.ctypes.data, float(field.length_scale), float(field.ridge), float(lo),
               float(hi), m, field.coeffs.ctypes.data, t.origin.ctypes.data, float(t.size), t.dims.ctypes.data,
@@ -429,9 +426,9 @@ def gram(field, x: np.ndarray, vol: np.ndarray) -> Optional[Tuple[np.ndarray, np
     ``M = sum_p vol_p Phi(p) Phi(p)^T`` and ``K = sum_p vol_p sum_k dPhi_k(p) dPhi_k(p)^T`` (the Dirichlet
     energy without the Lame factor; ``Phi^T diag(vol) Phi`` of the reference), and covered (N,) bool. None without
     the kernel or when n > :data:`MAX_GRAM_NODES`. Raises RuntimeError as :func:`evaluate`."""
-    fn = _load()
+    fns = _load()
     n = field.nodes.shape[0]
-    if fn is None or n > MAX_GRAM_NODES:
+    if fns is None or n > MAX_GRAM_NODES:
         return None
     x = np.ascontiguousarray(x, dtype=np.float64)
     _check(field, x)
@@ -455,11 +452,11 @@ def gram(field, x: np.ndarray, vol: np.ndarray) -> Optional[Tuple[np.ndarray, np
 
     def part(_slot: int, i: int) -> None:
         s, e = int(bounds[i]), int(bounds[i + 1])
-        bad[i] = _STATE["gram"](e - s, x[s:].ctypes.data, vol[s:].ctypes.data, n, field.nodes.ctypes.data,
-                                field.radius.ctypes.data, field._feat.ctypes.data, field._xn.ctypes.data,
-                                c0.ctypes.data, float(field.length_scale), float(field.ridge), float(lo), float(hi),
-                                t.origin.ctypes.data, float(t.size), t.dims.ctypes.data, t.start.ctypes.data,
-                                t.node.ctypes.data, Ms[i].ctypes.data, Ks[i].ctypes.data, cov[s:].ctypes.data)
+        bad[i] = fns["gram"](e - s, x[s:].ctypes.data, vol[s:].ctypes.data, n, field.nodes.ctypes.data,
+                             field.radius.ctypes.data, field._feat.ctypes.data, field._xn.ctypes.data,
+                             c0.ctypes.data, float(field.length_scale), float(field.ridge), float(lo), float(hi),
+                             t.origin.ctypes.data, float(t.size), t.dims.ctypes.data, t.start.ctypes.data,
+                             t.node.ctypes.data, Ms[i].ctypes.data, Ks[i].ctypes.data, cov[s:].ctypes.data)
 
     run_on_workers("rkpm", part, list(range(S)), T, torch_ops=False)
     if any(b < 0 for b in bad):

@@ -195,19 +195,19 @@ int physskin_hessian_rows(int n, int K4, const double* f, double mu, double lam,
 }
 """
 
-_FN = None
-_WHY = ""
+def _loaded():
+    """({"rows": function} or None, reason when None)."""
+    return _native.functions("physskin_hessian", _SRC, {"rows": ("physskin_hessian_rows", "iip" "ddd" "ppp", "i")})
 
 
 def _load():
-    global _FN, _WHY
-    if _FN is None and not _WHY:
-        lib, why = _native.load("physskin_hessian", _SRC)
-        if lib is None:
-            _WHY = why or "unavailable"
-        else:
-            _FN = _native.bind(lib, "physskin_hessian_rows", "iip" "ddd" "ppp", "i")
-    return _FN
+    fns = _loaded()[0]
+    return None if fns is None else fns["rows"]
+
+
+def unavailable_reason() -> str:
+    """Why the C kernel is unavailable ("" when it loaded)."""
+    return _loaded()[1]
 
 
 def available() -> bool:
