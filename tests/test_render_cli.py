@@ -77,7 +77,12 @@ def test_cli_refuses_to_overwrite_input_and_bad_options(inria_sh3, tmp_path, cap
     assert main(["render", str(src), "-o", str(tmp_path / "x.png"), "--turntable", "3"]) == 2
     assert main(["render", str(tmp_path / "missing.ply"), "-o", str(tmp_path / "x.png")]) == 2
     assert main(["render", str(src), "-o", str(tmp_path / "x.png"), "--distance", "-1"]) == 2
-    assert main(["render", str(src), "-o", str(tmp_path / "nodir" / "x.png")]) == 2
+    # one rule for every command's outputs: a missing output folder is created (as animate --video does)
+    assert main(["render", str(src), "-o", str(tmp_path / "nodir" / "x.png"), "--width", "32", "--height", "32"]) == 0
+    assert (tmp_path / "nodir" / "x.png").stat().st_size > 0
+    (tmp_path / "afile").write_bytes(b"x")
+    assert main(["render", str(src), "-o", str(tmp_path / "afile" / "x.png")]) == 2
+    assert "afile is a file, not a folder" in capsys.readouterr().err
 
 
 def test_cli_turntable_video(inria_sh3, tmp_path):

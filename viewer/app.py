@@ -808,7 +808,10 @@ def run_viewer(args) -> int:
     print(f"[physskin-gs] viewer running at {app.url}  (Ctrl-C to stop)", flush=True)
     try:
         _serve_until_interrupt(app)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C is how the viewer is stopped: a normal end (exit 0), not an interrupted run
+        from physskin_gs import interrupts
+
+        interrupts.reset()
         print("\n[physskin-gs] shutting down", file=sys.stderr, flush=True)
     finally:
         app.stop()

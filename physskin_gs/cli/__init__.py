@@ -13,7 +13,6 @@ import importlib
 import os
 import signal
 import sys
-import threading
 import warnings
 from typing import List, Optional
 
@@ -79,50 +78,46 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     Returns the exit code: the subcommand's (0 on success), 2 for a :class:`PhysSkinError` or a missing /
     unreadable input (``error: ...`` on stderr, no traceback), 130 on Ctrl-C, 143 on SIGTERM. argparse itself exits with 2
-    (``SystemExit``) on bad arguments.
+    (``SystemExit``) on bad arguments. An interrupt always ends the run with 130 / 143, also one that library code
+    caught and dropped (:mod:`physskin_gs.interrupts` records it), or one whose signal made a child process (ffmpeg)
+    fail first. The output locks the command took (:mod:`physskin_gs.cli._outputs`) are released at the end.
     """
+    from physskin_gs import interrupts
+    from physskin_gs.cli._outputs import release_all
+
     warnings.formatwarning = _format_warning
     parser = build_parser()
     args = parser.parse_args(join_negative_values(list(sys.argv[1:] if argv is None else argv)))
-    previous = _terminate_as_interrupt()
+    restore = interrupts.install()
+    code = 0
     try:
-        code = args.func(args)
-    except _Terminated:
-        print("terminated", file=sys.stderr)
-        return 143
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except (PhysSkinError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
-        msg = str(exc)
-        if isinstance(exc, FileNotFoundError) and exc.filename and str(exc.filename) not in msg:
-            msg = f"{msg}: {exc.filename}"
-        print(f"error: {msg}", file=sys.stderr)
-        return 2
+        try:
+            code = args.func(args)
+            interrupts.check()  # an interrupt that something swallowed on the way
+        except KeyboardInterrupt:
+            raise
+        except (PhysSkinError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+            interrupts.check()  # an error caused by the interrupt (a child process killed by the same signal)
+            msg = str(exc)
+            if isinstance(exc, FileNotFoundError) and exc.filename and str(exc.filename) not in msg:
+                msg = f"{msg}: {exc.filename}"
+            print(f"error: {msg}", file=sys.stderr)
+            return 2
+        except BaseException:
+            interrupts.check()
+            raise
+    except KeyboardInterrupt as exc:
+        terminated = isinstance(exc, interrupts.Terminated) or interrupts.requested() == signal.SIGTERM
+        print("terminated" if terminated else "interrupted", file=sys.stderr)
+        return 143 if terminated else 130
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGTERM, previous)
+        release_all()
+        restore()
     return int(code or 0)
 
 
-class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised like Ctrl-C so that every command cleans up the same way (temporary files removed, what was
-    finished kept)."""
-
-
-def _terminate_as_interrupt():
-    """Turn SIGTERM into :class:`_Terminated` while a command runs (main thread only); returns the previous
-    handler to restore, or None when no handler was installed."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def handler(signum, frame):
-        raise _Terminated()
-
-    try:
-        return signal.signal(signal.SIGTERM, handler)
-    except (ValueError, OSError):  # pragma: no cover - embedded interpreters
-        return None
+#: SIGTERM as an exception (kept under its old name; :class:`physskin_gs.interrupts.Terminated`).
+from physskin_gs.interrupts import Terminated as _Terminated  # noqa: E402,F401
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -31,8 +31,8 @@ import warnings
 from pathlib import Path
 from typing import List
 
-from physskin_gs.cli._common import (OutputError, check_int, check_number, check_output_folder,
-                                     refuse_existing, require_input_file, strict_json, verify_written, warn_option)
+from physskin_gs.cli._common import (OutputError, check_int, check_number, require_input_file, strict_json,
+                                     verify_written, warn_option)
 from physskin_gs.cli._skinning import add_skinning_arguments
 from physskin_gs.errors import OptionError, PhysSkinError
 
@@ -40,6 +40,11 @@ FRAME_PATTERN = "frame%04d"
 #: File names of an exported sequence (frames of either kind, and the metadata).
 _SEQUENCE_FILE = re.compile(r"^(frame\d{4,}\.(ply|obj|compressed\.ply)|animation\.usdc|row_order\.npy)$")
 _PNG_FILE = re.compile(r"^frame\d{4,}\.png$")
+#: Temporary files of the writers (:func:`physskin_gs.io._shared.atomic_output`: ``.NAME.XXXXXXXX.tmp.EXT``; earlier
+#: releases: ``NAME.tmp.EXT``, ``NAME.tmp``) for any name a sequence or PNG export writes: an interrupted or killed
+#: run's leftovers, removed by the next run that holds the folder's lock.
+_SEQUENCE_TEMP = re.compile(r"^\.?(frame\d{4,}\.(ply|obj|compressed\.ply|png)|animation\.usdc|row_order\.npy|"
+                            r"sequence\.json)(\.[A-Za-z0-9_]{8})?\.tmp(\.[A-Za-z0-9]+)*$")
 
 
 def register(sub) -> None:
@@ -379,13 +384,6 @@ class OrbitVideo:
 
 
 # ------------------------------------------------------------------------------------------------ run
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b)
-    except OSError:
-        return False
-
-
 #: Up-axis names accepted by --up (checked before loading; the pipeline resolves them).
 _UP_NAMES = ("auto", "y", "-y", "z", "-z", "x", "-x")
 
@@ -477,50 +475,56 @@ def _existing_frames(folder: Path, pattern) -> List[Path]:
     return sorted(p for p in folder.iterdir() if pattern.match(p.name))
 
 
+def _export_name(name: str) -> bool:
+    """A name an export writes or replaces in its folder: frames, the USD file, the row order, sequence.json."""
+    return bool(_SEQUENCE_FILE.match(name)) or name == "sequence.json"
+
+
+def _output_list(args) -> list:
+    """The headless run's outputs, for :func:`physskin_gs.cli._outputs.claim_outputs`."""
+    from physskin_gs.cli._outputs import Output
+
+    overwrite = bool(getattr(args, "overwrite", False))
+    return [Output("--video", args.video, replace=overwrite, flag="--overwrite"),
+            Output("--export", args.export, folder=True, replace=overwrite, flag="--overwrite", writes=_export_name),
+            Output("--png", args.png, folder=True, replace=overwrite, flag="--overwrite",
+                   writes=lambda n: bool(_PNG_FILE.match(n)))]
+
+
 def check_outputs(args, src: str) -> None:
     """Refuse, before anything is loaded or simulated, every output that cannot be written or would replace
-    something without ``--overwrite``: --video (not the input, a video extension, a writable folder, not an
-    existing file), --export and --png (folders, no frames of another run, no frame that is the input); then
-    create the output folders. Raises OptionError / OutputError."""
+    something without ``--overwrite``, by the one rule of :mod:`physskin_gs.cli._outputs` (never an input, not a
+    folder where a file is expected, writable, missing folders made, one live run per output): --video (a video
+    extension; an existing file only with --overwrite), --export and --png (folders that hold no frames of another
+    run unless --overwrite; none of their frame names is an input). Raises OptionError / OutputError."""
+    from physskin_gs.cli._outputs import claim_outputs, refuse_inputs
+
     overwrite = bool(getattr(args, "overwrite", False))
     if not args.export and not args.video and not args.png:
         raise OptionError("--headless writes nothing without --export DIR, --video OUT.mp4 or --png DIR; "
                           "add one of them")
-    if args.video:
-        if _same_file(args.video, src):
-            raise OptionError(f"--video {args.video} is the input file; refusing to overwrite it")
-        if not str(args.video).lower().endswith((".mp4", ".mov", ".mkv", ".webm", ".gif")):
-            raise OptionError(f"--video {args.video}: use a .mp4 (or .mov/.mkv/.webm/.gif) file name")
-        refuse_existing(args.video, overwrite, "--overwrite")
-        check_output_folder(args.video, "--video")
-    for option, folder, pattern in (("--export", args.export, _SEQUENCE_FILE), ("--png", args.png, _PNG_FILE)):
-        if not folder:
-            continue
-        d = Path(folder)
-        if d.exists() and not d.is_dir():
-            raise OptionError(f"{option} {d} exists and is not a directory")
-        old = _existing_frames(d, pattern)
-        names = [f"{FRAME_PATTERN % k}{ext}" for k in range(1, args.frames + 1)
-                 for ext in (".ply", ".obj", ".compressed.ply")] + ["animation.usdc", "row_order.npy"]
-        for f in old + [d / nm for nm in names]:
-            if _same_file(str(f), src):
-                raise OptionError(f"{option} {d}: frame {f.name} would overwrite the input file {args.path}; "
-                                  "choose another folder")
-        if option == "--export" and (d / "sequence.json").exists():
-            old.append(d / "sequence.json")
-        if old and not overwrite:
-            names = ", ".join(p.name for p in old[:3]) + (f" ... ({len(old)} files)" if len(old) > 3 else "")
-            raise OptionError(f"{option} {d} already holds the files of another run ({names}); use --overwrite to "
-                              "replace them, or choose an empty folder")
-        check_output_folder(d / "sequence.json", option)
-    for folder in (args.export, args.png):
-        if folder:
-            try:
-                Path(folder).mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise OutputError(f"cannot create the folder {folder} ({exc.strerror or exc})") from None
-    if args.video:
-        check_output_folder(args.video, "--video", create=True)
+    outputs = _output_list(args)
+    inputs = [src, getattr(args, "script", None), getattr(args, "checkpoint", None)]
+    refuse_inputs(outputs, inputs)
+    if args.video and not str(args.video).lower().endswith((".mp4", ".mov", ".mkv", ".webm", ".gif")):
+        raise OptionError(f"--video {args.video}: use a .mp4 (or .mov/.mkv/.webm/.gif) file name")
+
+    def refuse_other_runs() -> None:
+        for option, folder, pattern in (("--export", args.export, _SEQUENCE_FILE), ("--png", args.png, _PNG_FILE)):
+            if not folder:
+                continue
+            d = Path(folder)
+            old = _existing_frames(d, pattern)
+            if option == "--export" and (d / "sequence.json").exists():
+                old.append(d / "sequence.json")
+            if old and not overwrite:
+                names = ", ".join(p.name for p in old[:3]) + (f" ... ({len(old)} files)" if len(old) > 3 else "")
+                raise OptionError(f"{option} {d} already holds the files of another run ({names}); use --overwrite "
+                                  "to replace them, or choose an empty folder")
+
+    refuse_other_runs()  # before the lock: a refused run makes no folder
+    claim_outputs(outputs, inputs)
+    refuse_other_runs()  # again with the lock held: a run that finished in between left its frames
 
 
 def _remove_old_run(folder: Path, pattern, with_meta: bool) -> int:
@@ -639,14 +643,24 @@ def run_headless(args) -> int:
             + (_remove_old_run(png_dir, _PNG_FILE, False) if png_dir is not None else 0)
         if removed:
             print(f"[physskin-gs] --overwrite: removed {removed} files of an earlier run", file=sys.stderr)
+    for folder in (export, png_dir):  # temporary files an interrupted or killed run left (this run holds the lock)
+        stale = _remove_old_run(folder, _SEQUENCE_TEMP, False) if folder is not None else 0
+        if stale:
+            print(f"[physskin-gs] removed {stale} temporary files an interrupted run left in {folder}/",
+                  file=sys.stderr)
     fps = 1.0 / (anim.dt * args.steps_per_frame)
     fmt = getattr(args, "export_format", "ply") or "ply"
+    from physskin_gs import interrupts
+    from physskin_gs.io._shared import atomic_output, write_text_atomic
+
     exporter = None
+    mesh_frames: List[Path] = []
     frames_rgb = []
     stats_log = []
     bar = tqdm(range(1, args.frames + 1), desc="animate", unit="frame", file=sys.stderr, dynamic_ncols=True)
     try:
         for f in bar:
+            interrupts.check()
             if f > 1:
                 if script is not None:
                     script.apply(anim, f)
@@ -658,7 +672,7 @@ def run_headless(args) -> int:
                 script.apply(anim, f)
             if export is not None:
                 if is_mesh:
-                    _write_mesh_frame(anim, export / f"{FRAME_PATTERN % f}.obj", src)
+                    mesh_frames.append(_write_mesh_frame(anim, export / f"{FRAME_PATTERN % f}.obj"))
                 else:
                     if exporter is None:
                         exporter = open_sequence_exporter(anim, export, fmt, fps)
@@ -671,18 +685,22 @@ def run_headless(args) -> int:
 
                     png = png_dir / f"{FRAME_PATTERN % f}.png"
                     try:
-                        iio.imwrite(png, img)
+                        with atomic_output(png) as tmp:
+                            iio.imwrite(tmp, img)
                     except OSError as exc:
                         raise OutputError(f"could not write {png}: {exc.strerror or exc}") from None
                     verify_written(png, "PNG frame")
     except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what was simulated (PLY frames stay; USD is finished)
+        kept = len(mesh_frames)
         if exporter is not None:
             try:
-                kept = exporter.close()
-                print(f"[physskin-gs] interrupted: kept {kept['frames']} frames in {export}/ (no sequence.json)",
-                      file=sys.stderr)
+                kept = exporter.close()["frames"]
             except Exception:  # noqa: BLE001 - the interrupt is what the user sees
                 exporter.abort()
+                kept = None
+        if export is not None and kept is not None:
+            print(f"[physskin-gs] interrupted: kept {kept} frames in {export}/ (every one complete; no sequence.json)",
+                  file=sys.stderr)
         raise
     except BaseException:
         if exporter is not None:  # a failed run keeps its PLY frames; a partial USD file is removed
@@ -740,10 +758,11 @@ def run_headless(args) -> int:
             if fmt == "usd":
                 meta["usd"] = ("animation.usdc: prims /Splats/Static (written once) and /Splats/Moving (time samples "
                                "1..frames at fps time codes per second)")
-        tmp = export / "sequence.json.tmp"
+        written = mesh_frames if is_mesh else [Path(p) for p in export_summary["files"]]
+        _check_sequence_folder(export, written, args.frames)
+        meta["files"] = sorted(p.name for p in written)
         try:
-            tmp.write_text(sequence_json_text(meta))
-            os.replace(tmp, export / "sequence.json")
+            write_text_atomic(export / "sequence.json", sequence_json_text(meta))
         except OSError as exc:
             raise OutputError(f"could not write {export / 'sequence.json'}: {exc.strerror or exc}") from None
         verify_written(export / "sequence.json", "sequence metadata")
@@ -772,20 +791,52 @@ def _axis_name(u) -> str:
     return "[" + ", ".join(f"{c:+.3f}" for c in v) + "]"
 
 
-def _write_mesh_frame(anim, path: Path, src: str) -> None:
-    import trimesh
+def write_obj(path, vertices, faces) -> int:
+    """Write a triangle mesh as a Wavefront OBJ (``v`` and ``f`` lines only), atomically; returns its size in bytes.
 
-    if _same_file(str(path), src):
-        raise OptionError(f"{path} is the input file; refusing to overwrite it")
-    V = anim.deformed_mesh_vertices()
-    mesh = trimesh.Trimesh(vertices=V, faces=anim.scene.mesh.faces, process=False)
-    tmp = path.with_name(path.name + ".tmp" + path.suffix)
+    ``vertices``: (V, 3) float32 or float64, scene units; each value is written with as many significant digits
+    as its type needs to read back exactly (9 for float32, 17 for float64), whatever the object's size.
+    ``faces``: (F, 3) integer vertex indices, 0-based (written 1-based). Raises OSError when it cannot be written.
+    """
+    import numpy as np
+
+    from physskin_gs.io._shared import atomic_output
+
+    V = np.asarray(vertices)
+    digits = 9 if V.dtype == np.float32 else 17
+    F = np.asarray(faces, dtype=np.int64) + 1
+    with atomic_output(path) as tmp:
+        with open(tmp, "w", encoding="ascii") as fh:
+            fh.write("# physskin_gs mesh frame\n")
+            np.savetxt(fh, V, fmt=f"v %.{digits}g %.{digits}g %.{digits}g")
+            np.savetxt(fh, F, fmt="f %d %d %d")
+    return os.path.getsize(path)
+
+
+def _write_mesh_frame(anim, path: Path) -> Path:
+    """One frame of a mesh sequence (:func:`write_obj` of the deformed source mesh); returns its path. Raises
+    OutputError when it cannot be written (what was there before stays)."""
     try:
-        mesh.export(str(tmp))
-        os.replace(tmp, path)
+        write_obj(path, anim.deformed_mesh_vertices(), anim.scene.mesh.faces)
     except OSError as exc:
         raise OutputError(f"could not write frame {path}: {exc.strerror or exc}") from None
     verify_written(path, "frame")
+    return path
+
+
+def _check_sequence_folder(folder: Path, written: List[Path], frames: int) -> None:
+    """Before ``sequence.json`` is written: the folder's frame files are exactly the ones this run wrote (one per
+    frame). Raises OutputError naming the files that do not belong (a sequence.json must never describe other
+    frames than the ones beside it)."""
+    mine = {p.name for p in written}
+    frame_files = {p.name for p in _existing_frames(folder, _SEQUENCE_FILE)} - {"row_order.npy", "animation.usdc"}
+    frame_names = {n for n in mine if n.startswith("frame")}
+    extra, missing = sorted(frame_files - mine), sorted(frame_names - frame_files)
+    if extra or missing or (frame_names and len(frame_names) != frames):
+        what = (f"{len(extra)} frame files of another run ({', '.join(extra[:3])})" if extra
+                else f"{len(missing) or frames - len(frame_names)} of this run's frames are missing")
+        raise OutputError(f"{folder}: {what}; sequence.json was not written (its frames would not match the "
+                          "folder)")
 
 
 def _write_video(path: str, frames, fps: float) -> Path:

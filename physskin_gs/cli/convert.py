@@ -9,13 +9,16 @@ scales it; OpenUSD keeps the scene's coordinates and states the up axis on the s
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 
-from physskin_gs.cli._common import (OutputError, check_number, check_output_folder, refuse_existing,
-                                     require_input_file, resolve_up_option, scene_up, verify_written, warn_option)
+from physskin_gs.cli._common import (OutputError, check_int, check_number, require_input_file, resolve_up_option,
+                                     scene_up, verify_written, warn_option)
+from physskin_gs.cli._outputs import Output, claim_outputs, refuse_inputs
 from physskin_gs.errors import OptionError
+
+#: Highest SH degree each output format stores (an INRIA PLY stores any).
+MAX_SH_DEGREE = {"ply": None, "compressed-ply": 3, "usd": 3, "glb": 3}
 
 #: ``--format`` names and the file names each expects.
 CONVERT_FORMATS = {"ply": (".ply",), "compressed-ply": (".ply",), "usd": (".usd", ".usdc", ".usda"), "glb": (".glb",)}
@@ -71,6 +74,9 @@ def register(sub) -> None:
                         "identity rotation and are kept)")
     p.add_argument("--quat-order", choices=["wxyz", "xyzw"], default="wxyz",
                    help="component order of the input's stored quaternions (default wxyz)")
+    p.add_argument("--sh-degree", dest="sh_degree", type=int, default=None, metavar="N",
+                   help="keep spherical harmonics up to degree N (0-4; default: all the input has). Compressed PLY, "
+                        ".glb and .usd store at most degree 3")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.set_defaults(func=run)
 
@@ -88,9 +94,14 @@ def run(args) -> int:
     from physskin_gs.io import drop_invalid, load_scene, save_scene, validate
 
     require_input_file(args.input)
-    if os.path.exists(args.output) and os.path.exists(args.input) and os.path.samefile(args.input, args.output):
-        raise OptionError(f"{args.output}: refusing to overwrite the input file; choose another output path")
+    target = Output("output", args.output, replace=args.force)
+    refuse_inputs([target], [args.input])  # before the name is looked at: the input's name fits a format
     fmt = output_format(args.output, getattr(args, "format", "auto"))
+    sh_degree = getattr(args, "sh_degree", None)
+    if sh_degree is not None:
+        check_int("--sh-degree", sh_degree, 0, 4)
+        if MAX_SH_DEGREE[fmt] is not None and sh_degree > MAX_SH_DEGREE[fmt]:
+            raise OptionError(f"--sh-degree {sh_degree}: a {fmt} file stores SH up to degree {MAX_SH_DEGREE[fmt]}")
     auto_up, up_given = resolve_up_option(str(getattr(args, "up", "auto") or "auto"))
     mpu = getattr(args, "meters_per_unit", None)
     if mpu is not None:
@@ -104,13 +115,19 @@ def run(args) -> int:
             if given:
                 warn_option(f"{option} has no effect on a {fmt} output (the values are written in the input's own "
                             "axes and units); it applies to .glb and .usd")
-    refuse_existing(args.output, args.force, "--force")
-    check_output_folder(args.output, "output")
+    claim_outputs([target], inputs=[args.input])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         scene = load_scene(args.input, quat_order=args.quat_order)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
+    top = MAX_SH_DEGREE[fmt]
+    if sh_degree is not None and sh_degree < scene.sh_degree:
+        print(f"note: SH degree {scene.sh_degree} -> {sh_degree} (--sh-degree)", file=sys.stderr)
+        scene = scene.with_sh_degree(sh_degree)
+    elif top is not None and scene.sh_degree > top:
+        raise OptionError(f"{args.input}: SH degree {scene.sh_degree}; a {fmt} file stores SH up to degree {top}: add "
+                          f"--sh-degree {top} to keep bands 0-{top} (or write a .ply, which keeps every band)")
     if args.drop_invalid:
         scene, n = drop_invalid(scene)
         print(f"dropped {n} invalid Gaussians", file=sys.stderr)

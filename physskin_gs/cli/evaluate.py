@@ -111,11 +111,11 @@ def run(args) -> int:
     check_int("--transforms", args.transforms, 1)
     check_int("--nodes", args.nodes, 100, 200000)
     check_int("--modes", args.modes, 1, 50)
-    if args.json:
-        from physskin_gs.cli._common import refuse_existing
-
-        refuse_existing(args.json, args.force)
     paths = _input_paths(args.data)
+    from physskin_gs.cli._outputs import Output, claim_outputs
+
+    claim_outputs([Output("--json", args.json, replace=args.force)],
+                  inputs=[*paths, args.checkpoint, *(args.data or [])])
     if args.reference == "fem":
         from physskin_gs.cli.evaluate_fem import run_fem
 
@@ -131,7 +131,10 @@ def run(args) -> int:
     model = load_checkpoint(ckpt)
     fit_cfg = fit_config_like(checkpoint_metadata(ckpt).get("train_config", {}).get("train"))
     results = []
+    from physskin_gs import interrupts
+
     for path in paths:
+        interrupts.check()
         obj = prepare_object(path, seed=args.seed)
         g = torch.Generator().manual_seed(args.seed)
         idx = torch.randperm(obj.volume.shape[0], generator=g)[: args.points]
@@ -179,16 +182,16 @@ def _input_paths(data):
 
 
 def _write_json(path, obj) -> None:
-    """Strict JSON (no NaN/Infinity: non-finite numbers become null), written atomically."""
-    import os
+    """Strict JSON (no NaN/Infinity: non-finite numbers become null), written atomically (a unique temporary name,
+    renamed into place). Raises OutputError when the file cannot be written."""
+    from physskin_gs.cli._common import OutputError, finite_or_none, verify_written
+    from physskin_gs.io._shared import write_text_atomic
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    from physskin_gs.cli._common import finite_or_none
-
-    tmp.write_text(json.dumps(finite_or_none(obj), indent=2, allow_nan=False))
-    os.replace(tmp, path)
+    try:
+        write_text_atomic(path, json.dumps(finite_or_none(obj), indent=2, allow_nan=False))
+    except OSError as exc:
+        raise OutputError(f"could not write {path}: {exc.strerror or exc}") from None
+    verify_written(path, "results")
 
 
 def _mean(vals):

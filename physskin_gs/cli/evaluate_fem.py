@@ -242,6 +242,14 @@ def freeform_rows(bases: List[str], args, progress=print) -> Dict:
     return out
 
 
+def _say(line: str) -> None:
+    """Print a progress line, then stop here if an interrupt arrived (also one a library swallowed)."""
+    from physskin_gs import interrupts
+
+    print(line, flush=True)
+    interrupts.check()
+
+
 def run_fem(args, paths: List[Path]) -> Dict:
     """The whole FEM evaluation over ``paths``; prints the table and returns the JSON-ready result."""
     from physskin_gs.model.bases import resolve_skinning
@@ -254,12 +262,12 @@ def run_fem(args, paths: List[Path]) -> Dict:
         raise OptionError(f"--nodes must be >= 100, got {args.nodes}")
     rows = []
     for path in paths:
-        print(f"{path.name}:", flush=True)
-        rows.append(evaluate_shape(path, bases, args, progress=lambda s: print(s, flush=True)))
+        _say(f"{path.name}:")
+        rows.append(evaluate_shape(path, bases, args, progress=_say))
     summary = summarise(rows)
     print_table(rows, summary)
     result = {"reference": "fem", "bases": bases, "shapes": rows, "summary": summary}
     if getattr(args, "freeform", False):
         print("FreeForm beam protocol (5 x 1 x 1 m cantilever, E 5e6, nu 0.45; normalised MSE, 0 = exact):", flush=True)
-        result["freeform_beam"] = freeform_rows(bases, args, progress=lambda s: print(s, flush=True))
+        result["freeform_beam"] = freeform_rows(bases, args, progress=_say)
     return result

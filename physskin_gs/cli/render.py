@@ -12,13 +12,13 @@ available, else the pure-torch rasteriser. The input file is never overwritten, 
 from __future__ import annotations
 
 import math
-import os
 import sys
 import time
 from pathlib import Path
 
-from physskin_gs.cli._common import (OutputError, check_int, check_number, check_output_folder, refuse_existing,
-                                     require_input_file, resolve_up_option, scene_up, verify_written)
+from physskin_gs.cli._common import (OutputError, check_int, check_number, require_input_file, resolve_up_option,
+                                     scene_up, verify_written)
+from physskin_gs.cli._outputs import Output, claim_outputs, refuse_inputs
 from physskin_gs.errors import OptionError
 
 _IMAGE_EXT = {".png", ".jpg", ".jpeg"}
@@ -76,13 +76,6 @@ def parse_background(text: str):
     return tuple(vals)
 
 
-def _same_file(a: str, b: str) -> bool:
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return os.path.abspath(a) == os.path.abspath(b)
-
-
 def run(args) -> int:
     import torch
     from tqdm import tqdm
@@ -97,13 +90,8 @@ def run(args) -> int:
         raise OptionError(f"--turntable writes a video; give -o a {'/'.join(sorted(_VIDEO_EXT))} path, got {out!r}")
     if not args.turntable and ext not in _IMAGE_EXT:
         raise OptionError(f"-o must end in .png or .jpg (or use --turntable N with .mp4), got {out!r}")
-    if _same_file(src, out):
-        raise OptionError(f"refusing to overwrite the input file {src}")
-    out_dir = Path(out).parent
-    if str(out_dir) and not out_dir.exists():
-        raise FileNotFoundError(f"output folder does not exist: {out_dir}")
-    refuse_existing(out, args.force, "--force")
-    check_output_folder(out, "-o")
+    target = Output("-o", out, replace=args.force)
+    refuse_inputs([target], [src])
     if args.width <= 0 or args.height <= 0 or args.width > 16384 or args.height > 16384:
         raise OptionError(f"--width/--height must be in 1..16384, got {args.width}x{args.height}")
     check_number("--fov", args.fov, 0.0, 180.0, lo_open=True, hi_open=True, unit="degrees")
@@ -116,6 +104,7 @@ def run(args) -> int:
         check_int("--sh-degree", args.sh_degree, 0, 4)
     auto_up, up = resolve_up_option(args.up)
     background = parse_background(args.background)
+    claim_outputs([target], inputs=[src])  # every option is valid: now the output (folders made, lock taken)
     width, height = args.width, args.height
     if args.turntable:
         w16, h16 = 16 * math.ceil(width / 16), 16 * math.ceil(height / 16)
@@ -158,8 +147,11 @@ def run(args) -> int:
         import imageio.v2 as imageio
 
         img, cover = frame(args.azimuth)
+        from physskin_gs.io._shared import atomic_output
+
         try:
-            imageio.imwrite(out, img)
+            with atomic_output(out) as tmp:
+                imageio.imwrite(tmp, img)
         except (OSError, ValueError) as exc:
             raise OutputError(f"could not write {out}: {exc}") from None
         verify_written(out, "image")
@@ -169,11 +161,14 @@ def run(args) -> int:
         )
         return 0
 
+    from physskin_gs import interrupts
+
     n = args.turntable
     azimuths = [args.azimuth + 360.0 * i / n for i in range(n)]
 
     def frames():
         for az in tqdm(azimuths, desc="turntable", unit="frame", file=sys.stderr):
+            interrupts.check()
             yield frame(az)[0]
 
     written = write_video(frames(), out, fps=args.fps)  # checked after writing (raises PhysSkinError)

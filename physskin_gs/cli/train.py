@@ -174,9 +174,10 @@ def attach_eigen_target(shape, num_handles: int, cache_dir: str = ".cache/target
     field = build_eigen_field(vol, num_handles=num_handles + 1)  # m learned + the constant handle
     W = field.weights(vol).float()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({"target": W.contiguous()}, str(tmp))
-    os.replace(tmp, path)
+    from physskin_gs.io._shared import atomic_output
+
+    with atomic_output(path) as tmp:
+        save_file({"target": W.contiguous()}, tmp)
     log(f"eigen target for {shape.name}: {tuple(W.shape)} in {time.perf_counter() - t0:.1f} s")
     return replace(shape, target=W)
 
@@ -221,6 +222,10 @@ def _validate(model, shapes, n_points=5000):
     return mean, out
 
 
+#: The files a run writes at the top of ``--out`` (snapshots go in ``snapshots/``).
+RUN_FILES = ("model.safetensors", "train_state.safetensors", "config.json", "metrics.jsonl")
+
+
 def run(args) -> int:
     import torch
     import torch.distributed as dist
@@ -242,7 +247,13 @@ def run(args) -> int:
     out = Path(args.out)
     is_main = rank == 0
     if is_main:
-        out.mkdir(parents=True, exist_ok=True)
+        from physskin_gs.cli._outputs import Output, claim_outputs
+
+        claim_outputs([Output("--out", str(out), folder=True, replace=args.force or args.resume,
+                              writes=lambda n: n in RUN_FILES),
+                       Output("--export-samples", args.export_samples, folder=True,
+                              writes=lambda n: n.endswith(".safetensors"))],
+                      inputs=[None if args.resume else args.init, *(args.data or []), args.samples])
     log = print if is_main else (lambda *a, **k: None)
 
     tcfg = TrainConfig(
@@ -316,7 +327,9 @@ def run(args) -> int:
         if rank:
             gen.manual_seed(tcfg.seed * 1000 + rank + 7919 * start)
     if is_main:
-        (out / "config.json").write_text(json.dumps({
+        from physskin_gs.io._shared import write_text_atomic
+
+        write_text_atomic(out / "config.json", json.dumps({
             "model": ncfg.to_dict(), "train": tcfg.to_dict(), "data": args.data, "synthetic": args.synthetic,
             "samples": args.samples, "held_out": list(held), "train_shapes": [s.name for s in shapes], "world_size": world,
             "threads": torch.get_num_threads(), "device": str(device),
@@ -354,7 +367,10 @@ def run(args) -> int:
                 dynamic_ncols=True, desc="train")
     step = start
     model.train()
+    from physskin_gs import interrupts
+
     for step in pbar:
+        interrupts.check()
         shape = shapes[int(torch.randint(0, len(shapes), (1,), generator=gen))]
         if tcfg.augment:
             shape = augment(shape, gen)

@@ -9,7 +9,8 @@ from __future__ import annotations
 import math
 import os
 import tempfile
-from typing import Optional, Tuple
+from contextlib import contextmanager
+from typing import Iterator, Optional, Tuple
 
 import numpy as np
 import torch
@@ -98,6 +99,44 @@ def temp_file(path: str, out_dir: str, suffix: str = ".tmp") -> Tuple[int, str]:
         unlink_quietly(tmp)
         raise
     return fd, tmp
+
+
+@contextmanager
+def atomic_output(path) -> Iterator[str]:
+    """Write ``path`` all at once or not at all: yields a new empty temporary file beside it
+    (``.NAME.XXXXXXXX.tmp.EXT``, keeping the extension for writers that choose a format by it; a unique name, so a
+    leftover of an earlier run never blocks it) for the block to write; when the block ends without an exception
+    and no interrupt is pending (:func:`physskin_gs.interrupts.check`), the file is renamed onto ``path``. On any
+    exception, an interrupt included, the temporary file is removed and the exception propagates: ``path`` is
+    either the complete new file or what it was before.
+
+    Raises OSError (folder not writable, disk full, ...), KeyboardInterrupt for a pending interrupt.
+    """
+    from physskin_gs import interrupts
+
+    path = os.fspath(path)
+    out_dir = os.path.dirname(os.path.abspath(path))
+    ext = os.path.splitext(path)[1]
+    fd, tmp = temp_file(path, out_dir, ".tmp" + ext)
+    os.close(fd)
+    try:
+        yield tmp
+        interrupts.check()
+        os.replace(tmp, path)
+    except BaseException:
+        unlink_quietly(tmp)
+        raise
+
+
+def write_text_atomic(path, text: str) -> int:
+    """Write ``text`` (UTF-8) to ``path`` through :func:`atomic_output`; returns the bytes written. Raises OSError."""
+    data = text.encode("utf-8")
+    with atomic_output(path) as tmp:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+    return len(data)
 
 
 def unlink_quietly(path: str) -> None:

@@ -9,7 +9,6 @@ second safetensors file next to it.
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Dict, Optional, Tuple
 
@@ -33,11 +32,12 @@ def default_checkpoint_path() -> Path:
 def _atomic_save(tensors: Dict[str, torch.Tensor], path: Path, metadata: Dict[str, str]) -> None:
     from safetensors.torch import save_file
 
+    from physskin_gs.io._shared import atomic_output
+
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp), metadata=metadata)
-    os.replace(tmp, path)
+    with atomic_output(path) as tmp:  # a unique temporary name, renamed into place; removed on any failure
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, tmp, metadata=metadata)
 
 
 def save_checkpoint(model: PhysSkinNet, path, config: Optional[Dict] = None, metrics: Optional[Dict] = None) -> Path:

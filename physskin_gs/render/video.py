@@ -171,7 +171,14 @@ def write_video(
     if count == 0:
         raise OptionError(f"no frames to write to {path}")
     if use_ffmpeg:
-        _check_video(partial, path, count)
+        from physskin_gs import interrupts
+
+        try:
+            _check_video(partial, path, count)
+            interrupts.check()  # an interrupt that ffmpeg's reader swallowed: no video replaces the old one
+        except BaseException:
+            _unlink(partial)
+            raise
         os.replace(partial, path)
     else:
         missing = [i for i in range(1, count + 1) if not (target / f"frame{i:04d}.png").is_file()]
