@@ -603,3 +603,80 @@ def test_an_existing_output_needs_the_flag_and_then_is_replaced(cmd, inputs, tmp
     assert code == 0, err
     _check_output(cmd, out)
     assert inputs.unchanged()
+
+
+# ------------------------------------------------------------------------------------------------ precision, messages
+@pytest.mark.parametrize("size", [1e-6, 1.0, 1e6])
+def test_mesh_frames_read_back_exactly_at_any_scale(size, tmp_path):
+    """Mesh frames keep every float32 bit (9 significant digits), for an object 1e-6 or 1e6 units across."""
+    import trimesh
+
+    from physskin_gs.cli.animate import write_obj
+
+    rng = np.random.default_rng(0)
+    V = (rng.standard_normal((48, 3)) * size + 3 * size).astype(np.float32)
+    F = np.arange(48).reshape(16, 3)  # every vertex used (readers drop unused ones)
+    path = tmp_path / "f.obj"
+    assert write_obj(path, V, F) == path.stat().st_size
+    m = trimesh.load(str(path), process=False)
+    assert np.array_equal(np.asarray(m.vertices, np.float64).astype(np.float32), V)
+    assert np.array_equal(np.asarray(m.faces), F)
+    V64 = V.astype(np.float64) * (1 + 1e-12)
+    write_obj(path, V64, F)
+    assert np.array_equal(np.asarray(trimesh.load(str(path), process=False).vertices, np.float64), V64)
+
+
+def test_mesh_export_of_a_tiny_object_keeps_its_shape(inputs, tmp_path, capsys):
+    """The reported case: a mesh 1e-6 units across; frame 1 (the rest state) equals the input's vertices to
+    float32 precision (was 2.9e-3 of its size off with 8 fixed decimals)."""
+    import trimesh
+
+    tiny = tmp_path / "tiny.obj"
+    m = trimesh.creation.box(extents=(1e-6, 5e-7, 3e-7))
+    m.apply_translation((2e-6, 0, 0))
+    m.export(str(tiny))
+    src = trimesh.load(str(tiny), process=False)
+    out = tmp_path / "frames"
+    code, _, err = _run(["animate", tiny, "--headless", "--frames", "1", *FAST, "--mesh-gaussians", "300",
+                         "--export", out], capsys)
+    assert code == 0, err
+    f1 = trimesh.load(str(out / "frame0001.obj"), process=False)
+    err_rel = np.abs(np.asarray(f1.vertices) - np.asarray(src.vertices)).max() / 1e-6
+    assert err_rel < 1e-6, err_rel
+
+
+def _sh4_file(path: Path) -> Path:
+    from dataclasses import replace
+
+    from physskin_gs.io import save_scene
+
+    s = _blob(64)
+    save_scene(replace(s, sh_rest=torch.randn(64, 24, 3, generator=torch.Generator().manual_seed(1)) * 0.1), path)
+    return path
+
+
+@pytest.mark.parametrize("name", ["o.compressed.ply", "o.glb"])
+def test_convert_sh_degree_4_names_the_option(name, tmp_path, capsys):
+    src = _sh4_file(tmp_path / "sh4.ply")
+    out = tmp_path / name
+    code, _, err = _run(["convert", src, out], capsys)
+    assert code == 2
+    line = _one_line_error(err)
+    assert "SH degree 4" in line and "--sh-degree 3" in line and not out.exists()
+    code, _, err = _run(["convert", src, out, "--sh-degree", "3"], capsys)
+    assert code == 0, err
+    assert "SH degree 4 -> 3" in err
+
+
+def test_convert_sh_degree_keeps_the_lower_bands_exactly(tmp_path, capsys):
+    from physskin_gs.io import load_scene
+
+    src = _sh4_file(tmp_path / "sh4.ply")
+    out = tmp_path / "sh1.ply"
+    assert _run(["convert", src, out, "--sh-degree", "1"], capsys)[0] == 0
+    a, b = load_scene(str(src)), load_scene(str(out))
+    assert b.sh_degree == 1 and torch.equal(b.sh_rest, a.sh_rest[:, :3]) and torch.equal(b.sh_dc, a.sh_dc)
+    code, _, err = _run(["convert", src, tmp_path / "x.compressed.ply", "--sh-degree", "4"], capsys)
+    assert code == 2 and "stores SH up to degree 3" in _one_line_error(err)
+    code, _, err = _run(["convert", src, tmp_path / "y.ply", "--sh-degree", "5"], capsys)
+    assert code == 2 and "--sh-degree must be an integer in [0, 4]" in _one_line_error(err)
