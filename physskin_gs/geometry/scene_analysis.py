@@ -43,6 +43,11 @@ classification of all rows O(N)):
    Everything else valid, opaque and not a floater is ``background`` (static), except the plane's inliers,
    which are ``support``.
 
+*Small scenes*: with fewer than ``small_scene_rows`` (:data:`SMALL_SCENE_ROWS`) opaque rows there is no crowd for
+a floater to stand out from and no surface for the voxels to connect (a 9-Gaussian file, an LOD tile with a
+dozen opaque rows): steps 3 and 6 keep every opaque row, so nothing is a floater and every opaque row off the
+support is the object (a plane needs at least 32 points, so such a scene has none).
+
 Coordinates are scene units throughout; nothing here reads files or assumes a coordinate convention except
 :data:`DEFAULT_UP`, used only when no plane is found and no prior is given.
 """
@@ -56,8 +61,6 @@ from typing import Dict, Optional, Tuple, Union
 import numpy as np
 import torch
 from scipy import ndimage
-from scipy.spatial import ConvexHull, cKDTree
-from scipy.spatial import QhullError
 
 from physskin_gs.geometry.normalize import DegenerateGeometryError, finite_rows
 
@@ -67,6 +70,9 @@ ArrayLike = Union[np.ndarray, torch.Tensor]
 #: convention of COLMAP / OpenCV-camera captures (most real 3DGS captures). Blender/NeRF-synthetic scenes
 #: are +z up; pass ``format_prior_up`` for them.
 DEFAULT_UP = np.array([0.0, -1.0, 0.0])
+
+#: Scenes with fewer opaque rows than this are small (module docstring): no floaters, every opaque row is object.
+SMALL_SCENE_ROWS = 100
 
 #: 3x3x3 structuring element: 26-connectivity for the occupancy-grid components.
 _FULL_3D = np.ones((3, 3, 3), dtype=bool)
@@ -152,6 +158,7 @@ class SceneAnalysis:
     voxel_size: float
     grid_shape: Tuple[int, int, int]
     timings: Dict[str, float] = field(default_factory=dict)
+    unsure: bool = False
 
     @property
     def num_rows(self) -> int:
@@ -261,29 +268,6 @@ def _subsample(idx: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
     return np.sort(idx[rng.choice(idx.shape[0], size=k, replace=False)])
 
 
-def _plane_basis(n: np.ndarray) -> np.ndarray:
-    """(2, 3) orthonormal in-plane axes for the unit normal ``n``."""
-    a = np.eye(3)[int(np.argmin(np.abs(n)))]
-    u = np.cross(n, a)
-    u /= np.linalg.norm(u)
-    return np.stack([u, np.cross(n, u)])
-
-
-def _hull(points2: np.ndarray, trim: float):
-    """Convex hull of (M, 2) points after dropping the ``trim`` tails per axis; None if degenerate."""
-    if points2.shape[0] < 8:
-        return None
-    lo, hi = np.quantile(points2, [trim, 1.0 - trim], axis=0)
-    keep = np.all((points2 >= lo) & (points2 <= hi), axis=1)
-    pts = points2[keep]
-    if pts.shape[0] < 3:
-        return None
-    try:
-        return ConvexHull(pts)
-    except QhullError:
-        return None
-
-
 class _Grid:
     """Cubic-voxel occupancy grid over an axis-aligned box (lo corner, voxel edge h, shape dims)."""
 
@@ -352,11 +336,10 @@ def analyze_scene(
     plane_points: int = 20_000,
     plane_hypotheses: int = 1024,
     plane_band: float = 0.01,
-    max_minority_fraction: float = 0.03,
-    min_inlier_fraction: float = 0.01,
-    min_width_ratio: float = 1.3,
-    min_coverage: float = 0.5,
+    support_voxels: int = 40,
+    min_beyond: float = 0.05,
     object_clearance: float = 0.015,
+    small_scene_rows: int = SMALL_SCENE_ROWS,
 ) -> SceneAnalysis:
     """Classify the rows of a Gaussian capture and find its support plane and up axis (see module doc).
 
@@ -384,11 +367,11 @@ def analyze_scene(
         plane_points: subsample size of the plane fit.
         plane_hypotheses: number of plane hypotheses (seed points).
         plane_band: half-thickness of the support slab, fraction of the robust extent ``scale``.
-        max_minority_fraction: most off-plane points allowed on the far side of a support.
-        min_inlier_fraction: least fraction of the plane subsample a support must hold.
-        min_width_ratio: least (support hull area) / (object footprint hull area).
-        min_coverage: least fraction of the object footprint inside the support hull.
+        support_voxels: voxels along the robust extent of the standing test (:mod:`physskin_gs.geometry.support`).
+        min_beyond: least fraction of a support's points outside the footprint of what stands on it.
         object_clearance: object rows lie more than this fraction of ``scale`` above the plane.
+        small_scene_rows: with fewer opaque rows, no row is a floater and every opaque row off the support is
+            object (module docstring, *small scenes*).
 
     Returns:
         A :class:`SceneAnalysis`.
@@ -452,7 +435,8 @@ def analyze_scene(
     all_valid = bool(valid.all())
     flat_all[valid] = grid.flat_index(pts if all_valid else pts[valid])
     flat_op = flat_all[opaque_idx]  # [No]
-    labels, cmass, k = _components(grid, flat_op, op[opaque_idx], min_voxel_count)
+    small = opaque_idx.shape[0] < small_scene_rows
+    labels, cmass, k = _components(grid, flat_op, op[opaque_idx], 1 if small else min_voxel_count)
     floater_comp = np.ones(k + 1, dtype=bool)  # component id -> floater (0 = empty / sparse voxel)
     if k > 0:
         main = int(np.argmax(cmass))
@@ -471,7 +455,8 @@ def analyze_scene(
     near_kept = ndimage.binary_dilation(~floater_comp[labels], structure=_FULL_3D).ravel()  # [X*Y*Z]
     sparse_ok = (op_lab == 0) & (flat_op >= 0) & near_kept[np.maximum(flat_op, 0)]
     floater = np.zeros(n, dtype=bool)
-    floater[opaque_idx] = floater_comp[op_lab] & ~sparse_ok
+    if not small:  # a small scene has no floaters (module docstring)
+        floater[opaque_idx] = floater_comp[op_lab] & ~sparse_ok
     timings["floaters"] = time.perf_counter() - t
 
     # 4. robust extent -------------------------------------------------------------------------------------
@@ -496,16 +481,17 @@ def analyze_scene(
     t = time.perf_counter()
     plane_idx = _subsample(sub, plane_points, rng)
     band = plane_band * scale
-    plane, why = _find_support(
-        pts[plane_idx].astype(np.float64),
-        rng,
-        hypotheses=plane_hypotheses,
-        band=band,
-        max_minority=max_minority_fraction,
-        min_inliers=min_inlier_fraction,
-        min_width=min_width_ratio,
-        min_coverage=min_coverage,
-    )
+    from physskin_gs.geometry.support import find_support
+
+    found, why, unsure, _ = find_support(pts[plane_idx].astype(np.float64), op[plane_idx].astype(np.float64), rng,
+                                         band=band, voxel=scale / support_voxels, hypotheses=plane_hypotheses,
+                                         min_beyond=min_beyond)
+    plane = None
+    if found is not None:
+        plane = {"normal": found.normal / np.linalg.norm(found.normal), "offset": found.offset,
+                 "inlier_fraction": found.inlier_fraction, "minority": found.minority, "width": found.width_ratio,
+                 "coverage": found.carried, "confidence": (0.5 if unsure else 1.0) * min(1.0, found.beyond / 0.2),
+                 "parts": [plane_idx[part] for part in found.parts_idx]}
     timings["plane"] = time.perf_counter() - t
 
     # 6. classification of all rows ------------------------------------------------------------------------
@@ -546,7 +532,13 @@ def analyze_scene(
             best = int(np.argmax(omass))
             olab_flat = olabels.ravel()
             ab_lab = np.where(flat_ab >= 0, olab_flat[np.maximum(flat_ab, 0)], 0)
-            obj[above_idx] = ab_lab == best
+            if plane is not None and plane["parts"]:  # the object is what stands on the support, not the wall
+                fl = flat_all[plane["parts"][0]]
+                votes = np.bincount(np.where(fl >= 0, olab_flat[np.maximum(fl, 0)], 0), minlength=ok_ + 1)
+                votes[0] = 0
+                if votes.max() > 0:
+                    best = int(np.argmax(votes))
+            obj[above_idx] = True if small else ab_lab == best  # a small scene: every component (docstring)
             if plane is not None and contact.any():
                 # contact rows (between the support's surface and the clearance) in or next to an object voxel
                 # move with the object, so nothing of it stays behind on the floor when it is lifted
@@ -557,7 +549,8 @@ def analyze_scene(
             tr_idx = np.flatnonzero(transparent)
             if tr_idx.shape[0] > 0:
                 flat_tr = flat_all[tr_idx]
-                hit = np.where(flat_tr >= 0, olab_flat[np.maximum(flat_tr, 0)], 0) == best
+                lab_tr = np.where(flat_tr >= 0, olab_flat[np.maximum(flat_tr, 0)], 0)
+                hit = lab_tr > 0 if small else lab_tr == best
                 if plane is not None:
                     hit &= sd[tr_idx] > max(object_clearance * scale, band)
                 in_object[tr_idx] = hit
@@ -598,6 +591,7 @@ def analyze_scene(
         voxel_size=grid.h,
         grid_shape=grid.shape,
         timings=timings,
+        unsure=bool(unsure or plane is None),
     )
 
 
@@ -612,17 +606,6 @@ def analyze_gaussian_scene(scene, **kwargs) -> SceneAnalysis:
 
 
 # ----------------------------------------------------------------------------------------------- plane
-def _local_normals(p: np.ndarray, seeds: np.ndarray, k: int) -> np.ndarray:
-    """(S, 3) PCA normals (smallest-eigenvalue axis) at ``p[seeds]`` from their k nearest neighbours in p."""
-    k = min(k, p.shape[0])
-    _, nb = cKDTree(p).query(p[seeds], k=k)  # [S, k]
-    x = p[nb]  # [S, k, 3]
-    x = x - x.mean(axis=1, keepdims=True)
-    cov = np.einsum("ski,skj->sij", x, x) / k  # [S, 3, 3]
-    _, v = np.linalg.eigh(cov)  # ascending eigenvalues
-    return v[:, :, 0]
-
-
 def _signed_distance(pts: np.ndarray, n: np.ndarray, d: float) -> np.ndarray:
     """(M,) float64 ``pts @ n - d`` of (M, 3) points, column by column (no (M, 3) float64 copy)."""
     sd = pts[:, 0].astype(np.float64)
@@ -633,130 +616,3 @@ def _signed_distance(pts: np.ndarray, n: np.ndarray, d: float) -> np.ndarray:
         sd += col
     sd -= d
     return sd
-
-
-def _score(p: np.ndarray, normals: np.ndarray, offsets: np.ndarray, band: float, chunk: int = 128):
-    """Inlier / above / below counts (H,) of H planes against points p (M, 3), in chunks of hypotheses.
-
-    Float32 signed distances, hypotheses along rows (each count runs over a contiguous row); inliers are
-    ``count(sd <= band) - count(sd < -band)`` (the same rows as ``|sd| <= band``), above ``M - count(sd <=
-    band)``, below the rest (p is finite: every row is in one class)."""
-    h, m = normals.shape[0], p.shape[0]
-    inl = np.empty(h, dtype=np.int64)
-    above = np.empty(h, dtype=np.int64)
-    p_t = np.ascontiguousarray(p.T, dtype=np.float32)  # [3, M]
-    n32 = normals.astype(np.float32)
-    o32 = offsets.astype(np.float32)
-    for s in range(0, h, chunk):
-        e = min(s + chunk, h)
-        sd = n32[s:e] @ p_t  # [C, M]
-        sd -= o32[s:e, None]
-        not_above = np.count_nonzero(sd <= band, axis=1)  # [C]
-        inl[s:e] = not_above - np.count_nonzero(sd < -band, axis=1)
-        above[s:e] = m - not_above
-    return inl, above, m - inl - above
-
-
-def _refine(p: np.ndarray, n: np.ndarray, d: float, band: float, iters: int = 3):
-    """Least-squares refit of a plane to its inliers in p; returns (n, d) oriented toward the majority."""
-    for _ in range(iters):
-        inl = p[np.abs(p @ n - d) <= band]
-        if inl.shape[0] < 3:
-            break
-        c = inl.mean(axis=0)
-        _, _, vt = np.linalg.svd(inl - c, full_matrices=False)
-        n_new = vt[2]
-        if n_new @ n < 0:
-            n_new = -n_new
-        n, d = n_new, float(n_new @ c)
-    sd = p @ n - d
-    if np.count_nonzero(sd < -band) > np.count_nonzero(sd > band):
-        n, d = -n, -d
-    return n, d
-
-
-def _width_test(p: np.ndarray, n: np.ndarray, d: float, band: float):
-    """(width ratio, coverage) of the plane's inlier hull against the footprint of the points above it."""
-    sd = p @ n - d
-    basis = _plane_basis(n)  # [2, 3]
-    sup2 = p[np.abs(sd) <= band] @ basis.T  # [Ms, 2]
-    obj2 = p[sd > band] @ basis.T  # [Mo, 2]
-    hs, ho = _hull(sup2, 0.02), _hull(obj2, 0.02)
-    if hs is None:
-        return 0.0, 0.0
-    if ho is None:
-        return float("inf"), 1.0
-    width = hs.volume / max(ho.volume, 1e-300)
-    eq = hs.equations  # [F, 3]: a . x + b <= 0 inside
-    inside = np.all(obj2 @ eq[:, :2].T + eq[:, 2] <= 1e-9 * max(1.0, np.abs(obj2).max()), axis=1)
-    return float(width), float(inside.mean()) if inside.shape[0] else 0.0
-
-
-def _find_support(
-    p: np.ndarray,
-    rng: np.random.Generator,
-    *,
-    hypotheses: int,
-    band: float,
-    max_minority: float,
-    min_inliers: float,
-    min_width: float,
-    min_coverage: float,
-    max_tested: int = 8,
-):
-    """Search a support plane in the (M, 3) float64 subsample p. Returns (plane dict or None, reason)."""
-    m = p.shape[0]
-    if m < 32:
-        return None, f"only {m} opaque non-floater points"
-    seeds = np.sort(rng.choice(m, size=min(hypotheses, m), replace=False))
-    normals = _local_normals(p, seeds, 16)  # [H, 3]
-    offsets = np.einsum("hi,hi->h", normals, p[seeds])  # [H]
-    inl, above, below = _score(p, normals, offsets, band)
-    flip = below > above
-    normals[flip] *= -1.0
-    offsets[flip] *= -1.0
-    minority = np.minimum(above, below) / np.maximum(above + below, 1)  # [H]
-    ok = (minority <= max_minority) & (inl >= min_inliers * m)
-    if not ok.any():
-        best = int(np.argmax(inl))
-        return None, (
-            f"no plane with the points on one side: the best-populated one ({inl[best] / m:.1%} of points) has "
-            f"{minority[best]:.1%} on its far side"
-        )
-    order = np.flatnonzero(ok)[np.argsort(-inl[ok], kind="stable")]
-    chosen = []
-    rejected = []
-    for h in order:
-        nh, dh = normals[h], offsets[h]
-        if any(abs(nh @ c[0]) > np.cos(np.deg2rad(10.0)) and abs(dh - (nh @ c[0]) * c[1]) < 3 * band for c in chosen):
-            continue
-        n_r, d_r = _refine(p, nh, dh, band)
-        sd = p @ n_r - d_r
-        n_in = int(np.count_nonzero(np.abs(sd) <= band))
-        n_ab, n_be = int(np.count_nonzero(sd > band)), int(np.count_nonzero(sd < -band))
-        mino = n_be / max(n_ab + n_be, 1)
-        chosen.append((nh, dh))
-        width, cover = _width_test(p, n_r, d_r, band)
-        if mino <= max_minority and n_in >= min_inliers * m and width >= min_width and cover >= min_coverage:
-            conf = (
-                min(1.0, (width - 1.0) / (2.0 * (min_width - 1.0)))
-                * (1.0 - mino / max_minority * 0.5)
-                * min(1.0, n_in / (5.0 * min_inliers * m))
-                * cover
-            )
-            return {
-                "normal": n_r / np.linalg.norm(n_r),
-                "offset": d_r,
-                "inlier_fraction": n_in / m,
-                "minority": mino,
-                "width": width,
-                "coverage": cover,
-                "confidence": conf,
-            }, (
-                f"support plane with {n_in / m:.1%} of sampled points, {mino:.1%} on its far side, "
-                f"{width:.2f}x the object's footprint"
-            )
-        rejected.append(f"{n_in / m:.1%} inliers, far side {mino:.1%}, width x{width:.2f}, cover {cover:.0%}")
-        if len(chosen) >= max_tested:
-            break
-    return None, "one-sided planes too narrow to be a support (" + "; ".join(rejected[:3]) + ")"

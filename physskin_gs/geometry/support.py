@@ -1,0 +1,394 @@
+"""The support an object stands on: the plane under it that carries it, judged by what stands on the plane.
+
+A support plane is accepted for what stands on it, not for how wide it is. For a candidate plane (n, d) with n
+toward the side examined, the points above its slab are split into connected parts (an occupancy grid,
+26-connected), and a part *stands* on the plane when
+
+1. *it touches it*: some of its points (its *contact*) lie within a voxel or two of the slab;
+2. *it ends there*: the contact does not continue below the slab (a wall or a table leg that passes through the
+   plane continues; an object standing on a table top does not);
+3. *it is stable*: its centre of mass, projected along n, lies inside the convex hull of its contact (within a
+   small margin); a part leaning on the plane by an edge (a wall against a floor edge, a table top's rim against
+   the wall) is not;
+4. *it is carried*: the plane's own points lie under most of the contact.
+
+The plane is a support when something stands on it and the plane reaches beyond the footprint of what stands
+on it (some of its points lie outside that footprint: the flat bottom of an isolated object does not). Among the
+candidates, the one carrying the most mass wins; a runner-up that carries nearly as much with another normal
+makes the result *unsure*. No width ratio against the whole scene and no "every other point on one side" test:
+a support only 1.1 times the object's footprint, cut off at the capture's edge, with a wall or furniture
+crossing it, is found all the same.
+
+Pure numpy/scipy on a subsample (scene units); :func:`find_support` is called by
+:func:`physskin_gs.geometry.scene_analysis.analyze_scene`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import List, Optional, Tuple
+
+import numpy as np
+from scipy import ndimage
+from scipy.spatial import ConvexHull, QhullError, cKDTree
+
+__all__ = ["SupportCandidate", "find_support", "standing_parts"]
+
+_FULL_3D = np.ones((3, 3, 3), dtype=bool)
+
+
+@dataclass
+class SupportCandidate:
+    """One oriented plane and what stands on it (subsample statistics).
+
+    Attributes:
+        normal: (3,) unit normal toward the side that stands on the plane; offset: the plane is n . x = offset.
+        inliers: subsample points in the slab; inlier_fraction: of the subsample.
+        standing_mass: opacity mass of the parts standing on the plane; standing_fraction: of the mass above.
+        parts: number of standing parts; beyond: fraction of the slab's points outside their footprint.
+        minority: fraction of the off-slab points on the other side.
+        accepted: whether it is a support; why: what failed (empty when accepted).
+        width_ratio: area of the carrying surface's hull / area of the standing parts' footprint hull.
+        carried: 1 when the standing parts' contacts are carried by the plane's points (accepted candidates).
+        standing, slab, parts_idx: subsample indices of what stands on it, of its slab, of each standing part.
+    """
+
+    normal: np.ndarray
+    offset: float
+    inliers: int
+    inlier_fraction: float
+    standing_mass: float = 0.0
+    standing_fraction: float = 0.0
+    parts: int = 0
+    beyond: float = 0.0
+    minority: float = 0.0
+    accepted: bool = False
+    why: str = ""
+    width_ratio: float = 0.0
+    carried: float = 0.0
+    standing: Optional[np.ndarray] = None  # indices (into the subsample) of what stands on it
+    slab: Optional[np.ndarray] = None  # indices of its slab's points
+    parts_idx: Optional[List[np.ndarray]] = None  # each standing part's indices, heaviest first
+
+
+# ------------------------------------------------------------------------------------------------ planes
+def _local_normals(p: np.ndarray, seeds: np.ndarray, k: int) -> np.ndarray:
+    """(S, 3) PCA normals (smallest-eigenvalue axis) at ``p[seeds]`` from their k nearest neighbours in p."""
+    k = min(k, p.shape[0])
+    _, nb = cKDTree(p).query(p[seeds], k=k)  # [S, k]
+    x = p[nb]  # [S, k, 3]
+    x = x - x.mean(axis=1, keepdims=True)
+    cov = np.einsum("ski,skj->sij", x, x) / k  # [S, 3, 3]
+    _, v = np.linalg.eigh(cov)  # ascending eigenvalues
+    return v[:, :, 0]
+
+
+def _score(p: np.ndarray, normals: np.ndarray, offsets: np.ndarray, band: float, chunk: int = 128):
+    """Inlier / above / below counts (H,) of H planes against points p (M, 3), in chunks of hypotheses.
+
+    Float32 signed distances, hypotheses along rows (each count runs over a contiguous row); inliers are
+    ``count(sd <= band) - count(sd < -band)`` (the same rows as ``|sd| <= band``), above ``M - count(sd <=
+    band)``, below the rest (p is finite: every row is in one class)."""
+    h, m = normals.shape[0], p.shape[0]
+    inl = np.empty(h, dtype=np.int64)
+    above = np.empty(h, dtype=np.int64)
+    p_t = np.ascontiguousarray(p.T, dtype=np.float32)  # [3, M]
+    n32 = normals.astype(np.float32)
+    o32 = offsets.astype(np.float32)
+    for s in range(0, h, chunk):
+        e = min(s + chunk, h)
+        sd = n32[s:e] @ p_t  # [C, M]
+        sd -= o32[s:e, None]
+        not_above = np.count_nonzero(sd <= band, axis=1)  # [C]
+        inl[s:e] = not_above - np.count_nonzero(sd < -band, axis=1)
+        above[s:e] = m - not_above
+    return inl, above, m - inl - above
+
+
+def _refine(p: np.ndarray, n: np.ndarray, d: float, band: float, iters: int = 3):
+    """Least-squares refit of a plane to its inliers in p; returns (n, d) oriented toward the majority."""
+    for _ in range(iters):
+        inl = p[np.abs(p @ n - d) <= band]
+        if inl.shape[0] < 3:
+            break
+        c = inl.mean(axis=0)
+        _, _, vt = np.linalg.svd(inl - c, full_matrices=False)
+        n_new = vt[2]
+        if n_new @ n < 0:
+            n_new = -n_new
+        n, d = n_new, float(n_new @ c)
+    sd = p @ n - d
+    if np.count_nonzero(sd < -band) > np.count_nonzero(sd > band):
+        n, d = -n, -d
+    return n, d
+
+
+def _basis(n: np.ndarray) -> np.ndarray:
+    """(2, 3) orthonormal in-plane axes for the unit normal ``n``."""
+    a = np.eye(3)[int(np.argmin(np.abs(n)))]
+    u = np.cross(n, a)
+    u /= np.linalg.norm(u)
+    return np.stack([u, np.cross(n, u)])  # [2, 3]
+
+
+def _hull_margin(hull_pts: np.ndarray, q: np.ndarray) -> float:
+    """Signed distance of the 2-D point q outside the convex hull of hull_pts (<= 0 inside); inf if degenerate."""
+    if hull_pts.shape[0] < 3:
+        return float("inf")
+    try:
+        h = ConvexHull(hull_pts)
+    except QhullError:
+        return float("inf")
+    eq = h.equations  # [F, 3]: a . x + b <= 0 inside, |a| = 1
+    return float(np.max(eq[:, :2] @ q + eq[:, 2]))
+
+
+def _hull_width(pts: np.ndarray) -> float:
+    """Least width of the convex hull of (K, 2) points (over the hull's edge directions); 0 if degenerate."""
+    if pts.shape[0] < 3:
+        return 0.0
+    try:
+        h = ConvexHull(pts)
+    except QhullError:
+        return 0.0
+    v = pts[h.vertices]  # [V, 2]
+    eq = h.equations  # [F, 3], unit normals
+    return float(np.min(np.max(-(v @ eq[:, :2].T + eq[:, 2]), axis=0)))
+
+
+def _is_sheet(x: np.ndarray, w: np.ndarray, n: np.ndarray) -> bool:
+    """Whether the points x (K, 3) form a flat sheet roughly parallel to the plane normal ``n`` (a sliver of the
+    plane's own surface cut off by a slightly tilted candidate, not something standing on it)."""
+    c = (w[:, None] * x).sum(0) / max(float(w.sum()), 1e-30)
+    cov = ((x - c).T * w) @ (x - c) / max(float(w.sum()), 1e-30)
+    ev, vec = np.linalg.eigh(cov)
+    return bool(ev[0] < 0.02 * ev[1] and abs(vec[:, 0] @ n) > np.cos(np.deg2rad(25.0)))
+
+
+def _hull_size(pts: np.ndarray) -> float:
+    if pts.shape[0] < 3:
+        return 0.0
+    try:
+        return float(np.sqrt(ConvexHull(pts).volume))
+    except QhullError:
+        return 0.0
+
+
+def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: float, voxel: float,
+                   min_part: float = 0.02):
+    """The parts of the points p (M, 3) that stand on the plane n . x = d (module docstring, tests 1-4).
+
+    ``w``: (M,) opacity weights; ``band``: half-thickness of the plane's slab; ``voxel``: occupancy voxel edge (scene
+    units); parts lighter than ``min_part`` of the mass above are ignored. Returns (list of (indices into p of the
+    part, contact indices), mass above the slab, reason of the most massive part that does not stand, or '').
+    """
+    sd = p @ n - d  # [M]
+    above = np.flatnonzero(sd > band)
+    slab = np.flatnonzero(np.abs(sd) <= band)
+    # below the slab, past its first voxel (the support's own thickness and noise): what a wall or a leg that
+    # passes through the plane leaves there
+    below_layer = np.flatnonzero((sd < -band - voxel) & (sd >= -band - 3.0 * voxel))
+    if above.shape[0] == 0 or slab.shape[0] == 0:
+        return [], float(w[above].sum()), "nothing above the plane"
+    B = _basis(n)
+    pa = p[above]
+    lo = pa.min(0)
+    ijk = np.floor((pa - lo) / voxel).astype(np.int64)  # [A, 3]
+    dims = ijk.max(0) + 1
+    occ = np.zeros(tuple(dims), dtype=bool)
+    occ[tuple(ijk.T)] = True
+    labels, k = ndimage.label(occ, structure=_FULL_3D)
+    lab = labels[tuple(ijk.T)]  # [A] 1..k
+    mass = np.bincount(lab, weights=w[above], minlength=k + 1)
+    total = float(mass.sum())
+    slab2 = p[slab] @ B.T
+    slab_tree = cKDTree(slab2)
+    below_tree = cKDTree(p[below_layer] @ B.T) if below_layer.shape[0] else None
+    out = []
+    worst = ""
+    for c in np.argsort(-mass[1:]) + 1:
+        if mass[c] < min_part * total:
+            break
+        idx = above[lab == c]
+        contact = idx[sd[idx] <= band + voxel]
+        what = None
+        if contact.shape[0] < 3:
+            what = "does not touch the plane"
+        else:
+            c2 = p[contact] @ B.T
+            if below_tree is not None:
+                dist, _ = below_tree.query(c2, k=1, distance_upper_bound=1.5 * voxel)
+                if np.mean(np.isfinite(dist)) > 0.5:
+                    what = "continues below the plane (a wall, a leg)"
+            if what is None:
+                dist, _ = slab_tree.query(c2, k=1, distance_upper_bound=2.0 * voxel)
+                carried = np.isfinite(dist)
+                if np.mean(carried) < 0.5:
+                    what = "is not carried by the plane's points"
+                else:  # stability on the contact the plane's points carry (not on a rim that overhangs it)
+                    contact, c2 = contact[carried], c2[carried]
+            if what is None and _is_sheet(p[idx], w[idx], n):
+                what = "is a sheet parallel to it (the plane's own surface, cut by a tilted plane)"
+            if what is None:
+                com = (w[idx, None] * p[idx]).sum(0) / max(float(w[idx].sum()), 1e-30)
+                margin = _hull_margin(c2, B @ com)
+                height = float(np.quantile(sd[idx], 0.98)) - band
+                if margin > 0.1 * max(_hull_size(c2), voxel) or _hull_width(c2) < 0.1 * height:
+                    what = "is not stable on it (its centre of mass is outside its contact, or it stands on an edge)"
+        if what is None:
+            out.append((idx, contact))
+        elif not worst:
+            worst = f"the largest part above it {what}"
+    return out, total, worst
+
+
+def _carrying_region(slab2: np.ndarray, contact: np.ndarray, p: np.ndarray, B: np.ndarray, voxel: float):
+    """The slab points (S, 2), projected, that form one connected surface (2-D occupancy at ``voxel``,
+    8-connected) with the points under the contacts ``contact`` (indices into p): the support itself, not other
+    things the plane happens to slice (floaters, a wall's edge, the top of a ball)."""
+    lo = slab2.min(0)
+    ij = np.floor((slab2 - lo) / voxel).astype(np.int64)  # [S, 2]
+    dims = ij.max(0) + 1
+    occ = np.zeros(tuple(dims), dtype=bool)
+    occ[tuple(ij.T)] = True
+    labels, _ = ndimage.label(occ, structure=np.ones((3, 3), dtype=bool))
+    cij = np.floor((p[contact] @ B.T - lo) / voxel).astype(np.int64)
+    ok = np.all((cij >= 0) & (cij < dims), axis=1)
+    under = np.unique(labels[tuple(cij[ok].T)])
+    under = under[under > 0]
+    return slab2[np.isin(labels[tuple(ij.T)], under)]
+
+
+def _candidates(p: np.ndarray, rng: np.random.Generator, band: float, hypotheses: int, max_planes: int):
+    """Distinct well-populated planes of the subsample (PCA normals of random seeds, refined by least squares)."""
+    m = p.shape[0]
+    seeds = np.sort(rng.choice(m, size=min(hypotheses, m), replace=False))
+    normals = _local_normals(p, seeds, 16)  # [H, 3]
+    offsets = np.einsum("hi,hi->h", normals, p[seeds])  # [H]
+    inl, above, below = _score(p, normals, offsets, band)
+    # a support has most of what is off it on one side (a wall or a leg crossing it only partly): rank by inliers
+    # times that one-sidedness, so the flat panels of a tall object do not crowd out a small floor
+    minority = np.minimum(above, below) / np.maximum(above + below, 1)
+    rank = inl * np.clip(1.0 - 2.0 * minority, 0.0, 1.0)
+    planes: List[Tuple[np.ndarray, float]] = []
+
+    def known(nh, dh) -> bool:  # close to a plane already kept (either orientation): the panels of one curved
+        # surface (a coat's side) would otherwise fill the list and leave out a smaller floor
+        return any(abs(nh @ q) > np.cos(np.deg2rad(25.0)) and abs(dh - (nh @ q) * e) < 3 * band for q, e in planes)
+
+    for h in np.argsort(-rank, kind="stable"):
+        if rank[h] < 0.005 * m or len(planes) >= max_planes:
+            break
+        if known(normals[h], offsets[h]):
+            continue
+        n_r, d_r = _refine(p, normals[h], offsets[h], band)
+        n_r = n_r / np.linalg.norm(n_r)
+        if not known(n_r, float(d_r)):
+            planes.append((n_r, float(d_r)))
+    return planes
+
+
+def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band: float, voxel: float,
+                 hypotheses: int = 1024, max_planes: int = 10, min_beyond: float = 0.05,
+                 min_share: float = 0.25, unsure_ratio: float = 0.7):
+    """The support plane of the subsample p (M, 3) float64 (scene units) with opacity weights w (M,).
+
+    ``band``: slab half-thickness; ``voxel``: occupancy voxel edge of the standing test; ``min_beyond``: least
+    fraction of the plane's points outside the footprint of what stands on it; ``min_share``: least mass of what
+    stands on it relative to the mass on its other side; a runner-up with another normal
+    (> 20 degrees) carrying ``unsure_ratio`` of the winner's mass makes the result unsure.
+
+    Returns (best accepted :class:`SupportCandidate` or None, reason (one sentence), unsure (bool), every
+    candidate examined).
+    """
+    m = p.shape[0]
+    if m < 32:
+        return None, f"only {m} opaque non-floater points", False, []
+    examined: List[SupportCandidate] = []
+    for n0, d0 in _candidates(p, rng, band, hypotheses, max_planes):
+        for sgn in (1.0, -1.0):
+            n, d = sgn * n0, sgn * d0
+            sd = p @ n - d
+            n_in = int(np.count_nonzero(np.abs(sd) <= band))
+            n_ab, n_be = int(np.count_nonzero(sd > band)), int(np.count_nonzero(sd < -band))
+            cand = SupportCandidate(normal=n, offset=d, inliers=n_in, inlier_fraction=n_in / m,
+                                    minority=n_be / max(n_ab + n_be, 1))
+            examined.append(cand)
+            if n_ab < 0.02 * m:
+                cand.why = "nothing stands on it"
+                continue
+            parts, total, worst = standing_parts(p, w, n, d, band, voxel)
+            if not parts:
+                cand.why = worst or "nothing stands on it"
+                continue
+            idx = np.concatenate([a for a, _ in parts])
+            B = _basis(n)
+            foot = p[idx] @ B.T
+            slab2 = _carrying_region(p[np.abs(sd) <= band] @ B.T, np.concatenate([c for _, c in parts]), p, B, voxel)
+            try:
+                hull = ConvexHull(foot)
+                eq = hull.equations
+                outside = np.max(slab2 @ eq[:, :2].T + eq[:, 2], axis=1) > 0.25 * voxel
+                beyond = float(outside.mean())
+            except QhullError:
+                beyond = 1.0
+            cand.standing_mass = float(w[idx].sum())
+            cand.standing_fraction = cand.standing_mass / max(total, 1e-30)
+            cand.parts = len(parts)
+            cand.beyond = beyond
+            far = float(w[sd < -band].sum())
+            if cand.standing_mass < min_share * far:  # a chip cut off a body (an ear, a leaf) is not what a
+                # capture shows standing on its support
+                cand.why = (f"what stands on it is {cand.standing_mass / max(far, 1e-30):.0%} of the mass on its other "
+                            "side: a piece cut off a body")
+                continue
+            if beyond < min_beyond:
+                cand.why = (f"it ends at the footprint of what stands on it ({beyond:.0%} of it beyond): the flat "
+                            "base of the object itself")
+                continue
+            deep = (sd < -band - voxel) & (sd >= -band - 3.0 * voxel)
+            if deep.any():  # a support is a surface with little right under it; a cut through a body is not
+                dist, _ = cKDTree(p[deep] @ B.T).query(slab2, k=1, distance_upper_bound=1.5 * voxel)
+                through = float(np.mean(np.isfinite(dist)))
+                if through > 0.5:
+                    cand.why = f"it cuts through a body ({through:.0%} of it continues below): not a surface"
+                    continue
+            cand.accepted = True
+            cand.standing, cand.slab = idx, np.flatnonzero(np.abs(sd) <= band)
+            cand.parts_idx = [a for a, _ in parts]
+            cand.carried = float(np.mean([c.shape[0] for _, c in parts]) > 0)
+            cand.width_ratio = _hull_size(slab2) ** 2 / max(_hull_size(foot) ** 2, 1e-300)
+    accepted = [c for c in examined if c.accepted]
+    # the nearest support: a plane whose standing parts hold a parallel support's surface (the floor under a table)
+    # carries that support, not the object on it
+    mask = np.zeros(m, dtype=bool)
+    nearest = []
+    for a in accepted:
+        mask[:] = False
+        mask[a.standing] = True
+        if not any(b is not a and b.normal @ a.normal > np.cos(np.deg2rad(15.0)) and mask[b.slab].mean() >= 0.5
+                   for b in accepted):
+            nearest.append(a)
+    # what it carries, times how much of the capture it is: a table top carries the object and is most of what a
+    # capture of a tabletop object shows; a wall the object happens to touch is neither
+    accepted = sorted(nearest or accepted, key=lambda c: -c.standing_mass * c.inlier_fraction)
+    if not accepted:
+        tried = [c for c in examined if c.why][:3]
+        detail = "; ".join(f"{c.inlier_fraction:.1%} of points: {c.why}" for c in tried)
+        return None, f"no plane carries the object ({detail})", True, examined
+    # planes within 15 degrees of the one carrying the most are the same support seen through noise, a layer or a
+    # slightly tilted top: of those, the best-populated fit
+    top = accepted[0]
+    best = max((c for c in accepted if c.normal @ top.normal > np.cos(np.deg2rad(15.0))), key=lambda c: c.inliers)
+    rival = next((c for c in accepted if c.normal @ top.normal < np.cos(np.deg2rad(20.0))), None)
+    unsure = rival is not None and (rival.standing_mass * rival.inlier_fraction
+                                    >= unsure_ratio * top.standing_mass * top.inlier_fraction)
+    reason = (f"support plane with {best.inlier_fraction:.1%} of sampled points carrying {best.parts} standing "
+              f"part{'s' if best.parts > 1 else ''} ({best.standing_fraction:.0%} of the mass above it), "
+              f"{best.beyond:.0%} of it beyond their footprint")
+    if unsure:
+        ang = float(np.degrees(np.arccos(np.clip(abs(rival.normal @ best.normal), -1, 1))))
+        reason += (f"; unsure: another plane {ang:.0f} degrees off scores "
+                   f"{rival.standing_mass * rival.inlier_fraction / (top.standing_mass * top.inlier_fraction):.0%} "
+                   "as much")
+    return best, reason, unsure, examined
