@@ -11,8 +11,16 @@
 3. Volume: interior fill of the selected splat (method.md 8), cubature points sampled from it (default 1024;
    one volume point per occupied cell of a grid with faces on the bounding box's mid-planes, from at most
    :data:`CUBATURE_POOL` random volume points); the basis is built from at most 20000 random volume points.
+   A sparse selection (fewer than :data:`physskin_gs.geometry.interior.SPARSE_SPLAT_GAUSSIANS` usable rows:
+   finite, opacity >= :data:`USABLE_OPACITY`) has no interior to fill: its volume is the solid convex hull of the
+   usable Gaussians' 2-sigma ellipsoids (:func:`physskin_gs.geometry.interior.sparse_splat_body`), which also
+   sets its extent, scale, mass and height above the floor.
 4. Skinning: the basis named by ``config.skinning`` (``eigen`` by default, ``network``/``pretrained``, ``fit``,
-   ``rbf``), built through the one registry :data:`physskin_gs.model.bases.SKINNING_BASES`.
+   ``rbf``), built through the one registry :data:`physskin_gs.model.bases.SKINNING_BASES`, with at most
+   ``usable - 1`` learned handles (W at N Gaussians has rank at most N): 9 usable Gaussians get 8 handles, a
+   single one is one rigid body (H = 1, the constant handle). A reduction is said once, as a progress stage
+   ``"note: 9 usable Gaussians: 8 handles instead of 16"``, and recorded in ``info["handles"]`` and the skinning
+   source.
 5. Simulation (:class:`physskin_gs.physics.simulator.SubspaceSimulator`) and Gaussian deformation
    (:class:`physskin_gs.deform.GaussianDeformer`); handle transforms are converted from the simulation frame to
    the scene frame, ``Z_scene = [A | b / s - A c]``.
@@ -44,11 +52,12 @@ from physskin_gs.errors import OptionError, PhysSkinError
 # Every preparation runs the scene analysis, the interior fill and the field build: their modules (and the scipy
 # submodules they need, about 0.3 s of imports) load with this module, once per process, rather than inside the
 # first preparation, where they would count against the capture (issue 13: load to first frame).
-from physskin_gs.geometry.interior import fill_splat_interior, sample_cubature
+from physskin_gs.geometry.interior import (SPARSE_SPLAT_GAUSSIANS, fill_splat_interior, sample_cubature,
+                                           sparse_splat_body)
 from physskin_gs.geometry.normalize import normalize_points
 from physskin_gs.geometry.scene_analysis import analyze_scene
 from physskin_gs.model import grid_field
-from physskin_gs.model.bases import DEFAULT_SKINNING, resolve_skinning
+from physskin_gs.model.bases import DEFAULT_SKINNING, reduced_handles_note, resolve_skinning
 from physskin_gs.model.grid_field import (GridSkinningField, evaluate_field, grid_error_report, pilot_sample,
                                          plan_grid)
 from physskin_gs.physics import _hessian_native
@@ -84,6 +93,9 @@ GRID_INTERP_SECONDS = 1.5e-6
 GRID_NODE_OVERHEAD_SECONDS = 3e-6
 GRID_FALLBACK_SHARE = 0.1
 GRID_AUTO_MARGIN = 0.8
+#: A moving row is usable (part of the object's volume, counted for the handles) from this opacity on (finite rows
+#: only): the interior fill's and the skin command's rule.
+USABLE_OPACITY = 0.05
 #: Moving centres on which the grid is compared with direct evaluation (``info["field_eval"]["error"]``).
 GRID_REPORT_POINTS = 2000
 #: Cubature points are farthest points of at most this many random volume points (the whole set when smaller).
@@ -186,13 +198,26 @@ def _finite_rows(scene: GaussianScene, idx: Optional[torch.Tensor] = None) -> to
 
 
 def parse_selection_spec(spec: Optional[str]):
-    """Check a ``--select`` value without a scene (before any file is loaded): returns ``("all", None)``,
-    ``("auto", None)``, ``("rule", (op, value))`` for ``"opacity>0.1"`` (also >=, <, <=) or ``("box", (lo, hi))``
-    for ``"xmin,ymin,zmin,xmax,ymax,zmax"`` (scene units, max > min on every axis). Raises OptionError for a
-    malformed value."""
-    if spec is None or str(spec).strip().lower() in ("", "all"):
+    """Check a ``--select`` value without a scene (before any file is loaded).
+
+    Returns ``("all", None)`` for None (no selection given: every finite row) or ``"all"``, ``("auto", None)``,
+    ``("rule", (op, value))`` for ``"opacity>0.1"`` (also >=, <, <=; value finite) or ``("box", (lo, hi))`` for
+    ``"xmin,ymin,zmin,xmax,ymax,zmax"`` (two lists of 3 floats, scene units, max > min on every axis). Names are
+    case-insensitive and surrounding blanks are ignored.
+
+    Raises:
+        OptionError: an empty or blank string (an explicitly given empty value never means "all"), or any other
+            malformed value; the message lists the accepted forms.
+    """
+    if spec is None:
         return "all", None
     s = str(spec).strip()
+    if not s:
+        raise OptionError(f"--select {spec!r}: empty value; use auto (the object the scene analysis finds), all "
+                          "(every finite row), a box 'xmin,ymin,zmin,xmax,ymax,zmax' (scene units) or a rule like "
+                          "'opacity>0.1'")
+    if s.lower() == "all":
+        return "all", None
     if s.lower() == "auto":
         return "auto", None
     m = _RULE.match(s)
@@ -221,7 +246,7 @@ def parse_selection(spec: Optional[str], scene: GaussianScene) -> torch.Tensor:
 
     ``spec``: None or 'all' (every finite row), a box ``"xmin,ymin,zmin,xmax,ymax,zmax"`` (scene units) or ``"opacity>0.1"``
     (also >=, <, <=; opacity is the activated value in [0, 1]). Raises OptionError for a malformed spec or an
-    empty selection.
+    empty selection (a single Gaussian is enough: it moves as one rigid body, :func:`prepare_animation`).
     """
     kind, val = parse_selection_spec(spec)
     finite = _finite_rows(scene)
@@ -236,8 +261,8 @@ def parse_selection(spec: Optional[str], scene: GaussianScene) -> torch.Tensor:
     else:
         lo, hi = torch.tensor(val[0]), torch.tensor(val[1])
         mask = ((scene.means >= lo) & (scene.means <= hi)).all(1) & finite
-    if int(mask.sum()) < 4:
-        raise OptionError(f"selection {spec!r} keeps {int(mask.sum())} Gaussians; at least 4 are needed to animate")
+    if not bool(mask.any()):
+        raise OptionError(f"selection {spec!r} keeps no Gaussian (finite rows); at least 1 is needed to animate")
     return mask
 
 
@@ -322,7 +347,8 @@ def analyze_for_animation(scene: GaussianScene):
 
 
 def scene_analysis_facts(analysis) -> Dict:
-    """JSON-ready facts of a scene analysis (up vector in scene coordinates, its source and reason, the support
+    """JSON-ready facts of a scene analysis (up vector in scene coordinates, its source and reason, whether it is
+    unsure, the support
     plane n.x = d with d in scene units, row counts per class, robust centre and size in scene units, seconds).
     Raises nothing."""
     plane = None
@@ -331,6 +357,7 @@ def scene_analysis_facts(analysis) -> Dict:
         plane = {"normal": [float(v) for v in p.normal], "offset": float(p.offset), "inliers": int(p.inliers),
                  "width_ratio": float(p.width_ratio), "confidence": float(p.confidence)}
     return {"up": [float(v) for v in analysis.up], "up_source": analysis.up_source, "reason": analysis.reason,
+            "unsure": bool(getattr(analysis, "unsure", False)),
             "support_plane": plane, "counts": analysis.counts,
             "moving_transparent": int(analysis.transparent_in_object.sum()),
             "robust_center": [float(v) for v in analysis.center], "robust_size": [float(v) for v in analysis.size],
@@ -338,20 +365,28 @@ def scene_analysis_facts(analysis) -> Dict:
 
 
 def _build_field(config: AnimationConfig, surface_norm: torch.Tensor, volume_norm: torch.Tensor,
-                 progress: ProgressFn):
+                 progress: ProgressFn, max_handles: Optional[int] = None):
     """SkinningField in the normalised frame from the basis named by ``config.skinning``
-    (:func:`physskin_gs.model.bases.build_skinning`). Returns (field, source string)."""
-    from physskin_gs.model.bases import SkinningFallbackWarning, SkinningOptions, build_skinning
+    (:func:`physskin_gs.model.bases.build_skinning`), with at most ``max_handles`` learned handles (None: no
+    bound). Returns (field, source string, the :class:`~physskin_gs.model.bases.SkinningReducedWarning` of a
+    reduced handle count or None)."""
+    from physskin_gs.model.bases import (SkinningFallbackWarning, SkinningOptions, SkinningReducedWarning,
+                                         build_skinning)
 
     opts = SkinningOptions(num_handles=config.num_handles, checkpoint=config.checkpoint,
-                           fit_seconds=config.fit_seconds, seed=config.seed)
+                           fit_seconds=config.fit_seconds, seed=config.seed, max_handles=max_handles)
+    reduced = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkinningFallbackWarning)
-        out = build_skinning(config.skinning, surface_norm, volume_norm, opts, progress)
+        warnings.simplefilter("always", SkinningReducedWarning)
+        field, source = build_skinning(config.skinning, surface_norm, volume_norm, opts, progress)
     for w in caught:
+        if issubclass(w.category, SkinningReducedWarning):
+            reduced = w.message  # said once by the caller, as a note
+            continue
         warnings.warn(str(w.message), PipelineWarning if issubclass(w.category, SkinningFallbackWarning)
                       else w.category, stacklevel=3)
-    return out
+    return field, source, reduced
 
 
 def _stage_clock(timings: Dict[str, float]) -> Callable[[str], None]:
@@ -449,6 +484,10 @@ def _gaussian_weights(field, x_norm: torch.Tensor, mode: str, seed: int = 0):
 class AnimatedScene:
     """A scene whose selected Gaussians are driven by the subspace simulator (see the module docstring).
 
+    ``extent_points`` (K, 3) scene units: the points whose extent along up sets ``height_scene`` and
+    ``lowest_scene`` (the default floor and drag radius); None = the moving centres (a sparse splat passes its
+    body, whose ellipsoids reach beyond the centres).
+
     Attributes: scene (GaussianScene, rest state), moving ((N,) bool), num_handles (H = m + 1), up_vector ((3,)
     float64), frame (int, steps taken since reset), sim (SubspaceSimulator), config (AnimationConfig),
     sim_scale (metres per scene unit), center ((3,) scene-frame origin of the simulation frame),
@@ -457,7 +496,8 @@ class AnimatedScene:
 
     def __init__(self, scene: GaussianScene, moving: torch.Tensor, config: AnimationConfig, field, norm,
                  up: torch.Tensor, sim_scale: float, center: torch.Tensor, cubature_scene: torch.Tensor,
-                 volume_scene: float, skinning_source: str, info: Dict) -> None:
+                 volume_scene: float, skinning_source: str, info: Dict,
+                 extent_points: Optional[torch.Tensor] = None) -> None:
         self.scene = scene
         self.moving = moving
         self.config = config
@@ -479,8 +519,10 @@ class AnimatedScene:
         X_sim = (cubature_scene.double() - self.center) * self.sim_scale
         self._cub_rest_scene = cubature_scene.double()
         self._Wc = Wc.double()
-        lo_u = float((scene.means[self._idx].double() @ up).min())
-        hi_u = float((scene.means[self._idx].double() @ up).max())
+        # the object's height along up: its moving centres, or (a sparse splat) the body around them
+        ext = scene.means[self._idx] if extent_points is None else extent_points
+        lo_u = float((ext.double() @ up).min())
+        hi_u = float((ext.double() @ up).max())
         self.height_scene = max(hi_u - lo_u, 1e-12)
         self.lowest_scene = lo_u
         #: the support plane's height along up (scene units) when the scene analysis found one, else None
@@ -848,8 +890,13 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     (with the simulator set-up), gaussian_weights (W, grad W at the moving Gaussians, ``config.field_eval``),
     deformer_setup and handles_pins.
 
+    Few usable Gaussians (module docstring, 3-4): the object is the hull of their ellipsoids and the field has at
+    most ``usable - 1`` learned handles; ``info["handles"]`` holds ``requested``, ``learned``, ``usable`` and
+    ``note`` (the one-line note, also reported once through ``progress`` as ``"note: ..."``; None when nothing
+    was reduced), ``info["sparse_body"]`` the body's facts (None for the interior fill).
+
     Raises OptionError for bad options (selection, up axis, material, pin, field evaluation) and PhysSkinError
-    when the selected object has no usable geometry.
+    when the selected object has no usable geometry (no row at all, or only transparent ones).
     """
     if not isinstance(config, AnimationConfig):
         raise OptionError("config must be an AnimationConfig")
@@ -880,52 +927,76 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
         cand = torch.from_numpy(np.flatnonzero(analysis.object | analysis.transparent_in_object))
         moving = torch.zeros(scene.num_gaussians, dtype=torch.bool)
         moving[cand[_finite_rows(scene, cand)]] = True
-        if int(moving.sum()) < 4:
+        if not bool(moving.any()):
             raise OptionError(f"the scene analysis found no object to animate ({analysis.summary()}); pass --select "
                               "all or a box")
     else:
         moving = parse_selection(config.select, scene)
     idx = torch.nonzero(moving).flatten()
     mov_means = scene.means[idx]
+    # usable rows (finite, opacity >= USABLE_OPACITY; moving rows are finite) make the object's volume
+    usable = scene.opacities[idx] >= USABLE_OPACITY
+    num_usable = int(usable.sum())
+    if num_usable == 0:
+        raise PhysSkinError(f"the {idx.numel()} moving Gaussians are all transparent (opacity < {USABLE_OPACITY:g}); "
+                            "nothing to simulate")
     lap("selection")
-    _report(progress, "filling the interior", 0.05)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        vol = fill_splat_interior(mov_means, scene.log_scales[idx], scene.opacities[idx], seed=config.seed,
-                                  quats=scene.quats[idx])
-    fill_msgs = [str(w.message) for w in caught]
-    for msg in fill_msgs:
-        warnings.warn(msg, PipelineWarning, stacklevel=2)
-    pts = vol.points
-    if pts.shape[0] < 4:
-        pts = mov_means
+    body = None
+    fill_msgs = []
+    if num_usable < SPARSE_SPLAT_GAUSSIANS:  # a handful of Gaussians: the solid hull of their ellipsoids
+        _report(progress, f"sampling the body of {num_usable} sparse Gaussians", 0.05)
+        ui = idx[usable]
+        body = sparse_splat_body(scene.means[ui], scene.log_scales[ui], scene.quats[ui], seed=config.seed)
+        pts = body.volume
+        extent_pts = torch.cat([mov_means.float(), body.volume])  # the moving rows and the body around them
+        fill_fallback = False
+    else:
+        _report(progress, "filling the interior", 0.05)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            vol = fill_splat_interior(mov_means, scene.log_scales[idx], scene.opacities[idx], seed=config.seed,
+                                      quats=scene.quats[idx])
+        fill_msgs = [str(w.message) for w in caught]
+        for msg in fill_msgs:
+            warnings.warn(msg, PipelineWarning, stacklevel=2)
+        pts = vol.points
+        if pts.shape[0] < 4:
+            pts = mov_means
+        extent_pts = mov_means
+        fill_fallback = bool(vol.fallback)
     lap("interior_fill")
-    # normalisation of the selected object (learning frame) from the kept centres
-    _, norm = normalize_points(mov_means.double(), allow_flat=True, what="selected Gaussians")
-    lo, hi = mov_means.min(0).values.double(), mov_means.max(0).values.double()
+    # normalisation of the selected object (learning frame) from the kept centres (and a sparse body)
+    _, norm = normalize_points(extent_pts.double(), allow_flat=True, what="selected Gaussians")
+    lo, hi = extent_pts.min(0).values.double(), extent_pts.max(0).values.double()
     center = 0.5 * (lo + hi)
     extent = float((hi - lo).max())
     if not extent > 0:
         raise PhysSkinError("the selected Gaussians have zero extent; nothing to simulate")
     # the default scale (the object is 1 m across) from a robust extent: 0.5-99.5 % quantiles, so a few stray
     # rows in the selection cannot shrink the object
-    sub = mov_means.double()[torch.randperm(mov_means.shape[0], generator=torch.Generator()
-                             .manual_seed(config.seed))[:200000]].numpy()
+    sub = extent_pts.double()[torch.randperm(extent_pts.shape[0], generator=torch.Generator()
+                              .manual_seed(config.seed))[:200000]].numpy()
     q = np.quantile(sub, [0.005, 0.995], axis=0)  # torch.quantile's linear rule, by partition (no full sort)
     robust_extent = float((q[1] - q[0]).max())
     robust_extent = robust_extent if robust_extent > 0 else extent
     sim_scale = float(config.scale) if config.scale is not None else 1.0 / robust_extent
-    volume = float(vol.volume)
-    if vol.fallback or not volume > 0:
-        # shell only: approximate the solid by half its bounding box
-        volume = 0.5 * float(torch.prod((hi - lo).clamp_min(extent * 1e-3)))
+    if body is not None:
+        volume = body.measure
+    else:
+        volume = float(vol.volume)
+        if vol.fallback or not volume > 0:
+            # shell only: approximate the solid by half its bounding box
+            volume = 0.5 * float(torch.prod((hi - lo).clamp_min(extent * 1e-3)))
     _report(progress, "sampling cubature points", 0.25)
     cub_pool = pts
     if pts.shape[0] > CUBATURE_POOL:  # bounds the grid search on a huge fallback (the centres themselves)
         g = torch.Generator().manual_seed(config.seed)
         cub_pool = pts[torch.randperm(pts.shape[0], generator=g)[:CUBATURE_POOL]]
     cub = sample_cubature(cub_pool, n=config.num_cubature, seed=config.seed).double()
-    shell = vol.shell if vol.shell.shape[0] >= 4 else mov_means
+    if body is not None:
+        shell = body.surface
+    else:
+        shell = vol.shell if vol.shell.shape[0] >= 4 else mov_means
     if shell.shape[0] > ENCODER_POOL:  # the encoder's farthest point sampling is O(pool x 2048)
         g = torch.Generator().manual_seed(config.seed + 1)
         shell = shell[torch.randperm(shell.shape[0], generator=g)[:ENCODER_POOL]]
@@ -935,17 +1006,28 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
         g = torch.Generator().manual_seed(config.seed)
         volume_norm = volume_norm[torch.randperm(volume_norm.shape[0], generator=g)[:20000]]
     lap("cubature")
-    field, source = _build_field(config, surface_norm, volume_norm, progress)
+    field, source, reduced = _build_field(config, surface_norm, volume_norm, progress, max_handles=num_usable - 1)
     lap("field_build")
+    handles = {"requested": int(config.num_handles), "learned": int(field.num_handles) - 1, "usable": num_usable,
+               "note": None}
+    if reduced is not None:  # fewer handles than the basis builds: said once, through progress, and recorded
+        note = reduced_handles_note(num_usable, "Gaussians", reduced.requested, field.num_handles - 1)
+        handles.update(requested=reduced.requested, note=note)
+        source = f"{source} [{note}]"
+        _report(progress, f"note: {note}", 0.8)
     _report(progress, "precomputing the simulator and the deformer", 0.8)
-    info = {"volume_scene_units3": volume, "fill_fallback": bool(vol.fallback), "fill_messages": fill_msgs,
-            "num_moving": int(idx.numel()), "num_cubature": int(cub.shape[0]), "sim_scale_m_per_unit": sim_scale,
-            "skinning": source, "up": up.tolist(), "robust_extent_scene": robust_extent,
+    info = {"volume_scene_units3": volume, "fill_fallback": fill_fallback, "fill_messages": fill_msgs,
+            "num_moving": int(idx.numel()), "num_usable": num_usable, "num_cubature": int(cub.shape[0]),
+            "sim_scale_m_per_unit": sim_scale, "skinning": source, "handles": handles,
+            "sparse_body": None if body is None else {"gaussians": body.num_gaussians, "volume_scene_units3":
+                                                       body.measure, "rule": "convex hull of the 2-sigma ellipsoids"},
+            "up": up.tolist(), "robust_extent_scene": robust_extent,
             "selection": "auto" if select_auto else (config.select or "all"), "timings": timings}
     if analysis is not None:
         info["scene_analysis"] = scene_analysis_facts(analysis)
         if analysis.plane is not None and str(config.up).strip().lower() == "auto":
             info["support_height"] = float(analysis.plane.offset)  # the plane n.x = d with n = up
-    anim = AnimatedScene(scene, moving, config, field, norm, up, sim_scale, center, cub.float(), volume, source, info)
+    anim = AnimatedScene(scene, moving, config, field, norm, up, sim_scale, center, cub.float(), volume, source, info,
+                         extent_points=extent_pts if body is not None else None)
     _report(progress, "ready", 1.0)
     return anim

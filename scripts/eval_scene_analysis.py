@@ -43,7 +43,7 @@ def _axis(text) -> np.ndarray:
     if isinstance(text, (list, tuple)):
         v = np.asarray(text, float)
     else:
-        t = str(text).strip().lower()
+        t = str(text).strip().lower().split()[0]  # "+z (about; ...)": the axis comes first
         sign = -1.0 if t.startswith("-") else 1.0
         v = np.zeros(3)
         v["xyz".index(t.lstrip("+-"))] = sign
@@ -120,7 +120,7 @@ def main(argv=None) -> int:
         rows = []
         for e in json.loads(man.read_text()):
             path = man.parent / e["file"]
-            if not path.is_file() or str(e.get("up_axis", "unsure")) == "unsure":
+            if not path.is_file() or str(e.get("up_axis", "unsure")).startswith("unsure"):
                 continue
             scene = load_scene(str(path))
             r = score(scene, _axis(e["up_axis"]))

@@ -225,3 +225,27 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+def blob_scene(n: int = 300, seed: int = 0, log_scale: float = -3.0):
+    """A synthetic GaussianScene: n opaque Gaussians (opacity logit 3) scattered uniformly in a 1 x 0.4 x 0.4 box
+    (scene units), isotropic std exp(log_scale), random DC colour, SH degree 0 (tests build their inputs from it)."""
+    import torch
+
+    from physskin_gs.scene import C0, GaussianScene
+
+    g = torch.Generator().manual_seed(seed)
+    means = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor([1.0, 0.4, 0.4])
+    return GaussianScene(
+        means=means.float(), quats=torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1),
+        log_scales=torch.full((n, 3), float(log_scale)), opacity_logits=torch.full((n,), 3.0),
+        sh_dc=((torch.rand(n, 3, generator=g) - 0.5) / C0).float(), sh_rest=torch.zeros(n, 0, 3),
+        source=None, format="synthetic")
+
+
+def save_scene_file(scene, path) -> Path:
+    """``scene`` written as an INRIA PLY at ``path``; returns the path."""
+    from physskin_gs.io import save_scene
+
+    save_scene(scene, path)
+    return Path(path)

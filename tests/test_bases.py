@@ -14,6 +14,7 @@ from physskin_gs.model.bases import (
     DEFAULT_SKINNING,
     SKINNING_BASES,
     SkinningOptions,
+    SkinningReducedWarning,
     build_skinning,
     load_field,
     resolve_skinning,
@@ -41,8 +42,13 @@ def test_names_are_one_list():
 
 def test_build_checks_inputs():
     shape = synthetic_shape("box", n_surface=64, n_volume=10)
-    with pytest.raises(OptionError, match="at least 17 volume points"):
-        build_skinning("rbf", shape.surface, shape.volume[:10])
+    # 10 distinct volume points support 9 learned handles (W at 10 points has rank <= 10): fewer, with a warning
+    with pytest.warns(SkinningReducedWarning) as rec:
+        field, _ = build_skinning("rbf", shape.surface, shape.volume[:10])
+    assert field.num_handles == 10 and (rec[0].message.requested, rec[0].message.used) == (16, 9)
+    for bad in (shape.volume[:0], shape.volume[:, :2]):
+        with pytest.raises(OptionError, match=r"volume points \(N, 3\) with N >= 1"):
+            build_skinning("rbf", shape.surface, bad)
     with pytest.raises(CheckpointError, match="not found"):
         build_skinning("network", shape.surface, shape.volume, SkinningOptions(checkpoint="/nonexistent/x.safetensors"))
 

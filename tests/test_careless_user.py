@@ -25,14 +25,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Dict, List
 
 import numpy as np
 import pytest
 import torch
 
 from physskin_gs.cli import main
-from physskin_gs.scene import C0, GaussianScene
 
 FAST = ["--cubature", "32", "--newton-iters", "2", "--skinning", "rbf", "--select", "all"]
 TINY_NET = ["--handles", "4", "--width", "16", "--heads", "2", "--latents", "8", "--enc-layers", "1",
@@ -41,13 +40,7 @@ TINY_NET = ["--handles", "4", "--width", "16", "--heads", "2", "--latents", "8",
 
 
 # ------------------------------------------------------------------------------------------------ inputs
-def _blob(n: int = 300, seed: int = 0) -> GaussianScene:
-    g = torch.Generator().manual_seed(seed)
-    means = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor([1.0, 0.4, 0.4])
-    return GaussianScene(means=means.float(), quats=torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1),
-                         log_scales=torch.full((n, 3), -3.0), opacity_logits=torch.full((n,), 3.0),
-                         sh_dc=((torch.rand(n, 3, generator=g) - 0.5) / C0).float(), sh_rest=torch.zeros(n, 0, 3),
-                         source=None, format="synthetic")
+from tests.conftest import blob_scene as _blob  # noqa: E402
 
 
 def _scene_file(path: Path) -> Path:
@@ -488,19 +481,28 @@ def test_sequence_json_is_not_written_beside_frames_of_another_run(inputs, tmp_p
 
 # ------------------------------------------------------------------------------------------------ interrupts
 def _interrupt_at(argv, delay: float, tmp_path: Path):
-    """Run the CLI in its own process group, send SIGINT to the whole group after ``delay`` s (as a terminal's
-    Ctrl-C does, reaching ffmpeg too); returns (exit code, stderr)."""
-    p = subprocess.Popen(_cli(*argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env(),
-                         cwd=tmp_path, start_new_session=True, preexec_fn=_default_sigint)
-    time.sleep(delay)
-    if p.poll() is None:
-        os.killpg(p.pid, signal.SIGINT)
-    try:
-        out, err = p.communicate(timeout=120)
-    finally:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-    return p.returncode, err.decode()
+    """Run the CLI in its own process group and send SIGINT to the whole group (as a terminal's Ctrl-C does,
+    reaching ffmpeg too) ``delay`` s after the run printed its first line (so a slow start on a busy machine does
+    not move the moment); returns (exit code, stderr)."""
+    log = tmp_path / "child.log"
+    with open(log, "wb") as out:
+        p = subprocess.Popen(_cli(*argv), stdout=out, stderr=out, env=_child_env(), cwd=tmp_path,
+                             start_new_session=True, preexec_fn=_default_sigint)
+        try:
+            end = time.monotonic() + 60
+            while p.poll() is None and log.stat().st_size == 0 and time.monotonic() < end:
+                time.sleep(0.05)
+            time.sleep(delay)
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGINT)
+            p.wait(timeout=120)
+        finally:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait(10)
+    text = log.read_text(errors="replace")
+    log.unlink()
+    return p.returncode, text
 
 
 def _no_temp_files(folder: Path) -> List[str]:
@@ -515,7 +517,7 @@ def _assert_interrupted(code: int, err: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("delay", [1.0, 3.0, 6.0])
+@pytest.mark.parametrize("delay", [0.0, 1.0, 3.0])
 def test_sigint_stops_evaluate_whenever_it_arrives(delay, inputs, tmp_path):
     js = tmp_path / "fem.json"
     meshes = tmp_path / "meshes"
@@ -530,7 +532,7 @@ def test_sigint_stops_evaluate_whenever_it_arrives(delay, inputs, tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("delay", [2.0, 5.0, 8.0])
+@pytest.mark.parametrize("delay", [0.0, 2.0, 4.0])
 def test_sigint_to_a_mesh_export_keeps_only_complete_frames(delay, inputs, tmp_path):
     import trimesh
 
@@ -539,10 +541,14 @@ def test_sigint_to_a_mesh_export_keeps_only_complete_frames(delay, inputs, tmp_p
             "--export", out, "--video", tmp_path / "v.mp4", "--width", "32", "--height", "32"]
     code, err = _interrupt_at(argv, delay, tmp_path)
     _assert_interrupted(code, err)
-    assert _no_temp_files(tmp_path) == [] and inputs.unchanged()
-    assert not (out / "sequence.json").exists() and not (tmp_path / "v.mp4").exists()
+    assert _no_temp_files(tmp_path) == [], (_no_temp_files(tmp_path), err)
+    assert inputs.unchanged()
+    assert not (tmp_path / "v.mp4").exists()
     frames = sorted(out.glob("frame*.obj")) if out.exists() else []
-    if frames:
+    if (out / "sequence.json").exists():  # the simulation was over, the interrupt hit the video: all 400 frames
+        assert json.loads((out / "sequence.json").read_text())["files"] == [f.name for f in frames]
+        assert len(frames) == 400
+    elif frames:
         assert f"kept {len(frames)} frames" in err
     assert [f.name for f in frames] == [f"frame{k:04d}.obj" for k in range(1, len(frames) + 1)]
     for f in frames:
@@ -551,7 +557,7 @@ def test_sigint_to_a_mesh_export_keeps_only_complete_frames(delay, inputs, tmp_p
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("cmd,delay", [("render", 2.5), ("train-out", 4.0), ("skin", 2.5)])
+@pytest.mark.parametrize("cmd,delay", [("render", 1.0), ("train-out", 1.0), ("skin", 1.0)])
 def test_sigint_to_other_commands(cmd, delay, inputs, tmp_path):
     if cmd == "render":
         out = tmp_path / "turn.mp4"
@@ -680,3 +686,28 @@ def test_convert_sh_degree_keeps_the_lower_bands_exactly(tmp_path, capsys):
     assert code == 2 and "stores SH up to degree 3" in _one_line_error(err)
     code, _, err = _run(["convert", src, tmp_path / "y.ply", "--sh-degree", "5"], capsys)
     assert code == 2 and "--sh-degree must be an integer in [0, 4]" in _one_line_error(err)
+
+
+def test_an_interrupt_during_an_import_waits_for_the_import(tmp_path, monkeypatch):
+    """Ctrl-C inside an import is held back until the import is over (a half-initialised C extension that an
+    optional-import guard keeps using can crash the interpreter), then raised within a few timer ticks."""
+    from physskin_gs import interrupts
+
+    (tmp_path / "slow_module_for_sigint.py").write_text(
+        "import os, signal, time\nos.kill(os.getpid(), signal.SIGINT)\ntime.sleep(0.2)\nFINISHED = True\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    restore = interrupts.install()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            import slow_module_for_sigint  # noqa: F401
+
+            assert slow_module_for_sigint.FINISHED  # the import ran to its end
+            t0 = time.monotonic()
+            while time.monotonic() - t0 < 5.0:  # the deferred interrupt arrives right after it
+                time.sleep(0.01)
+        assert time.monotonic() - t0 < 0.5
+        assert interrupts.requested() == signal.SIGINT
+    finally:
+        restore()
+        interrupts.reset()
+        sys.modules.pop("slow_module_for_sigint", None)

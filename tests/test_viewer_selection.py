@@ -250,7 +250,7 @@ def test_a_failed_selection_keeps_the_running_animation(app_and_client):
     app.selection.apply()
     assert reprepared(app, gen)
     assert app.live.anim is first and app.config.select == "auto"
-    assert "at least 4" in (app.switcher.last_error or "")
+    assert "keeps no Gaussian" in (app.switcher.last_error or "")
     assert app.gui["error"].visible and "re-preparation" in app.gui["error"].content
     assert app.live.worker.alive
 
@@ -263,7 +263,7 @@ def test_a_failed_first_preparation_can_be_fixed_from_the_page(capture_path):
         app = ViewerApp(capture_path, cfg, host="127.0.0.1", port=0, progress_stream=quiet)
         app.start()
         try:
-            assert not app.wait_ready(30) and "at least 4" in app.failed
+            assert not app.wait_ready(30) and "keeps no Gaussian" in app.failed
             assert wait_until(lambda: "select" in app.gui, 5)  # the Scene folder alone
             assert app.gui["select"].value == "box" and np.allclose(app.selection.box()[0], [5, 5, 5])
             assert "play" not in app.gui and app.gui["pick"].disabled

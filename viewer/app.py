@@ -195,7 +195,9 @@ def config_from_args(args) -> Any:
 
 
 class TerminalProgress:
-    """Progress callback ``(message, fraction)`` printing to the terminal and mirroring into the page."""
+    """Progress callback ``(message, fraction)`` printing to the terminal and mirroring into the page. A message
+    starting with ``"note: "`` (the pipeline's one-line notes, e.g. a reduced handle count) is printed once, as it
+    is, without a percentage."""
 
     def __init__(self, stream=None, gui_sink=None) -> None:
         self.stream = stream if stream is not None else sys.stderr
@@ -204,7 +206,10 @@ class TerminalProgress:
 
     def __call__(self, message: str, fraction: float) -> None:
         pct = int(round(100 * max(0.0, min(1.0, float(fraction)))))
-        if (message, pct // 5) != (self._last[0], self._last[1] // 5) or pct == 100:
+        if message.startswith("note: "):  # a fact about the preparation (fewer handles...): one line, no percentage
+            if message != self._last[0]:
+                print(f"[physskin-gs] {message}", file=self.stream, flush=True)
+        elif (message, pct // 5) != (self._last[0], self._last[1] // 5) or pct == 100:
             if (message, pct) != self._last:
                 print(f"[physskin-gs] {message}: {pct:3d}%", file=self.stream, flush=True)
         self._last = (message, pct)

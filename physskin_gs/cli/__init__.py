@@ -83,15 +83,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     fail first. The output locks the command took (:mod:`physskin_gs.cli._outputs`) are released at the end.
     """
     from physskin_gs import interrupts
-    from physskin_gs.cli._outputs import release_all
 
-    warnings.formatwarning = _format_warning
-    parser = build_parser()
-    args = parser.parse_args(join_negative_values(list(sys.argv[1:] if argv is None else argv)))
-    restore = interrupts.install()
+    restore = interrupts.install()  # first: a Ctrl-C while the command modules load is an interrupt, not a traceback
     code = 0
     try:
         try:
+            warnings.formatwarning = _format_warning
+            parser = build_parser()
+            args = parser.parse_args(join_negative_values(list(sys.argv[1:] if argv is None else argv)))
             code = args.func(args)
             interrupts.check()  # an interrupt that something swallowed on the way
         except KeyboardInterrupt:
@@ -111,13 +110,23 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("terminated" if terminated else "interrupted", file=sys.stderr)
         return 143 if terminated else 130
     finally:
+        from physskin_gs.cli._outputs import release_all
+
         release_all()
         restore()
+        if argv is None:  # the process ends now: a late second signal must not turn exit 130 into a signal death
+            _ignore_signals()
     return int(code or 0)
 
 
-#: SIGTERM as an exception (kept under its old name; :class:`physskin_gs.interrupts.Terminated`).
-from physskin_gs.interrupts import Terminated as _Terminated  # noqa: E402,F401
+def _ignore_signals() -> None:
+    """SIGINT and SIGTERM ignored from here on (the command is over and the interpreter is about to exit; Python's
+    finalisation hands signals back to the default action, which would kill the process with no message)."""
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (ValueError, OSError):  # pragma: no cover - not the main thread
+            pass
 
 
 if __name__ == "__main__":  # pragma: no cover

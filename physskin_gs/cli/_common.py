@@ -138,7 +138,14 @@ def scene_up(scene) -> List[float]:
     up = [float(v) for v in analysis.up]
     print(f"note: up {', '.join(f'{v:+.3f}' for v in up)} ({analysis.up_source}: {analysis.reason})",
           file=sys.stderr)
+    if getattr(analysis, "unsure", False):
+        print(f"note: {UNSURE_UP}", file=sys.stderr)
     return up
+
+
+#: The one line said when the scene analysis is not sure of the up axis (no support found, or two candidates).
+UNSURE_UP = ("the scene analysis is not sure which way is up; if the result is not upright, pass --up "
+             "(y, -y, z, -z, x, -x or 'ux,uy,uz')")
 
 
 # ------------------------------------------------------------------------------------------------ outputs

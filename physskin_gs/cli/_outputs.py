@@ -200,11 +200,11 @@ def _acquire(out: Output) -> None:
         except OSError as exc:
             raise OutputError(f"{out.option} {out.path}: cannot create the lock file {lock} "
                               f"({exc.strerror or exc})") from None
+        _HELD.append(os.path.abspath(lock))  # at once: an interrupt from here on still releases it
         try:
             os.write(fd, content.encode("utf-8"))
         finally:
             os.close(fd)
-        _HELD.append(os.path.abspath(lock))
         return
     raise OutputError(f"{out.option} {out.path}: could not take the lock {lock}")  # pragma: no cover
 
@@ -256,7 +256,7 @@ def release_all() -> None:
     while _HELD:
         lock = _HELD.pop()
         owner = _owner(lock)
-        if owner is not None and owner["pid"] == os.getpid():
+        if owner is None or owner["pid"] == os.getpid():  # ours (None: interrupted before its content was written)
             try:
                 os.unlink(lock)
             except OSError:

@@ -623,7 +623,12 @@ def run_headless(args) -> int:
               f"{c['transparent'] - sa['moving_transparent']}, invalid {c['invalid']})"
               + ("; floor = support plane" if anim.support_height is not None and config.floor
                  and config.floor_height is None else ""), file=sys.stderr)
-    print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {anim.num_handles} handles ({anim.num_handles - 1} + constant; "
+        if sa.get("unsure") and str(args.up).strip().lower() == "auto":
+            from physskin_gs.cli._common import UNSURE_UP
+
+            print(f"[physskin-gs] note: {UNSURE_UP}", file=sys.stderr)
+    nh = anim.num_handles
+    print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {nh} handle{'s' if nh != 1 else ''} ({nh - 1} + constant; "
           f"{anim.skinning_source}), {anim.info['num_cubature']} cubature points, up {up_name}, "
           f"scale {anim.sim_scale:.4g} m/unit, prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
 
@@ -729,6 +734,8 @@ def run_headless(args) -> int:
             "skinning": anim.skinning_source,
             "num_gaussians": anim.scene.num_gaussians,
             "num_moving": anim.info["num_moving"],
+            "num_handles": anim.num_handles,
+            "handles": anim.info.get("handles"),
             "material": {"E": config.E, "nu": config.nu, "density": config.density},
             "gravity": config.gravity,
             "damping": config.damping,

@@ -96,13 +96,22 @@ def evaluate_shape(path: Path, bases: List[str], args, progress=print) -> Dict:
                                            "seconds": round(t_mesh, 3), "info": _jsonable(tm.info)},
            "fem_seconds": {k: round(v, 3) for k, v in ref.seconds.items()},
            "fem_eigvals": [float(x) for x in ref.eigvals], "bases": {}}
+    from physskin_gs.model.bases import SkinningReducedWarning, reduced_handles_note
+
     opts = skinning_options(args)
+    opts.max_handles = getattr(obj, "max_handles", None)  # few usable Gaussians: fewer handles, said in one line
     for name in bases:
         t0 = time.perf_counter()
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("ignore")
+            warnings.simplefilter("always", SkinningReducedWarning)
             field, source = build_skinning(name, obj.surface, obj.volume, opts)
         t_build = time.perf_counter() - t0
+        for w in caught:
+            if isinstance(w.message, SkinningReducedWarning):
+                progress(f"  note: {obj.name} {name}: " + reduced_handles_note(
+                    obj.usable, "Gaussians" if obj.kind == "splat" else "vertices", w.message.requested,
+                    field.num_handles - 1))
         W = field.weights(nodes).double().numpy()
         rep = evaluate_basis(ref, W)
         rep.update(source=source, build_seconds=round(t_build, 3), orthogonality=_orthogonality(field.weights(X)))

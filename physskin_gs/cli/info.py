@@ -26,7 +26,11 @@ def register(sub) -> None:
 
 def scene_info(path: str, quat_order: str = "wxyz") -> dict:
     """Info dict for a scene or mesh file (keys: format, num_gaussians, sh_degree, bbox_min, bbox_max,
-    warnings, plus the :func:`physskin_gs.io.validate` counts; for meshes num_vertices/num_faces instead).
+    warnings, plus the :func:`physskin_gs.io.validate` counts and its robust ``extent``; for meshes
+    num_vertices/num_faces instead).
+
+    ``warnings`` holds the loader's warnings, then validate's. Sizes are judged relative to the scene's robust
+    extent, so the same capture in other units (means times s, log-scales plus log s) gets the same warnings.
 
     Raises:
         SceneFormatError / FileNotFoundError: unreadable file (see :func:`physskin_gs.io.load_scene`).

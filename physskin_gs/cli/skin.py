@@ -22,7 +22,7 @@ last):
 from __future__ import annotations
 
 import json
-import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass
@@ -50,17 +50,29 @@ class PreparedObject:
     query: "object"  # torch (N, 3) normalised (non-finite rows zeroed)
     valid: np.ndarray  # (N,) bool
     usable: int = -1  # points the field is built from (finite, opacity >= 0.05 for a splat; used mesh vertices)
+    max_handles: Optional[int] = None  # bound on the learned handles: usable - 1 for a splat, None for a mesh
 
 
 def prepare_object(path, seed: int = 0, warn: bool = False) -> PreparedObject:
     """Load a splat scene or a mesh and sample it (geometry layer) in its normalised frame.
 
-    Raises FileNotFoundError, SceneFormatError (unreadable file) or DegenerateGeometryError (flat shape).
+    Splats: the usable Gaussians (finite, opacity >= 0.05; from 100 of them on, floaters of the scene analysis
+    left out) set the normalisation and the volume; fewer than
+    :data:`physskin_gs.geometry.interior.SPARSE_SPLAT_GAUSSIANS` of them are sampled as the solid hull of their
+    2-sigma ellipsoids (:func:`physskin_gs.geometry.interior.sparse_splat_body`, as ``animate`` does), and
+    ``max_handles`` is ``usable - 1`` (W at N Gaussians has rank at most N). Meshes: area-uniform surface and
+    voxel-fill volume samples, whatever the vertex count (a cube of 8 vertices, an open cube, a flat
+    single-triangle fin, whose volume points are its surface samples); ``max_handles`` is None.
+
+    Raises FileNotFoundError, SceneFormatError (unreadable file; a mesh with no face of positive area) or
+    DegenerateGeometryError (a splat without a usable Gaussian).
     """
     import torch
 
     from physskin_gs.geometry.dataset import sample_from_mesh, sample_from_splat
-    from physskin_gs.geometry.normalize import compute_normalization, finite_rows
+    from physskin_gs.geometry.interior import SPARSE_SPLAT_GAUSSIANS, sparse_splat_body
+    from physskin_gs.geometry.normalize import DegenerateGeometryError, compute_normalization, finite_rows
+    from physskin_gs.geometry.scene_analysis import SMALL_SCENE_ROWS
     from physskin_gs.io import detect_format, load_scene
     from physskin_gs.io.mesh import load_mesh
 
@@ -68,6 +80,7 @@ def prepare_object(path, seed: int = 0, warn: bool = False) -> PreparedObject:
     if not path.exists():
         raise FileNotFoundError(f"{path}: input file not found")
     fmt = detect_format(str(path))
+    max_handles = None
     if fmt in _SPLAT_FORMATS:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -79,27 +92,43 @@ def prepare_object(path, seed: int = 0, warn: bool = False) -> PreparedObject:
         means = scene.means.detach().cpu().numpy().astype(np.float64)
         opac = torch.sigmoid(scene.opacity_logits).detach().cpu().numpy()
         keep = finite_rows(means) & np.isfinite(opac) & (opac >= 0.05)
-        # floaters (small or far clusters, scene analysis) must not set the normalisation or the volume
+        # floaters (small or far clusters, scene analysis) must not set the normalisation or the volume; a small
+        # scene has none (the analysis' own rule)
         from physskin_gs.geometry.scene_analysis import analyze_gaussian_scene
 
-        if keep.sum() >= 100:
+        if keep.sum() >= SMALL_SCENE_ROWS:
             keep &= ~analyze_gaussian_scene(scene).floater
-        norm = compute_normalization(means[keep], allow_flat=False, what=str(path))
-        sample = sample_from_splat(scene.subset(torch.from_numpy(np.flatnonzero(keep))), seed=seed, name=path.name)
-        pts, kind = means, "splat"
         usable = int(keep.sum())
+        if usable == 0:
+            raise DegenerateGeometryError(f"{path}: no usable Gaussians (finite, opacity >= 0.05) among its "
+                                          f"{scene.num_gaussians} rows")
+        rows = np.flatnonzero(keep)
+        if usable < SPARSE_SPLAT_GAUSSIANS:
+            body = sparse_splat_body(means[rows], scene.log_scales[rows], scene.quats[rows], n_volume=16384,
+                                     seed=seed)
+            bv = body.volume.numpy().astype(np.float64)
+            norm = compute_normalization(np.concatenate([means[rows], bv]), allow_flat=True, what=str(path))
+            surface = torch.from_numpy(norm.to_normalized(body.surface.numpy().astype(np.float64)).astype(np.float32))
+            volume = torch.from_numpy(norm.to_normalized(bv).astype(np.float32))
+        else:
+            norm = compute_normalization(means[keep], allow_flat=False, what=str(path))
+            sample = sample_from_splat(scene.subset(torch.from_numpy(rows)), seed=seed, name=path.name)
+            surface, volume = sample.surface, sample.volume
+        pts, kind = means, "splat"
+        max_handles = usable - 1
     else:
-        mesh = load_mesh(str(path))
+        mesh = load_mesh(str(path))  # refuses a mesh without a face of positive area
         used = np.unique(mesh.faces.reshape(-1))
-        norm = compute_normalization(mesh.vertices[used].astype(np.float64), allow_flat=False, what=str(path))
-        sample = sample_from_mesh(mesh, seed=seed)
+        norm = compute_normalization(mesh.vertices[used].astype(np.float64), allow_flat=True, what=str(path))
+        sample = sample_from_mesh(mesh, seed=seed, allow_flat=True)  # the field's points: sampled, any vertex count
+        surface, volume = sample.surface, sample.volume
         pts, kind = mesh.vertices.astype(np.float64), "mesh"
         usable = int(np.isfinite(mesh.vertices[used]).all(axis=1).sum())
     valid = finite_rows(pts)
     q = np.zeros_like(pts)
     q[valid] = norm.to_normalized(pts[valid])
-    return PreparedObject(path.name, kind, np.asarray(norm.center, np.float64), float(norm.scale), sample.surface,
-                          sample.volume, torch.from_numpy(q.astype(np.float32)), valid, usable)
+    return PreparedObject(path.name, kind, np.asarray(norm.center, np.float64), float(norm.scale), surface,
+                          volume, torch.from_numpy(q.astype(np.float32)), valid, usable, max_handles)
 
 
 def field_for_object(obj: PreparedObject, method: Optional[str], options=None):
@@ -109,25 +138,100 @@ def field_for_object(obj: PreparedObject, method: Optional[str], options=None):
     return build_skinning(method, obj.surface, obj.volume, options)
 
 
-def load_query_points(path, obj: PreparedObject):
-    """Query points from a .npy file: (N, 3) finite numbers in scene units -> (normalised (N, 3) float32 torch,
-    scene (N, 3) float64). Raises OptionError naming the file for a missing, unreadable or wrongly shaped array."""
+def load_query_points(path, obj: Optional[PreparedObject] = None):
+    """Query points from a ``.npy`` file (one array written by ``numpy.save``).
+
+    Args:
+        path: the ``.npy`` file: an (N, 3) array of real numbers (any integer or floating dtype), N >= 1, in the
+            scene units of the object; every value finite, within the float32 range (|x| <= 3.4e38), and at most
+            1e18 object scales from the object's centre on every axis (``|x - center| / scale <= 1e18``), so the
+            float32 field evaluation cannot overflow.
+        obj: the prepared object whose normalisation (``center``, ``scale``) maps the points; None checks the
+            file alone (everything but the distance to the object), before the object is loaded, and returns
+            ``(None, scene points)``.
+
+    Returns:
+        (normalised (N, 3) float32 torch tensor ``(x - center) / scale``, scene (N, 3) float64 numpy array).
+
+    Raises:
+        FileNotFoundError: ``path`` is not a file.
+        OptionError: ``PATH: <reason>`` for an empty file, a file that is not ``.npy`` (a ``.npz`` archive,
+            serialised Python objects, anything else), a truncated or corrupt one, an array of Python objects (never
+            loaded),
+            a boolean, complex, structured, string or date dtype, a shape other than (N, 3) with N >= 1, or
+            values that are not finite, beyond the float32 range or too far from the object.
+    """
     import torch
 
+    max_distance = 1e18  # normalised units: squared distances stay inside float32
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"--points {path}: input file not found")
+    need = "--points needs one (N, 3) array of real numbers saved with numpy.save"
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(8)
+    except OSError as exc:
+        raise OptionError(f"{path}: cannot read the query points file ({exc.strerror or exc})") from None
+    if not head:
+        raise OptionError(f"{path}: empty file; {need}")
+    if head[:4] in (b"PK\x03\x04", b"PK\x05\x06"):
+        raise OptionError(f"{path}: a .npz archive (zip), not a .npy array; {need}")
+    if not head.startswith(b"\x93NUMPY"):
+        what = "serialised Python objects (never loaded)" if head[:1] == b"\x80" else "not a .npy file (no NumPy header)"
+        raise OptionError(f"{path}: {what}; {need}")
     try:
         pts = np.load(path, allow_pickle=False)
-    except (ValueError, OSError) as exc:
-        raise OptionError(f"{path}: not a readable .npy array ({exc})") from None
-    if pts.ndim != 2 or pts.shape[1] != 3 or pts.shape[0] < 1 or not np.issubdtype(pts.dtype, np.number):
-        raise OptionError(f"{path}: --points needs an (N, 3) numeric array, got shape {pts.shape} {pts.dtype}")
-    pts = pts.astype(np.float64)
-    if not np.isfinite(pts).all():
-        bad = int((~np.isfinite(pts).all(1)).sum())
-        raise OptionError(f"{path}: {bad} query points are not finite")
-    q = (pts - obj.center[None]) / obj.scale
+    except ValueError as exc:
+        if "Object arrays" in str(exc):
+            raise OptionError(f"{path}: an array of Python objects (dtype object; such data is never loaded); "
+                              f"{need}") from None
+        raise OptionError(f"{path}: truncated or corrupt .npy file ({exc})") from None
+    except (OSError, EOFError) as exc:
+        raise OptionError(f"{path}: truncated or corrupt .npy file ({exc})") from None
+    if not isinstance(pts, np.ndarray):  # np.load gives an array for a .npy header; guard the contract anyway
+        raise OptionError(f"{path}: not a .npy array; {need}")
+    dt = pts.dtype
+    if dt.names is not None:
+        raise OptionError(f"{path}: a structured array (fields {', '.join(dt.names)}); {need}, e.g. "
+                          "numpy.stack([a['x'], a['y'], a['z']], axis=1)")
+    if dt.kind == "c":
+        raise OptionError(f"{path}: complex values ({dt}); {need}")
+    if dt.kind == "b":
+        raise OptionError(f"{path}: a boolean array; {need}")
+    if dt.kind not in "iuf":
+        raise OptionError(f"{path}: dtype {dt} is not a real number type; {need}")
+    if pts.ndim == 1 and pts.shape[0] == 3:
+        raise OptionError(f"{path}: a 1-D array of 3 values; {need} (one point is shape (1, 3): "
+                          "numpy.save(path, p.reshape(1, 3)))")
+    if pts.ndim != 2 or pts.shape[1] != 3:
+        raise OptionError(f"{path}: shape {pts.shape}; {need}")
+    if pts.shape[0] == 0:
+        raise OptionError(f"{path}: no query points (shape {pts.shape}); {need}, N >= 1")
+    with np.errstate(over="ignore", invalid="ignore"):
+        pts = pts.astype(np.float64)
+
+    def first(bad: np.ndarray) -> str:
+        i = int(np.flatnonzero(bad)[0])
+        return f"first: row {i} = [{', '.join(f'{v:.6g}' for v in pts[i])}]"
+
+    bad = ~np.isfinite(pts).all(1)
+    if bad.any():
+        raise OptionError(f"{path}: {int(bad.sum())} query points are not finite (NaN or Inf; {first(bad)})")
+    f32 = float(np.finfo(np.float32).max)
+    bad = (np.abs(pts) > f32).any(1)
+    if bad.any():
+        raise OptionError(f"{path}: {int(bad.sum())} query points have a coordinate beyond the float32 range "
+                          f"(|x| > {f32:.4g} scene units; {first(bad)})")
+    if obj is None:
+        return None, pts
+    with np.errstate(over="ignore", invalid="ignore"):
+        q = (pts - obj.center[None]) / obj.scale
+    bad = ~(np.abs(q) <= max_distance).all(1)
+    if bad.any():
+        raise OptionError(f"{path}: {int(bad.sum())} query points lie more than {max_distance:.0e} object "
+                          f"scales ({obj.scale:.6g} scene units each) from the object's centre, where the float32 "
+                          f"field evaluation overflows ({first(bad)})")
     return torch.from_numpy(q.astype(np.float32)), pts
 
 
@@ -150,7 +254,7 @@ def run(args) -> int:
     from physskin_gs.model import skinning_metrics
     from physskin_gs.model.bases import resolve_skinning
 
-    from physskin_gs.cli._common import OutputError, check_int, check_number, verify_written
+    from physskin_gs.cli._common import OutputError, check_int, check_number, require_input_file, verify_written
 
     check_number("--fit-seconds", args.fit_seconds, 0, 3600, lo_open=True, unit="s")
     check_int("--seed", args.seed, 0)
@@ -160,12 +264,13 @@ def run(args) -> int:
     out = Path(args.output)
     if out.suffix != ".npz":
         raise OptionError(f"{out}: output must be a .npz file")
-    if Path(args.path).resolve() == out.resolve():
-        raise OptionError(f"{out}: refusing to overwrite the input file")
-    if out.exists() and not args.force:
-        raise OptionError(f"{out}: exists (use --force to overwrite)")
-    if args.points and Path(args.points).resolve() == out.resolve():
-        raise OptionError(f"{out}: refusing to overwrite the query points file")
+    from physskin_gs.cli._outputs import Output, claim_outputs
+
+    require_input_file(args.path)
+    if args.points:
+        require_input_file(args.points, "--points")
+        load_query_points(args.points)  # the file's own faults before any work (the distance check needs the object)
+    claim_outputs([Output("-o", args.output, replace=args.force)], inputs=[args.path, args.points, args.checkpoint])
     opts = skinning_options(args)
     if resolve_skinning(args.skinning) == "network" and args.checkpoint:
         from physskin_gs.model import load_checkpoint
@@ -179,18 +284,28 @@ def run(args) -> int:
     else:
         query, valid = obj.query, obj.valid
     usable = obj.usable if obj.usable >= 0 else int(obj.valid.sum())
-    if usable < opts.num_handles + 1:
-        what = "Gaussians (finite, opacity >= 0.05)" if obj.kind == "splat" else "vertices"
-        raise OptionError(f"{args.path}: {usable} usable {what}; skinning {opts.num_handles} handles needs at least "
-                          f"{opts.num_handles + 1}")
+    # few usable Gaussians: at most usable - 1 learned handles (a mesh's field is built from sampled volume points,
+    # whatever its vertex count); a reduction is said in one line
+    from physskin_gs.model.bases import SkinningReducedWarning, reduced_handles_note
+
+    opts.max_handles = obj.max_handles
     t1 = time.perf_counter()
     try:
-        field, source = field_for_object(obj, args.skinning, opts)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", SkinningReducedWarning)
+            field, source = field_for_object(obj, args.skinning, opts)
     except OptionError:
         raise
-    except ValueError as exc:  # the basis cannot be built from so few / such points
+    except ValueError as exc:  # the basis cannot be built from such points
         raise OptionError(f"{args.path}: cannot build the {resolve_skinning(args.skinning)} skinning basis from "
                           f"{usable} usable points ({exc})") from None
+    for w in caught:
+        if isinstance(w.message, SkinningReducedWarning):
+            what = "Gaussians" if obj.kind == "splat" else "vertices"
+            note = reduced_handles_note(usable, what, w.message.requested, field.num_handles - 1)
+            print(f"[physskin-gs] note: {args.path}: {note}", file=sys.stderr, flush=True)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     W, G = field.weights_and_grads(query)
     t2 = time.perf_counter()
     W = W.numpy()
@@ -212,18 +327,14 @@ def run(args) -> int:
         "sample_seconds": round(t1 - t0, 3),
         "skinning_seconds": round(t2 - t1, 3),
     }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(out.name + ".tmp.npz")
+    from physskin_gs.io._shared import atomic_output
+
     try:
-        np.savez(tmp, weights=W.astype(np.float32), grads=G.astype(np.float32),
-                 grads_scene=(G / obj.scale).astype(np.float32), center=obj.center, scale=np.float64(obj.scale),
-                 valid=valid, metrics=np.array(json.dumps(finite_or_none(metrics), allow_nan=False)))
-        os.replace(tmp, out)
+        with atomic_output(out) as tmp:
+            np.savez(tmp, weights=W.astype(np.float32), grads=G.astype(np.float32),
+                     grads_scene=(G / obj.scale).astype(np.float32), center=obj.center, scale=np.float64(obj.scale),
+                     valid=valid, metrics=np.array(json.dumps(finite_or_none(metrics), allow_nan=False)))
     except OSError as exc:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
         raise OutputError(f"could not write {out}: {exc.strerror or exc}") from None
     verify_written(out, "skinning weights")
     ex = metrics["excluding_constant"]

@@ -99,6 +99,7 @@ def sample_from_mesh(
     resolution: int = 64,
     surface_fraction: float = 0.25,
     n_candidates: int = 16384,
+    allow_flat: bool = False,
 ) -> ShapeSample:
     """A :class:`ShapeSample` from a triangle mesh (method.md 7.2).
 
@@ -108,17 +109,20 @@ def sample_from_mesh(
 
     Args:
         path_or_mesh: a mesh file path or a :class:`physskin_gs.io.mesh.Mesh`.
+        allow_flat: accept a flat mesh (a single-triangle fin, a card; the product's commands do): its volume
+            points are all surface samples (no interior). Training keeps flat meshes out (the default).
 
     Raises:
         FileNotFoundError / SceneFormatError: from :func:`physskin_gs.io.mesh.load_mesh`.
-        DegenerateGeometryError: flat or empty mesh (e.g. ``c3d_alligator.obj``).
+        DegenerateGeometryError: empty mesh, or flat without ``allow_flat`` (e.g. ``c3d_alligator.obj``).
     """
     from physskin_gs.io.mesh import Mesh, load_mesh
 
     mesh = path_or_mesh if isinstance(path_or_mesh, Mesh) or hasattr(path_or_mesh, "faces") else load_mesh(path_or_mesh)
     name = getattr(mesh, "name", None) or "mesh"
     n_vs, n_vi = _split_volume(n_volume, surface_fraction)
-    mv = mesh_volume_points(mesh, n_surface=n_candidates + n_vs, n_interior=n_vi, R=resolution, seed=seed)
+    mv = mesh_volume_points(mesh, n_surface=n_candidates + n_vs, n_interior=n_vi, R=resolution, seed=seed,
+                            allow_flat=allow_flat)
     cand, cand_n = mv.surface[:n_candidates], mv.normals[:n_candidates]
     idx = farthest_point_sampling(cand, n_encoder, seed=seed)
     vol_surface = mv.surface[n_candidates:]

@@ -285,6 +285,7 @@ def mesh_volume_points(
     seed: int = 0,
     method: str = "auto",
     dilation: int = 1,
+    allow_flat: bool = False,
 ) -> MeshVolume:
     """Surface samples plus voxel-fill interior samples of a triangle mesh, in the normalised frame.
 
@@ -301,9 +302,11 @@ def mesh_volume_points(
         R: voxels along the longest axis (8..128).
         seed: seeds every random draw.
         method / dilation: see :func:`solid_from_shell`.
+        allow_flat: accept a flat mesh (a single triangle, a planar card): it has no interior, so
+            ``interior`` is empty and ``volume`` 0; the surface samples are the whole body.
 
     Raises:
-        DegenerateGeometryError: flat (zero thickness) or empty mesh.
+        DegenerateGeometryError: empty mesh, or flat (zero thickness) without ``allow_flat``.
         OptionError: R outside [8, 128].
     """
     if not 8 <= R <= MAX_RESOLUTION:
@@ -313,7 +316,7 @@ def mesh_volume_points(
     verts = np.asarray(mesh.vertices, dtype=np.float64)
     faces = np.asarray(mesh.faces, dtype=np.int64)
     used_v = np.unique(faces.reshape(-1)) if faces.size else np.zeros(0, dtype=np.int64)
-    norm = compute_normalization(verts[used_v], allow_flat=False, what=name)
+    norm = compute_normalization(verts[used_v], allow_flat=allow_flat, what=name)
     vn = norm.to_normalized(verts)  # [V, 3]
     surface, normals = sample_surface(vn, faces, n_surface, rng=rng)
 
@@ -620,6 +623,111 @@ def fill_splat_interior(
         kept=kept_t,
         elapsed=time.perf_counter() - t0,
     )
+
+
+# ------------------------------------------------------------------------------------- sparse splats
+#: Below this many usable Gaussians (finite, opacity >= 0.05) a splat is too sparse for its centres to stand for
+#: its volume (the voxel fill of a handful of centres is empty): animate and skin then use
+#: :func:`sparse_splat_body`, the solid convex hull of the Gaussians' 2-sigma ellipsoids.
+SPARSE_SPLAT_GAUSSIANS = 64
+#: Ellipsoid semi-axes of :func:`sparse_splat_body` are at least this fraction of the body's size (no flat body).
+SPARSE_MIN_AXIS_FRACTION = 0.02
+
+
+@dataclass(frozen=True)
+class SparseBody:
+    """The solid that stands for a sparse splat (:func:`sparse_splat_body`); every length in world units.
+
+    Attributes:
+        volume: (V, 3) float32 points uniform in the body (the convex hull of the ellipsoids).
+        surface: (S, 3) float32 points uniform on the hull's boundary.
+        measure: the hull's volume, world units^3 (> 0).
+        num_gaussians: K, the Gaussians it was built from.
+    """
+
+    volume: torch.Tensor
+    surface: torch.Tensor
+    measure: float
+    num_gaussians: int
+
+
+def _fibonacci_sphere(n: int) -> np.ndarray:
+    """(n, 3) float64 unit vectors spread evenly over the sphere (deterministic golden-angle spiral)."""
+    i = np.arange(n, dtype=np.float64) + 0.5
+    z = 1.0 - 2.0 * i / n
+    r = np.sqrt(np.maximum(0.0, 1.0 - z * z))
+    phi = i * np.pi * (3.0 - np.sqrt(5.0))
+    return np.stack([r * np.cos(phi), r * np.sin(phi), z], axis=1)
+
+
+def sparse_splat_body(means: ArrayLike, log_scales: ArrayLike, quats: Optional[ArrayLike] = None, *,
+                      n_volume: int = 4096, n_surface: int = 2048, sigma: float = 2.0, seed: int = 0,
+                      directions: int = 64) -> SparseBody:
+    """The solid body of a sparse splat: the convex hull of its Gaussians' ``sigma``-sigma ellipsoids, sampled.
+
+    A handful of Gaussians is not a point cloud whose centres outline a volume (the voxel fill finds no
+    interior and centres alone have no extent for one Gaussian, or no thickness for two); each Gaussian is a solid
+    blob, and the object they make is taken to be the convex hull of those blobs, so it is one connected body
+    (a skinning basis on separate blobs would move them independently). Each ellipsoid is ``directions`` points
+    ``c + R diag(a) u`` (golden-spiral unit vectors u, semi-axes ``a = sigma exp(log_scale)``, each at least
+    :data:`SPARSE_MIN_AXIS_FRACTION` of the body's size so the body is never flat); the hull of those points is
+    split into tetrahedra (Delaunay) and sampled uniformly, and its boundary triangles give the surface samples.
+
+    Args:
+        means: (K, 3) finite centres, world units, K >= 1.
+        log_scales: (K, 3) log standard deviations (clamped to [-12, 30]; NaN treated as tiny).
+        quats: (K, 4) wxyz rotations (any norm; zero = identity), or None (axis-aligned).
+        n_volume, n_surface: numbers of volume and surface samples.
+        sigma: ellipsoid size in standard deviations (2: the 2-sigma boxes of the interior fill).
+        seed: seeds the samples (deterministic for a given seed).
+        directions: points per ellipsoid.
+
+    Returns:
+        :class:`SparseBody`.
+
+    Raises:
+        DegenerateGeometryError: no finite centre, or shapes that are not (K, 3) / (K, 4).
+    """
+    c = _as_numpy(means, np.float64)
+    if c is None or c.ndim != 2 or c.shape[1] != 3:
+        raise DegenerateGeometryError(f"means must have shape (K, 3), got {None if c is None else c.shape}")
+    ls = _as_numpy(log_scales, np.float64)
+    if ls is None or ls.shape != c.shape:
+        raise DegenerateGeometryError(f"log_scales must have shape {c.shape}, got {None if ls is None else ls.shape}")
+    ok = finite_rows(c)
+    c, ls = c[ok], ls[ok]
+    if c.shape[0] == 0:
+        raise DegenerateGeometryError("a sparse splat body needs at least one Gaussian with a finite centre")
+    k = c.shape[0]
+    if quats is None:
+        R = np.broadcast_to(np.eye(3), (k, 3, 3))
+    else:
+        q = _as_numpy(quats, np.float32)
+        if q.shape != (ok.shape[0], 4):
+            raise DegenerateGeometryError(f"quats must have shape ({ok.shape[0]}, 4), got {q.shape}")
+        q = np.nan_to_num(q[ok], nan=0.0, posinf=0.0, neginf=0.0)
+        R = quat_to_rotmat(torch.from_numpy(np.ascontiguousarray(q))).numpy().astype(np.float64)  # zero -> identity
+    axes = sigma * np.exp(np.clip(np.nan_to_num(ls, nan=MIN_LOG_SCALE), MIN_LOG_SCALE, 30.0))  # [K, 3]
+    size = max(float((c.max(0) - c.min(0)).max()), 2.0 * float(axes.max()))
+    axes = np.maximum(axes, SPARSE_MIN_AXIS_FRACTION * size)
+    u = _fibonacci_sphere(int(directions))  # [D, 3]
+    shell = (c[:, None, :] + np.einsum("kab,kb,db->kda", R, axes, u)).reshape(-1, 3)  # [K*D, 3]
+    rng = np.random.default_rng(seed)
+    from scipy.spatial import ConvexHull, Delaunay
+
+    hull = ConvexHull(shell)
+    tri = Delaunay(shell[hull.vertices])
+    tets = tri.points[tri.simplices]  # [T, 4, 3]
+    vols = np.abs(np.einsum("ti,ti->t", np.cross(tets[:, 1] - tets[:, 0], tets[:, 2] - tets[:, 0]),
+                            tets[:, 3] - tets[:, 0])) / 6.0
+    pick = np.minimum(np.searchsorted(np.cumsum(vols) / vols.sum(), rng.random(int(n_volume)), side="right"),
+                      len(vols) - 1)
+    bary = rng.dirichlet(np.ones(4), size=int(n_volume))  # uniform in a tetrahedron
+    volume = np.einsum("nj,nja->na", bary, tets[pick])
+    surface, _ = sample_surface(hull.points, hull.simplices, int(n_surface), rng=rng)
+    return SparseBody(volume=torch.from_numpy(volume.astype(np.float32)),
+                      surface=torch.from_numpy(np.ascontiguousarray(surface, dtype=np.float32)),
+                      measure=float(hull.volume), num_gaussians=int(k))
 
 
 # ------------------------------------------------------------------------------------- cubature

@@ -24,21 +24,23 @@ classification of all rows O(N)):
    main one, are floaters, and so are points outside the grid and opaque points in sparser voxels that
    do not touch (26-neighbourhood) a kept component.
 4. *Robust extent*: opacity-weighted quantiles of the opaque non-floater points.
-5. *Support plane*: plane hypotheses from the PCA normals of random seed points (k nearest neighbours in a
-   subsample), scored against the subsample: inliers are within ``plane_band`` (times the extent) of the
-   plane; each hypothesis is oriented toward the side holding more points. A support must be
-   (a) *extreme*: at most ``max_minority_fraction`` of the off-plane points lie on the minority side (the
-   object stands entirely on one side; this rejects flat panels in the middle of a scene),
-   (b) *wide*: the convex hull of its inliers projected on the plane is at least ``min_width_ratio`` times
-   the area of the hull of the projected off-plane points (the object's footprint; this rejects the flat
-   bottom or side face of an isolated object, whose hull equals the object's own cross-section), and
-   (c) *under* the object: at least ``min_coverage`` of the footprint lies inside the support's hull.
-   The best few distinct hypotheses by inlier count are refined by least squares and tested; the accepted
-   one with the most inliers wins. Its normal, oriented toward the object's mass, is the up axis.
+5. *Support plane* (:func:`physskin_gs.geometry.support.find_support`): distinct well-populated planes of a
+   subsample (PCA normals of random seed points, ranked by inliers times one-sidedness, refined by least
+   squares), each examined in both orientations. A plane is a support when something *stands* on it: a
+   connected part above its slab that touches it, ends there (does not continue below, as a wall or a leg
+   does), is stable (its centre of mass over the contact the plane's points carry) and is not a sheet of the
+   plane itself; the plane must reach beyond the footprint of what stands on it (the flat base of an isolated
+   object does not), be a surface rather than a cut through a body, and carry at least a quarter of the mass on
+   its other side. Of the accepted planes the nearest (not the floor under a supported table) that carries the
+   most, weighted by its share of the capture, wins; the file's up-axis convention breaks near ties, a rival
+   with another normal makes the analysis *unsure* (then the convention is used), and a support that reaches
+   less than 15 % beyond what stands on it is trusted only when it agrees with the convention. Its normal,
+   oriented toward what stands on it, is the up axis.
 6. *Object*: opaque non-floater points more than ``object_clearance`` (times the extent) above the plane
-   (all of them when no plane is found) are voxelised again; the 26-connected component with the largest
-   opacity mass is the object. Rows between the support's own surface (the 90 % quantile of its inliers'
-   distances, times 1.5, within the band) and the clearance that lie in or next to an object voxel join the
+   (all of them when no plane is found) are voxelised again; the 26-connected component holding the heaviest
+   part that stands on the support (without a support: the one with the largest opacity mass) is the object.
+   Rows between the support's own surface (the 90 % quantile of its inliers' distances, times 1.5, within the
+   band) and the clearance that lie in or next to an object voxel join the
    object (feet and hooves standing in the slab), so lifting the object leaves none of it on the floor.
    Everything else valid, opaque and not a floater is ``background`` (static), except the plane's inliers,
    which are ``support``.
@@ -158,7 +160,7 @@ class SceneAnalysis:
     voxel_size: float
     grid_shape: Tuple[int, int, int]
     timings: Dict[str, float] = field(default_factory=dict)
-    unsure: bool = False
+    unsure: bool = False  # no support found, or a rival plane: the up axis may be wrong (say so, name --up)
 
     @property
     def num_rows(self) -> int:
@@ -485,7 +487,7 @@ def analyze_scene(
 
     found, why, unsure, _ = find_support(pts[plane_idx].astype(np.float64), op[plane_idx].astype(np.float64), rng,
                                          band=band, voxel=scale / support_voxels, hypotheses=plane_hypotheses,
-                                         min_beyond=min_beyond)
+                                         min_beyond=min_beyond, prior=prior)
     plane = None
     if found is not None:
         plane = {"normal": found.normal / np.linalg.norm(found.normal), "offset": found.offset,

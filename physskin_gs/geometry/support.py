@@ -290,13 +290,17 @@ def _candidates(p: np.ndarray, rng: np.random.Generator, band: float, hypotheses
 
 def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band: float, voxel: float,
                  hypotheses: int = 1024, max_planes: int = 10, min_beyond: float = 0.05,
-                 min_share: float = 0.25, unsure_ratio: float = 0.7):
+                 min_share: float = 0.25, unsure_ratio: float = 0.7, prior: Optional[np.ndarray] = None,
+                 min_wide: float = 0.15):
     """The support plane of the subsample p (M, 3) float64 (scene units) with opacity weights w (M,).
 
     ``band``: slab half-thickness; ``voxel``: occupancy voxel edge of the standing test; ``min_beyond``: least
     fraction of the plane's points outside the footprint of what stands on it; ``min_share``: least mass of what
     stands on it relative to the mass on its other side; a runner-up with another normal
-    (> 20 degrees) carrying ``unsure_ratio`` of the winner's mass makes the result unsure.
+    (> 20 degrees) scoring ``unsure_ratio`` of the winner (standing mass x inlier fraction) makes the result unsure.
+    ``prior``: the (3,) unit up vector of the file's convention, or None: between near-equal candidates the one
+    within 30 degrees of it wins (and is sure), and a support reaching less than ``min_wide`` beyond what stands on
+    it is trusted only when it agrees with the prior (else None is returned, unsure).
 
     Returns (best accepted :class:`SupportCandidate` or None, reason (one sentence), unsure (bool), every
     candidate examined).
@@ -376,19 +380,30 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
         tried = [c for c in examined if c.why][:3]
         detail = "; ".join(f"{c.inlier_fraction:.1%} of points: {c.why}" for c in tried)
         return None, f"no plane carries the object ({detail})", True, examined
-    # planes within 15 degrees of the one carrying the most are the same support seen through noise, a layer or a
-    # slightly tilted top: of those, the best-populated fit
+    score = lambda c: c.standing_mass * c.inlier_fraction  # noqa: E731
     top = accepted[0]
+    if prior is not None:  # between near equals, the one the file's own convention agrees with
+        near = [c for c in accepted if score(c) >= unsure_ratio * score(top)]
+        top = next((c for c in near if c.normal @ prior > np.cos(np.deg2rad(30.0))), top)
+    # planes within 15 degrees of the chosen one are the same support seen through noise, a layer or a slightly
+    # tilted top: of those, the best-populated fit
     best = max((c for c in accepted if c.normal @ top.normal > np.cos(np.deg2rad(15.0))), key=lambda c: c.inliers)
-    rival = next((c for c in accepted if c.normal @ top.normal < np.cos(np.deg2rad(20.0))), None)
-    unsure = rival is not None and (rival.standing_mass * rival.inlier_fraction
-                                    >= unsure_ratio * top.standing_mass * top.inlier_fraction)
+    rival = next((c for c in accepted if c.normal @ top.normal < np.cos(np.deg2rad(20.0))
+                  and score(c) >= unsure_ratio * score(top)), None)
     reason = (f"support plane with {best.inlier_fraction:.1%} of sampled points carrying {best.parts} standing "
               f"part{'s' if best.parts > 1 else ''} ({best.standing_fraction:.0%} of the mass above it), "
               f"{best.beyond:.0%} of it beyond their footprint")
+    agrees = prior is not None and best.normal @ prior > np.cos(np.deg2rad(30.0))
+    unsure = rival is not None and not agrees
     if unsure:
-        ang = float(np.degrees(np.arccos(np.clip(abs(rival.normal @ best.normal), -1, 1))))
-        reason += (f"; unsure: another plane {ang:.0f} degrees off scores "
-                   f"{rival.standing_mass * rival.inlier_fraction / (top.standing_mass * top.inlier_fraction):.0%} "
-                   "as much")
+        ang = float(np.degrees(np.arccos(np.clip(rival.normal @ best.normal, -1, 1))))
+        reason += f"; unsure: another plane {ang:.0f} degrees off scores {score(rival) / score(top):.0%} as much"
+    if unsure and prior is not None:  # two planes carry as much and neither is the file's convention: keep that
+        return None, reason + "; using the file's up-axis convention instead", True, examined
+    if best.beyond < min_wide and not agrees:
+        # a support that hardly reaches past what stands on it, across the file's convention, is more often a flat
+        # face of an isolated object (a chair's back, a figure's side) than a table cut to the footprint
+        return None, (f"the best support candidate reaches only {best.beyond:.0%} beyond what stands on it and is "
+                      f"{np.degrees(np.arccos(np.clip(best.normal @ prior, -1, 1))) if prior is not None else 90:.0f} "
+                      "degrees from the file's up-axis convention: too weak to trust"), True, examined
     return best, reason, unsure, examined

@@ -118,8 +118,8 @@ def atomic_output(path) -> Iterator[str]:
     out_dir = os.path.dirname(os.path.abspath(path))
     ext = os.path.splitext(path)[1]
     fd, tmp = temp_file(path, out_dir, ".tmp" + ext)
-    os.close(fd)
     try:
+        os.close(fd)
         yield tmp
         interrupts.check()
         os.replace(tmp, path)

@@ -108,9 +108,10 @@ def load_mesh(path: str, *, weld: bool = True) -> Mesh:
 
     Raises:
         FileNotFoundError: ``path`` does not exist.
-        SceneFormatError: unknown extension, unreadable or empty file, no faces (a point cloud), a 3D Gaussian
-            Splatting PLY or ``.splat`` file (use ``physskin_gs.io.load_scene``), or no finite vertices left.
-            The message names the file.
+        SceneFormatError: unknown extension, unreadable or empty file, vertices but no faces (a point cloud; the
+            message gives the vertex count), a 3D Gaussian Splatting PLY or ``.splat`` file (use
+            ``physskin_gs.io.load_scene``), no finite vertices left, or no face of positive area
+            (:func:`has_positive_area`). The message names the file.
     """
     path = os.fspath(path)
     if not os.path.exists(path):
@@ -162,14 +163,58 @@ def load_mesh(path: str, *, weld: bool = True) -> Mesh:
     vertices = np.asarray(loaded.vertices, dtype=np.float64)
     faces = np.asarray(loaded.faces, dtype=np.int64).reshape(-1, 3)
     if vertices.shape[0] == 0:
+        # trimesh's forced mesh drops the vertices of a face-less file (an OBJ of 'v' lines only): count them
+        n = _unforced_vertex_count(path)
+        if n > 0:
+            raise SceneFormatError(f"{path}: mesh has {n} vertices but no faces (a point cloud, not a triangle mesh)")
         raise SceneFormatError(f"{path}: mesh has no vertices (empty or unreadable file)")
     if faces.shape[0] == 0:
-        raise SceneFormatError(f"{path}: has {vertices.shape[0]} vertices but no faces: a point cloud, not a mesh")
+        raise SceneFormatError(f"{path}: mesh has {vertices.shape[0]} vertices but no faces (a point cloud, not a "
+                               "triangle mesh)")
 
     vertices, faces = _clean(vertices, faces, weld=weld)
     if vertices.shape[0] == 0 or faces.shape[0] == 0:
         raise SceneFormatError(f"{path}: no valid faces left after dropping non-finite vertices and degenerate faces")
+    if not has_positive_area(vertices, faces):
+        raise SceneFormatError(f"{path}: all {faces.shape[0]} faces have zero area (their corners are collinear); "
+                               "there is no surface to sample")
     return Mesh(vertices=vertices.astype(np.float32), faces=faces, source=path)
+
+
+#: A face has positive area when twice its area exceeds this fraction of the squared bounding-box diagonal.
+ZERO_AREA_TOLERANCE = 1e-12
+
+
+def has_positive_area(vertices: np.ndarray, faces: np.ndarray) -> bool:
+    """Whether any face of a mesh has positive area: ``|(b - a) x (c - a)|`` above :data:`ZERO_AREA_TOLERANCE`
+    times the squared diagonal of the vertices' bounding box (so rounding on collinear corners does not count).
+    vertices (V, 3) finite floats, faces (F, 3) int indices. Raises nothing."""
+    v = np.asarray(vertices, dtype=np.float64)
+    f = np.asarray(faces, dtype=np.int64).reshape(-1, 3)
+    if f.shape[0] == 0 or v.shape[0] == 0:
+        return False
+    diag2 = float(((v.max(0) - v.min(0)) ** 2).sum())
+    tri = v[f]
+    dbl = np.linalg.norm(np.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0]), axis=1)  # [F] twice the area
+    return bool(diag2 > 0 and (dbl > ZERO_AREA_TOLERANCE * diag2).any())
+
+
+def _unforced_vertex_count(path: str) -> int:
+    """Vertices trimesh reads from ``path`` without forcing a mesh (a point cloud keeps them); 0 when none or
+    unreadable."""
+    import trimesh
+
+    logger = logging.getLogger("trimesh")
+    old_level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        loaded = trimesh.load(path, process=False)
+    except Exception:  # noqa: BLE001 - only a count for the message
+        return 0
+    finally:
+        logger.setLevel(old_level)
+    geoms = list(loaded.geometry.values()) if isinstance(loaded, trimesh.Scene) else [loaded]
+    return int(sum(np.asarray(getattr(g, "vertices", np.zeros((0, 3)))).shape[0] for g in geoms))
 
 
 def _clean(vertices: np.ndarray, faces: np.ndarray, *, weld: bool) -> tuple:

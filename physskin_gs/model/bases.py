@@ -17,6 +17,15 @@ Every basis takes the object's ``surface`` (S, 3) and ``volume`` (V, 3) points i
 points of the same frame, H = m + 1 with the constant handle last, learned columns with RMS 1 over ``volume``
 (method.md 5, protocol step 4). Fields are saved and loaded with :func:`save_field` / :func:`load_field`
 (safetensors, no pickle).
+
+Few points (a 9-Gaussian scene): a basis never builds more learned handles than its points support
+(:func:`handle_capacity`, from the distinct volume points) nor more than ``SkinningOptions.max_handles`` (the
+caller's bound: ``usable Gaussians - 1`` in animate and skin, since W at N points has rank at most N). Bases that
+take a count build that many (``eigen``, ``fit``, ``rbf``); the ``network``, whose checkpoint fixes m, keeps the m'
+most independent of its columns over the volume points (:class:`ColumnSubsetField`, column-pivoted QR). With no
+learned handle left the field is :class:`ConstantSkinningField` (H = 1: one affine body, rigid or stretching
+as the material lets it). Each reduction is announced by a :class:`SkinningReducedWarning` carrying the counts,
+which the commands turn into one ``note:`` line (:func:`reduced_handles_note`).
 """
 
 from __future__ import annotations
@@ -24,7 +33,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -46,6 +55,11 @@ __all__ = [
     "save_field",
     "load_field",
     "SkinningFallbackWarning",
+    "SkinningReducedWarning",
+    "ConstantSkinningField",
+    "ColumnSubsetField",
+    "handle_capacity",
+    "reduced_handles_note",
 ]
 
 ProgressFn = Optional[Callable[[str, float], None]]
@@ -61,15 +75,111 @@ class SkinningFallbackWarning(UserWarning):
     """A skinning basis could not be built as asked and another one was used (the message says which and why)."""
 
 
+class SkinningReducedWarning(UserWarning):
+    """A basis built fewer learned handles than it would have (few points; :func:`build_skinning`).
+
+    Attributes: requested (the learned handles it builds without a bound: ``num_handles``, or the network
+    checkpoint's m), used (the learned handles it built, 0 = one rigid/affine body)."""
+
+    def __init__(self, message: str, requested: int = 0, used: int = 0) -> None:
+        super().__init__(message)
+        self.requested = int(requested)
+        self.used = int(used)
+
+
+class ConstantSkinningField(SkinningField):
+    """The field with no learned handle: H = 1, W = 1 everywhere, dW/dX = 0 (the whole object is one affine
+    body, rigid when the material resists stretching). Used when the points support no learned handle."""
+
+    kind = "constant"
+    num_handles = 1
+
+    def weights_and_grads(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        """x (N, 3) -> (ones (N, 1), zeros (N, 1, 3)) float32."""
+        n = int(x.shape[0])
+        return torch.ones(n, 1), torch.zeros(n, 1, 3)
+
+
+class ColumnSubsetField(SkinningField):
+    """Learned columns ``columns`` (m',) int of another field, then its constant handle: W (N, m' + 1) and
+    dW/dX (N, m' + 1, 3) are the inner field's columns ``[*columns, -1]`` (units unchanged)."""
+
+    kind = "columns"
+
+    def __init__(self, inner: SkinningField, columns) -> None:
+        cols = [int(c) for c in columns]
+        m = int(inner.num_handles) - 1
+        if any(not 0 <= c < m for c in cols) or len(set(cols)) != len(cols):
+            raise ValueError(f"columns {cols} are not distinct learned columns of a field with {m} learned handles")
+        self.inner = inner
+        self.columns = cols
+        self._index = torch.tensor(cols + [m], dtype=torch.long)
+        self.num_handles = len(cols) + 1
+
+    def weights_and_grads(self, x: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+        if x.shape[0] == 0:  # some fields cannot take an empty batch
+            return torch.zeros(0, self.num_handles), torch.zeros(0, self.num_handles, 3)
+        W, G = self.inner.weights_and_grads(x)
+        return W[:, self._index].contiguous(), G[:, self._index].contiguous()
+
+
+def independent_columns(W: torch.Tensor, k: int) -> List[int]:
+    """The k (<= m) most independent learned columns of W (N, m) at N points, in ascending order: column-pivoted
+    QR of the columns with their mean removed (the constant handle spans the mean), so the chosen columns span
+    as much of what the others can do as k columns can. Deterministic."""
+    import scipy.linalg
+
+    A = W.double().numpy()
+    A = A - A.mean(0, keepdims=True)
+    _, _, piv = scipy.linalg.qr(A, mode="economic", pivoting=True)
+    return sorted(int(c) for c in piv[: int(k)])
+
+
+def handle_capacity(name: Optional[str], volume) -> int:
+    """The most learned handles the basis ``name`` can build from ``volume`` (V, 3) points: D - 1 for D distinct
+    points (W at D points has rank at most D), and for ``eigen`` D - 2, or 0 below 5 distinct points (its RKPM
+    nodes need m + 2 nodes and more than 4). Raises OptionError for an unknown name."""
+    key = resolve_skinning(name)
+    v = torch.as_tensor(volume).float().reshape(-1, 3)
+    v = v[torch.isfinite(v).all(1)]
+    distinct = int(torch.unique(v, dim=0).shape[0]) if v.shape[0] else 0
+    if key == "eigen":
+        return distinct - 2 if distinct >= 5 else 0
+    return max(distinct - 1, 0)
+
+
+def reduced_handles_note(usable: int, what: str, requested: int, used: int) -> str:
+    """The one-line note of a reduced handle count, e.g. ``"9 usable Gaussians: 8 handles instead of 16"`` or
+    ``"1 usable Gaussian: one rigid body (no skinning handles)"``; ``what`` is the plural noun ('Gaussians')."""
+    noun = what[:-1] if usable == 1 and what.endswith("s") else what
+    if used <= 0:
+        return f"{usable} usable {noun}: one rigid body (no skinning handles)"
+    return f"{usable} usable {noun}: {used} handle{'s' if used != 1 else ''} instead of {requested}"
+
+
+def _bounded(options: "SkinningOptions", natural: int) -> int:
+    """``natural`` learned handles within ``options.max_handles`` (None = no bound)."""
+    return natural if options.max_handles is None else max(0, min(int(natural), int(options.max_handles)))
+
+
+def _warn_reduced(name: str, requested: int, used: int) -> None:
+    warnings.warn(SkinningReducedWarning(
+        f"{name} skinning: {used} learned handles instead of {requested} (the points support no more)",
+        requested, used), stacklevel=4)
+
+
 @dataclass
 class SkinningOptions:
     """Options shared by every basis. num_handles: learned handles m (the constant handle is added); checkpoint:
-    network checkpoint path (None = the shipped one); fit_seconds: time budget of ``fit`` (s); seed: sampling seed."""
+    network checkpoint path (None = the shipped one); fit_seconds: time budget of ``fit`` (s); seed: sampling seed;
+    max_handles: upper bound on the learned handles from the points (None = none; 0 = one rigid body), e.g.
+    ``usable Gaussians - 1`` (module docstring, *few points*)."""
 
     num_handles: int = 16
     checkpoint: Optional[str] = None
     fit_seconds: float = 60.0
     seed: int = 0
+    max_handles: Optional[int] = None
 
 
 class SkinningBasis:
@@ -106,14 +216,23 @@ class EigenBasis(SkinningBasis):
     summary = "skinning eigenmodes on the object's volume points (RKPM, no tet mesh; about 1 s)"
 
     def build(self, surface, volume, options, progress=None):
+        m = _bounded(options, options.num_handles)
+        if m < options.num_handles:
+            _warn_reduced(self.name, options.num_handles, m)
+        if m == 0:
+            return ConstantSkinningField(), "eigen"
         _report(progress, "skinning: eigenmodes of the object's volume points", 0.35)
-        field = build_eigen_field(torch.as_tensor(volume).float(), num_handles=options.num_handles + 1,
-                                  seed=options.seed)  # its num_handles counts the constant handle
+        volume = torch.as_tensor(volume).float()
+        field = build_eigen_field(volume, num_handles=m + 1, seed=options.seed)  # counts the constant handle
+        if options.max_handles is not None and field.num_handles - 1 > options.max_handles:  # a cluster straddled
+            # the bound (its count may move up to a cluster's end): cut exactly at the bound
+            field = build_eigen_field(volume, num_handles=m + 1, seed=options.seed, cluster_tol=0.0)
         return field, "eigen"
 
 
 class NetworkBasis(SkinningBasis):
-    """The checkpoint fixes the number of handles (``options.num_handles`` is not used)."""
+    """The checkpoint fixes the number of handles (``options.num_handles`` is not used); below
+    ``options.max_handles`` the most independent columns are kept (:class:`ColumnSubsetField`)."""
 
     name = "network"
     summary = "feed-forward PhysSkin network (one forward pass; shipped checkpoint or --checkpoint)"
@@ -131,7 +250,15 @@ class NetworkBasis(SkinningBasis):
         _report(progress, "skinning: encoding with the network", 0.35)
         net = pm.load_checkpoint(ckpt)
         surf = _encoder_points(surface, options.seed)
-        return pm.skinning_from_model(net, surf, torch.as_tensor(volume).float()), f"network:{ckpt.name}"
+        volume = torch.as_tensor(volume).float()
+        field = pm.skinning_from_model(net, surf, volume)
+        m = field.num_handles - 1
+        k = _bounded(options, m)
+        if k < m:  # the checkpoint fixes m: keep its k most independent columns over the volume points
+            _warn_reduced(self.name, m, k)
+            field = (ColumnSubsetField(field, independent_columns(field.weights(volume)[:, :-1], k)) if k > 0
+                     else ConstantSkinningField())
+        return field, f"network:{ckpt.name}"
 
 
 class FitBasis(SkinningBasis):
@@ -145,12 +272,17 @@ class FitBasis(SkinningBasis):
 
         if not options.fit_seconds > 0:
             raise OptionError(f"--fit-seconds must be positive, got {options.fit_seconds}")
+        m = _bounded(options, options.num_handles)
+        if m < options.num_handles:
+            _warn_reduced(self.name, options.num_handles, m)
+        if m == 0:
+            return ConstantSkinningField(), "fit"
         ck = Path(options.checkpoint) if options.checkpoint else pm.default_checkpoint_path()
         train = checkpoint_metadata(ck).get("train_config", {}).get("train") if ck.is_file() else None
         _report(progress, f"skinning: fitting (up to {options.fit_seconds:.0f} s)", 0.35)
         field = pm.fit_skinning(_encoder_points(surface, options.seed), torch.as_tensor(volume).float(),
                                 time_budget_s=options.fit_seconds, seed=options.seed,
-                                num_handles=options.num_handles, config=fit_config_like(train))
+                                num_handles=m, config=fit_config_like(train))
         return field, "fit"
 
 
@@ -161,8 +293,13 @@ class RBFBasis(SkinningBasis):
     def build(self, surface, volume, options, progress=None):
         from physskin_gs.geometry.sampling import farthest_point_sampling
 
+        m = _bounded(options, options.num_handles)
+        if m < options.num_handles:
+            _warn_reduced(self.name, options.num_handles, m)
+        if m == 0:
+            return ConstantSkinningField(), "rbf"
         volume = torch.as_tensor(volume).float()
-        idx = farthest_point_sampling(volume, min(options.num_handles, volume.shape[0]), seed=options.seed)
+        idx = farthest_point_sampling(volume, min(m, volume.shape[0]), seed=options.seed)
         centers = volume[torch.as_tensor(np.asarray(idx), dtype=torch.long)]
         return RBFSkinningField(centers, radius=0.45), "rbf"
 
@@ -191,23 +328,33 @@ def build_skinning(name: Optional[str], surface: torch.Tensor, volume: torch.Ten
                    options: Optional[SkinningOptions] = None, progress: ProgressFn = None) -> Tuple[SkinningField, str]:
     """Build the skinning field ``name`` (see :data:`SKINNING_BASES`) for one object.
 
+    Few points (module docstring): the learned handles are at most :func:`handle_capacity` of ``volume`` and
+    ``options.max_handles``; a reduction warns with a :class:`SkinningReducedWarning` (requested and used counts),
+    and with no learned handle left the field is a :class:`ConstantSkinningField` (H = 1).
+
     Args:
         surface: (S, 3) float32 surface points, normalised frame (encoder input of ``network``/``fit``).
-        volume: (V, 3) float32 volume points (surface + interior), normalised frame; the reference set of the
-            column scales, and the domain of ``eigen``.
+        volume: (V, 3) float32 volume points (surface + interior), normalised frame, V >= 1; the reference set of
+            the column scales, and the domain of ``eigen``.
     Returns:
         (field, source) with source a short description ('eigen', 'network:physskin_m16.safetensors', ...).
     Raises:
-        OptionError (unknown name, bad options), CheckpointError (an asked-for checkpoint is missing or bad).
+        OptionError (unknown name, bad options, no (V, 3) volume points), CheckpointError (an asked-for checkpoint
+        is missing or bad).
     """
     options = options or SkinningOptions()
     if int(options.num_handles) < 1:
         raise OptionError(f"the number of handles must be >= 1, got {options.num_handles}")
+    if options.max_handles is not None and int(options.max_handles) < 0:
+        raise OptionError(f"the bound on the number of handles must be >= 0, got {options.max_handles}")
+    key = resolve_skinning(name)
     volume = torch.as_tensor(volume).float()
-    if volume.ndim != 2 or volume.shape[1] != 3 or volume.shape[0] < options.num_handles + 1:
-        raise OptionError(f"skinning needs at least {options.num_handles + 1} volume points (N, 3), "
-                          f"got {tuple(volume.shape)}")
-    return SKINNING_BASES[resolve_skinning(name)].build(torch.as_tensor(surface).float(), volume, options, progress)
+    if volume.ndim != 2 or volume.shape[1] != 3 or volume.shape[0] < 1:
+        raise OptionError(f"skinning needs volume points (N, 3) with N >= 1, got {tuple(volume.shape)}")
+    cap = handle_capacity(key, volume)
+    bound = cap if options.max_handles is None else min(cap, int(options.max_handles))
+    options = replace(options, max_handles=bound)
+    return SKINNING_BASES[key].build(torch.as_tensor(surface).float(), volume, options, progress)
 
 
 # ---------------------------------------------------------------------------------------------- save / load
@@ -215,6 +362,12 @@ def _field_state(field: SkinningField) -> Tuple[str, Dict[str, torch.Tensor], Di
     from physskin_gs.model.network import PhysSkinNet, SimplicitsMLP
     from physskin_gs.model.neural_field import NeuralSkinningField
 
+    if isinstance(field, ConstantSkinningField):
+        return "constant", {"one": torch.ones(1)}, {}
+    if isinstance(field, ColumnSubsetField):
+        kind, tensors, meta = _field_state(field.inner)
+        return "columns", {f"inner.{k}": v for k, v in tensors.items()}, {"inner_kind": kind, "inner": meta,
+                                                                           "columns": field.columns}
     if isinstance(field, RBFSkinningField):
         return "rbf", {"centers": field.centers}, {"radius": field.radius}
     if isinstance(field, NeuralSkinningField):
@@ -263,32 +416,47 @@ def load_field(path) -> SkinningField:
     tensors, meta = read_checkpoint(path)
     kind = meta.get(_FIELD_MAGIC)
     try:
-        settings = json.loads(meta.get("settings", "{}"))
-        if kind == "rbf":
-            return RBFSkinningField(tensors["centers"], settings["radius"])
-        if kind == "eigen":
-            return EigenSkinningField.from_state(tensors)
-        if kind == "neural":
-            from physskin_gs.model.network import NetConfig, PhysSkinNet, SimplicitsMLP
-            from physskin_gs.model.neural_field import NeuralSkinningField
-
-            if settings["net"] == "physskin":
-                model = PhysSkinNet(NetConfig.from_dict(settings["config"]))
-            else:
-                model = SimplicitsMLP(settings["num_handles"], settings["hidden"], settings["layers"])
-            model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=True)
-            model.eval()
-            cache, parts = {}, {}
-            for k, v in tensors.items():
-                if k.startswith("cache."):
-                    name, _, i = k[6:].partition(".")
-                    if i:
-                        parts.setdefault(name, {})[int(i)] = v
-                    else:
-                        cache[name] = v
-            cache.update({n: tuple(d[i] for i in sorted(d)) for n, d in parts.items()})
-            return NeuralSkinningField(model, cache, tensors["norms"], settings["n_ref"], chunk=settings["chunk"],
-                                       grad_mode=settings["grad_mode"])
+        field = _field_from_state(kind, tensors, json.loads(meta.get("settings", "{}")))
     except (KeyError, RuntimeError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{path}: not a valid physskin_gs skinning field ({exc})") from exc
-    raise CheckpointError(f"{path}: not a physskin_gs skinning field (metadata {_FIELD_MAGIC!r} is {kind!r})")
+    if field is None:
+        raise CheckpointError(f"{path}: not a physskin_gs skinning field (metadata {_FIELD_MAGIC!r} is {kind!r})")
+    return field
+
+
+def _field_from_state(kind, tensors: Dict[str, torch.Tensor], settings: Dict) -> Optional[SkinningField]:
+    """The field of :func:`_field_state`'s (kind, tensors, settings), or None for an unknown kind."""
+    if kind == "constant":
+        return ConstantSkinningField()
+    if kind == "columns":
+        inner = _field_from_state(settings["inner_kind"], {k[6:]: v for k, v in tensors.items()
+                                                           if k.startswith("inner.")}, settings["inner"])
+        if inner is None:
+            raise ValueError(f"unknown inner field kind {settings['inner_kind']!r}")
+        return ColumnSubsetField(inner, settings["columns"])
+    if kind == "rbf":
+        return RBFSkinningField(tensors["centers"], settings["radius"])
+    if kind == "eigen":
+        return EigenSkinningField.from_state(tensors)
+    if kind == "neural":
+        from physskin_gs.model.network import NetConfig, PhysSkinNet, SimplicitsMLP
+        from physskin_gs.model.neural_field import NeuralSkinningField
+
+        if settings["net"] == "physskin":
+            model = PhysSkinNet(NetConfig.from_dict(settings["config"]))
+        else:
+            model = SimplicitsMLP(settings["num_handles"], settings["hidden"], settings["layers"])
+        model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")}, strict=True)
+        model.eval()
+        cache, parts = {}, {}
+        for k, v in tensors.items():
+            if k.startswith("cache."):
+                name, _, i = k[6:].partition(".")
+                if i:
+                    parts.setdefault(name, {})[int(i)] = v
+                else:
+                    cache[name] = v
+        cache.update({n: tuple(d[i] for i in sorted(d)) for n, d in parts.items()})
+        return NeuralSkinningField(model, cache, tensors["norms"], settings["n_ref"], chunk=settings["chunk"],
+                                   grad_mode=settings["grad_mode"])
+    return None

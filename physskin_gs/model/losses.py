@@ -234,13 +234,16 @@ def skinning_metrics(W: torch.Tensor) -> Dict[str, float]:
     Args:
         W: (N, K) weights, any float dtype (computed in float64). Every given column is used, each
             L2-normalised over the N points; to leave out the constant handle pass ``W[:, :-1]`` (or use
-            :func:`physskin_gs.model.skinning_metrics`, which does that by default). K >= 2.
+            :func:`physskin_gs.model.skinning_metrics`, which does that by default). K >= 2 (K = 0, a rigid body's
+            field without learned columns: every metric is NaN, undefined).
     Returns:
         dict ``omega_orth_x1e2`` = 100 ||What^T What - I||_F^2 / (K (K - 1)); ``kappa_log`` = log2(1 + lmax/lmin);
         ``h_spec`` = -sum p ln p / ln K with p = lambda / sum lambda (0 ln 0 = 0). lmin <= 0 gives kappa inf.
     """
     W = W.detach().double()
     K = W.shape[1]
+    if K == 0:
+        return {"omega_orth_x1e2": float("nan"), "kappa_log": float("nan"), "h_spec": float("nan")}
     Wh = W / (W.norm(dim=0, keepdim=True) + 1e-12)
     G = Wh.t() @ Wh
     I = torch.eye(K, dtype=G.dtype)

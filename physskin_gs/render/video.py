@@ -158,16 +158,20 @@ def write_video(
                 raise PhysSkinError(f"could not write video {path}: {exc}") from None
         ok = True
     finally:
-        if use_ffmpeg and writer is not None:
-            try:
-                writer.close()
-            except (OSError, RuntimeError, ValueError) as exc:
-                if ok:
+        try:
+            if use_ffmpeg and writer is not None:
+                try:
+                    writer.close()
+                except (OSError, RuntimeError, ValueError) as exc:
+                    if ok:
+                        ok = False
+                        raise PhysSkinError(f"could not write video {path}: {exc}") from None
+                except BaseException:  # an interrupt while ffmpeg finishes: the partial file goes too
                     ok = False
-                    _unlink(partial)
-                    raise PhysSkinError(f"could not write video {path}: {exc}") from None
-        if not ok and partial is not None:
-            _unlink(partial)
+                    raise
+        finally:
+            if not ok and partial is not None:
+                _unlink(partial)
     if count == 0:
         raise OptionError(f"no frames to write to {path}")
     if use_ffmpeg:
