@@ -4,20 +4,31 @@ A support plane is accepted for what stands on it, not for how wide it is. For a
 toward the side examined, the points above its slab are split into connected parts (an occupancy grid,
 26-connected), and a part *stands* on the plane when
 
-1. *it touches it*: some of its points (its *contact*) lie within a voxel or two of the slab;
+1. *it touches it*: some of its points (its *contact*) lie within a voxel of the slab;
 2. *it ends there*: the contact does not continue below the slab (a wall or a table leg that passes through the
    plane continues; an object standing on a table top does not);
-3. *it is stable*: its centre of mass, projected along n, lies inside the convex hull of its contact (within a
-   small margin); a part leaning on the plane by an edge (a wall against a floor edge, a table top's rim against
-   the wall) is not;
-4. *it is carried*: the plane's own points lie under most of the contact.
+3. *it is carried*: the plane's own points lie under most of the contact;
+4. *it is stable*: its centre of mass, projected along n, lies inside the convex hull of the carried contact
+   (within a small margin), and that contact is not a mere edge (its least width at least a tenth of the part's
+   height): a wall against a floor edge, a table top's rim against the wall, a sheet on its edge are not;
+5. *it is not the plane's own surface*: a flat sheet parallel to the plane (a sliver of the table cut off by a
+   slightly tilted candidate) does not stand on it.
 
-The plane is a support when something stands on it and the plane reaches beyond the footprint of what stands
-on it (some of its points lie outside that footprint: the flat bottom of an isolated object does not). Among the
-candidates, the one carrying the most mass wins; a runner-up that carries nearly as much with another normal
-makes the result *unsure*. No width ratio against the whole scene and no "every other point on one side" test:
-a support only 1.1 times the object's footprint, cut off at the capture's edge, with a wall or furniture
-crossing it, is found all the same.
+The plane is a support when something stands on it and
+
+* it reaches beyond the footprint of what stands on it (some of the points of its surface that carries the
+  contact lie outside that footprint: the flat bottom of an isolated object does not);
+* it is a surface, not a cut through a body (little lies right under it);
+* what stands on it weighs at least a quarter of what lies on its other side (a chip cut off a body, an ear or a
+  leaf, is not what a capture shows standing).
+
+Of the accepted planes, one whose standing parts hold a parallel accepted plane's surface (the floor under a table)
+gives way to that nearer support; the rest are ranked by standing mass times inlier fraction. The file's own
+up-axis convention (``prior``) breaks near ties; a runner-up with another normal that scores nearly as much makes
+the result *unsure* (and the caller falls back to the convention), and a support that reaches less than 15 %
+beyond what stands on it is trusted only when it agrees with the convention. No width ratio against the whole
+scene and no "every other point on one side" test: a support only 1.1 times the object's footprint, cut off at the
+capture's edge, with a wall or furniture crossing it, is found all the same.
 
 Pure numpy/scipy on a subsample (scene units); :func:`find_support` is called by
 :func:`physskin_gs.geometry.scene_analysis.analyze_scene`.
