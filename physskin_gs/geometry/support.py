@@ -388,7 +388,7 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
     # capture of a tabletop object shows; a wall the object happens to touch is neither
     accepted = sorted(nearest or accepted, key=lambda c: -c.standing_mass * c.inlier_fraction)
     if not accepted:
-        tried = [c for c in examined if c.why][:3]
+        tried = [c for c in examined if c.why][:1]  # the best-populated candidate and why it is not one
         detail = "; ".join(f"{c.inlier_fraction:.1%} of points: {c.why}" for c in tried)
         return None, f"no plane carries the object ({detail})", True, examined
     score = lambda c: c.standing_mass * c.inlier_fraction  # noqa: E731
