@@ -282,20 +282,26 @@ def _candidates(p: np.ndarray, rng: np.random.Generator, band: float, hypotheses
     minority = np.minimum(above, below) / np.maximum(above + below, 1)
     rank = inl * np.clip(1.0 - 2.0 * minority, 0.0, 1.0)
     planes: List[Tuple[np.ndarray, float]] = []
+    near = np.zeros(normals.shape[0], dtype=bool)  # hypotheses close to one already refined or kept
+    cos25 = np.cos(np.deg2rad(25.0))
 
-    def known(nh, dh) -> bool:  # close to a plane already kept (either orientation): the panels of one curved
-        # surface (a coat's side) would otherwise fill the list and leave out a smaller floor
-        return any(abs(nh @ q) > np.cos(np.deg2rad(25.0)) and abs(dh - (nh @ q) * e) < 3 * band for q, e in planes)
+    def close_to(n_k: np.ndarray, d_k: float) -> np.ndarray:  # [H] hypotheses close to the plane (either
+        # orientation): the panels of one curved surface (a coat's side) would otherwise fill the list and leave
+        # out a smaller floor
+        c = normals @ n_k
+        return (np.abs(c) > cos25) & (np.abs(offsets - c * d_k) < 3 * band)
 
     for h in np.argsort(-rank, kind="stable"):
         if rank[h] < 0.005 * m or len(planes) >= max_planes:
             break
-        if known(normals[h], offsets[h]):
+        if near[h]:
             continue
+        near |= close_to(normals[h], float(offsets[h]))
         n_r, d_r = _refine(p, normals[h], offsets[h], band)
         n_r = n_r / np.linalg.norm(n_r)
-        if not known(n_r, float(d_r)):
+        if not any(abs(n_r @ q) > cos25 and abs(d_r - (n_r @ q) * e) < 3 * band for q, e in planes):
             planes.append((n_r, float(d_r)))
+            near |= close_to(n_r, float(d_r))
     return planes
 
 
@@ -320,6 +326,7 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
     if m < 32:
         return None, f"only {m} opaque non-floater points", False, []
     examined: List[SupportCandidate] = []
+    orientations = []
     for n0, d0 in _candidates(p, rng, band, hypotheses, max_planes):
         for sgn in (1.0, -1.0):
             n, d = sgn * n0, sgn * d0
@@ -329,50 +336,62 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
             cand = SupportCandidate(normal=n, offset=d, inliers=n_in, inlier_fraction=n_in / m,
                                     minority=n_be / max(n_ab + n_be, 1))
             examined.append(cand)
-            if n_ab < 0.02 * m:
-                cand.why = "nothing stands on it"
+            # the most it could score: all of the mass above it standing on it
+            orientations.append((float(w[sd > band].sum()) * cand.inlier_fraction, cand, sd, n_ab))
+    best_score = 0.0
+    cos15 = np.cos(np.deg2rad(15.0))
+    for bound, cand, sd, n_ab in sorted(orientations, key=lambda t: -t[0]):
+        n, d = cand.normal, cand.offset
+        # (half the rival threshold: the best so far may still give way to a nearer support, and the rival test
+        # is then made against that one)
+        if bound < 0.5 * unsure_ratio * best_score and not any(a.accepted and a.normal @ n > cos15 for a in examined):
+            cand.why = "not examined: it could not carry as much as the support found"  # (nor be its rival)
+            continue
+        if n_ab < 0.02 * m:
+            cand.why = "nothing stands on it"
+            continue
+        parts, total, worst = standing_parts(p, w, n, d, band, voxel)
+        if not parts:
+            cand.why = worst or "nothing stands on it"
+            continue
+        idx = np.concatenate([a for a, _ in parts])
+        B = _basis(n)
+        foot = p[idx] @ B.T
+        slab2 = _carrying_region(p[np.abs(sd) <= band] @ B.T, np.concatenate([c for _, c in parts]), p, B, voxel)
+        try:
+            hull = ConvexHull(foot)
+            eq = hull.equations
+            outside = np.max(slab2 @ eq[:, :2].T + eq[:, 2], axis=1) > 0.25 * voxel
+            beyond = float(outside.mean())
+        except QhullError:
+            beyond = 1.0
+        cand.standing_mass = float(w[idx].sum())
+        cand.standing_fraction = cand.standing_mass / max(total, 1e-30)
+        cand.parts = len(parts)
+        cand.beyond = beyond
+        far = float(w[sd < -band].sum())
+        if cand.standing_mass < min_share * far:  # a chip cut off a body (an ear, a leaf) is not what a
+            # capture shows standing on its support
+            cand.why = (f"what stands on it is {cand.standing_mass / max(far, 1e-30):.0%} of the mass on its other "
+                        "side: a piece cut off a body")
+            continue
+        if beyond < min_beyond:
+            cand.why = (f"it ends at the footprint of what stands on it ({beyond:.0%} of it beyond): the flat "
+                        "base of the object itself")
+            continue
+        deep = (sd < -band - voxel) & (sd >= -band - 3.0 * voxel)
+        if deep.any():  # a support is a surface with little right under it; a cut through a body is not
+            dist, _ = cKDTree(p[deep] @ B.T).query(slab2, k=1, distance_upper_bound=1.5 * voxel)
+            through = float(np.mean(np.isfinite(dist)))
+            if through > 0.5:
+                cand.why = f"it cuts through a body ({through:.0%} of it continues below): not a surface"
                 continue
-            parts, total, worst = standing_parts(p, w, n, d, band, voxel)
-            if not parts:
-                cand.why = worst or "nothing stands on it"
-                continue
-            idx = np.concatenate([a for a, _ in parts])
-            B = _basis(n)
-            foot = p[idx] @ B.T
-            slab2 = _carrying_region(p[np.abs(sd) <= band] @ B.T, np.concatenate([c for _, c in parts]), p, B, voxel)
-            try:
-                hull = ConvexHull(foot)
-                eq = hull.equations
-                outside = np.max(slab2 @ eq[:, :2].T + eq[:, 2], axis=1) > 0.25 * voxel
-                beyond = float(outside.mean())
-            except QhullError:
-                beyond = 1.0
-            cand.standing_mass = float(w[idx].sum())
-            cand.standing_fraction = cand.standing_mass / max(total, 1e-30)
-            cand.parts = len(parts)
-            cand.beyond = beyond
-            far = float(w[sd < -band].sum())
-            if cand.standing_mass < min_share * far:  # a chip cut off a body (an ear, a leaf) is not what a
-                # capture shows standing on its support
-                cand.why = (f"what stands on it is {cand.standing_mass / max(far, 1e-30):.0%} of the mass on its other "
-                            "side: a piece cut off a body")
-                continue
-            if beyond < min_beyond:
-                cand.why = (f"it ends at the footprint of what stands on it ({beyond:.0%} of it beyond): the flat "
-                            "base of the object itself")
-                continue
-            deep = (sd < -band - voxel) & (sd >= -band - 3.0 * voxel)
-            if deep.any():  # a support is a surface with little right under it; a cut through a body is not
-                dist, _ = cKDTree(p[deep] @ B.T).query(slab2, k=1, distance_upper_bound=1.5 * voxel)
-                through = float(np.mean(np.isfinite(dist)))
-                if through > 0.5:
-                    cand.why = f"it cuts through a body ({through:.0%} of it continues below): not a surface"
-                    continue
-            cand.accepted = True
-            cand.standing, cand.slab = idx, np.flatnonzero(np.abs(sd) <= band)
-            cand.parts_idx = [a for a, _ in parts]
-            cand.carried = float(np.mean([c.shape[0] for _, c in parts]) > 0)
-            cand.width_ratio = _hull_size(slab2) ** 2 / max(_hull_size(foot) ** 2, 1e-300)
+        cand.accepted = True
+        best_score = max(best_score, cand.standing_mass * cand.inlier_fraction)
+        cand.standing, cand.slab = idx, np.flatnonzero(np.abs(sd) <= band)
+        cand.parts_idx = [a for a, _ in parts]
+        cand.carried = float(np.mean([c.shape[0] for _, c in parts]) > 0)
+        cand.width_ratio = _hull_size(slab2) ** 2 / max(_hull_size(foot) ** 2, 1e-300)
     accepted = [c for c in examined if c.accepted]
     # the nearest support: a plane whose standing parts hold a parallel support's surface (the floor under a table)
     # carries that support, not the object on it
