@@ -711,3 +711,43 @@ def test_an_interrupt_during_an_import_waits_for_the_import(tmp_path, monkeypatc
         restore()
         interrupts.reset()
         sys.modules.pop("slow_module_for_sigint", None)
+
+
+# ------------------------------------------------------------------------------------------------ a user's walkthrough
+@pytest.mark.parametrize("argv", [
+    ["skin", "{scene}", "-o", "{out}/w.npz", "--skinning", "rbf", "--points", ""],
+    ["evaluate", "--reference", "fem", "--data", "{mesh}", "--bases", "rbf", "--fit-seconds", "0", "--json", ""],
+    ["evaluate", "--reference", "fem", "--data", "{mesh}", "--bases", ""],
+    ["evaluate", "--reference", "fem", "--data", ""],
+    ["animate", "{scene}", "--headless", "--frames", "2", "--export", "", "--video", "{out}/v.mp4"],
+    ["animate", "{scene}", "--headless", "--frames", "2", "--export={out}/e", "--floor="],
+    ["animate", "{scene}", "--headless", "--frames", "2", "--export", "{out}/e", "--script", " "],
+], ids=["skin-points", "evaluate-json", "evaluate-bases", "evaluate-data", "animate-export", "animate-floor",
+        "animate-script"])
+def test_an_empty_option_value_is_an_error_not_a_missing_option(argv, inputs, tmp_path, capsys):
+    words = [a.format(scene=inputs.scene, mesh=inputs.mesh, out=tmp_path) for a in argv]
+    code, out, err = _run(words, capsys)
+    assert code == 2 and "empty value" in _one_line_error(err) and out == ""
+    assert inputs.unchanged() and sorted(p.name for p in tmp_path.iterdir()) == ["in"]
+
+
+def test_train_refuses_what_would_destroy_its_samples_or_checkpoint(inputs, tmp_path, capsys):
+    samples = tmp_path / "smp"
+    _export_samples(samples)
+    before = {p.name: _sha(p) for p in samples.iterdir()}
+    run = ["train", *TINY_NET]
+    # an earlier export is not replaced without --force
+    line = _refused("train-export-samples", inputs, samples, capsys, expect="already holds shape samples")
+    assert "--force" in line
+    # --out is never the samples folder (its checkpoint files would poison the samples), nor --export-samples
+    for extra, expect in ((["--samples", str(samples), "--out", str(samples), "--force"], "same folder"),
+                          (["--export-samples", str(tmp_path / "x"), "--out", str(tmp_path / "x")], "same folder")):
+        code, _, err = _run([*run[:-2], "--steps", "1", *extra], capsys)  # TINY_NET ends with --synthetic ... --steps 1
+        assert code == 2 and expect in _one_line_error(err), err
+    assert {p.name: _sha(p) for p in samples.iterdir()} == before
+    # --init with --resume would read the run's own checkpoint as the init: refused
+    assert _run([*run, "--out", str(tmp_path / "r")], capsys)[0] == 0
+    ck = tmp_path / "r" / "model.safetensors"
+    sha = _sha(ck)
+    code, _, err = _run([*run, "--out", str(tmp_path / "r"), "--resume", "--init", str(ck)], capsys)
+    assert code == 2 and "--init and --resume" in _one_line_error(err) and _sha(ck) == sha

@@ -405,7 +405,7 @@ def test_empty_select_on_the_command_line_fails_before_loading(capsys, tmp_path)
     code, _, err = _run(capsys, ["animate", garbage, "--headless", "--export", tmp_path / "seq", "--select", ""])
     assert code == 2
     line = [ln for ln in err.strip().splitlines() if ln.startswith("error: ")][-1]
-    assert line.startswith("error: --select '': empty value; use auto (the object the scene analysis finds), all")
+    assert line == "error: --select: empty value; give a value or leave the option out"  # the rule for every option
     assert "garbage" not in err and not (tmp_path / "seq").exists()
 
 

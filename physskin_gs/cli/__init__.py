@@ -68,6 +68,24 @@ def join_negative_values(argv: List[str]) -> List[str]:
     return out
 
 
+def refuse_empty_values(argv: List[str]) -> None:
+    """An option given an empty or blank value (``--json ''``, ``--export=``) is an error, never "not given": a
+    user who typed the option meant something. Raises OptionError naming the option."""
+    from physskin_gs.errors import OptionError
+
+    for i, word in enumerate(argv):
+        if not word.startswith("-") or word == "--" or len(word) < 2 or word[1].isdigit():
+            continue
+        if "=" in word and word.startswith("--"):
+            name, value = word.split("=", 1)
+        elif i + 1 < len(argv) and argv[i + 1].strip() == "" and argv[i + 1] != word:
+            name, value = word, argv[i + 1]
+        else:
+            continue
+        if value.strip() == "":
+            raise OptionError(f"{name}: empty value; give a value or leave the option out")
+
+
 def _format_warning(message, category, filename, lineno, line=None) -> str:
     """Warnings on the command line read as one plain line, without source file and code."""
     return f"[physskin-gs] warning: {message}\n"
@@ -90,7 +108,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         try:
             warnings.formatwarning = _format_warning
             parser = build_parser()
-            args = parser.parse_args(join_negative_values(list(sys.argv[1:] if argv is None else argv)))
+            words = join_negative_values(list(sys.argv[1:] if argv is None else argv))
+            refuse_empty_values(words)
+            args = parser.parse_args(words)
             code = args.func(args)
             interrupts.check()  # an interrupt that something swallowed on the way
         except KeyboardInterrupt:

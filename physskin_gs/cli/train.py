@@ -246,6 +246,18 @@ def run(args) -> int:
     device = _device(args.device)
     out = Path(args.out)
     is_main = rank == 0
+    if args.init and args.resume:
+        raise OptionError("--init and --resume: a resumed run continues from its own checkpoint in --out; drop one")
+    folders = {"--out": out, "--samples": args.samples, "--export-samples": args.export_samples}
+    given = [(k, Path(v).resolve()) for k, v in folders.items() if v]
+    for i, (a, pa) in enumerate(given):
+        for b, pb in given[i + 1:]:
+            if pa == pb:
+                raise OptionError(f"{a} and {b} are the same folder ({pa}); give each its own folder")
+    if args.export_samples and not args.force and Path(args.export_samples).is_dir() \
+            and any(Path(args.export_samples).glob("*.safetensors")):
+        raise OptionError(f"--export-samples {args.export_samples} already holds shape samples (*.safetensors); use "
+                          "--force to replace them, or choose an empty folder")
     if is_main:
         from physskin_gs.cli._outputs import Output, claim_outputs
 
