@@ -235,9 +235,10 @@ def save_sample(sample: ShapeSample, path: Union[str, Path]) -> None:
         tensors["normals"] = sample.normals.contiguous()
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    save_file(tensors, str(tmp), metadata={"name": sample.name, "format": "physskin_gs.shape", "version": CACHE_VERSION})
-    os.replace(tmp, path)
+    from physskin_gs.io._shared import atomic_output
+
+    with atomic_output(path) as tmp:  # a unique temporary name, removed on any failure
+        save_file(tensors, tmp, metadata={"name": sample.name, "format": "physskin_gs.shape", "version": CACHE_VERSION})
 
 
 def load_sample(path: Union[str, Path]) -> ShapeSample:

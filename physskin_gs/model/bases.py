@@ -31,7 +31,6 @@ which the commands turn into one ``note:`` line (:func:`reduced_handles_note`).
 from __future__ import annotations
 
 import json
-import os
 import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -400,11 +399,12 @@ def save_field(field: SkinningField, path) -> Path:
     from safetensors.torch import save_file
 
     kind, tensors, meta = _field_state(field)
+    from physskin_gs.io._shared import atomic_output
+
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    save_file({k: torch.as_tensor(v).detach().contiguous().cpu() for k, v in tensors.items()}, str(tmp),
-              metadata={_FIELD_MAGIC: kind, "settings": json.dumps(meta), "num_handles": str(field.num_handles)})
-    os.replace(tmp, path)
+    with atomic_output(path) as tmp:  # a unique temporary name, removed on any failure
+        save_file({k: torch.as_tensor(v).detach().contiguous().cpu() for k, v in tensors.items()}, tmp,
+                  metadata={_FIELD_MAGIC: kind, "settings": json.dumps(meta), "num_handles": str(field.num_handles)})
     return path
 
 
