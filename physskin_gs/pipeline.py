@@ -336,13 +336,17 @@ def sanitize_invalid_rows(scene: GaussianScene, center: torch.Tensor,
 
 def analyze_for_animation(scene: GaussianScene):
     """:func:`physskin_gs.geometry.scene_analysis.analyze_scene` of a scene (means in scene units, activated
-    opacities), with the format prior of :func:`resolve_up` for scenes without a support plane. Returns a
+    opacities), with the format prior of :func:`resolve_up` for scenes without a support plane (after the
+    stable-base evidence of :mod:`physskin_gs.geometry.upright`, unless the file records its up axis). Returns a
     ``SceneAnalysis`` whose masks are (N,) over the scene's rows. Raises DegenerateGeometryError when no valid
     opaque row is left."""
     prior = resolve_up("auto", scene).numpy()
     name = ("the up axis recorded in the file" if scene.up_hint is not None
             else f"the up-axis convention of {scene.format} files" if scene.format else "the format prior")
+    # an up axis recorded in the file (our own exports) is the truth; a format's convention is only a guess, and
+    # the axis the object stands on most stably is evidence against it
     return analyze_scene(scene.means, scene.opacities, scene.log_scales, format_prior_up=prior, prior_name=name,
+                         stable_base=scene.up_hint is None,
                          seed=0)
 
 

@@ -26,22 +26,30 @@ classification of all rows O(N)):
 4. *Robust extent*: opacity-weighted quantiles of the opaque non-floater points.
 5. *Support plane* (:func:`physskin_gs.geometry.support.find_support`): distinct well-populated planes of a
    subsample (PCA normals of random seed points, ranked by inliers times one-sidedness, refined by least
-   squares), each examined in both orientations. A plane is a support when something *stands* on it: a
+   squares, and the densest thin layers across each coordinate axis), each examined in both orientations. A plane is a support when something *stands* on it: a
    connected part above its slab that touches it, ends there (does not continue below, as a wall or a leg
    does), is stable (its centre of mass over the contact the plane's points carry) and is not a sheet of the
    plane itself; the plane must reach beyond the footprint of what stands on it (the flat base of an isolated
-   object does not), be a surface rather than a cut through a body, and carry at least a quarter of the mass on
-   its other side. Of the accepted planes the nearest (not the floor under a supported table) that carries the
-   most, weighted by its share of the capture, wins; the file's up-axis convention breaks near ties, a rival
-   with another normal makes the analysis *unsure* (then the convention is used), and a support that reaches
-   less than 15 % beyond what stands on it is trusted only when it agrees with the convention. Its normal,
-   oriented toward what stands on it, is the up axis.
+   object does not), be at least as wide as that footprint (a face of the object is not), be a surface rather
+   than a cut through a body, and carry at least as much mass as lies on its other side. Of the accepted planes
+   the nearest (not the floor under a supported table) that carries the most, weighted by its share of the
+   capture, wins; the file's up-axis convention breaks near ties, a rival with another normal makes the analysis
+   *unsure* (then the convention is used), and a support that reaches less than 15 % beyond what stands on it is
+   trusted only when it agrees with the convention. Its normal, oriented toward what stands on it, is the up
+   axis. *Without a support* (an object cut free of its table, a synthetic object) the up axis is the axis of
+   the file the object stands on most stably (:mod:`physskin_gs.geometry.upright`: its centre of mass over the
+   widest base), when that evidence is clear; else the file's convention (``format_prior_up``). Either way the
+   analysis is *unsure* unless the evidence and the convention agree.
 6. *Object*: opaque non-floater points more than ``object_clearance`` (times the extent) above the plane
    (all of them when no plane is found) are voxelised again; the 26-connected component holding the heaviest
    part that stands on the support (without a support: the one with the largest opacity mass) is the object.
    Rows between the support's own surface (the 90 % quantile of its inliers' distances, times 1.5, within the
    band) and the clearance that lie in or next to an object voxel join the
-   object (feet and hooves standing in the slab), so lifting the object leaves none of it on the floor.
+   object (feet and hooves standing in the slab), so lifting the object leaves none of it on the floor. Where
+   the object's rows touch a part the support test found touching the plane without standing on it (a wall
+   behind the object, a wall beside a cut-off table, a table leg), the object's rows are voxelised again at the
+   standing test's finer voxel and the 26-connected parts holding more of such a part than of what stands are
+   left static.
    Everything else valid, opaque and not a floater is ``background`` (static), except the plane's inliers,
    which are ``support``.
 
@@ -120,7 +128,8 @@ class SceneAnalysis:
 
     Attributes:
         up: (3,) float64 unit up vector in scene coordinates.
-        up_source: ``"support-plane"``, ``"format-prior"`` or ``"default"`` (:data:`DEFAULT_UP`).
+        up_source: ``"support-plane"``, ``"stable-base"`` (no support; the file axis the object stands on most
+            stably, :mod:`physskin_gs.geometry.upright`), ``"format-prior"`` or ``"default"`` (:data:`DEFAULT_UP`).
         reason: one sentence saying how ``up`` was chosen (and why a plane was rejected, if so).
         plane: the :class:`SupportPlane`, or None when none was accepted.
         center: (3,) float64, centre of the robust extent (scene units).
@@ -342,6 +351,7 @@ def analyze_scene(
     min_beyond: float = 0.05,
     object_clearance: float = 0.015,
     small_scene_rows: int = SMALL_SCENE_ROWS,
+    stable_base: bool = True,
 ) -> SceneAnalysis:
     """Classify the rows of a Gaussian capture and find its support plane and up axis (see module doc).
 
@@ -374,6 +384,8 @@ def analyze_scene(
         object_clearance: object rows lie more than this fraction of ``scale`` above the plane.
         small_scene_rows: with fewer opaque rows, no row is a floater and every opaque row off the support is
             object (module docstring, *small scenes*).
+        stable_base: without a support, take the axis of the file the object stands on most stably when that
+            evidence is clear (:func:`physskin_gs.geometry.upright.stable_base_up`), before ``format_prior_up``.
 
     Returns:
         A :class:`SceneAnalysis`.
@@ -489,11 +501,18 @@ def analyze_scene(
                                          band=band, voxel=scale / support_voxels, hypotheses=plane_hypotheses,
                                          min_beyond=min_beyond, prior=prior)
     plane = None
+    base = None
+    cos30 = np.cos(np.deg2rad(30.0))
+    if found is None and stable_base and plane_idx.shape[0] >= 16:  # which of the file's axes it stands on
+        from physskin_gs.geometry.upright import stable_base_up
+
+        base = stable_base_up(pts[plane_idx], op[plane_idx], seed=seed)
     if found is not None:
         plane = {"normal": found.normal / np.linalg.norm(found.normal), "offset": found.offset,
                  "inlier_fraction": found.inlier_fraction, "minority": found.minority, "width": found.width_ratio,
                  "coverage": found.carried, "confidence": (0.5 if unsure else 1.0) * min(1.0, found.beyond / 0.2),
-                 "parts": [plane_idx[part] for part in found.parts_idx]}
+                 "parts": [plane_idx[part] for part in found.parts_idx],
+                 "through": plane_idx[found.through] if found.through is not None else np.zeros(0, np.int64)}
     timings["plane"] = time.perf_counter() - t
 
     # 6. classification of all rows ------------------------------------------------------------------------
@@ -517,9 +536,15 @@ def analyze_scene(
         above = cand & (sd > max(object_clearance * scale, band))
         up, source = nrm, "support-plane"
         reason = why
+    elif base is not None and base.up is not None:
+        up, source = base.up, "stable-base"
+        agrees = prior is not None and float(base.up @ prior) > cos30
+        reason = f"no support plane found ({why}); {base.reason}" + ("" if agrees or prior is None
+                                                                      else f", not {prior_name}")
+        unsure = not agrees  # sure only when the evidence and the file's convention agree
     elif prior is not None:
         up, source = prior, "format-prior"
-        reason = f"no support plane found ({why}); using {prior_name}"
+        reason = f"no support plane found ({why}); using {prior_name}" + (f" ({base.reason})" if base else "")
     else:
         up, source = DEFAULT_UP.copy(), "default"
         reason = f"no support plane found ({why}) and no format prior given; using the default -y"
@@ -548,13 +573,15 @@ def analyze_scene(
                 c_idx = np.flatnonzero(contact)
                 flat_c = flat_all[c_idx]
                 obj[c_idx] = (flat_c >= 0) & near[np.maximum(flat_c, 0)]
+            if plane is not None and plane["through"].shape[0] and not small:
+                _drop_through_parts(obj, pts, plane, scale / support_voxels)
             tr_idx = np.flatnonzero(transparent)
             if tr_idx.shape[0] > 0:
                 flat_tr = flat_all[tr_idx]
                 lab_tr = np.where(flat_tr >= 0, olab_flat[np.maximum(flat_tr, 0)], 0)
                 hit = lab_tr > 0 if small else lab_tr == best
                 if plane is not None:
-                    hit &= sd[tr_idx] > max(object_clearance * scale, band)
+                    hit &= sd[tr_idx] > thick  # above the support's own surface, like the contact rows
                 in_object[tr_idx] = hit
     background = cand & ~support & ~obj
     timings["classify"] = time.perf_counter() - t
@@ -593,7 +620,7 @@ def analyze_scene(
         voxel_size=grid.h,
         grid_shape=grid.shape,
         timings=timings,
-        unsure=bool(unsure or plane is None),
+        unsure=bool(unsure or (plane is None and source != "stable-base")),
     )
 
 
@@ -605,6 +632,33 @@ def analyze_gaussian_scene(scene, **kwargs) -> SceneAnalysis:
         ValueError / DegenerateGeometryError: as :func:`analyze_scene`.
     """
     return analyze_scene(scene.means, torch.sigmoid(scene.opacity_logits), scene.log_scales, **kwargs)
+
+
+def _drop_through_parts(obj: np.ndarray, pts: np.ndarray, plane: dict, h: float) -> None:
+    """Remove from the object mask ``obj`` (N,) bool, in place, the parts of it that pass through the support (a
+    wall behind the object, a table leg): the object's rows voxelised at the standing test's voxel ``h`` (scene
+    units, finer than the analysis grid, so a wall touching the object is a part of its own there), and each
+    26-connected part holding more of the standing test's pass-through rows (``plane["through"]``) than of its
+    standing rows (``plane["parts"]``) is dropped. ``pts``: (N, 3) means, scene units."""
+    rows = np.flatnonzero(obj)
+    if rows.shape[0] == 0:
+        return
+    x = pts[rows].astype(np.float64)
+    ijk = np.floor((x - x.min(0)) / h).astype(np.int64)  # [R, 3]
+    dims = ijk.max(0) + 1
+    if float(np.prod(dims)) > 64e6:  # (an object spread over a far larger box than the analysis' extent)
+        return
+    occ = np.zeros(tuple(dims), dtype=bool)
+    occ[tuple(ijk.T)] = True
+    labels, k = ndimage.label(occ, structure=_FULL_3D)
+    row_lab = labels[tuple(ijk.T)]  # [R] 1..k
+    lab_of = np.zeros(obj.shape[0], dtype=np.int64)
+    lab_of[rows] = row_lab
+    standing = np.bincount(lab_of[np.concatenate(plane["parts"])], minlength=k + 1)
+    through = np.bincount(lab_of[plane["through"]], minlength=k + 1)
+    drop = through > standing
+    drop[0] = False
+    obj[rows[drop[row_lab]]] = False
 
 
 # ----------------------------------------------------------------------------------------------- plane

@@ -17,13 +17,27 @@ toward the side examined, the points above its slab are split into connected par
 The plane is a support when something stands on it and
 
 * it reaches beyond the footprint of what stands on it (some of the points of its surface that carries the
-  contact lie outside that footprint: the flat bottom of an isolated object does not);
-* it is a surface, not a cut through a body (little lies right under it);
-* what stands on it weighs at least a quarter of what lies on its other side (a chip cut off a body, an ear or a
-  leaf, is not what a capture shows standing).
+  contact lie outside that footprint: the flat bottom of an isolated object does not). The footprint is that of
+  the standing parts' points clear of the surface layer (more than a voxel above the slab), so the support's own
+  noise, a sheet of paper or cloth on it, which touch what stands on it, do not stretch it to the support's rim;
+* it is at least as wide as that footprint: the area of its carrying surface's hull (the widest of its parallel
+  layers) covers the footprint's (a flat face of an isolated object, a chair's back, a figure's side, a guitar's
+  body, is narrower than the rest of the object standing on it; a table cut off at the object still covers it);
+* it is a surface, not a cut through a body: right under its carrying surface (one to three voxels below the
+  slab) there are, per unit thickness, less than half as many points as in the slab (a table top or a plinth's lid
+  is a dense layer over sparser legs, walls and inside; a surface crossing the plane continues as densely);
+* what stands on it weighs at least as much as what lies on its other side (a chip cut off a body, an ear or a
+  leaf, the pot of a plant seen upside down from its soil, is not what a capture shows standing; the legs, the
+  underside of a table or the cut-off plinth under a statue weigh less than what the capture is framed on).
+
+Candidates are the well-populated planes of random seeds' local normals and, in a levelled capture, the densest
+thin layers across each of the file's axes (a small plinth top holds few points next to the walls and panels above
+it, but it is the densest layer along the up axis).
 
 Of the accepted planes, one whose standing parts hold a parallel accepted plane's surface (the floor under a table)
-gives way to that nearer support; the rest are ranked by standing mass times inlier fraction. The file's own
+gives way to that nearer support; the rest are ranked by standing mass times inlier fraction. Parts above the
+plane that touch it without standing on it (a wall passing through it or standing beside the support, a table
+leg) are returned, so that the caller keeps them static even where they touch the object. The file's own
 up-axis convention (``prior``) breaks near ties; a runner-up with another normal that scores nearly as much makes
 the result *unsure* (and the caller falls back to the convention), and a support that reaches less than 15 %
 beyond what stands on it is trusted only when it agrees with the convention. No width ratio against the whole
@@ -62,6 +76,8 @@ class SupportCandidate:
         width_ratio: area of the carrying surface's hull / area of the standing parts' footprint hull.
         carried: 1 when the standing parts' contacts are carried by the plane's points (accepted candidates).
         standing, slab, parts_idx: subsample indices of what stands on it, of its slab, of each standing part.
+        through: subsample indices of the parts above it that touch it without standing on it (walls, legs passing
+            through it, a wall beside it; accepted candidates).
     """
 
     normal: np.ndarray
@@ -80,6 +96,7 @@ class SupportCandidate:
     standing: Optional[np.ndarray] = None  # indices (into the subsample) of what stands on it
     slab: Optional[np.ndarray] = None  # indices of its slab's points
     parts_idx: Optional[List[np.ndarray]] = None  # each standing part's indices, heaviest first
+    through: Optional[np.ndarray] = None  # indices of the parts that touch it without standing (walls, legs)
 
 
 # ------------------------------------------------------------------------------------------------ planes
@@ -191,7 +208,9 @@ def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: 
 
     ``w``: (M,) opacity weights; ``band``: half-thickness of the plane's slab; ``voxel``: occupancy voxel edge (scene
     units); parts lighter than ``min_part`` of the mass above are ignored. Returns (list of (indices into p of the
-    part, contact indices), mass above the slab, reason of the most massive part that does not stand, or '').
+    part, contact indices), mass above the slab, reason of the most massive part that does not stand, or '',
+    indices into p of the parts that touch the plane but do not stand on it: walls and legs passing through it,
+    a wall beside the support, sheets of the support itself; they never move with what stands on it).
     """
     sd = p @ n - d  # [M]
     above = np.flatnonzero(sd > band)
@@ -200,7 +219,7 @@ def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: 
     # passes through the plane leaves there
     below_layer = np.flatnonzero((sd < -band - voxel) & (sd >= -band - 3.0 * voxel))
     if above.shape[0] == 0 or slab.shape[0] == 0:
-        return [], float(w[above].sum()), "nothing above the plane"
+        return [], float(w[above].sum()), "nothing above the plane", np.zeros(0, dtype=np.int64)
     B = _basis(n)
     pa = p[above]
     lo = pa.min(0)
@@ -216,6 +235,7 @@ def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: 
     slab_tree = cKDTree(slab2)
     below_tree = cKDTree(p[below_layer] @ B.T) if below_layer.shape[0] else None
     out = []
+    through = []
     worst = ""
     for c in np.argsort(-mass[1:]) + 1:
         if mass[c] < min_part * total:
@@ -228,7 +248,7 @@ def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: 
         else:
             c2 = p[contact] @ B.T
             if below_tree is not None:
-                dist, _ = below_tree.query(c2, k=1, distance_upper_bound=1.5 * voxel)
+                dist, _ = below_tree.query(c2, k=1, distance_upper_bound=0.75 * voxel)
                 if np.mean(np.isfinite(dist)) > 0.5:
                     what = "continues below the plane (a wall, a leg)"
             if what is None:
@@ -248,9 +268,11 @@ def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: 
                     what = "is not stable on it (its centre of mass is outside its contact, or it stands on an edge)"
         if what is None:
             out.append((idx, contact))
-        elif not worst:
+        elif what != "does not touch the plane":  # touches it, but passes through it or stands beside it
+            through.append(idx)
+        if what is not None and not worst:
             worst = f"the largest part above it {what}"
-    return out, total, worst
+    return out, total, worst, (np.concatenate(through) if through else np.zeros(0, dtype=np.int64))
 
 
 def _carrying_region(slab2: np.ndarray, contact: np.ndarray, p: np.ndarray, B: np.ndarray, voxel: float):
@@ -270,8 +292,10 @@ def _carrying_region(slab2: np.ndarray, contact: np.ndarray, p: np.ndarray, B: n
     return slab2[np.isin(labels[tuple(ij.T)], under)]
 
 
-def _candidates(p: np.ndarray, rng: np.random.Generator, band: float, hypotheses: int, max_planes: int):
-    """Distinct well-populated planes of the subsample (PCA normals of random seeds, refined by least squares)."""
+def _candidates(p: np.ndarray, rng: np.random.Generator, band: float, hypotheses: int, max_planes: int,
+                axis_layers: int = 2):
+    """Distinct well-populated planes of the subsample (PCA normals of random seeds, refined by least squares),
+    plus the ``axis_layers`` densest layers (a band thick) across each coordinate axis, refined likewise."""
     m = p.shape[0]
     seeds = np.sort(rng.choice(m, size=min(hypotheses, m), replace=False))
     normals = _local_normals(p, seeds, 16)  # [H, 3]
@@ -302,13 +326,28 @@ def _candidates(p: np.ndarray, rng: np.random.Generator, band: float, hypotheses
         if not any(abs(n_r @ q) > cos25 and abs(d_r - (n_r @ q) * e) < 3 * band for q, e in planes):
             planes.append((n_r, float(d_r)))
             near |= close_to(n_r, float(d_r))
+    # the densest thin layers across each of the file's axes: a small plinth or table top in a levelled capture
+    # holds few points next to the walls and panels above, but it is the densest layer along the up axis
+    for a in range(3):
+        h = p[:, a]
+        lo, hi = float(h.min()), float(h.max())
+        bins = int(min(4096, max(1, np.ceil((hi - lo) / band))))
+        counts, edges = np.histogram(h, bins=bins, range=(lo, hi))
+        for b in np.argsort(-counts)[:axis_layers]:
+            if counts[b] < max(0.005 * m, 3.0 * np.median(counts[counts > 0])):
+                break
+            n_a = np.eye(3)[a]
+            n_r, d_r = _refine(p, n_a, 0.5 * float(edges[b] + edges[b + 1]), band)
+            n_r = n_r / np.linalg.norm(n_r)
+            if not any(abs(n_r @ q) > cos25 and abs(d_r - (n_r @ q) * e) < 3 * band for q, e in planes):
+                planes.append((n_r, float(d_r)))
     return planes
 
 
 def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band: float, voxel: float,
                  hypotheses: int = 1024, max_planes: int = 10, min_beyond: float = 0.05,
-                 min_share: float = 0.25, unsure_ratio: float = 0.7, prior: Optional[np.ndarray] = None,
-                 min_wide: float = 0.15):
+                 min_share: float = 1.0, unsure_ratio: float = 0.7, prior: Optional[np.ndarray] = None,
+                 min_wide: float = 0.15, min_width: float = 1.0):
     """The support plane of the subsample p (M, 3) float64 (scene units) with opacity weights w (M,).
 
     ``band``: slab half-thickness; ``voxel``: occupancy voxel edge of the standing test; ``min_beyond``: least
@@ -317,7 +356,8 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
     (> 20 degrees) scoring ``unsure_ratio`` of the winner (standing mass x inlier fraction) makes the result unsure.
     ``prior``: the (3,) unit up vector of the file's convention, or None: between near-equal candidates the one
     within 30 degrees of it wins (and is sure), and a support reaching less than ``min_wide`` beyond what stands on
-    it is trusted only when it agrees with the prior (else None is returned, unsure).
+    it is trusted only when it agrees with the prior (else None is returned, unsure). ``min_width``: least area of
+    a support's carrying surface (the widest of its parallel layers) over the footprint of what stands on it.
 
     Returns (best accepted :class:`SupportCandidate` or None, reason (one sentence), unsure (bool), every
     candidate examined).
@@ -328,9 +368,10 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
     examined: List[SupportCandidate] = []
     orientations = []
     for n0, d0 in _candidates(p, rng, band, hypotheses, max_planes):
+        sd0 = p @ n0 - d0
         for sgn in (1.0, -1.0):
             n, d = sgn * n0, sgn * d0
-            sd = p @ n - d
+            sd = sgn * sd0
             n_in = int(np.count_nonzero(np.abs(sd) <= band))
             n_ab, n_be = int(np.count_nonzero(sd > band)), int(np.count_nonzero(sd < -band))
             cand = SupportCandidate(normal=n, offset=d, inliers=n_in, inlier_fraction=n_in / m,
@@ -350,14 +391,20 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
         if n_ab < 0.02 * m:
             cand.why = "nothing stands on it"
             continue
-        parts, total, worst = standing_parts(p, w, n, d, band, voxel)
+        parts, total, worst, through = standing_parts(p, w, n, d, band, voxel)
         if not parts:
             cand.why = worst or "nothing stands on it"
             continue
         idx = np.concatenate([a for a, _ in parts])
         B = _basis(n)
-        foot = p[idx] @ B.T
+        # the footprint of the bodies standing on it: their points clear of the surface layer (the support's own
+        # noise and layers, which the contact test counts as touching, must not stretch it to the support's rim)
+        high = idx[sd[idx] > band + voxel]
+        foot = p[high if high.shape[0] >= 3 else idx] @ B.T
         slab2 = _carrying_region(p[np.abs(sd) <= band] @ B.T, np.concatenate([c for _, c in parts]), p, B, voxel)
+        if slab2.shape[0] < 3:
+            cand.why = "none of its surface lies under what stands on it"
+            continue
         try:
             hull = ConvexHull(foot)
             eq = hull.equations
@@ -373,7 +420,7 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
         if cand.standing_mass < min_share * far:  # a chip cut off a body (an ear, a leaf) is not what a
             # capture shows standing on its support
             cand.why = (f"what stands on it is {cand.standing_mass / max(far, 1e-30):.0%} of the mass on its other "
-                        "side: a piece cut off a body")
+                        "side: a piece cut off a body, or the body upside down")
             continue
         if beyond < min_beyond:
             cand.why = (f"it ends at the footprint of what stands on it ({beyond:.0%} of it beyond): the flat "
@@ -381,17 +428,33 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
             continue
         deep = (sd < -band - voxel) & (sd >= -band - 3.0 * voxel)
         if deep.any():  # a support is a surface with little right under it; a cut through a body is not
-            dist, _ = cKDTree(p[deep] @ B.T).query(slab2, k=1, distance_upper_bound=1.5 * voxel)
-            through = float(np.mean(np.isfinite(dist)))
-            if through > 0.5:
-                cand.why = f"it cuts through a body ({through:.0%} of it continues below): not a surface"
+            dist, _ = cKDTree(slab2).query(p[deep] @ B.T, k=1, distance_upper_bound=0.75 * voxel)
+            # points per unit thickness right under the surface, over those in it: a cut through a body (a
+            # surface crossing the plane) continues below as densely as it is in the slab; a table top or a
+            # plinth's lid is a dense layer over its sparser legs, walls and inside
+            cut = float(np.count_nonzero(np.isfinite(dist)) / (2.0 * voxel)) / max(slab2.shape[0] / (2.0 * band),
+                                                                                  1e-30)
+            if cut > 0.5:
+                cand.why = f"it cuts through a body ({cut:.0%} of it continues below): not a surface"
                 continue
         cand.accepted = True
         best_score = max(best_score, cand.standing_mass * cand.inlier_fraction)
         cand.standing, cand.slab = idx, np.flatnonzero(np.abs(sd) <= band)
         cand.parts_idx = [a for a, _ in parts]
+        cand.through = through
         cand.carried = float(np.mean([c.shape[0] for _, c in parts]) > 0)
         cand.width_ratio = _hull_size(slab2) ** 2 / max(_hull_size(foot) ** 2, 1e-300)
+    accepted = [c for c in examined if c.accepted]
+    # a support is at least as wide as what stands on it: the hull of its carrying surface covers the footprint's
+    # area (the best of its layers: paper, cloth, a noisy top). A flat face of an isolated object (a chair's back,
+    # a figure's side, a guitar's body) is narrower than the rest of the object standing on it.
+    cos15 = np.cos(np.deg2rad(15.0))
+    wide = [max(b.width_ratio for b in accepted if b.normal @ a.normal > cos15) for a in accepted]
+    for a, wr in zip(accepted, wide):
+        if wr < min_width:
+            a.accepted = False
+            a.why = (f"it is narrower than the footprint of what stands on it (area x{wr:.2f}): a face of the "
+                     "object, not a support")
     accepted = [c for c in examined if c.accepted]
     # the nearest support: a plane whose standing parts hold a parallel support's surface (the floor under a table)
     # carries that support, not the object on it
@@ -417,12 +480,15 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
         top = next((c for c in near if c.normal @ prior > np.cos(np.deg2rad(30.0))), top)
     # planes within 15 degrees of the chosen one are the same support seen through noise, a layer or a slightly
     # tilted top: of those, the best-populated fit
-    best = max((c for c in accepted if c.normal @ top.normal > np.cos(np.deg2rad(15.0))), key=lambda c: c.inliers)
+    same = [c for c in accepted if c.normal @ top.normal > np.cos(np.deg2rad(15.0))]
+    best = max(same, key=lambda c: c.inliers)
+    reach = max(c.beyond for c in same)  # how far the support reaches past what stands on it: the layer of it
+    # (paper, cloth, the noisy top) that shows it best
     rival = next((c for c in accepted if c.normal @ top.normal < np.cos(np.deg2rad(20.0))
                   and score(c) >= unsure_ratio * score(top)), None)
     reason = (f"support plane with {best.inlier_fraction:.1%} of sampled points carrying {best.parts} standing "
               f"part{'s' if best.parts > 1 else ''} ({best.standing_fraction:.0%} of the mass above it), "
-              f"{best.beyond:.0%} of it beyond their footprint")
+              f"{reach:.0%} of it beyond their footprint")
     agrees = prior is not None and best.normal @ prior > np.cos(np.deg2rad(30.0))
     unsure = rival is not None and not agrees
     if unsure:
@@ -430,10 +496,10 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
         reason += f"; unsure: another plane {ang:.0f} degrees off scores {score(rival) / score(top):.0%} as much"
     if unsure and prior is not None:  # two planes carry as much and neither is the file's convention: keep that
         return None, reason + "; using the file's up-axis convention instead", True, examined
-    if best.beyond < min_wide and not agrees:
+    if reach < min_wide and not agrees:
         # a support that hardly reaches past what stands on it, across the file's convention, is more often a flat
         # face of an isolated object (a chair's back, a figure's side) than a table cut to the footprint
-        return None, (f"the best support candidate reaches only {best.beyond:.0%} beyond what stands on it and is "
+        return None, (f"the best support candidate reaches only {reach:.0%} beyond what stands on it and is "
                       f"{np.degrees(np.arccos(np.clip(best.normal @ prior, -1, 1))) if prior is not None else 90:.0f} "
                       "degrees from the file's up-axis convention: too weak to trust"), True, examined
     return best, reason, unsure, examined
