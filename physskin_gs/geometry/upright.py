@@ -12,7 +12,10 @@ objects on an edge or a rounded end have a point-like or one-sided base.
 
 The direction with the largest margin is the answer when it is *clear*: its margin at least ``min_margin`` and
 ``min_lead`` above the runner-up's. Otherwise (a ball, a cube, an object that lies as stably as it stands) there
-is no evidence and the caller keeps the file's convention and says it is unsure.
+is no evidence and the caller keeps the file's convention and says it is unsure. The limit of the rule is an object
+that rests more stably in another pose than the one it was captured in: a table with a flat top stands more
+stably on its top (margin 0.5 for a 2 x 2 top) than on four legs at +-0.85 (0.425), so a table with no floor
+comes out upside down; the caller marks an answer that contradicts the file's convention as unsure.
 
 The six candidates are the file's axes, not arbitrary directions: the evidence picks which of them is up (the
 usual doubt between +z for Blender / NeRF-synthetic exports and -y for COLMAP frames); it does not level a

@@ -1,0 +1,226 @@
+"""The scene analysis on captures nobody tuned it for: real captures and generated hard ones (issue 22).
+
+* The committed real capture (``data/captures/tarot_box_on_paper_padilla.splat``, CC-BY-4.0): support, up, the object
+  moving and resting on its paper, the paper static.
+* The local corpus of real captures (``docs/captures.md``; not committed: most are unlicensed or not clearly
+  licensed). Its folder is ``$PHYSSKIN_CAPTURES`` or ``corpus/captures`` in the checkout, with the ``manifest.json``
+  the survey wrote; the tests skip without it. Every capture with a known up axis must come out within 5 degrees
+  of it, or say it is unsure: never silently wrong (the known misses are listed with their reason).
+* Generated hard captures (``scripts/make_hard_captures.py``: supports 1.1-1.5x the footprint, cut off, layered,
+  noisy, tilted, walls, two objects, fused bases, random frames).
+* :mod:`physskin_gs.geometry.upright` against analytic stability margins.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from conftest import DATA_DIR, REPO_ROOT
+
+TAROT = DATA_DIR / "captures" / "tarot_box_on_paper_padilla.splat"
+CORPUS = __import__("pathlib").Path(os.environ.get("PHYSSKIN_CAPTURES", REPO_ROOT / "corpus" / "captures"))
+MANIFEST = CORPUS / "manifest.json"
+
+#: Captures of the corpus the analysis still gets wrong without saying so, and why.
+KNOWN_SILENT_MISSES = {
+    "chair_nerfsynthetic_gsplat.splat": "a synthetic chair with no floor: its flat back carries the rest of it as a "
+                                        "support wider than the chair's footprint would (it lies on its back)",
+}
+
+
+def _angle(a, b) -> float:
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    return math.degrees(math.acos(float(np.clip(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)), -1.0, 1.0))))
+
+
+def _axis(text: str) -> np.ndarray:
+    t = text.strip().lower().split()[0]
+    v = np.zeros(3)
+    v["xyz".index(t.lstrip("+-"))] = -1.0 if t.startswith("-") else 1.0
+    return v
+
+
+def _generator():
+    spec = importlib.util.spec_from_file_location("make_hard_captures", REPO_ROOT / "scripts" / "make_hard_captures.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["make_hard_captures"] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ------------------------------------------------------------------------------------------ committed capture
+def test_tarot_box_stands_on_its_paper_and_rests_there():
+    """A real phone capture (card box on a round paper mat cut to about 4x its footprint, -y up): the mat is the
+    support (up within 1 degree of -y), the box moves, the mat stays; after 30 frames of the defaults the box's
+    lowest point is within 2 % of its height of the mat and no static row has moved."""
+    from physskin_gs.io import load_scene
+    from physskin_gs.pipeline import AnimationConfig, prepare_animation
+
+    scene = load_scene(TAROT)
+    anim = prepare_animation(scene, AnimationConfig())
+    sa = anim.info["scene_analysis"]
+    assert sa["up_source"] == "support-plane" and not sa["unsure"], sa["summary"]
+    up = anim.up_vector.double()
+    assert _angle(up.numpy(), [0.0, -1.0, 0.0]) < 1.0
+    means = scene.means.double()
+    h = means @ up
+    support = float(anim.support_height)
+    mat = (h - support).abs() < 0.005 * float(h.max() - h.min())  # the mat's own layer
+    assert mat.sum() > 10_000 and float(anim.moving[mat].float().mean()) < 0.05  # (the box's own bottom rim)
+    box_h = h[anim.moving]
+    height = float(torch.quantile(box_h, 0.995) - torch.quantile(box_h, 0.005))
+    assert 0.5 * (h.max() - h.min()) < height  # the box is most of the capture's height
+    anim.step(29)
+    now = anim.deformed_scene().means.double()
+    low = float(torch.quantile(now[anim.moving] @ up, 0.005))
+    assert abs(low - support) < 0.02 * height, (low - support) / height
+    assert torch.equal(now[~anim.moving], means[~anim.moving])
+
+
+# ------------------------------------------------------------------------------------------ local corpus
+def _corpus_entries():
+    if not MANIFEST.is_file():
+        return [pytest.param(None, marks=pytest.mark.skip(reason=f"no capture corpus at {CORPUS} (set "
+                                                                 "PHYSSKIN_CAPTURES; docs/captures.md lists it)"))]
+    out = []
+    for e in json.loads(MANIFEST.read_text()):
+        if str(e.get("up_axis", "unsure")).startswith("unsure"):
+            continue
+        marks = []
+        if e["file"] in KNOWN_SILENT_MISSES:
+            marks.append(pytest.mark.xfail(reason=KNOWN_SILENT_MISSES[e["file"]], strict=True))
+        out.append(pytest.param(e, id=e["file"].split(".")[0], marks=marks))
+    return out
+
+
+@pytest.mark.parametrize("entry", _corpus_entries())
+def test_corpus_capture_is_upright_or_says_it_is_unsure(entry):
+    from physskin_gs.io import load_scene
+    from physskin_gs.pipeline import analyze_for_animation
+
+    path = CORPUS / entry["file"]
+    if not path.is_file():
+        pytest.skip(f"{path} not in the local corpus")
+    a = analyze_for_animation(load_scene(path))
+    err = _angle(a.up, _axis(entry["up_axis"]))
+    assert err <= 5.0 or a.unsure, f"{err:.1f} degrees off and sure: {a.summary()}"
+    if entry.get("on_support") and a.plane is not None:  # the object moves, its support stays
+        assert a.support.sum() > 0 and a.object.sum() > 0
+        assert a.object.sum() < 0.95 * (a.object.sum() + a.support.sum() + a.background.sum())
+
+
+# ------------------------------------------------------------------------------------------ generated captures
+@pytest.fixture(scope="module")
+def generator():
+    return _generator()
+
+
+def test_generated_hard_captures(generator):
+    """Twenty generated captures (seeds 0-19): the up axis within 5 degrees on at least 19 and never wrong without
+    saying so; of the rows called object, 94 % truly are (mean), and 94 % of the support and background rows stay
+    static (measured: 20 / 20, 0.963 and 0.974)."""
+    from physskin_gs.pipeline import analyze_for_animation
+
+    ok, silent, precision, static = 0, 0, [], []
+    for seed in range(20):
+        cap = generator.make_hard_capture(seed)
+        a = analyze_for_animation(cap.scene)
+        good = _angle(a.up, cap.up) <= 5.0
+        ok += good
+        silent += (not good) and not a.unsure
+        obj = np.asarray(a.object)
+        truth = cap.mask("object")
+        rest = cap.mask("support") | cap.mask("background")
+        precision.append(float(truth[obj].mean()) if obj.any() else 0.0)
+        static.append(float((~obj[rest]).mean()))
+    assert ok >= 19 and silent == 0, (ok, silent)
+    assert np.mean(precision) >= 0.94 and np.mean(static) >= 0.94, (np.mean(precision), np.mean(static))
+
+
+def test_wall_touching_the_object_stays_static(generator):
+    """Seed 1000: a crate against a wall that stands beside a table cut off at the crate. At the analysis grid the
+    wall and the crate are one component; the standing test's finer parts tell them apart: the wall stays (it
+    moved with the crate before: precision 0.49, static 0.52)."""
+    from physskin_gs.pipeline import analyze_for_animation
+
+    cap = generator.make_hard_capture(1000)
+    assert cap.draws["kinds"] == ["crate"]
+    a = analyze_for_animation(cap.scene)
+    obj = np.asarray(a.object)
+    wall = cap.mask("background")
+    assert _angle(a.up, cap.up) < 3.0
+    assert cap.mask("object")[obj].mean() > 0.95 and not obj[wall].mean() > 0.05
+    assert obj[cap.mask("object")].mean() > 0.8
+
+
+# ------------------------------------------------------------------------------------------ upright
+def _box_points(rng, n, lo, hi):
+    """(n, 3) points uniformly on the surface of the box [lo, hi] (area-weighted faces)."""
+    lo, hi = np.asarray(lo, float), np.asarray(hi, float)
+    d = hi - lo
+    areas = np.array([d[1] * d[2]] * 2 + [d[0] * d[2]] * 2 + [d[0] * d[1]] * 2)
+    f = rng.choice(6, size=n, p=areas / areas.sum())
+    p = lo + rng.random((n, 3)) * d
+    ax = f // 2
+    p[np.arange(n), ax] = np.where(f % 2 == 0, lo[ax], hi[ax])
+    return p
+
+
+def test_stability_margin_of_a_cube_is_half():
+    """A cube stands equally on each face: its base is the face (a square of side a), the centre of mass projects
+    to its middle, a/2 inside, and the outline is the same square: margin (a/2) / a = 0.5 for all six axes, so no
+    axis is clear."""
+    from physskin_gs.geometry.upright import AXES, stability_margin, stable_base_up
+
+    rng = np.random.default_rng(0)
+    p = _box_points(rng, 30_000, [-1, -1, -1], [1, 1, 1])
+    w = np.ones(len(p))
+    for name, u in AXES.items():
+        assert stability_margin(p, w, u) == pytest.approx(0.5, abs=0.01), name
+    assert stable_base_up(p, w).up is None
+
+
+@pytest.mark.parametrize("perm", [(0, 1, 2), (2, 0, 1), (1, 2, 0)])
+@pytest.mark.parametrize("sign", [1.0, -1.0])
+def test_a_lamp_stands_on_its_foot_in_any_axis_frame(perm, sign):
+    """A lamp: a 2 x 2 x 0.2 foot, a 0.1 x 0.1 pole 2 high, a 0.6 x 0.6 x 0.3 shade on top. On its foot the base is
+    the 2 x 2 square under the centre of mass: margin 1 / 2 = 0.5 (the outline is the same square). Upside down it
+    stands on the shade's 0.6 x 0.6 top: margin 0.3 / 2 = 0.15. On a side its base is the foot's 2 x 0.2 edge with
+    the centre of mass above it: negative. The answer is the foot's direction in every axis frame."""
+    from physskin_gs.geometry.upright import stability_margin, stable_base_up
+
+    rng = np.random.default_rng(1)
+    foot = _box_points(rng, 20_000, [-1, -1, 0.0], [1, 1, 0.2])
+    pole = _box_points(rng, 2_000, [-0.05, -0.05, 0.2], [0.05, 0.05, 2.2])
+    shade = _box_points(rng, 4_000, [-0.3, -0.3, 2.2], [0.3, 0.3, 2.5])
+    p = np.concatenate([foot, pole, shade])
+    w = np.ones(len(p))
+    up = np.array([0.0, 0.0, 1.0])
+    assert stability_margin(p, w, up) == pytest.approx(0.5, abs=0.01)
+    assert stability_margin(p, w, -up) == pytest.approx(0.15, abs=0.01)
+    assert stability_margin(p, w, np.array([1.0, 0.0, 0.0])) < 0.0
+    p = sign * p[:, list(perm)]  # the same lamp in another file frame
+    up = sign * up[list(perm)]
+    r = stable_base_up(p, w)
+    assert r.up is not None and np.allclose(r.up, up), r.reason
+
+
+def test_no_base_no_answer():
+    """A sphere has no base (the lowest layer is a small cap under the centre on every axis): every margin is the
+    same, so the evidence is not clear; fewer than 16 points give no answer either."""
+    from physskin_gs.geometry.upright import stable_base_up
+
+    rng = np.random.default_rng(2)
+    v = rng.normal(size=(20_000, 3))
+    p = v / np.linalg.norm(v, axis=1, keepdims=True)
+    r = stable_base_up(p, np.ones(len(p)))
+    assert r.up is None and "no axis it clearly stands on" in r.reason
+    assert stable_base_up(p[:10], np.ones(10)).up is None
