@@ -64,8 +64,8 @@ def register(sub) -> None:
                    help="output format (default auto: from the output's name)")
     p.add_argument("--up", default="auto",
                    help="the scene's up axis for .glb (turned to +Y) and .usd (the stage's up axis): auto (default: "
-                        "the support plane's normal, else the format's convention, as animate and render), y, -y, z, "
-                        "-z, x, -x or 'ux,uy,uz'")
+                        "the support plane's normal, else the axis it stands on most stably or the format's "
+                        "convention, as animate and render), y, -y, z, -z, x, -x or 'ux,uy,uz'")
     p.add_argument("--meters-per-unit", dest="meters_per_unit", type=float,
                    help="metres per scene unit for .glb (scaled into metres) and .usd (metersPerUnit); default: "
                         "scene units are written as they are")

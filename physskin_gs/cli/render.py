@@ -3,8 +3,8 @@
 Camera: an orbit camera around the centre of the scene's robust (1st-99th percentile) bounding box,
 at ``--azimuth`` / ``--elevation`` degrees about the ``--up`` axis; the distance frames the box unless
 ``--distance`` is given. Default up axis ``auto``, the same rule as ``animate``: the normal of the support plane
-the object stands on (scene analysis), else the format's convention (.splat / compressed PLY -y, INRIA PLY +z,
-meshes +y). Backend ``auto`` uses gsplat when CUDA is
+the object stands on (scene analysis); without one the file axis the object stands on most stably when that is
+clear, else the format's convention (.splat / compressed PLY -y, INRIA PLY +z, meshes +y). Backend ``auto`` uses gsplat when CUDA is
 available, else the pure-torch rasteriser. The input file is never overwritten, an existing output only with
 ``--force``; what was written is checked (a missing or incomplete image or video is an error, exit code 2).
 """
@@ -32,7 +32,8 @@ def register(sub) -> None:
         description=(
             "Render a Gaussian scene (INRIA PLY, .splat, compressed PLY) from an orbit camera that frames the "
             "scene's robust bounding box. Default up axis auto: the support plane's normal when the object stands "
-            "on one, else the format's convention (.splat/compressed -y, INRIA PLY +z, meshes +y)."
+            "on one; without one the file axis the object stands on most stably when that is clear, else the "
+            "format's convention (.splat/compressed -y, INRIA PLY +z, meshes +y)."
         ),
     )
     p.add_argument("path", help="scene file")
@@ -45,8 +46,8 @@ def register(sub) -> None:
     p.add_argument("--fov", type=float, default=40.0, help="vertical field of view in degrees (default 40)")
     p.add_argument(
         "--up", default="auto",
-        help="up axis: auto (default: the normal of the support plane the object stands on, else the format's "
-             "convention, as in animate), y, -y, z, -z, x, -x or 'ux,uy,uz'",
+        help="up axis: auto (default: the normal of the support plane the object stands on, else the axis it "
+             "stands on most stably or the format's convention, as in animate), y, -y, z, -z, x, -x or 'ux,uy,uz'",
     )
     p.add_argument("--backend", choices=["auto", "gsplat", "torch"], default="auto", help="rasteriser (default auto)")
     p.add_argument("--background", default="white", help="white, black or 'r,g,b' in [0, 1] (default white)")
