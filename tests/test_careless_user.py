@@ -541,7 +541,9 @@ def test_sigint_to_a_mesh_export_keeps_only_complete_frames(delay, inputs, tmp_p
 
     out = tmp_path / "frames"
     argv = ["animate", inputs.mesh, "--headless", "--frames", "400", *FAST, "--mesh-gaussians", "2000",
-            "--export", out, "--video", tmp_path / "v.mp4", "--width", "32", "--height", "32"]
+            "--export", out, "--video", tmp_path / "v.mp4", "--width", "128", "--height", "128"]
+    # (128 x 128: the video takes about 10 s after the simulation's 3 s, so the 4 s interrupt still finds the run
+    # working on a fast machine; at 32 x 32 the whole run could end before it)
     code, err = _interrupt_at(argv, delay, tmp_path)
     _assert_interrupted(code, err)
     assert _no_temp_files(tmp_path) == [], (_no_temp_files(tmp_path), err)
