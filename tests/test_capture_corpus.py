@@ -224,3 +224,22 @@ def test_no_base_no_answer():
     r = stable_base_up(p, np.ones(len(p)))
     assert r.up is None and "no axis it clearly stands on" in r.reason
     assert stable_base_up(p[:10], np.ones(10)).up is None
+
+
+def test_other_objects_on_the_support_are_named(generator, tmp_path, capsys):
+    """Seed 38: a crate and a vase of about equal mass on one table, apart. The crate moves, the vase stays static,
+    and animate says so in one line with the option to pass; a single object (seed 1000) gives no such line."""
+    from physskin_gs.cli import main
+    from physskin_gs.io import save_scene
+    from physskin_gs.pipeline import analyze_for_animation
+
+    cap = generator.make_hard_capture(38)
+    assert cap.draws["kinds"] == ["crate", "vase"]
+    a = analyze_for_animation(cap.scene)
+    assert a.other_objects == 1
+    assert analyze_for_animation(generator.make_hard_capture(1000).scene).other_objects == 0
+    src = save_scene(cap.scene, tmp_path / "two.ply")
+    assert main(["animate", str(src), "--headless", "--frames", "2", "--export", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "note: 1 more object stands on the support and stays static (only the heaviest moves); pass --select " \
+           "all" in err

@@ -628,6 +628,11 @@ def run_headless(args) -> int:
             from physskin_gs.cli._common import UNSURE_UP
 
             print(f"[physskin-gs] note: {UNSURE_UP}", file=sys.stderr)
+        k = int(sa.get("other_objects") or 0)
+        if k and str(args.select).strip().lower() == "auto":
+            print(f"[physskin-gs] note: {k} more object{'s stand' if k > 1 else ' stands'} on the support and "
+                  f"stay{'s' if k == 1 else ''} static (only the heaviest moves); pass --select all, or a box "
+                  "'xmin,ymin,zmin,xmax,ymax,zmax', to move another", file=sys.stderr)
     nh = anim.num_handles
     print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {nh} handle{'s' if nh != 1 else ''} ({nh - 1} + constant; "
           f"{anim.skinning_source}), {anim.info['num_cubature']} cubature points, up {up_name}, "

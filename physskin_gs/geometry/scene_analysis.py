@@ -148,6 +148,9 @@ class SceneAnalysis:
         voxel_size: edge of the cubic occupancy voxels, scene units.
         grid_shape: (3,) cells of the occupancy grid.
         timings: stage name -> seconds.
+        unsure: whether the up axis may be wrong (no support and no agreeing evidence, or a rival plane).
+        other_objects: how many other parts stand on the support apart from the object, each with at least a
+            quarter of its mass (they stay static: one object moves; ``--select`` chooses another or all).
     """
 
     up: np.ndarray
@@ -170,6 +173,7 @@ class SceneAnalysis:
     grid_shape: Tuple[int, int, int]
     timings: Dict[str, float] = field(default_factory=dict)
     unsure: bool = False  # no support found, or a rival plane: the up axis may be wrong (say so, name --up)
+    other_objects: int = 0  # other objects standing on the support (at least a quarter of the object's mass), static
 
     @property
     def num_rows(self) -> int:
@@ -550,6 +554,7 @@ def analyze_scene(
         reason = f"no support plane found ({why}) and no format prior given; using the default -y"
 
     above_idx = np.flatnonzero(above)
+    others = 0
     obj = np.zeros(n, dtype=bool)
     in_object = np.zeros(n, dtype=bool)
     if above_idx.shape[0] > 0:
@@ -575,6 +580,10 @@ def analyze_scene(
                 obj[c_idx] = (flat_c >= 0) & near[np.maximum(flat_c, 0)]
             if plane is not None and plane["through"].shape[0] and not small:
                 _drop_through_parts(obj, pts, plane, scale / support_voxels)
+            if plane is not None and not small:  # other things standing on the support, apart from the object
+                m0 = float(op[plane["parts"][0]].sum())
+                others = sum(1 for part in plane["parts"][1:]
+                             if float(op[part].sum()) >= 0.25 * m0 and obj[part].mean() < 0.5)
             tr_idx = np.flatnonzero(transparent)
             if tr_idx.shape[0] > 0:
                 flat_tr = flat_all[tr_idx]
@@ -621,6 +630,7 @@ def analyze_scene(
         grid_shape=grid.shape,
         timings=timings,
         unsure=bool(unsure or (plane is None and source != "stable-base")),
+        other_objects=int(others),
     )
 
 
