@@ -117,6 +117,7 @@ class PipelineWarning(UserWarning):
 @dataclass
 class AnimationConfig:
     """Options of an animation. Units: E Pa, density kg/m^3, dt s, gravity m/s^2, scale metres per scene unit,
+    ``material``: the name of the :mod:`physskin_gs.materials` preset E, nu and density came from (a record only),
     floor_height scene units along up (None = 25% of the object's height below its lowest point).
 
     ``up``: 'auto' (from the scene analysis: the normal of the support plane the object stands on; without one,
@@ -138,6 +139,7 @@ class AnimationConfig:
     E: float = 1e5
     nu: float = 0.45
     density: float = 100.0
+    material: Optional[str] = None  # the name of the preset E, nu and density came from (physskin_gs.materials)
     dt: float = 0.03
     gravity: float = 9.8
     up: str = "auto"

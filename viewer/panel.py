@@ -154,7 +154,14 @@ class ControlPanel:
                 hint="reuse the Hessian factor across Newton iterations and steps (about 2x faster); off = full Newton"
             )
         with gui.add_folder("Material"):
-            g["E"] = gui.add_number("E (Pa)", float(getattr(cfg, "E", 2e4)), min=1.0, max=1e9, step=100.0)
+            from physskin_gs.materials import MATERIALS
+
+            names = ("custom",) + tuple(MATERIALS)
+            initial = getattr(cfg, "material", None)
+            g["material"] = gui.add_dropdown(
+                "material", names, initial_value=initial if initial in MATERIALS else "custom",
+                hint="sets E, nu and density to a named material (physskin_gs.materials); custom: keep them")
+            g["E"] = gui.add_number("E (Pa)", float(getattr(cfg, "E", 2e4)), min=1.0, max=1e12, step=100.0)
             g["nu"] = gui.add_slider("nu", 0.0, 0.49, 0.01, float(getattr(cfg, "nu", 0.45)))
             g["density"] = gui.add_number("density (kg/m³)", float(getattr(cfg, "density", 100.0)), min=1e-3, max=1e5, step=1.0)
             g["damping"] = gui.add_slider("damping", 0.0, 1.0, 0.005, float(getattr(cfg, "damping", 0.02)))
@@ -394,6 +401,14 @@ class ControlPanel:
         def apply_fast(_e=None) -> None:
             on = bool(g["fast"].value)
             self._submit("set solver", lambda a: set_fast_solver(a, on))
+
+        @g["material"].on_update
+        def _(_e) -> None:  # the three fields follow the preset; their own callbacks update the simulation
+            from physskin_gs.materials import MATERIALS
+
+            mat = MATERIALS.get(str(g["material"].value))
+            if mat is not None:
+                g["E"].value, g["nu"].value, g["density"].value = mat.E, min(mat.nu, 0.49), mat.density
 
         g["fast"].on_update(apply_fast)
         g["gravity"].on_update(self._apply_gravity)

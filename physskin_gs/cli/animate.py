@@ -35,6 +35,7 @@ from physskin_gs.cli._common import (OutputError, check_int, check_number, requi
                                      verify_written, warn_option)
 from physskin_gs.cli._skinning import add_skinning_arguments
 from physskin_gs.errors import OptionError, PhysSkinError
+from physskin_gs.materials import DEFAULT_MATERIAL, MATERIALS, material
 
 FRAME_PATTERN = "frame%04d"
 #: File names of an exported sequence (frames of either kind, and the metadata).
@@ -74,9 +75,15 @@ def register(sub) -> None:
     p.add_argument("--orbit", type=float, default=90.0, help="degrees the video camera orbits over the clip")
     p.add_argument("--script", metavar="MOTION.json", help='scripted drags: {"drags": [{"handle": 3 | "point": [x,y,z], "radius": r, "keyframes": [{"frame": 10, "offset"|"target": [x,y,z]}], "start_frame": 5, "end_frame": 50}]} (targets in scene units; see README)')
     add_skinning_arguments(p)
-    p.add_argument("--E", dest="E", type=float, default=1e5, help="Young's modulus in Pa (default 1e5)")
-    p.add_argument("--nu", type=float, default=0.45, help="Poisson ratio (default 0.45)")
-    p.add_argument("--density", type=float, default=100.0, help="density in kg/m^3 (default 100)")
+    p.add_argument("--material", default=None, metavar="NAME",
+                   help="a material by name, setting E, nu and density at once: " + ", ".join(
+                       f"{m.name} (E {m.E:g} Pa, nu {m.nu:g}, {m.density:g} kg/m^3)" for m in MATERIALS.values())
+                   + "; default soft. --E / --nu / --density override its values")
+    p.add_argument("--E", dest="E", type=float, default=None, help="Young's modulus in Pa (default 1e5, or the "
+                   "--material's)")
+    p.add_argument("--nu", type=float, default=None, help="Poisson ratio (default 0.45, or the --material's)")
+    p.add_argument("--density", type=float, default=None, help="density in kg/m^3 (default 100, or the "
+                   "--material's)")
     p.add_argument("--dt", type=float, default=0.03, help="time step in s (default 0.03)")
     p.add_argument("--gravity", type=float, default=9.8, help="gravity in m/s^2 along -up (default 9.8)")
     p.add_argument("--damping", type=float, default=0.02, help="Rayleigh damping coefficient (default 0.02)")
@@ -129,7 +136,8 @@ def config_from_args(args):
             raise OptionError(f"--floor {args.floor_spec!r}: the height must be a finite number (scene units), "
                               "'auto' or 'off'")
     return AnimationConfig(
-        E=args.E, nu=args.nu, density=args.density, dt=args.dt, gravity=args.gravity, up=args.up, floor=floor,
+        E=args.E, nu=args.nu, density=args.density, material=getattr(args, "material", None), dt=args.dt,
+        gravity=args.gravity, up=args.up, floor=floor,
         floor_height=floor_height, damping=args.damping, num_cubature=args.num_cubature,
         newton_iters=args.newton_iters, skinning=args.skinning, checkpoint=args.checkpoint,
         fit_seconds=args.fit_seconds, select=args.select, scale=args.scale, pin=args.pin, seed=args.seed,
@@ -389,11 +397,29 @@ class OrbitVideo:
 _UP_NAMES = ("auto", "y", "-y", "z", "-z", "x", "-x")
 
 
+def resolve_material(args) -> None:
+    """Fill ``args.E`` / ``args.nu`` / ``args.density`` that were not given from ``--material`` (default
+    :data:`physskin_gs.materials.DEFAULT_MATERIAL`); an explicit value wins. Sets ``args.material`` to the
+    preset's name. Raises OptionError for an unknown or empty name."""
+    name = getattr(args, "material", None)
+    if name is not None and not str(name).strip():
+        raise OptionError("--material is empty; give a name (" + ", ".join(MATERIALS) + ")")
+    try:
+        mat = material(name if name is not None else DEFAULT_MATERIAL)
+    except KeyError as exc:
+        raise OptionError(f"--material: {exc.args[0]}") from None
+    args.material = mat.name
+    for field in ("E", "nu", "density"):
+        if getattr(args, field, None) is None:
+            setattr(args, field, getattr(mat, field))
+
+
 def validate_args(args) -> None:
     """Cheap checks of every option value, run before any loading or precomputation: finite, in range (the range is
     in the message); legal but unusual values print a warning. Raises OptionError."""
     from physskin_gs.elastic import lame_parameters
 
+    resolve_material(args)
     E = check_number("--E (Young's modulus)", args.E, 0.0, 1e12, lo_open=True, unit="Pa")
     nu = check_number("--nu (Poisson ratio)", args.nu, -1.0, 0.5, lo_open=True, hi_open=True)
     try:
@@ -742,7 +768,7 @@ def run_headless(args) -> int:
             "num_moving": anim.info["num_moving"],
             "num_handles": anim.num_handles,
             "handles": anim.info.get("handles"),
-            "material": {"E": config.E, "nu": config.nu, "density": config.density},
+            "material": {"name": config.material, "E": config.E, "nu": config.nu, "density": config.density},
             "gravity": config.gravity,
             "damping": config.damping,
             "solver": config.solver,

@@ -213,6 +213,10 @@ class SubspaceSimulator:
 
     FLOOR_K = 1e6  # penalty stiffness per unit mass, 1/s^2 (penetration ~ (n / n_contact) g / (2 k))
     PIN_K = 1e6
+    #: pins are at least this many times stiffer (per unit mass) than the material's own E / (rho L^2) (L the
+    #: object's size): 1e3 gives PIN_K for the defaults (E 1e5 Pa, 100 kg/m^3, 1 m), and a wood or plastic object
+    #: a pin as firm relative to its stiffness as a soft one gets (a fixed 1e6 lets a 2 GPa beam swing on its pin)
+    PIN_RATIO = 1e3
     DRAG_K = 2e3
     CONTACT_GAP = 1e-3  # m: a cubature point this close to the floor counts as touching it (friction)
     HESS_EPS = 1e-4  # method.md 9.2 regulariser epsilon, scaled by the total mass (kg) so it is unit-consistent
@@ -322,6 +326,8 @@ class SubspaceSimulator:
             self._vrow = torch.from_numpy(np.sqrt((lam - self._lam_point) * self.v_p / self._vcount))  # [K]
         self._K0 = None
         self.invalidate_hessian()
+        if getattr(self, "pin", None) is not None:  # a pin stays as firm relative to the new material
+            self.pin.k = self.pin_stiffness()
         if hasattr(self, "Phi"):
             self._rebuild_mass()
 
@@ -418,6 +424,12 @@ class SubspaceSimulator:
         P = self.Phi[idx]
         return _Spring(idx=idx, target=tgt, k=float(k), hess=self.m_p * float(k) * (P.T @ P))
 
+    def pin_stiffness(self) -> float:
+        """Stiffness per unit mass (1/s^2) of a pin: ``max(PIN_K, PIN_RATIO E / (rho L^2))`` with L the largest
+        extent of the cubature points (m), so that a pin holds a stiff material as firmly as a soft one."""
+        L = float((self.X.max(0).values - self.X.min(0).values).max()) if hasattr(self, "X") else 1.0
+        return max(self.PIN_K, self.PIN_RATIO * self.E / (self._density * max(L, 1e-9) ** 2))
+
     def set_pins(self, idx: Optional[torch.Tensor], targets: Optional[torch.Tensor] = None) -> None:
         """Pin cubature points ``idx`` to ``targets`` (k, 3) (default: their rest positions); None removes pins."""
         if idx is None:
@@ -426,7 +438,7 @@ class SubspaceSimulator:
             return
         if targets is None:
             targets = self.X[torch.as_tensor(idx, dtype=torch.long)]
-        self.pin = self._make_spring(idx, targets, self.PIN_K)
+        self.pin = self._make_spring(idx, targets, self.pin_stiffness())
         self.invalidate_hessian()
 
     def add_drag(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None, k: Optional[float] = None) -> int:

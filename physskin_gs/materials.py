@@ -1,0 +1,65 @@
+"""Materials by name: Young's modulus E (Pa), Poisson ratio nu and density (kg/m^3) of common things.
+
+``--material NAME`` (animate) and the viewer's *Material* dropdown set all three at once; an explicit ``--E``,
+``--nu`` or ``--density`` still wins over the preset's value. The values are typical small-strain handbook
+values (a real object varies by a factor of a few), chosen so an object behaves like the thing it is:
+
+============  =========  =====  =========  ===================================================================
+name          E (Pa)     nu     density    source
+============  =========  =====  =========  ===================================================================
+``soft``      1e5        0.45   100        the default: a soft toy; tall thin objects sag or buckle
+``jelly``     2e4        0.45   1030       PVA / gelatin hydrogels, about 20 kPa (Biomech. Model. Mechanobiol.
+                                           8, 2009, 345: PVA gel E0 18-24 kPa; hydrogels span 1-300 kPa)
+``foam``      5e4        0.30   30         flexible polyurethane seat foam: 22-35 kg/m^3 (foam selection guides);
+                                           E from Gibson and Ashby's open-cell scaling E = E_s (rho / rho_s)^2
+                                           with a 50 MPa solid at 1200 kg/m^3: about 30-50 kPa; foams have low nu
+``rubber``    2e6        0.48   1150       natural rubber, small strain: E 1-5 MPa; density 1150 (Mechanical
+                                           Engineering Handbook, rubbers table)
+``plastic``   2e9        0.39   1020       ABS: E 2 GPa, nu 0.39, 1020 kg/m^3 (Mechanical Engineering
+                                           Handbook, plastics table; 1.4-3.1 GPa in other tables)
+``wood``      1.3e10     0.35   525        Douglas fir along the grain: E 13 GPa, 525 kg/m^3 (Halliday, Resnick,
+                                           Walker, Table 13-1; Callister B.2: 10.8-13.6 GPa); isotropic here
+============  =========  =====  =========  ===================================================================
+
+The simulator is isotropic Neo-Hookean; wood's anisotropy (E across the grain is 20x lower) is not modelled.
+Pure data: no file, GUI or CLI code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict
+
+__all__ = ["Material", "MATERIALS", "DEFAULT_MATERIAL", "material"]
+
+
+@dataclass(frozen=True)
+class Material:
+    """A named isotropic material: E Young's modulus (Pa), nu Poisson ratio, density (kg/m^3), source (text)."""
+
+    name: str
+    E: float
+    nu: float
+    density: float
+    source: str
+
+
+MATERIALS: Dict[str, Material] = {m.name: m for m in (
+    Material("soft", 1e5, 0.45, 100.0, "the default: a soft toy"),
+    Material("jelly", 2e4, 0.45, 1030.0, "PVA / gelatin hydrogels, about 20 kPa"),
+    Material("foam", 5e4, 0.30, 30.0, "flexible polyurethane foam"),
+    Material("rubber", 2e6, 0.48, 1150.0, "natural rubber, small strain"),
+    Material("plastic", 2e9, 0.39, 1020.0, "ABS"),
+    Material("wood", 1.3e10, 0.35, 525.0, "Douglas fir along the grain (isotropic here)"),
+)}
+
+#: The material of the animation defaults (``AnimationConfig``'s E, nu and density).
+DEFAULT_MATERIAL = "soft"
+
+
+def material(name: str) -> Material:
+    """The :class:`Material` called ``name`` (case-insensitive). Raises KeyError naming the known materials."""
+    key = str(name).strip().lower()
+    if key not in MATERIALS:
+        raise KeyError(f"unknown material {name!r} (known: {', '.join(MATERIALS)})")
+    return MATERIALS[key]
