@@ -30,7 +30,7 @@ Steps, in order (``--steps`` picks some):
 Usage:
   bash scripts/gpu_check.sh run OUT                       # on the CUDA machine (installs the bundle if needed)
   python scripts/gpu_check.py --out OUT/gpu_check.json    # the same without the install
-  python scripts/gpu_check.py --report OUT/gpu_check.json # markdown rows for README's performance table
+  python scripts/gpu_check.py --report OUT/gpu_check.json # markdown rows for docs/benchmarks.md
   python scripts/gpu_check.py --device cpu --n 20000 --size 64 --out out/gpu_check_cpu.json   # CPU self-test of the steps
                                                           # (torch backend instead of gsplat; not a measurement)
 Bundle helpers (scripts/gpu_check.sh calls them): --install-bundle DIR... (pip-install the wheels this Python
@@ -43,7 +43,7 @@ index, docs.gsplat.studio/whl, has cp310 builds for torch <= 2.4 only, and PyPI 
 Writes OUT/gpu_check.json (schema below), OUT/gpu_check.log (every step's output, the gsplat build's included)
 and OUT/compare_<scene>.png. JSON: {"schema", "tool", "started", "finished", "argv", "settings", "ok", "exit_code",
 "error", "steps": {name: {"status": ok|partial|error|timeout|skipped, "seconds", "limit_s", "error", "result",
-"log_tail"}}, "summary": {flat numbers for the README table}}. "partial": the step finished but some of its parts
+"log_tail"}}, "summary": {flat numbers for the benchmarks table}}. "partial": the step finished but some of its parts
 failed (their messages are in result["errors"]).
 
 Exit status: 0 every step ok; 1 some step failed, timed out or was partial; 2 no CUDA device (the env step is
@@ -439,7 +439,7 @@ def install_prebuilt(bundle_dir: str = PREBUILT_DIR) -> int:
 
 # ------------------------------------------------------------------------------------------------ the summary
 def summarize(report: Dict[str, Any]) -> Dict[str, Any]:
-    """Flat numbers of a report for the README table (missing steps or values are left out)."""
+    """Flat numbers of a report for the benchmarks table (missing steps or values are left out)."""
     s: Dict[str, Any] = {}
     steps = report.get("steps", {})
 
@@ -492,7 +492,7 @@ def summarize(report: Dict[str, Any]) -> Dict[str, Any]:
 
 
 def markdown_rows(report: Dict[str, Any]) -> str:
-    """A markdown table of the summary plus each step's status (for README's performance table)."""
+    """A markdown table of the summary plus each step's status (for docs/benchmarks.md)."""
     s = report.get("summary") or summarize(report)
     lines = ["| measurement | value |", "|---|---|"]
     for k, v in s.items():

@@ -1,5 +1,6 @@
-"""Every `physskin-gs ...` command line shown in the README parses with the real CLI (flags and values exist as
-written), and every subcommand's --help works: the README cannot drift away from the CLI unnoticed."""
+"""Every `physskin-gs ...` command line shown in the README and in docs/usage.md (where the README's full command
+reference lives) parses with the real CLI (flags and values exist as written), and every subcommand's --help works:
+the documentation cannot drift away from the CLI unnoticed."""
 
 import re
 import shlex
@@ -10,6 +11,7 @@ import pytest
 from physskin_gs.cli import COMMANDS, build_parser, join_negative_values
 
 README = Path(__file__).resolve().parents[1] / "README.md"
+USAGE = README.parent / "docs" / "usage.md"
 
 # placeholders of the README's synopsis rows -> a value of the right kind
 PLACEHOLDERS = {"PATH": "scene.ply", "IN": "in.ply", "OUT.ply": "out.ply", "OUT.png": "out.png", "OUT.mp4": "o.mp4",
@@ -20,7 +22,7 @@ PLACEHOLDERS = {"PATH": "scene.ply", "IN": "in.ply", "OUT.ply": "out.ply", "OUT.
 def readme_commands():
     """The physskin-gs command lines of the README: fenced lines and inline code spans (with the synopsis rows'
     optional groups dropped and placeholders filled in)."""
-    text = README.read_text()
+    text = README.read_text() + "\n" + USAGE.read_text()
     found = []
     for block in re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S):
         for line in block.splitlines():

@@ -73,7 +73,7 @@ def register(sub) -> None:
     p.add_argument("--width", type=int, default=384, help="video width in pixels (multiple of 16; default 384)")
     p.add_argument("--height", type=int, default=384, help="video height in pixels (multiple of 16; default 384)")
     p.add_argument("--orbit", type=float, default=90.0, help="degrees the video camera orbits over the clip")
-    p.add_argument("--script", metavar="MOTION.json", help='scripted drags: {"drags": [{"handle": 3 | "point": [x,y,z], "radius": r, "keyframes": [{"frame": 10, "offset"|"target": [x,y,z]}], "start_frame": 5, "end_frame": 50}]} (targets in scene units; see README)')
+    p.add_argument("--script", metavar="MOTION.json", help='scripted drags: {"drags": [{"handle": 3 | "point": [x,y,z], "radius": r, "keyframes": [{"frame": 10, "offset"|"target": [x,y,z]}], "start_frame": 5, "end_frame": 50}]} (targets in scene units; see docs/usage.md)')
     add_skinning_arguments(p)
     p.add_argument("--material", default=None, metavar="NAME",
                    help="a material by name, setting E, nu and density at once: " + ", ".join(
