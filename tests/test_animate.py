@@ -155,3 +155,16 @@ def test_headless_mesh_exports_mesh_sequence(mesh_file, tmp_path):
     assert abs(m3.vertices - m1.vertices).max() > 1e-3
     meta = json.loads((out / "sequence.json").read_text())
     assert meta["pattern"] == "frame%04d.obj" and meta["up_axis"] == [0.0, 1.0, 0.0]
+
+
+def test_a_log_gets_one_line_per_stage(splat_file, tmp_path, capsys):
+    """stderr that is not a terminal (a log file, a pipe, pytest's capture) gets no progress-bar updates: one line
+    when the frame loop starts, and the video line says how much of the loop the CPU video rendering took."""
+    rc = _run(["animate", splat_file("spot_mesh2splat_10k.splat"), "--headless", "--frames", 5, "--video",
+               tmp_path / "v.mp4", "--width", 64, "--height", 48, *FAST])
+    assert rc == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err and "animate:  " not in err  # no tqdm bar
+    assert "[physskin-gs] animate: 5 frames\n" in err
+    line = next(x for x in err.splitlines() if x.startswith(f"[physskin-gs] wrote {tmp_path / 'v.mp4'}"))
+    assert "rendering the video on the CPU took" in line and "(--width / --height 64x48 set its size" in line

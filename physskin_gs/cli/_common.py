@@ -143,6 +143,22 @@ def scene_up(scene) -> List[float]:
     return up
 
 
+def progress_bar(iterable, desc: str, unit: str, total: Optional[int] = None, **kwargs):
+    """A tqdm bar on stderr when stderr is a terminal; elsewhere (a log file, a pipe) one line when the stage
+    starts (``[physskin-gs] DESC: N UNITs``) and nothing per item, so a log gets no carriage-return updates. Extra
+    keyword arguments go to tqdm (``set_postfix`` and friends still work on the silent bar)."""
+    from tqdm import tqdm
+
+    tty = bool(getattr(sys.stderr, "isatty", lambda: False)())
+    if not tty:
+        n = total if total is not None else (len(iterable) if hasattr(iterable, "__len__") else None)
+        print(f"[physskin-gs] {desc}" + (f": {n} {unit}{'s' if n != 1 else ''}" if n is not None else ""),
+              file=sys.stderr, flush=True)
+    kwargs.setdefault("disable", False)
+    kwargs["disable"] = kwargs["disable"] or not tty
+    return tqdm(iterable, desc=desc, unit=unit, total=total, file=sys.stderr, **kwargs)
+
+
 #: The one line said when the scene analysis is not sure of the up axis (no support found, or two candidates).
 UNSURE_UP = ("the scene analysis is not sure which way is up; if the result is not upright, pass --up "
              "(y, -y, z, -z, x, -x or 'ux,uy,uz')")

@@ -643,11 +643,13 @@ def run_headless(args) -> int:
     if sa is not None:
         c = sa["counts"]
         static = anim.scene.num_gaussians - anim.info["num_moving"]
+        given_up = str(args.up).strip().lower() != "auto"
         print(f"[physskin-gs] scene: up [{', '.join(f'{v:+.3f}' for v in sa['up'])}] ({sa['up_source']}: "
-              f"{sa['reason']})", file=sys.stderr)
-        print(f"[physskin-gs] selection {anim.info['selection']}: moving {anim.info['num_moving']}, static {static} "
-              f"(support {c['support']}, background {c['background']}, floaters {c['floater']}, transparent "
-              f"{c['transparent'] - sa['moving_transparent']}, invalid {c['invalid']})"
+              f"{sa['reason']})" + (f"; --up {args.up} overrides it" if given_up else ""), file=sys.stderr)
+        auto_select = str(args.select).strip().lower() == "auto"
+        print(f"[physskin-gs] selection {anim.info['selection']}: moving {anim.info['num_moving']}, static {static}"
+              + (f" (support {c['support']}, background {c['background']}, floaters {c['floater']}, transparent "
+                 f"{c['transparent'] - sa['moving_transparent']}, invalid {c['invalid']})" if auto_select else "")
               + ("; floor = support plane" if anim.support_height is not None and config.floor
                  and config.floor_height is None else ""), file=sys.stderr)
         if sa.get("unsure") and str(args.up).strip().lower() == "auto":
@@ -694,7 +696,11 @@ def run_headless(args) -> int:
     mesh_frames: List[Path] = []
     frames_rgb = []
     stats_log = []
-    bar = tqdm(range(1, args.frames + 1), desc="animate", unit="frame", file=sys.stderr, dynamic_ncols=True)
+    from physskin_gs.cli._common import progress_bar
+
+    bar = progress_bar(range(1, args.frames + 1), "animate", "frame", dynamic_ncols=True)
+    video_seconds = 0.0
+    t_loop = time.perf_counter()
     try:
         for f in bar:
             interrupts.check()
@@ -715,7 +721,9 @@ def run_headless(args) -> int:
                         exporter = open_sequence_exporter(anim, export, fmt, fps)
                     exporter.add(f, anim.deformed_rows())
             if video is not None:
+                t_v = time.perf_counter()
                 img = video.render(f - 1)
+                video_seconds += time.perf_counter() - t_v
                 frames_rgb.append(img)
                 if png_dir:
                     import imageio.v2 as iio
@@ -814,7 +822,10 @@ def run_headless(args) -> int:
         except PhysSkinError as exc:
             kept = f"; the {args.frames} simulated frames are in {export}/" if export is not None else ""
             raise OutputError(f"{exc}{kept}") from None
-        print(f"[physskin-gs] wrote {written} ({len(frames_rgb)} frames, {fps:.1f} fps)", file=sys.stderr)
+        loop = time.perf_counter() - t_loop
+        print(f"[physskin-gs] wrote {written} ({len(frames_rgb)} frames, {fps:.1f} fps); rendering the video on the "
+              f"CPU took {video_seconds:.1f} s of the {loop:.1f} s the frames took (--width / --height "
+              f"{args.width}x{args.height} set its size and cost)", file=sys.stderr)
     if not all(torch.isfinite(anim.sim.q).reshape(-1).tolist()):  # pragma: no cover - guarded by the simulator
         raise PhysSkinError("simulation state became non-finite")
     return 0

@@ -168,7 +168,9 @@ def run(args) -> int:
     azimuths = [args.azimuth + 360.0 * i / n for i in range(n)]
 
     def frames():
-        for az in tqdm(azimuths, desc="turntable", unit="frame", file=sys.stderr):
+        from physskin_gs.cli._common import progress_bar
+
+        for az in progress_bar(azimuths, "turntable", "frame"):
             interrupts.check()
             yield frame(az)[0]
 

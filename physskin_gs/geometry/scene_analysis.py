@@ -542,6 +542,7 @@ def analyze_scene(
         reason = why
     elif base is not None and base.up is not None:
         up, source = base.up, "stable-base"
+        why = why.replace("; using the file's up-axis convention instead", "")  # (the evidence is used instead)
         agrees = prior is not None and float(base.up @ prior) > cos30
         reason = f"no support plane found ({why}); {base.reason}" + ("" if agrees or prior is None
                                                                       else f", not {prior_name}")
