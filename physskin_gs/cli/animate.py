@@ -599,7 +599,6 @@ def run_headless(args) -> int:
     The exported frames and sequence.json are written before the video, so a video that cannot be written (an
     error, exit code 2) still leaves the simulated sequence."""
     import torch
-    from tqdm import tqdm
 
     from physskin_gs.io.sequence import open_sequence_exporter
     from physskin_gs.pipeline import load_for_animation, prepare_animation

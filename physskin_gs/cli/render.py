@@ -79,7 +79,6 @@ def parse_background(text: str):
 
 def run(args) -> int:
     import torch
-    from tqdm import tqdm
 
     from physskin_gs.io import drop_invalid, load_scene
     from physskin_gs.render import auto_frame, render_scene_frame, to_uint8, write_video
