@@ -120,9 +120,11 @@ def register(sub) -> None:
 
 
 def config_from_args(args):
-    """AnimationConfig from parsed args. Raises OptionError for a bad --floor."""
+    """AnimationConfig from parsed args (``--material`` resolved first). Raises OptionError for a bad --floor or
+    --material."""
     from physskin_gs.pipeline import AnimationConfig
 
+    resolve_material(args)
     floor, floor_height = True, None
     spec = str(getattr(args, "floor_spec", "auto") or "auto").strip().lower()
     if spec in ("off", "none", "false", "no"):

@@ -26,9 +26,11 @@ The plane is a support when something stands on it and
 * it is a surface, not a cut through a body: right under its carrying surface (one to three voxels below the
   slab) there are, per unit thickness, less than half as many points as in the slab (a table top or a plinth's lid
   is a dense layer over sparser legs, walls and inside; a surface crossing the plane continues as densely);
-* what stands on it weighs at least as much as what lies on its other side (a chip cut off a body, an ear or a
-  leaf, the pot of a plant seen upside down from its soil, is not what a capture shows standing; the legs, the
-  underside of a table or the cut-off plinth under a statue weigh less than what the capture is framed on).
+* what stands on it weighs at least as much as what lies on its other side under its carrying surface (a chip
+  cut off a body, an ear or a leaf, the pot of a plant seen upside down from its soil, is not what a capture shows
+  standing; the legs, the underside of a table or the cut-off plinth under a statue weigh less than what the
+  capture is framed on; the wider floor under a plate or a table does not count), and at least a tenth of the
+  capture (a floater beside a plant is not what it was framed on).
 
 Candidates are the well-populated planes of random seeds' local normals and, in a levelled capture, the densest
 thin layers across each of the file's axes (a small plinth top holds few points next to the walls and panels above
@@ -347,7 +349,7 @@ def _candidates(p: np.ndarray, rng: np.random.Generator, band: float, hypotheses
 def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band: float, voxel: float,
                  hypotheses: int = 1024, max_planes: int = 10, min_beyond: float = 0.05,
                  min_share: float = 1.0, unsure_ratio: float = 0.7, prior: Optional[np.ndarray] = None,
-                 min_wide: float = 0.15, min_width: float = 1.0):
+                 min_wide: float = 0.15, min_width: float = 1.0, min_standing: float = 0.1):
     """The support plane of the subsample p (M, 3) float64 (scene units) with opacity weights w (M,).
 
     ``band``: slab half-thickness; ``voxel``: occupancy voxel edge of the standing test; ``min_beyond``: least
@@ -358,6 +360,7 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
     within 30 degrees of it wins (and is sure), and a support reaching less than ``min_wide`` beyond what stands on
     it is trusted only when it agrees with the prior (else None is returned, unsure). ``min_width``: least area of
     a support's carrying surface (the widest of its parallel layers) over the footprint of what stands on it.
+    ``min_standing``: least share of the subsample's mass that stands on a support.
 
     Returns (best accepted :class:`SupportCandidate` or None, reason (one sentence), unsure (bool), every
     candidate examined).
@@ -365,6 +368,7 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
     m = p.shape[0]
     if m < 32:
         return None, f"only {m} opaque non-floater points", False, []
+    w_total = float(w.sum())
     examined: List[SupportCandidate] = []
     orientations = []
     for n0, d0 in _candidates(p, rng, band, hypotheses, max_planes):
@@ -416,7 +420,22 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
         cand.standing_fraction = cand.standing_mass / max(total, 1e-30)
         cand.parts = len(parts)
         cand.beyond = beyond
-        far = float(w[sd < -band].sum())
+        # what hangs below the support itself: the other side's mass under its carrying surface (a table's legs
+        # and underside, a plinth; not the wider floor a plate or a table stands on)
+        under = np.flatnonzero(sd < -band)
+        far = 0.0
+        if under.shape[0]:
+            try:
+                eqs = ConvexHull(slab2).equations
+                inside = np.max((p[under] @ B.T) @ eqs[:, :2].T + eqs[:, 2], axis=1) <= 0.5 * voxel
+                far = float(w[under[inside]].sum())
+            except QhullError:
+                far = float(w[under].sum())
+        if cand.standing_mass < min_standing * w_total:  # a floater or a leaf tip beside a plant is not what the
+            # capture is framed on
+            cand.why = (f"what stands on it is {cand.standing_mass / max(w_total, 1e-30):.0%} of the capture: not "
+                        "what it was framed on")
+            continue
         if cand.standing_mass < min_share * far:  # a chip cut off a body (an ear, a leaf) is not what a
             # capture shows standing on its support
             cand.why = (f"what stands on it is {cand.standing_mass / max(far, 1e-30):.0%} of the mass on its other "
