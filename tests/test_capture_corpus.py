@@ -49,11 +49,10 @@ def _axis(text: str) -> np.ndarray:
 
 
 def _generator():
-    spec = importlib.util.spec_from_file_location("make_hard_captures", REPO_ROOT / "scripts" / "make_hard_captures.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["make_hard_captures"] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    """scripts/make_hard_captures.py as a module (imported by name so its dataclasses find their module)."""
+    if str(REPO_ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    return importlib.import_module("make_hard_captures")
 
 
 # ------------------------------------------------------------------------------------------ committed capture
