@@ -354,7 +354,7 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
 
     ``band``: slab half-thickness; ``voxel``: occupancy voxel edge of the standing test; ``min_beyond``: least
     fraction of the plane's points outside the footprint of what stands on it; ``min_share``: least mass of what
-    stands on it relative to the mass on its other side; a runner-up with another normal
+    stands on it relative to the mass on its other side under its carrying surface; a runner-up with another normal
     (> 20 degrees) scoring ``unsure_ratio`` of the winner (standing mass x inlier fraction) makes the result unsure.
     ``prior``: the (3,) unit up vector of the file's convention, or None: between near-equal candidates the one
     within 30 degrees of it wins (and is sure), and a support reaching less than ``min_wide`` beyond what stands on
@@ -454,7 +454,8 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
             cut = float(np.count_nonzero(np.isfinite(dist)) / (2.0 * voxel)) / max(slab2.shape[0] / (2.0 * band),
                                                                                   1e-30)
             if cut > 0.5:
-                cand.why = f"it cuts through a body ({cut:.0%} of it continues below): not a surface"
+                cand.why = (f"it cuts through a body (right under it the points are {cut:.0%} as dense as in it): "
+                            "not a surface")
                 continue
         cand.accepted = True
         best_score = max(best_score, cand.standing_mass * cand.inlier_fraction)
