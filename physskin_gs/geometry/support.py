@@ -41,8 +41,9 @@ gives way to that nearer support; the rest are ranked by standing mass times inl
 plane that touch it without standing on it (a wall passing through it or standing beside the support, a table
 leg) are returned, so that the caller keeps them static even where they touch the object. The file's own
 up-axis convention (``prior``) breaks near ties; a runner-up with another normal that scores nearly as much makes
-the result *unsure* (and the caller falls back to the convention), and a support that reaches less than 15 %
-beyond what stands on it is trusted only when it agrees with the convention. No width ratio against the whole
+the result *unsure* (and the caller falls back to the convention), a support that reaches less than 15 %
+beyond what stands on it is trusted only when it agrees with the convention, and one that turns the capture upside
+down against the convention is used but *unsure*. No width ratio against the whole
 scene and no "every other point on one side" test: a support only 1.1 times the object's footprint, cut off at the
 capture's edge, with a wall or furniture crossing it, is found all the same.
 
@@ -522,4 +523,9 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
         return None, (f"the best support candidate reaches only {reach:.0%} beyond what stands on it and is "
                       f"{np.degrees(np.arccos(np.clip(best.normal @ prior, -1, 1))) if prior is not None else 90:.0f} "
                       "degrees from the file's up-axis convention: too weak to trust"), True, examined
+    if prior is not None and best.normal @ prior < -np.cos(np.deg2rad(30.0)):
+        # the capture would be upside down in its own file's frame: possible (a flipped export), but as often the
+        # flat face of an isolated object lying on it (a synthetic chair on its back): used, and said
+        unsure = True
+        reason += "; unsure: it turns the capture upside down against the file's up-axis convention"
     return best, reason, unsure, examined
