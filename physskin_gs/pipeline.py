@@ -534,6 +534,12 @@ class AnimatedScene:
         self.lowest_scene = lo_u
         #: the support plane's height along up (scene units) when the scene analysis found one, else None
         self.support_height = info.get("support_height")
+        # the floor acts on the cubature points, which lie inside the object: its bottom surface (the 0.5 % height
+        # quantile of the moving centres, robust to a stray row) is this far (m, >= 0) below the lowest of them, and
+        # the contact plane is raised by as much so the surface, not the interior samples, rests on the floor
+        bottom = float(torch.quantile(ext.double() @ up, 0.005)) if ext.shape[0] else lo_u
+        self.contact_offset = max(0.0, float((X_sim @ up.double()).min()) - (bottom - float(self.center @ up))
+                                  * self.sim_scale)
         floor_sim = self._floor_sim(config.floor, config.floor_height)
         _hessian_native.available()  # compile/load the Hessian kernel now, not inside the first step
         self.sim = SubspaceSimulator(
@@ -577,7 +583,16 @@ class AnimatedScene:
             h = float(self.support_height)
         else:
             h = self.lowest_scene - 0.25 * self.height_scene
-        return (h - float(self.center @ self.up_vector)) * self.sim_scale
+        return (h - float(self.center @ self.up_vector)) * self.sim_scale + self.contact_offset
+
+    @property
+    def floor_scene(self) -> Optional[float]:
+        """The floor's height along up (scene units), where the object's surface comes to rest (the simulator's
+        contact plane for the interior cubature points lies ``contact_offset`` metres above it); None without a
+        floor."""
+        if self.sim.floor_height is None:
+            return None
+        return (self.sim.floor_height - self.contact_offset) / self.sim_scale + float(self.center @ self.up_vector)
 
     @property
     def dt(self) -> float:

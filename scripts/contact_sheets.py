@@ -94,9 +94,7 @@ def sheet(path: Path, out: Path, frames: int = 60, size: int = 192, picks=(1, 20
     sim = time.perf_counter() - t1
     ds = anim.deformed_scene()
     now = ds.means.double()
-    floor = None
-    if anim.sim.floor_height is not None:
-        floor = anim.sim.floor_height / anim.sim_scale + float(anim.center @ up)
+    floor = anim.floor_scene
     rest = float("nan")
     if moving.any() and floor is not None and height > 0:
         low = float(torch.quantile(now[moving] @ up, 0.005))

@@ -77,7 +77,7 @@ def test_static_part_unchanged_and_moving_part_falls():
     sc = _blob_scene()
     anim = _prepare(sc)
     assert anim.moving.sum() == sc.num_gaussians - 5
-    floor_scene = anim.sim.floor_height / anim.sim_scale + float(anim.center @ anim.up_vector)
+    floor_scene = anim.floor_scene
     lowest = float(sc.means[anim.moving, 2].min())
     assert floor_scene == pytest.approx(lowest - 0.25 * anim.height_scene, rel=1e-6)
     for _ in range(25):

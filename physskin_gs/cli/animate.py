@@ -337,8 +337,8 @@ class OrbitVideo:
         center = 0.5 * (lo + hi)
         radius = 0.5 * float((hi - lo).norm())
         floor_h = None
-        if anim.sim.floor_height is not None:
-            floor_h = anim.sim.floor_height / anim.sim_scale + float(anim.center @ up)
+        if anim.floor_scene is not None:
+            floor_h = anim.floor_scene
             # look a bit lower so the floor contact stays in view
             center = center - 0.5 * (float(center @ up) - floor_h) * up * 0.5
         self.target = center
@@ -782,8 +782,7 @@ def run_headless(args) -> int:
             "damping": config.damping,
             "solver": config.solver,
             "newton_iters": config.newton_iters,
-            "floor": None if anim.sim.floor_height is None else anim.sim.floor_height / anim.sim_scale
-            + float(anim.center @ anim.up_vector),
+            "floor": anim.floor_scene,
             "pin": config.pin,
             "select": config.select,
             "scene_analysis": anim.info.get("scene_analysis"),
