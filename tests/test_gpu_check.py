@@ -87,7 +87,9 @@ def test_cpu_self_test_of_the_steps_writes_their_structure(tmp_path):
     assert list(rep["steps"]) == ["env", "deform_1m", "compare"]
     d = rep["steps"]["deform_1m"]["result"]
     assert d["n"] == 3000 and d["handles"] == 16
-    assert d["device_vs_cpu"]["means_max_abs"] < 1e-4 and d["device_vs_cpu"]["covars_max_rel"] < 1e-4
+    # float32 paths with different summation orders: 0.5e-7 .. 1.15e-4 relative over the runs seen (the torch path's
+    # reductions change order with the thread schedule); a wrong formula is off by O(1)
+    assert d["device_vs_cpu"]["means_max_abs"] < 1e-4 and d["device_vs_cpu"]["covars_max_rel"] < 5e-4
     assert d["ratios"]["device_torch_over_copy"] > 0
     c = rep["steps"]["compare"]["result"]["scenes"]["spot_mesh2splat_10k"]
     assert c["n"] == 10000 and c["time"]["torch_cpu"]["median_ms"] > 0
