@@ -87,8 +87,8 @@ def test_cpu_self_test_of_the_steps_writes_their_structure(tmp_path):
     assert list(rep["steps"]) == ["env", "deform_1m", "compare"]
     d = rep["steps"]["deform_1m"]["result"]
     assert d["n"] == 3000 and d["handles"] == 16
-    # float32 paths with different summation orders: 0.5e-7 .. 1.15e-4 relative over the runs seen (the torch path's
-    # reductions change order with the thread schedule); a wrong formula is off by O(1)
+    # two float32 paths: 2.6e-7 relative on the development machine, 1.15e-4 in one CI run of the same seeded inputs
+    # (cause not found: perhaps a singular value at the F clamp's edge); a wrong formula is off by O(1)
     assert d["device_vs_cpu"]["means_max_abs"] < 1e-4 and d["device_vs_cpu"]["covars_max_rel"] < 5e-4
     assert d["ratios"]["device_torch_over_copy"] > 0
     c = rep["steps"]["compare"]["result"]["scenes"]["spot_mesh2splat_10k"]
