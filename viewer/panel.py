@@ -223,7 +223,8 @@ class ControlPanel:
             g["scene_note"] = gui.add_markdown("", visible=False)
             g["up"] = gui.add_dropdown(
                 "up axis", UP_CHOICES, initial_value=up_choice(getattr(cfg, "up", "auto")), disabled=not can_switch,
-                hint="auto: the support plane's normal (else the axis it stands on, or the format's convention); re-prepares",
+                hint="auto: the support plane's normal (else the axis it stands on, or the format's convention); "
+                     "re-prepares",
             )
             app.selection.build(gui, cfg)
             if not can_switch:

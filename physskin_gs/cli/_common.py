@@ -129,8 +129,9 @@ def resolve_up_option(value) -> Tuple[bool, Any]:
 
 
 def scene_up(scene) -> List[float]:
-    """``--up auto``: the (3,) unit up vector of the scene analysis (the support plane's normal, else the
-    axis it stands on most stably or the format's convention, as animate does), as floats; prints ``note: up X, Y, Z (source: reason)`` on stderr.
+    """``--up auto``: the (3,) unit up vector of the scene analysis (the support plane's normal, else the axis
+    the object stands on most stably or the format's convention, as animate does), as floats; prints
+    ``note: up X, Y, Z (source: reason)`` on stderr.
     Raises DegenerateGeometryError (from the scene analysis) when no row is valid and opaque."""
     from physskin_gs.pipeline import analyze_for_animation
 

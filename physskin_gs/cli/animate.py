@@ -92,7 +92,8 @@ def register(sub) -> None:
                    help="floor height along up in scene units, 'auto' (the support plane the object stands on, found "
                         "by the scene analysis; without one 25%% of the object height below it) or 'off'")
     p.add_argument("--pin", help="pin region: 'below:0.1' (bottom 10%% of the height) or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
-    p.add_argument("--up", default="auto", help="up axis: auto (default: the support plane's normal; without one the file "
+    p.add_argument("--up", default="auto",
+                   help="up axis: auto (default: the support plane's normal; without one the file "
                    "axis the object stands on most stably when that is clear, else the format's convention: "
                    ".splat/compressed -y, INRIA PLY +z, meshes +y), y, -y, z, -z, x, -x")
     p.add_argument("--scale", type=float, help="metres per scene unit (default: the object is 1 m across)")

@@ -1,10 +1,10 @@
 """``physskin-gs render PATH -o OUT.png``: render a Gaussian scene to an image, or a turntable video.
 
-Camera: an orbit camera around the centre of the scene's robust (1st-99th percentile) bounding box,
-at ``--azimuth`` / ``--elevation`` degrees about the ``--up`` axis; the distance frames the box unless
-``--distance`` is given. Default up axis ``auto``, the same rule as ``animate``: the normal of the support plane
-the object stands on (scene analysis); without one the file axis the object stands on most stably when that is
-clear, else the format's convention (.splat / compressed PLY -y, INRIA PLY +z, meshes +y). Backend ``auto`` uses gsplat when CUDA is
+Camera: an orbit camera around the centre of the scene's robust (1st-99th percentile) bounding box, at ``--azimuth``
+/ ``--elevation`` degrees about the ``--up`` axis; the distance frames the box unless ``--distance`` is given.
+Default up axis ``auto``, the same rule as ``animate``: the normal of the support plane the object stands on (scene
+analysis); without one the file axis the object stands on most stably when that is clear, else the format's
+convention (.splat / compressed PLY -y, INRIA PLY +z, meshes +y). Backend ``auto`` uses gsplat when CUDA is
 available, else the pure-torch rasteriser. The input file is never overwritten, an existing output only with
 ``--force``; what was written is checked (a missing or incomplete image or video is an error, exit code 2).
 """

@@ -25,21 +25,22 @@ classification of all rows O(N)):
    do not touch (26-neighbourhood) a kept component.
 4. *Robust extent*: opacity-weighted quantiles of the opaque non-floater points.
 5. *Support plane* (:func:`physskin_gs.geometry.support.find_support`): distinct well-populated planes of a
-   subsample (PCA normals of random seed points, ranked by inliers times one-sidedness, refined by least
-   squares, and the densest thin layers across each coordinate axis), each examined in both orientations. A plane is a support when something *stands* on it: a
-   connected part above its slab that touches it, ends there (does not continue below, as a wall or a leg
-   does), is stable (its centre of mass over the contact the plane's points carry) and is not a sheet of the
-   plane itself; the plane must reach beyond the footprint of what stands on it (the flat base of an isolated
-   object does not), be at least as wide as that footprint (a face of the object is not), be a surface rather
-   than a cut through a body, and carry at least as much mass as lies on its other side. Of the accepted planes
-   the nearest (not the floor under a supported table) that carries the most, weighted by its share of the
-   capture, wins; the file's up-axis convention breaks near ties, a rival with another normal makes the analysis
-   *unsure* (then the convention is used), and a support that reaches less than 15 % beyond what stands on it is
-   trusted only when it agrees with the convention. Its normal, oriented toward what stands on it, is the up
-   axis. *Without a support* (an object cut free of its table, a synthetic object) the up axis is the axis of
-   the file the object stands on most stably (:mod:`physskin_gs.geometry.upright`: its centre of mass over the
-   widest base), when that evidence is clear; else the file's convention (``format_prior_up``). Either way the
-   analysis is *unsure* unless the evidence and the convention agree.
+   subsample (PCA normals of random seed points, ranked by inliers times one-sidedness, refined by least squares,
+   and the densest thin layers across each coordinate axis), each examined in both orientations. A plane is a
+   support when something *stands* on it: a connected part above its slab that touches it, ends there (does not
+   continue below, as a wall or a leg does), is stable (its centre of mass over the contact the plane's points
+   carry) and is not a sheet of the plane itself; the plane must reach beyond the footprint of what stands on it
+   (the flat base of an isolated object does not), be at least as wide as that footprint (a face of the object is
+   not), be a surface rather than a cut through a body, and carry at least as much mass as lies on its other side
+   under it (and a tenth of the capture). Of the accepted planes the nearest (not the floor under a supported table)
+   that carries the most, weighted by its share of the capture, wins; the file's up-axis convention breaks near
+   ties, a rival with another normal makes the analysis *unsure* (then the convention is used), and a support that
+   reaches less than 15 % beyond what stands on it is trusted only when it agrees with the convention (one that
+   turns the capture upside down against it is used, unsure). Its normal, oriented toward what stands on it, is the
+   up axis. *Without a support* (an object cut free of its table, a synthetic object) the up axis is the axis of the
+   file the object stands on most stably (:mod:`physskin_gs.geometry.upright`: its centre of mass over the widest
+   base), when that evidence is clear; else the file's convention (``format_prior_up``). Either way the analysis is
+   *unsure* unless the evidence and the convention agree.
 6. *Object*: opaque non-floater points more than ``object_clearance`` (times the extent) above the plane
    (all of them when no plane is found) are voxelised again; the 26-connected component holding the heaviest
    part that stands on the support (without a support: the one with the largest opacity mass) is the object.
