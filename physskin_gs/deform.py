@@ -903,17 +903,26 @@ class GaussianDeformer:
             self._ws.append(_Workspace(self.block))
 
     # ---------------------------------------------------------------- public
-    def deform(self, Z: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def deform(self, Z: torch.Tensor, gradients: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
         """Apply handle transforms Z (H, 3, 4) (scene frame). Returns (means (N, 3), covars (N, 3, 3)), float32
         buffers owned by the deformer (overwritten by the next call; clone to keep). ``x' = X + sum_h W_h Z_h X~``
         (PhysSkin Eq. 2), ``Sigma' = (F L)(F L)^T`` with F as in method.md 3 (grad-W term included), F's singular
-        values clamped first when ``singular_clamp`` is set (method.md 10). Raises ValueError if Z is not
-        (H, 3, 4)."""
+        values clamped first when ``singular_clamp`` is set (method.md 10).
+
+        ``gradients``: an optional (N, 3, 3) float32 contiguous CPU tensor that also receives F (as
+        :meth:`deformation_gradients`), in the same pass with the native kernel (the viewer's view-dependent colour
+        needs it every frame). Raises ValueError if Z is not (H, 3, 4) or ``gradients`` is not (N, 3, 3) float32
+        contiguous."""
+        if gradients is not None and (tuple(gradients.shape) != (self.N, 3, 3) or gradients.dtype != torch.float32
+                                      or not gradients.is_contiguous() or gradients.device.type != "cpu"):
+            raise ValueError(f"gradients must be a ({self.N}, 3, 3) float32 contiguous CPU tensor")
         self._set_Z(Z)
         if self.native:
-            self._native_pass(self.means, self.covars, None, None)
+            self._native_pass(self.means, self.covars, None if gradients is None else gradients.view(self.N, 9), None)
         else:
             self._run(self._frame_block, self._workspaces)
+            if gradients is not None:
+                gradients.copy_(self._gather("F"))
         return self.means, self.covars
 
     def _gather(self, key: str) -> torch.Tensor:

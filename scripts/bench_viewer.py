@@ -11,7 +11,10 @@ Measures, in one process:
              simulation thread's ``anim.step`` (+ handle-transform snapshot), the display thread's deformation,
              wire packing (numpy reference and the torch SplatPacker) and viser buffer update; plus the previous
              design's sim-thread ``deformed_gaussians`` for comparison;
-  live       the real ViewerApp (sim thread + display thread + one websocket client receiving) for a few seconds:
+  colour     for scenes with SH bands: the view-dependent colour of the moving rows (deformer pass with F + the C
+             kernel) and of the static rows, and the torch reference of the kernel;
+  live       the real ViewerApp (sim thread + display thread + one websocket client receiving, its camera orbiting
+             so that the static rows are recoloured as a user looking around makes them) for a few seconds:
              display updates/s, simulation steps/s, and the CPU time of each thread per update (which, unlike
              the wall-clock rates, hardly depends on other load on the machine).
 and prints a table with ratios against the baseline. With ``--million`` it first builds the 1M scene (800k static
@@ -28,7 +31,9 @@ Usage:
   python scripts/bench_viewer.py --fake                # toy AnimatedScene (viewer cost alone)
   python scripts/bench_viewer.py --scene data/plant_capture.splat --solver both   # issue 6's real test case
   python scripts/bench_viewer.py --gpu-only            # the 1M / 1080p gsplat render benchmark
-  python scripts/bench_viewer.py --million              # issue 13: 1M Gaussians, 200k moving
+  python scripts/bench_viewer.py --million              # issue 13: 1M Gaussians, 200k moving (SH degree 3,
+                                                       # view-dependent colour on, the camera orbiting: issue 25)
+  python scripts/bench_viewer.py --million --no-view-colour --no-memory   # the same with the degree-0 colour
   python scripts/bench_viewer.py --memory-probe 800000 200000   # one memory probe (prints JSON; used by --million)
 """
 
@@ -75,9 +80,10 @@ def make_anim(args):
 MILLION_BOX = "-0.3,-0.3,0.04,0.3,0.3,1.1"  # the block of make_million_scene (the select box)
 
 
-def make_million_scene(n_static: int = 800_000, n_moving: int = 200_000, seed: int = 0):
+def make_million_scene(n_static: int = 800_000, n_moving: int = 200_000, seed: int = 0, sh_degree: int = 0):
     """A synthetic capture: a 4 x 4 x 0.02 floor slab of ``n_static`` grey Gaussians (z from 0 to 0.02) and an
-    orange 0.5 x 0.5 x 1 block of ``n_moving`` Gaussians standing on it (z from 0.05 to 1.05), z up, degree-0 SH.
+    orange 0.5 x 0.5 x 1 block of ``n_moving`` Gaussians standing on it (z from 0.05 to 1.05), z up, SH of
+    ``sh_degree`` (bands above 0 random, 0.1 per coefficient, as a trained capture's view-dependent sheen).
 
     :data:`MILLION_BOX` selects the block: with ``AnimationConfig(select=MILLION_BOX, up="z")`` the block moves
     and the floor is static. Returns a GaussianScene of ``n_static + n_moving`` rows (floor first).
@@ -95,7 +101,8 @@ def make_million_scene(n_static: int = 800_000, n_moving: int = 200_000, seed: i
     return GaussianScene(
         means=torch.cat([floor, block]), quats=q / q.norm(dim=1, keepdim=True),
         log_scales=torch.full((n, 3), -5.0) + 0.3 * torch.rand(n, 3, generator=g),
-        opacity_logits=torch.full((n,), 3.0), sh_dc=(rgb - 0.5) / C0, sh_rest=torch.zeros(n, 0, 3),
+        opacity_logits=torch.full((n,), 3.0), sh_dc=(rgb - 0.5) / C0,
+        sh_rest=0.1 * torch.randn(n, (sh_degree + 1) ** 2 - 1, 3, generator=g),
         source="synthetic 1M capture", format="synthetic",
     )
 
@@ -453,6 +460,31 @@ def bench_cpu(args, anim=None, kind="", solver="fast") -> None:
         buf[0, 0] ^= jitter[0] & 1  # a changed buffer
         handle.buffer = buf
 
+    view = None
+    if int(anim.scene.sh_degree) > 0 and split is not None and not args.no_view_colour:
+        from physskin_gs.render.view_colour import view_rgb, view_rgb_reference
+
+        mrows = split.moving_idx
+        Fbuf = torch.empty(len(mrows), 3, 3)
+        out = torch.empty(len(mrows), 3)
+        dc, rest_sh = anim.scene.sh_dc.cpu(), anim.scene.sh_rest.cpu()
+        static_rows = torch.from_numpy(np.setdiff1d(np.arange(n), to_numpy(mrows)))
+        static_means = anim.scene.means.float().cpu()[static_rows].contiguous()
+        cam = (2.0, 2.0, 1.0)
+
+        def deform_view():  # deformation with F in the same pass, then the colours of the moving rows
+            split.run_moving(state["Z"], lambda m, c, F: view_rgb(m, dc, rest_sh, cam, F, rows=mrows, out=out),
+                             gradients=True)
+
+        def view_ref():
+            split.run_moving(state["Z"], lambda m, c, F: view_rgb_reference(m, dc, rest_sh, cam, F, mrows),
+                             gradients=True)
+
+        def static_view():
+            view_rgb(static_means, dc, rest_sh, cam, None, rows=static_rows)
+
+        view = (deform_view, view_ref, static_view, len(static_rows))
+
     reps = args.reps
     torch.set_num_threads(disp_threads)
     t_base = timeit(baseline, reps)
@@ -464,6 +496,10 @@ def bench_cpu(args, anim=None, kind="", solver="fast") -> None:
     t_pack_old = timeit(pack_old, reps)
     t_pack = timeit(pack_new, reps)
     t_send = timeit(send, reps) - t_pack
+    if view is not None:
+        t_view = timeit(view[0], reps) - t_def
+        t_view_ref = timeit(view[1], 2, warmup=1) - t_def
+        t_static_view = timeit(view[2], reps)
     if drag is not None:
         anim.end_drag(drag)
     client.close()
@@ -476,6 +512,8 @@ def bench_cpu(args, anim=None, kind="", solver="fast") -> None:
                     split=False if args.no_split else None)
     app.start()
     assert app.wait_ready(120), app.failed
+    if args.no_view_colour:
+        app.display.set_view_colour(False)
     if "fast" in app.gui:
         app.gui["fast"].value = fast
     app.live.worker.submit("solver", lambda a: _set_fast_solver(a, fast))
@@ -503,7 +541,12 @@ def bench_cpu(args, anim=None, kind="", solver="fast") -> None:
 
     st0 = static_messages()
     a0 = sample()
-    time.sleep(args.seconds)
+    end = time.perf_counter() + args.seconds
+    while time.perf_counter() < end:  # the camera orbits about z, as a user looking around
+        ang = np.radians(args.orbit * (args.seconds - (end - time.perf_counter())))
+        x, y = 2.0 * np.cos(np.pi / 4 + ang) * np.sqrt(2.0), 2.0 * np.sin(np.pi / 4 + ang) * np.sqrt(2.0)
+        ws.send_camera((x, y, 1.0), (0.0, 0.0, 0.0))
+        time.sleep(0.1)
     a1 = sample()
     st1 = static_messages()
     n_static = int(len(app.live.static_idx))
@@ -526,7 +569,8 @@ def bench_cpu(args, anim=None, kind="", solver="fast") -> None:
 
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
     print(f"# Viewer benchmark, CPU: {n:,} Gaussians ({n_moving_live:,} moving shown live, {n_static:,} static sent "
-          f"once), AnimatedScene = {kind}, solver = {solver}, "
+          f"once), AnimatedScene = {kind}, solver = {solver}, SH degree {int(anim.scene.sh_degree)}, view-dependent "
+          f"colour {'on' if view is not None else 'off'}, camera orbiting at {args.orbit:g} deg/s, "
           f"deformation on the {'display' if split is not None else 'simulation'} thread, torch threads "
           f"sim {sim_threads} / display {disp_threads}, {os.cpu_count()} cores, load average {load:.1f} at the end")
     print()
@@ -543,6 +587,16 @@ def bench_cpu(args, anim=None, kind="", solver="fast") -> None:
         ("serial total (step + deform + pack + update)", t_step + t_def + t_pack + t_send),
         ("display thread total (deform + pack + update)", t_def + t_pack + t_send),
     ]
+    if view is not None:
+        rows += [
+            (f"display thread: view-dependent colour of the moving rows (F in the deformer's pass + C kernel, "
+             f"SH degree {int(anim.scene.sh_degree)})", t_view),
+            ("  the same with the torch reference (SVD polar, float64)", t_view_ref),
+            (f"display thread: view-dependent colour of the {view[3]:,} static rows (on a camera turn of 2 deg)",
+             t_static_view),
+            ("display thread total with view-dependent colour (deform + colour + pack + update)",
+             t_def + t_view + t_pack + t_send),
+        ]
     for label, t in rows:
         print(f"| {label} | {1e3 * t:.1f} | {1 / t:.1f} | {t / t_base:.2f} |")
     ms_disp = 1e3 / max(disp_ps, 1e-9)
@@ -550,7 +604,7 @@ def bench_cpu(args, anim=None, kind="", solver="fast") -> None:
           f"{ms_disp / 1e3 / t_base:.2f} |")
     print(f"| live app: simulation steps | {1e3 / max(steps_ps, 1e-9):.1f} | {steps_ps:.1f} | |")
     print(f"| live app: moving-node splat updates received by the websocket client | | {recv_ps:.1f} | |")
-    print(f"| live app: static-node messages received during the run (sent once, before) | | {st1 - st0} | |")
+    print(f"| live app: static-node messages received during the run (recoloured on camera turns) | | {st1 - st0} | |")
     print(f"| live app: CPU of the sim thread per step | {1e3 * sim_cpu:.1f} | | |")
     print(f"| live app: CPU of the display thread per update | {1e3 * disp_cpu:.1f} | | |")
     print(f"| live app: CPU of other threads per update (websocket send, test client, GUI) | {1e3 * other_cpu:.1f} | | |")
@@ -643,6 +697,13 @@ def main() -> int:
     ap.add_argument("--million", action="store_true",
                     help="issue 13: 1M Gaussians (800k static floor, a 200k block moving), first frame, memory")
     ap.add_argument("--no-memory", action="store_true", help="with --million: skip the memory probes")
+    ap.add_argument("--sh-degree", type=int, default=3, choices=[0, 1, 2, 3],
+                    help="with --million: SH degree of the synthetic scene (view-dependent colour is on for > 0)")
+    ap.add_argument("--no-view-colour", action="store_true",
+                    help="turn the viewer's view-dependent colour off (the degree-0 colour, as before issue 25)")
+    ap.add_argument("--orbit", type=float, default=10.0,
+                    help="degrees per second the test client's camera turns during the live run (the static rows "
+                         "are recoloured for the camera every 2 degrees, at most every 0.3 s)")
     ap.add_argument("--memory-probe", nargs=2, type=int, metavar=("N_STATIC", "N_MOVING"),
                     help="run one memory probe in this process and print it as JSON")
     ap.add_argument("--probe-seconds", type=float, default=6.0, help="seconds live before a memory probe reads RSS")
@@ -661,7 +722,7 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="physskin-bench-") as tmp:
             path = Path(tmp) / "million.ply"
             t0 = time.perf_counter()
-            save_scene(make_million_scene(), path)
+            save_scene(make_million_scene(sh_degree=args.sh_degree), path)
             print(f"wrote the 1M scene ({path.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.1f} s",
                   file=sys.stderr)
             anim, first = bench_first_frame(args, path)

@@ -250,6 +250,11 @@ class LiveState:
     moving_rows_t: Any = None  # torch int64 moving rows of the full scene, None when every row moves
     live_pos_t: Any = None  # torch int64 rows of the moving Gaussians shown live, None when all are
     packer: Any = None  # SplatPacker for the live splats (display thread only)
+    sh_degree: int = 0  # SH degree of the scene (view-dependent colour needs > 0)
+    sh_cpu: Any = None  # (sh_dc (N, 3), sh_rest (N, K, 3)) torch CPU tensors of the scene
+    live_idx_t: Any = None  # torch int64 live_idx (SH rows of the live splats)
+    view_rgb: Any = None  # (L, 3) float32 torch scratch: the live rows' view-dependent colours
+    static_means_t: Any = None  # (rest means (S, 3) float32 torch, rows (S,) int64) of the static rows shown
 
 
 class ViewerApp:
@@ -579,6 +584,7 @@ class ViewerApp:
         position, look_at, near, far = pose
         server.scene.set_up_direction(tuple(float(v) for v in up))
         server.initial_camera.position = tuple(float(v) for v in position)
+        self.display.set_camera(position)  # view-dependent colour follows it until a tab reports its camera
         server.initial_camera.look_at = tuple(float(v) for v in look_at)
         server.initial_camera.up = tuple(float(v) for v in up)
         server.initial_camera.near = near
@@ -681,6 +687,9 @@ class ViewerApp:
         live.moving_rows_t = None if len(moving_rows) == n else torch.from_numpy(moving_rows.astype(np.int64))
         live.live_pos_t = None if live_pos is None else torch.from_numpy(np.asarray(live_pos, dtype=np.int64))
         live.packer = SplatPacker(len(live_idx))
+        live.sh_degree = int(scene.sh_degree)
+        live.sh_cpu = (scene.sh_dc.detach().cpu(), scene.sh_rest.detach().cpu())  # no copy when on the CPU
+        live.live_idx_t = torch.from_numpy(np.asarray(live_idx, dtype=np.int64))
         worker.start()  # publishes the rest state
         frame = worker.slot.get()
 
@@ -715,6 +724,8 @@ class ViewerApp:
 
     # ================================================================== connections
     def _on_connect(self, client) -> None:
+        display = self.display
+        client.camera.on_update(lambda cam: display.set_camera(cam.position))  # view-dependent colour follows it
         if self.display_mode != DISPLAY_CLIENT and self.live is not None:
             self._start_renderer(client)
 

@@ -12,6 +12,14 @@ by depth (one global sort, per-node transforms), so the two nodes composite corr
 preparation runs, a third node ``/scene/preview`` shows the whole rest scene (:meth:`DisplayLoop.show_preview`);
 it is removed once the live nodes are in place.
 
+View-dependent colour (Display folder, on by default for scenes with SH bands above degree 0): the browser draws one
+RGBA per splat, so the SH are evaluated here for the camera of the tab that moved last
+(:func:`physskin_gs.render.view_colour.view_rgb`, the colour ``render`` gives): the live rows every update (with
+their deformation gradients from the same deformer pass, so a rotated part keeps its highlights), the static rows
+when that camera has turned by more than :data:`STATIC_VIEW_ANGLE` degrees (at most every
+:data:`STATIC_VIEW_INTERVAL` s). With several tabs looking from different sides, the others see the colours of the
+last one to move.
+
 Bytes the viewer holds per Gaussian (besides the scene and the AnimatedScene; counted by
 ``scripts/bench_viewer.py --million``): a static row 64 in viser (its 32-byte record twice: in the add message
 kept to replay to new tabs, and in the handle's props) + 8 for its row index; a moving row 96 in viser (add
@@ -35,6 +43,7 @@ from collections import deque
 from typing import Deque, Optional, Tuple
 
 import numpy as np
+import torch
 
 from .constants import DIM_GREY, DIM_MIX, DIM_OPACITY, DISPLAY_CLIENT, FIELD_ALL, FIELD_NONE, XRAY_OPACITY
 from .sim import Frame, set_thread_torch_threads, to_numpy
@@ -51,6 +60,13 @@ from .splats import (
 
 #: Most static Gaussians sent to the browser, as a multiple of ``max_live`` (at least a million).
 STATIC_FACTOR = 5
+#: The static rows' view-dependent colours are remade when the camera has turned by more than this (degrees)
+#: about the object's centre ...
+STATIC_VIEW_ANGLE = 2.0
+#: ... or moved toward / away from it by more than this fraction of its distance ...
+STATIC_VIEW_DISTANCE = 0.05
+#: ... at most once per this many seconds (each remake resends the static node: 32 bytes per static row).
+STATIC_VIEW_INTERVAL = 0.3
 
 
 def dim_colors(rgb: np.ndarray, opac: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -85,6 +101,9 @@ class DisplayLoop:
         self.field_choice = FIELD_NONE
         self.xray = False
         self.dim_static = False
+        self.view_colour = True
+        self.camera_position: Optional[np.ndarray] = None  # (3,) float64 scene units: the camera colours follow
+        self._static_view: Optional[Tuple[np.ndarray, float]] = None  # (camera position, time) of the static colours
         self._colors_cache = None
         self._thread: Optional[threading.Thread] = None
         self.preview_node = None  # /scene/preview while the first preparation runs (show_preview)
@@ -119,6 +138,7 @@ class DisplayLoop:
             try:
                 if app.display_mode == DISPLAY_CLIENT:
                     app._push_splats(live, frame)
+                    self._follow_camera_static(live)
                 now = time.monotonic()
                 self.updates += 1
                 self._times.append(now)
@@ -161,7 +181,7 @@ class DisplayLoop:
             if ssub is not None:
                 st = st[ssub]
             live.static_shown = st
-            rgb, op = live.base_rgb[st], live.opac[st]
+            rgb, op = self._static_rgb(live), live.opac[st]
             if self.dim_static:
                 rgb, op = dim_colors(rgb, op)
             c, v = rest_wire(live.anim.scene, st, s)
@@ -253,18 +273,45 @@ class DisplayLoop:
         return rgba
 
     def push_splats(self, live, frame: Frame) -> None:
-        """Send ``frame``'s live splats: deform (split frames), pack into viser's layout, update the node."""
-        rgba = live.live_rgba
-        if rgba is None or rgba[0] is not live.live_rgb or rgba[2] != self.xray:  # colours changed: repack once
-            self._repack_rgba(live)
+        """Send ``frame``'s live splats: deform (split frames), pack into viser's layout, update the node.
+
+        With view-dependent colour on (:meth:`view_colour_on`, scene colours shown), the live rows' colours are
+        evaluated for the current camera from the same deformation pass (:func:`~physskin_gs.render.view_colour.view_rgb`:
+        SH at ``R_F^T d``, as ``render`` does), every update."""
         pos = live.live_pos_t
+        if self.view_colour_on(live) and self.field_choice == FIELD_NONE:
+            from physskin_gs.render.view_colour import view_rgb
 
-        def pack(means, covars):  # runs while the deformer's buffers are valid (see Frame.with_moving)
-            if pos is not None:
-                means, covars = means[pos], covars[pos]
-            return live.packer.pack(means, covars, live.s)
+            cam = self.camera_position
+            sh_dc, sh_rest = live.sh_cpu
+            alpha = live.opac[live.live_idx] * (XRAY_OPACITY if self.xray else 1.0)
+            if live.view_rgb is None or live.view_rgb.shape[0] != len(live.live_idx):
+                live.view_rgb = torch.empty(len(live.live_idx), 3, dtype=torch.float32)
 
-        buf = frame.with_moving(pack, live.moving_rows_t)
+            def pack_view(means, covars, F):  # runs while the deformer's buffers are valid
+                if pos is not None:
+                    means, covars = means[pos], covars[pos]
+                    F = None if F is None else F[pos]
+                if means.device.type != "cpu":
+                    means, covars = means.cpu(), covars.cpu()
+                    F = None if F is None else F.cpu()
+                rgb = view_rgb(means, sh_dc, sh_rest, cam, F, rows=live.live_idx_t, out=live.view_rgb)
+                live.packer.set_rgba(rgba_u32(rgb.numpy(), alpha))
+                return live.packer.pack(means, covars, live.s)
+
+            buf = frame.with_moving(pack_view, live.moving_rows_t, gradients=True)
+            live.live_rgba = None  # the packer holds view colours: the scene colours are repacked when they return
+        else:
+            rgba = live.live_rgba
+            if rgba is None or rgba[0] is not live.live_rgb or rgba[2] != self.xray:  # colours changed: repack once
+                self._repack_rgba(live)
+
+            def pack(means, covars):  # runs while the deformer's buffers are valid (see Frame.with_moving)
+                if pos is not None:
+                    means, covars = means[pos], covars[pos]
+                return live.packer.pack(means, covars, live.s)
+
+            buf = frame.with_moving(pack, live.moving_rows_t)
         if live.retired:
             return  # re-prepared while packing: the node is being removed
         live.moving_node.buffer = buf  # viser copies it: the packer may overwrite its buffer next frame
@@ -311,13 +358,69 @@ class DisplayLoop:
         if live is not None:
             self._apply_static_look(live)
 
+    def view_colour_on(self, live) -> bool:
+        """True when the browser gets view-dependent colour for ``live``: the toggle is on, the scene has SH bands
+        above degree 0 and a camera is known."""
+        return bool(self.view_colour and live.sh_degree > 0 and self.camera_position is not None)
+
+    def set_view_colour(self, on: bool) -> None:
+        """Evaluate the SH for the camera (``on``) or show the degree-0 colour; redraws both nodes."""
+        self.view_colour = bool(on)
+        live = self.app.live
+        if live is not None:
+            self._static_view = None
+            self._apply_static_look(live)
+            self.redraw(live)
+
+    def set_camera(self, position) -> None:
+        """The camera whose view the colours follow: (3,) scene units (the tab that moved its camera last)."""
+        p = np.asarray(position, dtype=np.float64).reshape(3)
+        if np.all(np.isfinite(p)):
+            self.camera_position = p
+
+    def _follow_camera_static(self, live) -> None:
+        """Recolour the static node for the camera when it has turned by more than :data:`STATIC_VIEW_ANGLE` (or
+        moved by more than :data:`STATIC_VIEW_DISTANCE` of its distance) about the object's centre since the static
+        colours were made, at most every :data:`STATIC_VIEW_INTERVAL` s (one buffer update of the static rows)."""
+        if live.static_node is None or not self.view_colour_on(live):
+            return
+        cam, last = self.camera_position, self._static_view
+        now = time.monotonic()
+        if last is not None:
+            if now - last[1] < STATIC_VIEW_INTERVAL:
+                return
+            a, b = last[0] - live.center, cam - live.center
+            na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
+            cos = float(np.dot(a, b)) / max(na * nb, 1e-30)
+            if cos > np.cos(np.radians(STATIC_VIEW_ANGLE)) and abs(na - nb) <= STATIC_VIEW_DISTANCE * max(na, 1e-30):
+                return
+        self._apply_static_look(live)
+
+    def _static_rgb(self, live) -> np.ndarray:
+        """(S, 3) colours of the static rows shown: view-dependent for the current camera when on, else the
+        degree-0 colour."""
+        st = live.static_shown
+        if not self.view_colour_on(live):
+            self._static_view = None
+            return live.base_rgb[st]
+        from physskin_gs.render.view_colour import view_rgb
+
+        cam = self.camera_position.copy()
+        if live.static_means_t is None:
+            rows = torch.from_numpy(np.asarray(st, dtype=np.int64))
+            live.static_means_t = (live.anim.scene.means.detach().float().cpu()[rows].contiguous(), rows)
+        means, rows = live.static_means_t
+        rgb = view_rgb(means, *live.sh_cpu, cam, None, rows=rows).numpy()
+        self._static_view = (cam, time.monotonic())
+        return rgb
+
     def _apply_static_look(self, live) -> None:
-        """Rewrite the static node's colour words (dimmed or as the scene), one buffer update; positions and
-        covariances are kept as first sent."""
+        """Rewrite the static node's colour words (dimmed or as the scene, view-dependent when on), one buffer
+        update; positions and covariances are kept as first sent."""
         node, st = live.static_node, live.static_shown
         if node is None or st is None:
             return
-        rgb, op = live.base_rgb[st], live.opac[st]
+        rgb, op = self._static_rgb(live), live.opac[st]
         if self.dim_static:
             rgb, op = dim_colors(rgb, op)
         words = rgba_u32(rgb, op)

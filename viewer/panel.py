@@ -196,6 +196,10 @@ class ControlPanel:
             g["dim_static"] = gui.add_checkbox(
                 "dim static", False, hint="grey the Gaussians that do not move (support, background, floaters)"
             )
+            g["view_colour"] = gui.add_checkbox(
+                "view-dependent colour", app.display.view_colour, disabled=live.sh_degree == 0,
+                hint="evaluate the scene's spherical harmonics for your camera, as render and the exported frames do "
+                     "(off: the degree-0 colour); disabled for scenes without SH bands")
             g["click"] = gui.add_checkbox("click to grab", True)
         with gui.add_folder("Record"):
             g["record_dir"] = gui.add_text("folder", str(app.recording.record_dir))
@@ -256,6 +260,7 @@ class ControlPanel:
         app = self.app
         g = self.gui
         g["field"].options = self.field_options()
+        g["view_colour"].disabled = app.live.sh_degree == 0
         g["dt"].value = float(getattr(anim, "dt", g["dt"].value))
         fh = default_floor_height(anim, app.config, app.live.up)
         g["floor_height"].value = fh  # fires the floor callback: the new worker gets the same height
@@ -455,6 +460,10 @@ class ControlPanel:
         @g["dim_static"].on_update
         def _(_e) -> None:
             app.display.set_dim_static(bool(g["dim_static"].value))
+
+        @g["view_colour"].on_update
+        def _(_e) -> None:
+            app.display.set_view_colour(bool(g["view_colour"].value))
 
         @g["click"].on_update
         def _(_e) -> None:

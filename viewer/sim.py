@@ -115,22 +115,26 @@ class Frame:
             self._full()
         return self._covars_t
 
-    def with_moving(self, fn: Callable[[Any, Any], Any], moving_rows=None) -> Any:
+    def with_moving(self, fn: Callable[..., Any], moving_rows=None, gradients: bool = False) -> Any:
         """``fn(means (M, 3), covars (M, 3, 3))`` on the moving Gaussians' deformed state; returns its result.
 
         On the split path this deforms on the calling thread and the tensors are the deformer's own buffers:
         they are valid only inside ``fn`` (copy what must outlive it). On the eager path they are rows
         ``moving_rows`` (None: every row) of ``means_t``/``covars_t``.
+
+        With ``gradients`` the call is ``fn(means, covars, F)``: F (M, 3, 3) float32, the deformation gradients
+        at the centres, from the same deformer pass on the split path (when the deformer offers them), else None
+        (the eager path, or an already deformed frame).
         """
         src = self.source
         if src is not None:
             if self._means_t is None:
-                return src.run_moving(self.state, fn)
+                return src.run_moving(self.state, fn, gradients=gradients)
             moving_rows = None if src.all_moving else src.moving_idx  # already deformed: reuse it
         m, c = self.means_t, self.covars_t
         if moving_rows is not None:
             m, c = m[moving_rows], c[moving_rows]
-        return fn(m, c)
+        return fn(m, c, None) if gradients else fn(m, c)
 
     def _numpy(self, key: str, t) -> np.ndarray:
         arr = self._np.get(key)
@@ -184,6 +188,7 @@ class SplitDeformSource:
         self.num_moving = int(self.moving_idx.numel())
         self.all_moving = self.num_moving == moving.shape[0]
         self._rest = None  # (means (N, 3), covars (N, 3, 3)) float32, for the static rows of full()
+        self._F = None  # (M, 3, 3) float32 deformation gradients (run_moving with gradients)
 
     @staticmethod
     def supported(anim) -> bool:
@@ -202,14 +207,28 @@ class SplitDeformSource:
         """The current simulation state to deform later: (H, 3, 4) handle transforms (a private copy). Sim thread."""
         return self.anim.handle_transforms_scene().detach().clone()
 
-    def run_moving(self, state, fn: Callable[[Any, Any], Any]) -> Any:
-        """Deform the moving Gaussians for ``state`` and return ``fn(means (M, 3), covars (M, 3, 3))``.
+    def run_moving(self, state, fn: Callable[..., Any], gradients: bool = False) -> Any:
+        """Deform the moving Gaussians for ``state`` and return ``fn(means (M, 3), covars (M, 3, 3))``, or with
+        ``gradients`` ``fn(means, covars, F)``: F (M, 3, 3) float32 from the same pass, or None when the deformer
+        cannot give it (see :meth:`Frame.with_moving`).
 
         The tensors are the deformer's float32 buffers, valid only inside ``fn``; any thread.
         """
         with self.lock:
-            means, covars = self.deformer.deform(state)
-            return fn(means, covars)
+            if not gradients:
+                means, covars = self.deformer.deform(state)
+                return fn(means, covars)
+            F = None
+            if getattr(self.deformer, "native", None) is not None:  # a GaussianDeformer (F in the same pass)
+                import torch
+
+                F, n = self._F, int(self.deformer.N)  # the deformer holds the moving rows
+                if F is None or F.shape[0] != n:
+                    F = self._F = torch.empty(n, 3, 3, dtype=torch.float32)
+                means, covars = self.deformer.deform(state, gradients=F)
+            else:
+                means, covars = self.deformer.deform(state)
+            return fn(means, covars, F)
 
     def full(self, state):
         """(means (N, 3), covars (N, 3, 3)) float32 private tensors of every Gaussian for ``state`` (static rows at
