@@ -42,7 +42,7 @@ import re
 import time
 import warnings
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, Optional
+from typing import Callable, Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -96,6 +96,8 @@ GRID_AUTO_MARGIN = 0.8
 #: A moving row is usable (part of the object's volume, counted for the handles) from this opacity on (finite rows
 #: only): the interior fill's and the skin command's rule.
 USABLE_OPACITY = 0.05
+#: ``"base"`` region (the part touching the support): this bottom fraction of the object's height along up.
+BASE_REGION_FRACTION = 0.15
 #: Moving centres on which the grid is compared with direct evaluation (``info["field_eval"]["error"]``).
 GRID_REPORT_POINTS = 2000
 #: Cubature points are farthest points of at most this many random volume points (the whole set when smaller).
@@ -126,7 +128,10 @@ class AnimationConfig:
     static), 'all' (every finite row moves), a box or an opacity rule (:func:`parse_selection`).
     ``floor_height`` None: the support plane when one is found, else 25% of the object's height below it.
     ``pin``: None, ``"below:F"`` (the bottom fraction F of the object's height) or ``"box:xmin,...,zmax"``
-    (scene units). ``damping``: Rayleigh coefficient c (beta = c dt; see the simulator). ``friction``: viscous
+    (scene units). ``regions``: per-region materials, ``(spec, material name)`` pairs, later ones winning where
+    they overlap; a spec as ``pin``'s or ``"base"`` (the part touching the support, the bottom
+    :data:`BASE_REGION_FRACTION` of the height); a region takes the material's E and density, the Poisson ratio
+    stays ``nu``. ``damping``: Rayleigh coefficient c (beta = c dt; see the simulator). ``friction``: viscous
     floor friction (1/s). ``solver``: the simulator's Hessian policy, "adaptive" (default), "chord" or "newton"
     (see :class:`physskin_gs.physics.simulator.SubspaceSimulator`).
     ``clamp_anisotropy``: clamp F's singular values to [0.2, 5] for the Gaussians (needle guard).
@@ -154,6 +159,7 @@ class AnimationConfig:
     select: Optional[str] = "auto"
     scale: Optional[float] = None
     pin: Optional[str] = None
+    regions: Tuple[Tuple[str, str], ...] = ()
     seed: int = 0
     clamp_anisotropy: bool = True
     num_handles: int = 16
@@ -571,6 +577,9 @@ class AnimatedScene:
         self._drag_info: Dict[int, dict] = {}
         self._pin_spec = None
         self.set_pin(config.pin)
+        self._regions = []
+        if config.regions:
+            self.set_regions(config.regions)
         self._cache_key = None
         self._cache = None
         lap("handles_pins")
@@ -608,8 +617,11 @@ class AnimatedScene:
         self.sim.dt = float(value)
 
     def set_material(self, E=None, nu=None, density=None) -> None:
-        """Change E (Pa), nu, density (kg/m^3) at any time; raises OptionError for invalid values."""
+        """Change the object's E (Pa), nu, density (kg/m^3) at any time (regions of :meth:`set_regions` keep their
+        own E and density); raises OptionError for invalid values."""
         self.sim.set_material(E=E, nu=nu, density=density)
+        if getattr(self, "_regions", None):
+            self._apply_regions()
 
     def set_gravity(self, g: float, direction=None) -> None:
         """Gravity magnitude (m/s^2) along ``direction`` (3,) or -up."""
@@ -627,23 +639,22 @@ class AnimatedScene:
         """Viscous floor friction eta >= 0 in 1/s."""
         self.sim.set_friction(eta)
 
-    def set_pin(self, spec: Optional[str]) -> None:
-        """Pin cubature points: None, ``"below:F"`` (bottom fraction F of the height, at rest) or
-        ``"box:xmin,ymin,zmin,xmax,ymax,zmax"`` (scene units). Pins hold points at their rest positions.
-        Raises OptionError for a malformed spec or an empty pin set."""
-        if spec is None or str(spec).strip() == "":
-            self.sim.set_pins(None)
-            self._pin_spec = None
-            return
+    def region_mask(self, spec: str, option: str = "--pin") -> torch.Tensor:
+        """(n,) bool mask of the cubature points (at rest) in the region ``spec``: ``"below:F"`` (the bottom
+        fraction F of the object's height along up), ``"base"`` (the part touching the support: ``below:0.15``)
+        or ``"box:xmin,ymin,zmin,xmax,ymax,zmax"`` (scene units). ``option`` names the option in errors.
+        Raises OptionError for a malformed spec or one that selects no cubature point."""
         s = str(spec).strip()
         X = self._cub_rest_scene
+        if s == "base":
+            s = f"below:{BASE_REGION_FRACTION}"
         if s.startswith("below:"):
             try:
                 frac = float(s.split(":", 1)[1])
             except ValueError:
-                raise OptionError(f"--pin {spec!r}: expected below:FRACTION, e.g. below:0.1") from None
+                raise OptionError(f"{option} {spec!r}: expected below:FRACTION, e.g. below:0.1") from None
             if not 0 < frac <= 1:
-                raise OptionError(f"--pin {spec!r}: the fraction must be in (0, 1]")
+                raise OptionError(f"{option} {spec!r}: the fraction must be in (0, 1]")
             hgt = X @ self.up_vector
             lo, hi = float(hgt.min()), float(hgt.max())
             mask = hgt <= lo + frac * (hi - lo)
@@ -653,16 +664,67 @@ class AnimatedScene:
             except ValueError:
                 vals = []
             if len(vals) != 6:
-                raise OptionError(f"--pin {spec!r}: expected box:xmin,ymin,zmin,xmax,ymax,zmax")
+                raise OptionError(f"{option} {spec!r}: expected box:xmin,ymin,zmin,xmax,ymax,zmax")
             lo, hi = torch.tensor(vals[:3], dtype=torch.float64), torch.tensor(vals[3:], dtype=torch.float64)
             mask = ((X >= lo) & (X <= hi)).all(1)
         else:
-            raise OptionError(f"--pin {spec!r}: expected 'below:F' or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
-        idx = torch.nonzero(mask).flatten()
-        if idx.numel() == 0:
-            raise OptionError(f"--pin {spec!r} selects no cubature point")
+            raise OptionError(f"{option} {spec!r}: expected 'below:F', 'base' or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
+        if not bool(mask.any()):
+            raise OptionError(f"{option} {spec!r} selects no cubature point")
+        return mask
+
+    def set_pin(self, spec: Optional[str]) -> None:
+        """Pin cubature points: None, or a region of :meth:`region_mask` (``"below:F"``, ``"base"``,
+        ``"box:xmin,ymin,zmin,xmax,ymax,zmax"``). Pins hold points at their rest positions.
+        Raises OptionError for a malformed spec or an empty pin set."""
+        if spec is None or str(spec).strip() == "":
+            self.sim.set_pins(None)
+            self._pin_spec = None
+            return
+        s = str(spec).strip()
+        idx = torch.nonzero(self.region_mask(s, "--pin")).flatten()
         self.sim.set_pins(idx)
         self._pin_spec = s
+
+    def set_regions(self, regions) -> None:
+        """Per-region materials: ``regions`` a sequence of ``(spec, material)`` pairs, later ones winning where they
+        overlap; ``spec`` a region of :meth:`region_mask`, ``material`` a :class:`physskin_gs.materials.Material`
+        or its name. The cubature points in a region take its Young's modulus and density; the Poisson ratio
+        stays the object's (:meth:`physskin_gs.physics.simulator.SubspaceSimulator.set_point_materials`). An
+        empty sequence makes the object one material again. Raises OptionError for a bad spec or material name
+        (nothing changes then)."""
+        from physskin_gs.materials import Material, material
+
+        parsed = []
+        for spec, mat in regions:
+            if not isinstance(mat, Material):
+                try:
+                    mat = material(mat)
+                except KeyError as exc:
+                    raise OptionError(f"--region {spec}={mat}: {exc.args[0]}") from None
+            parsed.append((str(spec).strip(), mat, self.region_mask(spec, "--region")))
+        self._regions = parsed
+        self._apply_regions()
+
+    @property
+    def regions(self) -> list:
+        """The per-region materials: a list of dicts (spec, material, E, density, cubature points)."""
+        return [{"spec": sp, "material": m.name, "E": m.E, "density": m.density, "cubature_points": int(k.sum())}
+                for sp, m, k in getattr(self, "_regions", [])]
+
+    def _apply_regions(self) -> None:
+        """Per-point factors of the regions relative to the object's current E and density."""
+        regions = getattr(self, "_regions", [])
+        if not regions:
+            self.sim.set_point_materials(None, None)
+            return
+        n = int(self._cub_rest_scene.shape[0])
+        stiff, dens = np.ones(n), np.ones(n)
+        for _, mat, mask in regions:
+            m = mask.numpy()
+            stiff[m] = mat.E / self.sim.E
+            dens[m] = mat.density / self.sim.density
+        self.sim.set_point_materials(stiff, dens)
 
     # -------------------------------------------------------------------------------- stepping
     def step(self, n: int = 1) -> dict:

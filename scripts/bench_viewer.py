@@ -462,26 +462,30 @@ def bench_cpu(args, anim=None, kind="", solver="fast") -> None:
 
     view = None
     if int(anim.scene.sh_degree) > 0 and split is not None and not args.no_view_colour:
-        from physskin_gs.render.view_colour import view_rgb, view_rgb_reference
+        from physskin_gs.render.view_colour import view_rgb_reference, view_rgba_words
 
         mrows = split.moving_idx
-        Fbuf = torch.empty(len(mrows), 3, 3)
-        out = torch.empty(len(mrows), 3)
         dc, rest_sh = anim.scene.sh_dc.cpu(), anim.scene.sh_rest.cpu()
-        static_rows = torch.from_numpy(np.setdiff1d(np.arange(n), to_numpy(mrows)))
+        static_rows = torch.from_numpy(np.setdiff1d(np.arange(n), mrows.numpy()))
         static_means = anim.scene.means.float().cpu()[static_rows].contiguous()
         cam = (2.0, 2.0, 1.0)
 
-        def deform_view():  # deformation with F in the same pass, then the colours of the moving rows
-            split.run_moving(state["Z"], lambda m, c, F: view_rgb(m, dc, rest_sh, cam, F, rows=mrows, out=out),
-                             gradients=True)
+        alpha = np.clip(opac[mrows.numpy()].reshape(-1) * 255.0, 0, 255).astype(np.uint8)
+        words = np.zeros((len(mrows), 8), np.uint32)
+
+        def deform_view():  # as the display thread: deformation with F in the same pass, then the colour words
+            split.run_moving(state["Z"], lambda m, c, F: view_rgba_words(m, dc, rest_sh, cam, alpha, words[:, 7:],
+                                                                         F, rows=mrows), gradients=True)
 
         def view_ref():
             split.run_moving(state["Z"], lambda m, c, F: view_rgb_reference(m, dc, rest_sh, cam, F, mrows),
                              gradients=True)
 
-        def static_view():
-            view_rgb(static_means, dc, rest_sh, cam, None, rows=static_rows)
+        static_alpha = np.clip(opac[static_rows.numpy()].reshape(-1) * 255.0, 0, 255).astype(np.uint8)
+        static_words = np.zeros((len(static_rows), 8), np.uint32)
+
+        def static_view():  # as the display thread after a camera turn: the static node's colour words
+            view_rgba_words(static_means, dc, rest_sh, cam, static_alpha, static_words[:, 7:], None, rows=static_rows)
 
         view = (deform_view, view_ref, static_view, len(static_rows))
 
@@ -592,7 +596,7 @@ def bench_cpu(args, anim=None, kind="", solver="fast") -> None:
             (f"display thread: view-dependent colour of the moving rows (F in the deformer's pass + C kernel, "
              f"SH degree {int(anim.scene.sh_degree)})", t_view),
             ("  the same with the torch reference (SVD polar, float64)", t_view_ref),
-            (f"display thread: view-dependent colour of the {view[3]:,} static rows (on a camera turn of 2 deg)",
+            (f"display thread: view-dependent colour of the {view[3]:,} static rows (after a camera turn of 3 deg)",
              t_static_view),
             ("display thread total with view-dependent colour (deform + colour + pack + update)",
              t_def + t_view + t_pack + t_send),
@@ -703,7 +707,7 @@ def main() -> int:
                     help="turn the viewer's view-dependent colour off (the degree-0 colour, as before issue 25)")
     ap.add_argument("--orbit", type=float, default=10.0,
                     help="degrees per second the test client's camera turns during the live run (the static rows "
-                         "are recoloured for the camera every 2 degrees, at most every 0.3 s)")
+                         "are recoloured for the camera after 3 degrees: once it rests, at most every second while it turns)")
     ap.add_argument("--memory-probe", nargs=2, type=int, metavar=("N_STATIC", "N_MOVING"),
                     help="run one memory probe in this process and print it as JSON")
     ap.add_argument("--probe-seconds", type=float, default=6.0, help="seconds live before a memory probe reads RSS")

@@ -77,6 +77,30 @@ def test_kernel_matches_reference(degree):
         torch.set_num_threads(old)
 
 
+@pytest.mark.parametrize("native", [None, False])
+def test_rgba_words_in_place_equal_rgba_u32_of_the_reference(native):
+    """The words written into column 7 of viewer splat records equal rgba_u32 of the reference colours (within one
+    step of 1/255 where float rounding sits on a boundary); the other columns are untouched."""
+    from physskin_gs.render.view_colour import view_rgba_words
+    from physskin_gs_viewer.splats import rgba_u32
+
+    g = torch.Generator().manual_seed(7)
+    n = 5000
+    dc, rest = torch.randn(n, 3, generator=g), 0.5 * torch.randn(n, 15, 3, generator=g)
+    means = torch.randn(n, 3, generator=g)
+    F = _random_F(n, 0.3, 3.0, g, inverted=20)[0]
+    opac = torch.rand(n, generator=g).numpy()
+    alpha = np.clip(opac.astype(np.float32) * 255.0, 0, 255).astype(np.uint8)
+    records = np.arange(n * 8, dtype=np.uint32).reshape(n, 8)
+    before = records.copy()
+    view_rgba_words(means, dc, rest, (1.0, 2.0, 3.0), alpha, records[:, 7:], F, native=native)
+    want = rgba_u32(view_rgb_reference(means, dc, rest, (1.0, 2.0, 3.0), F).numpy(), opac)
+    got_b, want_b = records[:, 7].copy().view(np.uint8).reshape(n, 4), want.view(np.uint8).reshape(n, 4)
+    assert int(np.abs(got_b.astype(int) - want_b.astype(int)).max()) <= 1
+    assert np.array_equal(got_b[:, 3], want_b[:, 3])
+    assert np.array_equal(records[:, :7], before[:, :7])
+
+
 def test_bad_shapes_are_refused():
     from physskin_gs.errors import OptionError
 

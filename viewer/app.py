@@ -253,7 +253,8 @@ class LiveState:
     sh_degree: int = 0  # SH degree of the scene (view-dependent colour needs > 0)
     sh_cpu: Any = None  # (sh_dc (N, 3), sh_rest (N, K, 3)) torch CPU tensors of the scene
     live_idx_t: Any = None  # torch int64 live_idx (SH rows of the live splats)
-    view_rgb: Any = None  # (L, 3) float32 torch scratch: the live rows' view-dependent colours
+    view_alpha: Any = None  # ((xray, L), (L,) uint8 alpha bytes of the live rows' view-dependent colour words)
+    static_alpha: Any = None  # (S,) uint8 alpha bytes of the static rows shown (view-dependent colour words)
     static_means_t: Any = None  # (rest means (S, 3) float32 torch, rows (S,) int64) of the static rows shown
 
 

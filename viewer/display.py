@@ -16,8 +16,8 @@ View-dependent colour (Display folder, on by default for scenes with SH bands ab
 RGBA per splat, so the SH are evaluated here for the camera of the tab that moved last
 (:func:`physskin_gs.render.view_colour.view_rgb`, the colour ``render`` gives): the live rows every update (with
 their deformation gradients from the same deformer pass, so a rotated part keeps its highlights), the static rows
-when that camera has turned by more than :data:`STATIC_VIEW_ANGLE` degrees (at most every
-:data:`STATIC_VIEW_INTERVAL` s). With several tabs looking from different sides, the others see the colours of the
+when that camera has turned by more than :data:`STATIC_VIEW_ANGLE` degrees and then rests for
+:data:`STATIC_VIEW_SETTLE` s (while it keeps turning, at most every :data:`STATIC_VIEW_INTERVAL` s). With several tabs looking from different sides, the others see the colours of the
 last one to move.
 
 Bytes the viewer holds per Gaussian (besides the scene and the AnimatedScene; counted by
@@ -62,11 +62,14 @@ from .splats import (
 STATIC_FACTOR = 5
 #: The static rows' view-dependent colours are remade when the camera has turned by more than this (degrees)
 #: about the object's centre ...
-STATIC_VIEW_ANGLE = 2.0
-#: ... or moved toward / away from it by more than this fraction of its distance ...
+STATIC_VIEW_ANGLE = 3.0
+#: ... or moved toward / away from it by more than this fraction of its distance, ...
 STATIC_VIEW_DISTANCE = 0.05
-#: ... at most once per this many seconds (each remake resends the static node: 32 bytes per static row).
-STATIC_VIEW_INTERVAL = 0.3
+#: ... once the camera has rested this long (s) ...
+STATIC_VIEW_SETTLE = 0.25
+#: ... or, while it keeps moving, at most once per this many seconds (each remake resends the static node: 32
+#: bytes per static row).
+STATIC_VIEW_INTERVAL = 1.0
 
 
 def dim_colors(rgb: np.ndarray, opac: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
@@ -104,6 +107,7 @@ class DisplayLoop:
         self.view_colour = True
         self.camera_position: Optional[np.ndarray] = None  # (3,) float64 scene units: the camera colours follow
         self._static_view: Optional[Tuple[np.ndarray, float]] = None  # (camera position, time) of the static colours
+        self._camera_moved = 0.0  # time.monotonic() of the last camera change
         self._colors_cache = None
         self._thread: Optional[threading.Thread] = None
         self.preview_node = None  # /scene/preview while the first preparation runs (show_preview)
@@ -280,13 +284,15 @@ class DisplayLoop:
         SH at ``R_F^T d``, as ``render`` does), every update."""
         pos = live.live_pos_t
         if self.view_colour_on(live) and self.field_choice == FIELD_NONE:
-            from physskin_gs.render.view_colour import view_rgb
+            from physskin_gs.render.view_colour import view_rgba_words
 
             cam = self.camera_position
             sh_dc, sh_rest = live.sh_cpu
-            alpha = live.opac[live.live_idx] * (XRAY_OPACITY if self.xray else 1.0)
-            if live.view_rgb is None or live.view_rgb.shape[0] != len(live.live_idx):
-                live.view_rgb = torch.empty(len(live.live_idx), 3, dtype=torch.float32)
+            key = (self.xray, len(live.live_idx))
+            if live.view_alpha is None or live.view_alpha[0] != key:
+                op = live.opac[live.live_idx] * (XRAY_OPACITY if self.xray else 1.0)
+                live.view_alpha = (key, np.clip(np.asarray(op, np.float32) * 255.0, 0, 255).astype(np.uint8))
+            alpha = live.view_alpha[1]
 
             def pack_view(means, covars, F):  # runs while the deformer's buffers are valid
                 if pos is not None:
@@ -295,8 +301,7 @@ class DisplayLoop:
                 if means.device.type != "cpu":
                     means, covars = means.cpu(), covars.cpu()
                     F = None if F is None else F.cpu()
-                rgb = view_rgb(means, sh_dc, sh_rest, cam, F, rows=live.live_idx_t, out=live.view_rgb)
-                live.packer.set_rgba(rgba_u32(rgb.numpy(), alpha))
+                view_rgba_words(means, sh_dc, sh_rest, cam, alpha, live.packer.rgba_view(), F, rows=live.live_idx_t)
                 return live.packer.pack(means, covars, live.s)
 
             buf = frame.with_moving(pack_view, live.moving_rows_t, gradients=True)
@@ -376,18 +381,21 @@ class DisplayLoop:
         """The camera whose view the colours follow: (3,) scene units (the tab that moved its camera last)."""
         p = np.asarray(position, dtype=np.float64).reshape(3)
         if np.all(np.isfinite(p)):
+            if self.camera_position is None or not np.array_equal(p, self.camera_position):
+                self._camera_moved = time.monotonic()
             self.camera_position = p
 
     def _follow_camera_static(self, live) -> None:
         """Recolour the static node for the camera when it has turned by more than :data:`STATIC_VIEW_ANGLE` (or
         moved by more than :data:`STATIC_VIEW_DISTANCE` of its distance) about the object's centre since the static
-        colours were made, at most every :data:`STATIC_VIEW_INTERVAL` s (one buffer update of the static rows)."""
+        colours were made, once it has rested :data:`STATIC_VIEW_SETTLE` s or, while it keeps moving, at most every
+        :data:`STATIC_VIEW_INTERVAL` s (one buffer update of the static rows)."""
         if live.static_node is None or not self.view_colour_on(live):
             return
         cam, last = self.camera_position, self._static_view
         now = time.monotonic()
         if last is not None:
-            if now - last[1] < STATIC_VIEW_INTERVAL:
+            if now - self._camera_moved < STATIC_VIEW_SETTLE and now - last[1] < STATIC_VIEW_INTERVAL:
                 return
             a, b = last[0] - live.center, cam - live.center
             na, nb = float(np.linalg.norm(a)), float(np.linalg.norm(b))
@@ -395,6 +403,13 @@ class DisplayLoop:
             if cos > np.cos(np.radians(STATIC_VIEW_ANGLE)) and abs(na - nb) <= STATIC_VIEW_DISTANCE * max(na, 1e-30):
                 return
         self._apply_static_look(live)
+
+    def _static_view_inputs(self, live):
+        """(rest means (S, 3), rows (S,)) torch of the static rows shown, made once per live scene."""
+        if live.static_means_t is None:
+            rows = torch.from_numpy(np.asarray(live.static_shown, dtype=np.int64))
+            live.static_means_t = (live.anim.scene.means.detach().float().cpu()[rows].contiguous(), rows)
+        return live.static_means_t
 
     def _static_rgb(self, live) -> np.ndarray:
         """(S, 3) colours of the static rows shown: view-dependent for the current camera when on, else the
@@ -406,10 +421,7 @@ class DisplayLoop:
         from physskin_gs.render.view_colour import view_rgb
 
         cam = self.camera_position.copy()
-        if live.static_means_t is None:
-            rows = torch.from_numpy(np.asarray(st, dtype=np.int64))
-            live.static_means_t = (live.anim.scene.means.detach().float().cpu()[rows].contiguous(), rows)
-        means, rows = live.static_means_t
+        means, rows = self._static_view_inputs(live)
         rgb = view_rgb(means, *live.sh_cpu, cam, None, rows=rows).numpy()
         self._static_view = (cam, time.monotonic())
         return rgb
@@ -420,11 +432,23 @@ class DisplayLoop:
         node, st = live.static_node, live.static_shown
         if node is None or st is None:
             return
+        buf = node.buffer
+        if self.view_colour_on(live) and not self.dim_static:  # the words straight from the kernel, in a copy
+            from physskin_gs.render.view_colour import view_rgba_words
+
+            cam = self.camera_position.copy()
+            means, rows = self._static_view_inputs(live)
+            if live.static_alpha is None:
+                live.static_alpha = np.clip(np.asarray(live.opac[st], np.float32) * 255.0, 0, 255).astype(np.uint8)
+            buf = np.array(buf, dtype=np.uint32, copy=True)
+            view_rgba_words(means, *live.sh_cpu, cam, live.static_alpha, buf[:, 7:], None, rows=rows)
+            self._static_view = (cam, time.monotonic())
+            node.buffer = buf
+            return
         rgb, op = self._static_rgb(live), live.opac[st]
         if self.dim_static:
             rgb, op = dim_colors(rgb, op)
         words = rgba_u32(rgb, op)
-        buf = node.buffer
         if np.array_equal(buf[:, 7], words):
             return  # already that look (e.g. dimmed when it was first sent)
         buf = np.array(buf, dtype=np.uint32, copy=True)

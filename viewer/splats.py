@@ -185,6 +185,10 @@ class SplatPacker:
             raise ValueError(f"rgba has {rgba.shape[0]} rows, the packer {self.n}")
         self._np[:, 7] = rgba
 
+    def rgba_view(self) -> np.ndarray:
+        """(n, 1) uint32 view of the RGBA column of the packer's buffer (write colour words into it in place)."""
+        return self._np[:, 7:]
+
     def pack(self, means, covars, s: float) -> np.ndarray:
         """Pack one frame.
 

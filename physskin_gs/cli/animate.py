@@ -91,7 +91,13 @@ def register(sub) -> None:
     p.add_argument("--floor", dest="floor_spec", default="auto",
                    help="floor height along up in scene units, 'auto' (the support plane the object stands on, found "
                         "by the scene analysis; without one 25%% of the object height below it) or 'off'")
-    p.add_argument("--pin", help="pin region: 'below:0.1' (bottom 10%% of the height) or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
+    p.add_argument("--pin", help="pin region: 'below:0.1' (bottom 10%% of the height), 'base' (the part touching "
+                   "the support: the bottom 15%%) or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
+    p.add_argument("--region", dest="regions", action="append", default=None, metavar="REGION=MATERIAL",
+                   help="a part of the object made of another material, e.g. 'base=wood' (a stiff base keeps a tall "
+                        "object standing) or 'box:xmin,ymin,zmin,xmax,ymax,zmax=rubber'; REGION as --pin's, MATERIAL "
+                        "one of " + ", ".join(MATERIALS) + ". The region takes the material's E and density, the "
+                        "Poisson ratio stays the object's. Repeatable; later regions win where they overlap")
     p.add_argument("--up", default="auto",
                    help="up axis: auto (default: the support plane's normal; without one the file "
                    "axis the object stands on most stably when that is clear, else the format's convention: "
@@ -146,7 +152,46 @@ def config_from_args(args):
         fit_seconds=args.fit_seconds, select=args.select, scale=args.scale, pin=args.pin, seed=args.seed,
         friction=args.friction, solver=getattr(args, "solver", "adaptive"),
         field_eval=getattr(args, "field_eval", "auto") or "auto",
+        regions=parse_regions(getattr(args, "regions", None)),
     )
+
+
+def parse_regions(items) -> tuple:
+    """``--region REGION=MATERIAL`` values -> ``((region, material name), ...)``, checked before any work: the
+    region's form (``below:F`` with 0 < F <= 1, ``base``, ``box:`` with six numbers, lower <= upper) and the
+    material's name. Raises OptionError naming the bad value. (Whether a region holds any of the object is known
+    only once it is prepared.)"""
+    out = []
+    for item in items or ():
+        text = str(item).strip()
+        spec, sep, name = text.rpartition("=")
+        spec, name = spec.strip(), name.strip()
+        if not sep or not spec or not name:
+            raise OptionError(f"--region {item!r}: expected REGION=MATERIAL, e.g. base=wood")
+        try:
+            material(name)
+        except KeyError as exc:
+            raise OptionError(f"--region {item!r}: {exc.args[0]}") from None
+        if spec.startswith("below:"):
+            try:
+                frac = float(spec[6:])
+            except ValueError:
+                frac = float("nan")
+            if not 0 < frac <= 1:
+                raise OptionError(f"--region {item!r}: below:FRACTION needs a fraction in (0, 1], e.g. below:0.2")
+        elif spec.startswith("box:"):
+            try:
+                vals = [float(v) for v in spec[4:].split(",")]
+            except ValueError:
+                vals = []
+            if len(vals) != 6 or not all(math.isfinite(v) for v in vals) or any(vals[i] > vals[i + 3] for i in range(3)):
+                raise OptionError(f"--region {item!r}: expected box:xmin,ymin,zmin,xmax,ymax,zmax (scene units, "
+                                  "min <= max)")
+        elif spec != "base":
+            raise OptionError(f"--region {item!r}: REGION must be 'base', 'below:F' or "
+                              "'box:xmin,ymin,zmin,xmax,ymax,zmax'")
+        out.append((spec, material(name).name))
+    return tuple(out)
 
 
 # ------------------------------------------------------------------------------------------------ motion script
@@ -465,15 +510,17 @@ def validate_args(args) -> None:
             vals = None
         if vals is not None and not all(math.isfinite(v) for v in vals):
             vals = None
-        if kind == "below":
+        if kind == "base" and not rest:
+            pass  # the bottom 15% (the part touching the support)
+        elif kind == "below":
             if vals is None or len(vals) != 1 or not (0.0 < vals[0] <= 1.0):
                 raise OptionError(f"--pin {pin!r}: expected 'below:F' with 0 < F <= 1 (fraction of the height)")
         elif kind == "box":
             if vals is None or len(vals) != 6 or any(vals[i] >= vals[i + 3] for i in range(3)):
                 raise OptionError(f"--pin {pin!r}: expected 'box:xmin,ymin,zmin,xmax,ymax,zmax' with min < max")
         else:
-            raise OptionError(f"--pin {pin!r}: expected 'below:F' or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
-    config_from_args(args)  # --floor
+            raise OptionError(f"--pin {pin!r}: expected 'below:F', 'base' or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
+    config_from_args(args)  # --floor, --material, --region
     fmt = getattr(args, "export_format", "ply") or "ply"
     if fmt != "ply":
         from physskin_gs.io.sequence import check_export_format
@@ -785,6 +832,7 @@ def run_headless(args) -> int:
             "newton_iters": config.newton_iters,
             "floor": anim.floor_scene,
             "pin": config.pin,
+            "regions": anim.regions if hasattr(anim, "regions") else [],
             "select": config.select,
             "scene_analysis": anim.info.get("scene_analysis"),
             "field_eval": anim.info.get("field_eval"),

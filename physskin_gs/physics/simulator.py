@@ -40,7 +40,7 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Optional
+from typing import Dict, Optional, Tuple
 
 import numpy as np
 import torch
@@ -260,6 +260,8 @@ class SubspaceSimulator:
         self._chol_converged = False  # the last step converged (the adaptive policy may reuse its factor)
         self._chol_contacts = None  # floor-contact mask (n,) bool of the iterate the factor was computed at
         self._density = float(density)
+        self._stiff_scale: Optional[np.ndarray] = None  # (n,) per-point factor on E (None: uniform)
+        self._mass_scale: Optional[np.ndarray] = None  # (n,) per-point factor on the density (None: uniform)
         self._set_volume_clusters(points.to(dd), int(volume_clusters))
         self.set_material(E=E, nu=nu, density=density)
         if orthonormalize:
@@ -319,8 +321,10 @@ class SubspaceSimulator:
         # material, nu_p <= 1/4), the clusters' mean J carries the rest
         self._lam_point = lam if self._vcl is None else min(lam, self.MEAN_DILATATION_POINT_LAMBDA * mu)
         self._density = density
-        self.total_mass = density * self.volume
-        self.m_p = self.total_mass / self.n  # kg per cubature point
+        self.m_p = density * self.volume / self.n  # kg per cubature point of the base density
+        # per-point masses (kg) where regions have their own density, else None
+        self._m_pt = None if self._mass_scale is None else self.m_p * self._mass_scale
+        self.total_mass = self.m_p * (self.n if self._mass_scale is None else float(self._mass_scale.sum()))
         self.v_p = self.volume / self.n  # m^3 per cubature point
         if self._vcl is not None:  # row scale sqrt((lam - lam_p) v / n_k) of the clusters' rank-one term
             self._vrow = torch.from_numpy(np.sqrt((lam - self._lam_point) * self.v_p / self._vcount))  # [K]
@@ -330,6 +334,44 @@ class SubspaceSimulator:
             self.pin.k = self.pin_stiffness()
         if hasattr(self, "Phi"):
             self._rebuild_mass()
+
+    def set_point_materials(self, stiffness: Optional[np.ndarray] = None,
+                            density: Optional[np.ndarray] = None) -> None:
+        """Per-region materials: factors on Young's modulus and on the density of each cubature point.
+
+        Point p then has ``E_p = stiffness[p] * E`` and ``rho_p = density[p] * rho`` (Poisson ratio common, so its
+        Lame parameters are ``stiffness[p] * (mu, lam)``): the elastic energy is ``sum_p v_p E_p/E psi(F_p; mu,
+        lam)`` and the mass matrix and gravity use ``m_p rho_p / rho`` (kaolin's Simplicits takes per-point
+        materials the same way). Penalty terms (floor, pins, drags, friction) keep the mean point mass as their
+        unit. :meth:`set_material` afterwards changes the base E / nu / density and keeps these factors.
+
+        Args:
+            stiffness, density: (n,) positive finite factors (array-like) or None for 1 everywhere.
+        Raises:
+            OptionError for a wrong shape, a non-positive or non-finite factor, or with ``volume_clusters`` (the
+            mean-dilatation split assumes one material).
+        """
+        def check(a, what):
+            if a is None:
+                return None
+            a = np.asarray(a, dtype=np.float64).reshape(-1)
+            if a.shape[0] != self.n:
+                raise OptionError(f"{what} factors: {a.shape[0]} values for {self.n} cubature points")
+            if not (np.all(np.isfinite(a)) and np.all(a > 0)):
+                raise OptionError(f"{what} factors must be positive and finite")
+            return None if np.all(a == 1.0) else a.copy()
+
+        st, de = check(stiffness, "stiffness"), check(density, "density")
+        if st is not None and self._vcl is not None:
+            raise OptionError("per-region stiffness does not combine with volume_clusters (one material only)")
+        self._stiff_scale, self._mass_scale = st, de
+        self._stiff_scale_t = None if st is None else torch.from_numpy(st)
+        self.set_material()  # masses, rest stiffness and cached factors follow
+
+    @property
+    def point_materials(self) -> Tuple[Optional[np.ndarray], Optional[np.ndarray]]:
+        """(stiffness, density) per-point factors of :meth:`set_point_materials` (None where uniform)."""
+        return self._stiff_scale, self._mass_scale
 
     SOLVERS = ("newton", "chord", "adaptive")
     MEAN_DILATATION_POINT_LAMBDA = 1.0  # lam_p / mu of the per-point volumetric share with volume clusters
@@ -367,8 +409,10 @@ class SubspaceSimulator:
         return self._density
 
     def _rebuild_mass(self) -> None:
-        self.Mblk = self.m_p * (self.Phi.T @ self.Phi)  # [4H, 4H]; full M = I_3 (x) Mblk
-        self._phi_sum = self.m_p * self.Phi.sum(0)  # [4H]
+        if self._m_pt is None:
+            self.Mblk = self.m_p * (self.Phi.T @ self.Phi)  # [4H, 4H]; full M = I_3 (x) Mblk
+        else:  # per-point masses: Phi^T diag(m) Phi
+            self.Mblk = self.Phi.T @ (torch.from_numpy(self._m_pt)[:, None] * self.Phi)
         for s in ([self.pin] if self.pin else []) + list(self.drags.values()):
             P = self.Phi[s.idx]
             s.hess = self.m_p * s.k * (P.T @ P)
@@ -511,10 +555,19 @@ class SubspaceSimulator:
         if self._K0 is None:
             F0 = torch.eye(3, dtype=torch.float64).expand(self.n, 3, 3).contiguous()
             if self._vcl is None:
-                self._K0 = self._assemble(nh.hessian(F0, self.mu, self.lam) * self.v_p)
+                Hc = nh.hessian(F0, self.mu, self.lam) * self.v_p
+                if self._stiff_scale is not None:
+                    Hc = Hc * self._stiff_scale_t[:, None, None]
+                self._K0 = self._assemble(Hc)
             else:  # at rest cof F = I, so dJ_p/dq = G_p
                 self._K0 = self._assemble(nh.hessian(F0, self.mu, self._lam_point) * self.v_p)
                 self._K0 += self._cluster_volumetric_hessian(self.G)
+            # K0 is PSD in exact arithmetic (rigid motion costs nothing), but the float32 assembly leaves its null
+            # space slightly negative (about 1e-9 of its largest eigenvalue); the Rayleigh term beta h^2 K0 would
+            # then make the step objective unbounded along directions the mass barely sees (a near-dependent basis),
+            # which a stiff region (per-region materials) turns into a blow-up. Clip once per material change.
+            w, Vk = torch.linalg.eigh(0.5 * (self._K0 + self._K0.T))
+            self._K0 = (Vk * w.clamp_min(0.0)) @ Vk.T
         return self._K0
 
     # ------------------------------------------------------------------------------------------ mean dilatation
@@ -618,7 +671,11 @@ class SubspaceSimulator:
         c02 = f[3] * f[7] - f[4] * f[6]
         Jm1 = f[0] * c00 + f[1] * c01 + f[2] * c02 - 1.0  # [n] J - 1
         I1 = float(np.vdot(f, f))
-        if self._vcl is None:
+        if self._vcl is None and self._stiff_scale is not None:  # per-region E: sum_p e_p psi_p
+            Jv = Jm1
+            psi_p = 0.5 * mu * (np.einsum("kn,kn->n", f, f) - 3.0) + (0.5 * lam) * Jm1 * Jm1 - mu * Jm1  # [n]
+            psi_sum = float(self._stiff_scale @ psi_p)
+        elif self._vcl is None:
             Jv = Jm1
             psi_sum = 0.5 * mu * (I1 - 3.0 * n) + 0.5 * lam * float(Jm1 @ Jm1) - mu * float(Jm1.sum())
         else:  # mean dilatation: lam_p per point, the rest of lam on the mean J of each cluster
@@ -628,7 +685,8 @@ class SubspaceSimulator:
                        + 0.5 * (lam - lp) * float(self._vcount @ (Jc * Jc)) - mu * float(Jm1.sum()))
         ev = _Eval(q=q, x=x, F=F, Jm1=Jm1, Jv=Jv, cof0=(c00, c01, c02))
         ev.pe["elastic"] = self.v_p * psi_sum
-        ev.pe["gravity"] = -self.m_p * float((self._g_np @ x).sum())
+        gx = self._g_np @ x  # [n]
+        ev.pe["gravity"] = -(self.m_p * float(gx.sum()) if self._m_pt is None else float(self._m_pt @ gx))
         if self.floor_height is not None:
             ev.d = np.minimum(self._up_np @ x - self.floor_height, 0.0)  # [n]
             ev.pe["floor"] = self.m_p * self.FLOOR_K * float(ev.d @ ev.d)
@@ -657,14 +715,22 @@ class SubspaceSimulator:
         F = ev.F
         rhs = np.empty((3, 4 * n))
         P = rhs[:, n:].reshape(3, 3, n)  # v P[a, b, c] = v (mu F + c cof F), written in place
-        np.multiply(F, self.mu * v, out=P)
-        cv = self._c_coeff(ev) * v  # [n] coefficient of cof F in P
+        if self._stiff_scale is None:
+            np.multiply(F, self.mu * v, out=P)
+            cv = self._c_coeff(ev) * v  # [n] coefficient of cof F in P
+        else:  # per-region E: every point's P times its factor
+            ev_ = (self.mu * v) * self._stiff_scale  # [n]
+            np.multiply(F, ev_, out=P)
+            cv = self._c_coeff(ev) * (v * self._stiff_scale)
         cof = self._cof(ev)
         for a in range(3):
             for b in range(3):
                 P[a, b] += cv * cof[a][b]
         fx = rhs[:, :n]
-        fx[:] = (-self.m_p * self._g_np)[:, None]
+        if self._m_pt is None:
+            fx[:] = (-self.m_p * self._g_np)[:, None]
+        else:
+            np.multiply(-self._g_np[:, None], self._m_pt[None, :], out=fx)
         if ev.d is not None:
             fx += (2.0 * self.m_p * self.FLOOR_K) * self._up_np[:, None] * ev.d[None, :]
         for _, s in self._springs():
@@ -687,6 +753,8 @@ class SubspaceSimulator:
                 self._Ybuf = torch.empty(self.n, 18, self.K4, dtype=torch.float32)
             Y = _hessian_native.hessian_rows(ev.F.reshape(9, self.n), self.mu, lam_p, self.v_p, self.G32,
                                              out=self._Ybuf, c=c_p)
+            if Y is not None and self._stiff_scale is not None:  # per-region E: each point's rows times its factor
+                Y.mul_(self._stiff_scale_t.to(Y.dtype)[:, None, None])
         if Y is not None:
             Hel = self._assemble_rows(Y)
         else:
@@ -694,7 +762,10 @@ class SubspaceSimulator:
                 Hc = nh.projected_hessian_soa(ev.F.reshape(9, self.n), self.mu, lam_p, torch.float32, c=c_p)
             else:
                 Hc = nh.hessian(torch.from_numpy(ev.F).permute(2, 0, 1).contiguous(), self.mu, lam_p, c=c_p)
-            Hel = self._assemble(Hc * self.v_p)
+            Hc = Hc * self.v_p
+            if self._stiff_scale is not None:
+                Hc = Hc * self._stiff_scale_t.to(Hc.dtype)[:, None, None]
+            Hel = self._assemble(Hc)
         if self._vcl is not None:
             cof = torch.from_numpy(np.stack([np.stack(r, 1) for r in self._cof(ev)], 1))  # [n, a, b] cof(F)
             Hel += self._cluster_volumetric_hessian(torch.einsum("pab,pbk->pak", cof, self.G))  # dJ_p/dq
@@ -893,14 +964,16 @@ class SubspaceSimulator:
         dq = q - q_pred
         inert = 0.5 * (dq * (dq @ self.Mblk)).sum()
         if self._vcl is None:
-            el = self.v_p * neohookean_energy_density(F, self.mu, self.lam).sum()
+            psi = neohookean_energy_density(F, self.mu, self.lam)  # [n]
+            el = self.v_p * (psi.sum() if self._stiff_scale is None else (self._stiff_scale_t * psi).sum())
         else:  # mean dilatation: deviatoric + linear J terms per point, lam/2 (Jbar - 1)^2 per cluster
             J = torch.linalg.det(F)
             cnt = torch.from_numpy(self._vcount)
             Jbar = torch.zeros(cnt.shape[0], dtype=J.dtype).index_add(0, self._vcl_t, J) / cnt
             el = self.v_p * (neohookean_energy_density(F, self.mu, self._lam_point).sum()
                              + 0.5 * (self.lam - self._lam_point) * (cnt * (Jbar - 1.0) ** 2).sum())
-        pe = el - self.m_p * (x @ self.g_vec).sum()
+        gx = x @ self.g_vec  # [n]
+        pe = el - (self.m_p * gx.sum() if self._m_pt is None else (torch.from_numpy(self._m_pt) * gx).sum())
         if self.floor_height is not None:
             d = (x @ self.up - self.floor_height).clamp_max(0.0)
             pe = pe + self.m_p * self.FLOOR_K * (d * d).sum()

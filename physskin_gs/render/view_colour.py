@@ -38,7 +38,7 @@ from physskin_gs.render.sh import sh_to_rgb
 from physskin_gs.sh import _C1, _C2, _C3, sh_degree_from_coeffs
 from physskin_gs.scene import C0
 
-__all__ = ["view_rgb", "view_rgb_reference", "native_available"]
+__all__ = ["view_rgb", "view_rgb_reference", "view_rgba_words", "native_available"]
 
 #: Rows per worker below which one thread does the work (thread hand-off costs more than it saves).
 _ROWS_PER_WORKER = 16384
@@ -84,7 +84,8 @@ static int usable(const float *F) {
 
 int physskin_view_rgb(int lo, int hi, int degree, int k_rest, const float *means, const float *F,
                       const float *sh_dc, const float *sh_rest, const int64_t *rows, const double *cam,
-                      const double *cst, float *out, int32_t *flagged) {
+                      const double *cst, float *out, const uint8_t *alpha, uint32_t *words, int stride,
+                      int32_t *flagged) {
     /* cst: C0, C1, C2[5], C3[7] */
     int nflag = 0;
     int nb = (degree + 1) * (degree + 1);
@@ -137,12 +138,16 @@ int physskin_view_rgb(int lo, int hi, int degree, int k_rest, const float *means
             }
             int64_t r = rows ? rows[i] : i;
             const float *dc = sh_dc + 3 * r, *rest = sh_rest + (int64_t)3 * k_rest * r;
+            uint32_t word = words ? (uint32_t)alpha[i] << 24 : 0u;
             for (int c = 0; c < 3; ++c) {
                 double acc = Y[0] * (double)dc[c];
                 for (int k = 1; k < nb; ++k) acc += Y[k] * (double)rest[3 * (k - 1) + c];
                 acc += 0.5;
-                out[3 * i + c] = (float)(acc < 0.0 ? 0.0 : (acc > 1.0 ? 1.0 : acc));
+                float v = (float)(acc < 0.0 ? 0.0 : (acc > 1.0 ? 1.0 : acc));
+                if (words) word |= (uint32_t)(v * 255.0f) << (8 * c); /* as rgba_u32: float32 product, truncated */
+                else out[3 * i + c] = v;
             }
+            if (words) words[(int64_t)stride * i] = word;
         }
     }
     return nflag;
@@ -156,7 +161,7 @@ def _kernel():
     """The ctypes function, or None (no compiler, or ``PHYSSKIN_NATIVE=0``); the reason in ``_STATE["why"]``."""
     if "fn" not in _STATE:
         fns, why = _native.functions("physskin_view_rgb", _SRC,
-                                     {"rgb": ("physskin_view_rgb", "iiii" "ppppppppp", "i")})
+                                     {"rgb": ("physskin_view_rgb", "iiii" "pppppppppp" "i" "p", "i")})
         _STATE["fn"], _STATE["why"] = (None if fns is None else fns["rgb"]), why
         _STATE["cst"] = torch.tensor((C0, _C1) + _C2 + _C3, dtype=torch.float64)
     return _STATE["fn"]
@@ -223,42 +228,93 @@ def view_rgb(means: torch.Tensor, sh_dc: torch.Tensor, sh_rest: torch.Tensor, ca
     to that many worker threads (at most 8).
     """
     n = _check(means, sh_dc, sh_rest, F, rows)
-    degree = sh_degree_from_coeffs(sh_rest.shape[1] + 1)
-    usable = degree <= 3 and all(t is None or t.device.type == "cpu" for t in (means, sh_dc, sh_rest, F, rows))
-    fn = _kernel() if native is not False and usable else None
-    if native and fn is None:
-        raise RuntimeError("native view colour unavailable: " + (_STATE.get("why") or "needs CPU tensors, SH degree <= 3"))
+    fn = _usable_kernel(sh_rest, (means, sh_dc, sh_rest, F, rows), native)
     if fn is None:
         rgb = view_rgb_reference(means, sh_dc, sh_rest, camera_position, F, rows)
         if out is None:
             return rgb
         out.copy_(rgb)
         return out
+    if out is None:
+        out = torch.empty(n, 3, dtype=torch.float32)
+    _run_kernel(fn, n, means, sh_dc, sh_rest, camera_position, F, rows, out, None, None, 0)
+    return out
+
+
+def view_rgba_words(means: torch.Tensor, sh_dc: torch.Tensor, sh_rest: torch.Tensor, camera_position,
+                    alpha, words, F: Optional[torch.Tensor] = None, rows: Optional[torch.Tensor] = None,
+                    native: Optional[bool] = None) -> None:
+    """:func:`view_rgb` written straight into RGBA words, as the viewer's splat records hold them.
+
+    Args:
+        means, sh_dc, sh_rest, camera_position, F, rows, native: as :func:`view_rgb`.
+        alpha: (n,) uint8 numpy array, the alpha byte of each word.
+        words: (n, S) uint32 numpy array (C-contiguous rows; S >= 1): column 0 of row i receives the word of
+            Gaussian i, ``R | G << 8 | B << 16 | A << 24`` with ``R = uint8(float32(rgb) * 255)`` as
+            :func:`physskin_gs_viewer.splats.rgba_u32` makes them (pass a column view of the splat records, e.g.
+            ``records[:, 7:]``, to fill them in place).
+    Raises:
+        OptionError for inconsistent shapes.
+    """
+    import numpy as np
+
+    n = _check(means, sh_dc, sh_rest, F, rows)
+    alpha = np.ascontiguousarray(alpha, dtype=np.uint8).reshape(-1)
+    if alpha.shape[0] != n or words.dtype != np.uint32 or words.ndim != 2 or words.shape[0] != n \
+            or words.strides[1] != 4 or words.strides[0] % 4:
+        raise OptionError(f"alpha ({alpha.shape}) and words ({words.shape}, {words.dtype}) must have {n} rows")
+    fn = _usable_kernel(sh_rest, (means, sh_dc, sh_rest, F, rows), native)
+    if fn is None:
+        rgb = view_rgb_reference(means, sh_dc, sh_rest, camera_position, F, rows).numpy()
+        b = (np.clip(rgb * np.float32(255.0), 0, 255).astype(np.uint32))
+        words[:, 0] = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (alpha.astype(np.uint32) << 24)
+        return
+    _run_kernel(fn, n, means, sh_dc, sh_rest, camera_position, F, rows, None, alpha, words, words.strides[0] // 4)
+
+
+def _usable_kernel(sh_rest, tensors, native):
+    degree = sh_degree_from_coeffs(sh_rest.shape[1] + 1)
+    usable = degree <= 3 and all(t is None or t.device.type == "cpu" for t in tensors)
+    fn = _kernel() if native is not False and usable else None
+    if native and fn is None:
+        raise RuntimeError("native view colour unavailable: " + (_STATE.get("why") or "needs CPU tensors, SH degree <= 3"))
+    return fn
+
+
+def _run_kernel(fn, n, means, sh_dc, sh_rest, camera_position, F, rows, out, alpha, words, stride) -> None:
     f32 = torch.float32
+    degree = sh_degree_from_coeffs(sh_rest.shape[1] + 1)
     m = means.detach().to(f32).contiguous()
     Fc = None if F is None else F.detach().to(f32).reshape(n, 9).contiguous()
     dc = sh_dc.detach().to(f32).contiguous()
     rest = sh_rest.detach().to(f32).contiguous()
     rw = None if rows is None else rows.to(torch.int64).contiguous()
-    if out is None:
-        out = torch.empty(n, 3, dtype=f32)
     cam = torch.as_tensor(camera_position, dtype=torch.float64).reshape(3).contiguous()
     cst = _STATE["cst"]
     T = max(1, min(MAX_WORKERS, torch.get_num_threads(), n // _ROWS_PER_WORKER))
     cuts = [n * i // T for i in range(T + 1)]
     flags = [torch.empty(max(cuts[i + 1] - cuts[i], 1), dtype=torch.int32) for i in range(T)]
     counts = [0] * T
+    out_p = None if out is None else out.data_ptr()
+    alpha_p = None if alpha is None else alpha.ctypes.data
+    words_p = None if words is None else words.ctypes.data
 
     def part(_slot: int, i: int) -> None:
         counts[i] = fn(cuts[i], cuts[i + 1], degree, int(rest.shape[1]), m.data_ptr(),
                        None if Fc is None else Fc.data_ptr(), dc.data_ptr(), rest.data_ptr(),
-                       None if rw is None else rw.data_ptr(), cam.data_ptr(), cst.data_ptr(), out.data_ptr(),
-                       flags[i].data_ptr())
+                       None if rw is None else rw.data_ptr(), cam.data_ptr(), cst.data_ptr(), out_p, alpha_p,
+                       words_p, int(stride), flags[i].data_ptr())
 
     run_on_workers("view-colour", part, list(range(T)), T, torch_ops=False)
     bad = [flags[i][:counts[i]] for i in range(T) if counts[i]]
     if bad:  # inverted or degenerate F: the reference's rotation-variant SVD
+        import numpy as np
+
         idx = torch.cat(bad).long()
-        out[idx] = view_rgb_reference(m[idx], dc, rest, camera_position, F[idx],
-                                      idx if rw is None else rw[idx])
-    return out
+        rgb = view_rgb_reference(m[idx], dc, rest, camera_position, F[idx], idx if rw is None else rw[idx])
+        if out is not None:
+            out[idx] = rgb
+        else:
+            b = np.clip(rgb.numpy() * np.float32(255.0), 0, 255).astype(np.uint32)
+            ii = idx.numpy()
+            words[ii, 0] = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (alpha[ii].astype(np.uint32) << 24)
