@@ -641,8 +641,9 @@ class AnimatedScene:
 
     def region_mask(self, spec: str, option: str = "--pin") -> torch.Tensor:
         """(n,) bool mask of the cubature points (at rest) in the region ``spec``: ``"below:F"`` (the bottom
-        fraction F of the object's height along up), ``"base"`` (the part touching the support: ``below:0.15``)
-        or ``"box:xmin,ymin,zmin,xmax,ymax,zmax"`` (scene units). ``option`` names the option in errors.
+        fraction F of the object's height along up), ``"base"`` (the part touching the support: ``below:0.15``),
+        ``"box:xmin,ymin,zmin,xmax,ymax,zmax"`` or ``"sphere:x,y,z,r"`` (scene units; the viewer's "pick region"
+        makes a sphere around the clicked point). ``option`` names the option in errors.
         Raises OptionError for a malformed spec or one that selects no cubature point."""
         s = str(spec).strip()
         X = self._cub_rest_scene
@@ -667,8 +668,18 @@ class AnimatedScene:
                 raise OptionError(f"{option} {spec!r}: expected box:xmin,ymin,zmin,xmax,ymax,zmax")
             lo, hi = torch.tensor(vals[:3], dtype=torch.float64), torch.tensor(vals[3:], dtype=torch.float64)
             mask = ((X >= lo) & (X <= hi)).all(1)
+        elif s.startswith("sphere:"):
+            try:
+                vals = [float(v) for v in s[7:].split(",")]
+            except ValueError:
+                vals = []
+            if len(vals) != 4 or not all(math.isfinite(v) for v in vals) or vals[3] <= 0:
+                raise OptionError(f"{option} {spec!r}: expected sphere:x,y,z,radius (scene units, radius > 0)")
+            c = torch.tensor(vals[:3], dtype=torch.float64)
+            mask = (X - c).norm(dim=1) <= vals[3]
         else:
-            raise OptionError(f"{option} {spec!r}: expected 'below:F', 'base' or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
+            raise OptionError(f"{option} {spec!r}: expected 'below:F', 'base', 'box:xmin,ymin,zmin,xmax,ymax,zmax' "
+                              "or 'sphere:x,y,z,r'")
         if not bool(mask.any()):
             raise OptionError(f"{option} {spec!r} selects no cubature point")
         return mask

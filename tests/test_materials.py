@@ -246,10 +246,10 @@ def test_cli_regions_are_checked_before_work_and_recorded(tmp_path, capsys):
     from physskin_gs.cli.animate import parse_regions
     from physskin_gs.errors import OptionError
 
-    assert parse_regions(["base=wood", "box:0,0,0,1,1,1=Rubber", "below:0.3=jelly"]) == (
-        ("base", "wood"), ("box:0,0,0,1,1,1", "rubber"), ("below:0.3", "jelly"))
+    assert parse_regions(["base=wood", "box:0,0,0,1,1,1=Rubber", "below:0.3=jelly", "sphere:0,0,0.5,0.1=foam"]) == (
+        ("base", "wood"), ("box:0,0,0,1,1,1", "rubber"), ("below:0.3", "jelly"), ("sphere:0,0,0.5,0.1", "foam"))
     for bad in ("base", "=wood", "base=steel", "below:0=wood", "below:x=wood", "box:1,2,3=wood",
-                "box:1,0,0,0,1,1=wood", "top=wood"):
+                "box:1,0,0,0,1,1=wood", "top=wood", "sphere:0,0,0=wood", "sphere:0,0,0,-1=wood"):
         with pytest.raises(OptionError):
             parse_regions([bad])
     src = save_scene_file(blob_scene(400, seed=1), tmp_path / "blob.ply")

@@ -71,7 +71,8 @@ def test_sh3_capture_in_the_browser_drags_and_the_view_colour_toggle_changes_pix
 
     path = splat_file("lego_gsplat_sh3.ply")
     cfg = AnimationConfig(skinning="rbf", num_cubature=256, num_handles=8, gravity=0.0, fit_seconds=2.0)
-    with open("/dev/null", "w") as quiet, warnings.catch_warnings():
+    quiet = open("/dev/null", "w")  # open until the app stops: it prepares in the background
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         app = ViewerApp(path, cfg, host="127.0.0.1", port=0, progress_stream=quiet)
         app.start()
@@ -107,3 +108,4 @@ def test_sh3_capture_in_the_browser_drags_and_the_view_colour_toggle_changes_pix
         assert app.error_log == []
     finally:
         app.stop()
+        quiet.close()

@@ -311,3 +311,39 @@ def test_box_spec_round_trip_and_component_bounds():
     assert set(rows) == set(range(N_SUPPORT + N_OBJECT, len(pts)))
     rows, _, _ = component_bounds(pts, 0, plane=plane)  # on the support: falls back to every row
     assert 0 in rows
+
+
+# ------------------------------------------------------------------------------------------- per-region materials
+def test_material_regions_from_the_panel(app_and_client):
+    """The Material folder adds a region (a stiff base) to the live simulation and clears it again; a malformed
+    region is reported in the page and changes nothing."""
+    app, c = app_and_client
+    anim = app.live.anim
+    g = app.gui
+    assert not g["region_add"].disabled
+    c.gui_set(g["region_spec"], "base")
+    c.gui_set(g["region_material"], "wood")
+    assert wait_until(lambda: g["region_spec"].value == "base" and g["region_material"].value == "wood", 5)
+    c.gui_set(g["region_add"], True)
+    assert wait_until(lambda: len(anim.regions) == 1 and anim.sim.point_materials[0] is not None, 10)
+    assert anim.regions[0]["material"] == "wood" and "wood" in g["regions"].content
+    c.gui_set(g["region_spec"], "box:9,9,9,10,10,10")  # holds no part of the object
+    assert wait_until(lambda: g["region_spec"].value.startswith("box:9"), 5)
+    c.gui_set(g["region_add"], True)
+    assert wait_until(lambda: any("selects no cubature point" in str(e) for e in app.error_log), 10)
+    assert len(anim.regions) == 1  # unchanged
+    app.error_log.clear()
+    c.gui_set(g["region_clear"], True)
+    assert wait_until(lambda: anim.regions == [] and anim.sim.point_materials == (None, None), 10)
+    # "pick region": a click on the block's +x face makes a sphere region around the point hit, which can be added
+    spec = app.panel.pick_region(None, np.array([3.0, 0.0, 0.5]), np.array([-1.0, 0.0, 0.0]))
+    assert spec is not None and spec.startswith("sphere:") and g["region_spec"].value == spec
+    x, y, z, r = (float(v) for v in spec[7:].split(","))
+    assert 0.15 < x <= 0.31 and abs(y) < 0.05 and abs(z - 0.5) < 0.05 and r > 0  # on the block, near its +x face
+    assert app.panel.pick_region(None, np.array([3.0, 0.0, 5.0]), np.array([1.0, 0.0, 0.0])) is None  # a miss
+    c.gui_set(g["region_material"], "rubber")
+    assert wait_until(lambda: g["region_material"].value == "rubber", 5)
+    c.gui_set(g["region_add"], True)
+    assert wait_until(lambda: len(anim.regions) == 1 and anim.regions[0]["spec"] == spec, 10)
+    assert 0 < anim.regions[0]["cubature_points"] < 128
+    assert app.error_log == []

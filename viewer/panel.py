@@ -165,6 +165,24 @@ class ControlPanel:
             g["nu"] = gui.add_slider("nu", 0.0, 0.49, 0.01, float(getattr(cfg, "nu", 0.45)))
             g["density"] = gui.add_number("density (kg/m³)", float(getattr(cfg, "density", 100.0)), min=1e-3, max=1e5, step=1.0)
             g["damping"] = gui.add_slider("damping", 0.0, 1.0, 0.005, float(getattr(cfg, "damping", 0.02)))
+            can_regions = callable(getattr(anim, "set_regions", None))
+            g["region_spec"] = gui.add_text(
+                "region", "base", disabled=not can_regions,
+                hint="a part made of another material: 'base' (the part touching the support, bottom 15%), "
+                     "'below:0.3' (bottom 30% of the height) or 'box:xmin,ymin,zmin,xmax,ymax,zmax' (scene units; "
+                     "the Scene folder's box shows the numbers)")
+            g["region_material"] = gui.add_dropdown("region material", tuple(MATERIALS), initial_value="wood",
+                                                    disabled=not can_regions)
+            g["region_pick"] = gui.add_button(
+                "pick region", disabled=not can_regions,
+                hint="click the object next: the region becomes a sphere around that point (radius: the slider)")
+            g["region_radius"] = gui.add_slider("pick radius", 0.02, 0.5, 0.01, 0.15, disabled=not can_regions,
+                                                hint="radius of a picked region, as a fraction of the object's size")
+            g["region_add"] = gui.add_button("Add region", disabled=not can_regions,
+                                             hint="the region takes the material's E and density (nu stays the "
+                                                  "object's); later regions win where they overlap")
+            g["region_clear"] = gui.add_button("Clear regions", disabled=not can_regions)
+            g["regions"] = gui.add_markdown(regions_markdown(getattr(anim, "regions", [])))
         with gui.add_folder("Environment"):
             g["gravity"] = gui.add_checkbox("gravity", float(getattr(cfg, "gravity", 9.8) or 0.0) > 0)
             g["gravity_dir"] = gui.add_dropdown("gravity direction", GRAVITY_DIRS, initial_value=GRAVITY_DIRS[0])
@@ -255,12 +273,52 @@ class ControlPanel:
         h = len(live.handle_gizmos) if live is not None else 0
         return [FIELD_NONE, FIELD_ALL] + [f"handle {i}" for i in range(h)]
 
+    def pick_region(self, client, origin, direction) -> Optional[str]:
+        """The click handler armed by "pick region": the region text becomes ``sphere:x,y,z,r`` around the clicked
+        point of the object (rest position, r = the "pick radius" times the object's extent). Returns the spec, or
+        None when the ray hits nothing."""
+        from .splats import pick_point
+
+        live = self.app.live
+        if live is None:
+            return None
+        frame = live.worker.slot.get()
+        pts = frame.means
+        if live.moving is not None and not live.moving.all():
+            rows = np.nonzero(live.moving)[0]
+            pts = pts[rows]
+        else:
+            rows = None
+        pick = None
+        for r in (0.005, 0.01, 0.03):
+            pick = pick_point(pts, origin, direction, radius=r * live.extent)
+            if pick is not None:
+                break
+        if pick is None:
+            self.set_note("the click hit nothing; press pick region again")
+            return None
+        row = int(pick.index) if rows is None else int(rows[pick.index])
+        c = to_numpy(live.anim.scene.means)[row]  # the rest position: regions are defined at rest
+        rad = float(self.gui["region_radius"].value) * float(live.extent)
+        spec = "sphere:" + ",".join(f"{v:.4g}" for v in (*c, rad))
+        self.gui["region_spec"].value = spec
+        self.set_note(f"region set to {spec}; press Add region")
+        return spec
+
+    def refresh_regions(self, anim) -> None:
+        """Enable the region controls when ``anim`` supports regions and show its regions."""
+        can = callable(getattr(anim, "set_regions", None))
+        for key in ("region_spec", "region_material", "region_pick", "region_radius", "region_add", "region_clear"):
+            self.gui[key].disabled = not can
+        self.gui["regions"].content = regions_markdown(getattr(anim, "regions", []))
+
     def refresh(self, anim) -> None:
         """A new AnimatedScene is live: refresh what depends on it (field entries, dt, floor, scene facts)."""
         app = self.app
         g = self.gui
         g["field"].options = self.field_options()
         g["view_colour"].disabled = app.live.sh_degree == 0
+        self.refresh_regions(anim)
         g["dt"].value = float(getattr(anim, "dt", g["dt"].value))
         fh = default_floor_height(anim, app.config, app.live.up)
         g["floor_height"].value = fh  # fires the floor callback: the new worker gets the same height
@@ -408,6 +466,30 @@ class ControlPanel:
             on = bool(g["fast"].value)
             self._submit("set solver", lambda a: set_fast_solver(a, on))
 
+        def set_regions(regions) -> None:
+            def fn(a) -> None:
+                a.set_regions(regions)
+                g["regions"].content = regions_markdown(a.regions)
+
+            self._submit("set regions", fn)
+
+        @g["region_add"].on_click
+        def _(_e) -> None:
+            live = app.live
+            if live is None:
+                return
+            have = [(r["spec"], r["material"]) for r in getattr(live.anim, "regions", [])]
+            set_regions(have + [(str(g["region_spec"].value).strip(), str(g["region_material"].value))])
+
+        @g["region_clear"].on_click
+        def _(_e) -> None:
+            set_regions([])
+
+        @g["region_pick"].on_click
+        def _(_e) -> None:
+            app.interaction.arm_pick(self.pick_region)
+            self.set_note("click the object: the region will be a sphere around the point you click")
+
         @g["material"].on_update
         def _(_e) -> None:  # the three fields follow the preset; their own callbacks update the simulation
             from physskin_gs.materials import MATERIALS
@@ -478,3 +560,11 @@ class ControlPanel:
                     threading.Thread(target=app.recording.stop, daemon=True).start()
             except Exception as exc:  # noqa: BLE001
                 app.report_error("recording", exc, traceback.format_exc())
+
+
+def regions_markdown(regions) -> str:
+    """One line per region of ``AnimatedScene.regions`` (spec, material, cubature points), or a hint when none."""
+    if not regions:
+        return "one material (add a region to make a part stiffer or softer)"
+    return "  \n".join(f"**{r['spec']}**: {r['material']} (E {r['E']:.3g} Pa, {r['density']:g} kg/m³, "
+                       f"{r['cubature_points']} cubature points)" for r in regions)

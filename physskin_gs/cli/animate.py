@@ -95,7 +95,8 @@ def register(sub) -> None:
                    "the support: the bottom 15%%) or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
     p.add_argument("--region", dest="regions", action="append", default=None, metavar="REGION=MATERIAL",
                    help="a part of the object made of another material, e.g. 'base=wood' (a stiff base keeps a tall "
-                        "object standing) or 'box:xmin,ymin,zmin,xmax,ymax,zmax=rubber'; REGION as --pin's, MATERIAL "
+                        "object standing), 'box:xmin,ymin,zmin,xmax,ymax,zmax=rubber' or 'sphere:x,y,z,r=foam'; "
+                        "REGION as --pin's or a sphere, MATERIAL "
                         "one of " + ", ".join(MATERIALS) + ". The region takes the material's E and density, the "
                         "Poisson ratio stays the object's. Repeatable; later regions win where they overlap")
     p.add_argument("--up", default="auto",
@@ -187,9 +188,16 @@ def parse_regions(items) -> tuple:
             if len(vals) != 6 or not all(math.isfinite(v) for v in vals) or any(vals[i] > vals[i + 3] for i in range(3)):
                 raise OptionError(f"--region {item!r}: expected box:xmin,ymin,zmin,xmax,ymax,zmax (scene units, "
                                   "min <= max)")
+        elif spec.startswith("sphere:"):
+            try:
+                vals = [float(v) for v in spec[7:].split(",")]
+            except ValueError:
+                vals = []
+            if len(vals) != 4 or not all(math.isfinite(v) for v in vals) or vals[3] <= 0:
+                raise OptionError(f"--region {item!r}: expected sphere:x,y,z,radius (scene units, radius > 0)")
         elif spec != "base":
-            raise OptionError(f"--region {item!r}: REGION must be 'base', 'below:F' or "
-                              "'box:xmin,ymin,zmin,xmax,ymax,zmax'")
+            raise OptionError(f"--region {item!r}: REGION must be 'base', 'below:F', "
+                              "'box:xmin,ymin,zmin,xmax,ymax,zmax' or 'sphere:x,y,z,r'")
         out.append((spec, material(name).name))
     return tuple(out)
 
