@@ -135,6 +135,7 @@ class RecordingControl:
             "damping": val("damping"),
             "floor": float(val("floor_height")) if val("floor", False) else None,
             "pin": (getattr(cfg, "pin", None) or DEFAULT_PIN) if val("pin", False) else None,
+            "regions": list(getattr(anim, "regions", []) or []),
             "select": info.get("selection", getattr(cfg, "select", None)),
             "scene_analysis": info.get("scene_analysis"),
             "script": None,
