@@ -639,12 +639,13 @@ class AnimatedScene:
         """Viscous floor friction eta >= 0 in 1/s."""
         self.sim.set_friction(eta)
 
-    def region_mask(self, spec: str, option: str = "--pin") -> torch.Tensor:
+    def region_mask(self, spec: str, option: str = "--pin", label: Optional[str] = None) -> torch.Tensor:
         """(n,) bool mask of the cubature points (at rest) in the region ``spec``: ``"below:F"`` (the bottom
         fraction F of the object's height along up), ``"base"`` (the part touching the support: ``below:0.15``),
         ``"box:xmin,ymin,zmin,xmax,ymax,zmax"`` or ``"sphere:x,y,z,r"`` (scene units; the viewer's "pick region"
-        makes a sphere around the clicked point). ``option`` names the option in errors.
-        Raises OptionError for a malformed spec or one that selects no cubature point."""
+        makes a sphere around the clicked point). ``option`` names the option in errors, ``label`` the value
+        (default: ``spec``). Raises OptionError for a malformed spec or one that holds none of the object's
+        cubature points (the message gives the object's bounds and the points' spacing)."""
         s = str(spec).strip()
         X = self._cub_rest_scene
         if s == "base":
@@ -681,7 +682,12 @@ class AnimatedScene:
             raise OptionError(f"{option} {spec!r}: expected 'below:F', 'base', 'box:xmin,ymin,zmin,xmax,ymax,zmax' "
                               "or 'sphere:x,y,z,r'")
         if not bool(mask.any()):
-            raise OptionError(f"{option} {spec!r} selects no cubature point")
+            lo, hi = X.min(0).values.tolist(), X.max(0).values.tolist()
+            spacing = float(np.prod(np.maximum(np.subtract(hi, lo), 1e-12)) / max(X.shape[0], 1)) ** (1 / 3)
+            raise OptionError(
+                f"{option} {label or repr(spec)} holds none of the object's {X.shape[0]} simulation (cubature) points: "
+                f"they span x {lo[0]:.3g}..{hi[0]:.3g}, y {lo[1]:.3g}..{hi[1]:.3g}, z {lo[2]:.3g}..{hi[2]:.3g} "
+                f"(scene units), about {spacing:.2g} apart; move the region onto the object or make it larger")
         return mask
 
     def set_pin(self, spec: Optional[str]) -> None:
@@ -713,7 +719,7 @@ class AnimatedScene:
                     mat = material(mat)
                 except KeyError as exc:
                     raise OptionError(f"--region {spec}={mat}: {exc.args[0]}") from None
-            parsed.append((str(spec).strip(), mat, self.region_mask(spec, "--region")))
+            parsed.append((str(spec).strip(), mat, self.region_mask(spec, "--region", f"'{spec}={mat.name}'")))
         self._regions = parsed
         self._apply_regions()
 

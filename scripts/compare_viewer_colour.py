@@ -12,7 +12,7 @@ frames do) and with the degree-0 colour, and prints the differences over the obj
 
 The two renderers differ anyway at splat edges (the browser's WebGL rasteriser on SwiftShader against ours), so
 the per-pixel number has a floor that colour alone cannot remove; the mean colour is what the eye compares.
-Writes the four images and the numbers (JSON) into ``--out``.
+Writes the four images (the part of the page left of viser's panel) and the numbers (JSON) into ``--out``.
 
 Usage:
   python scripts/compare_viewer_colour.py ../shared/data/splats/lego_gsplat_sh3.ply --out /tmp/view_colour
@@ -114,13 +114,17 @@ def main(argv=None) -> int:
     crop = {k: v[region] for k, v in imgs.items()}
     mask = renders["alpha"][region] >= 0.5
     res = {
-        "scene": str(args.path), "size": [w, h], "camera_position": [float(v) for v in cam.position],
+        "scene": str(args.path), "page_size": [w, h], "compared_size": [int(mask.shape[1]), int(mask.shape[0])],
+        "camera_position": [float(v) for v in cam.position],
         "viewer_view_colour_vs_render_sh": compare(crop["viewer_view_colour"], crop["render_sh"], mask),
         "viewer_dc_vs_render_sh": compare(crop["viewer_dc"], crop["render_sh"], mask),
         "viewer_dc_vs_render_dc": compare(crop["viewer_dc"], crop["render_dc"], mask),
         "render_sh_vs_render_dc": compare(crop["render_sh"], crop["render_dc"], mask),
     }
     (out / "numbers.json").write_text(json.dumps(res, indent=1))
+    print(f"wrote {out}/: viewer_view_colour.png (browser, view-dependent colour on), viewer_dc.png (off), "
+          f"render_sh.png (render with the SH), render_dc.png (render with the degree-0 colour), numbers.json; "
+          f"the part of the page left of the panel, {mask.shape[1]} x {mask.shape[0]} px")
     print("| browser | against render | pixels | mean abs diff (1/255) | mean colour diff (1/255) |")
     print("|---|---|---|---|---|")
     for key, label in (("viewer_view_colour_vs_render_sh", ("view-dependent colour on", "render (SH)")),

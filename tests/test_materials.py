@@ -249,7 +249,7 @@ def test_cli_regions_are_checked_before_work_and_recorded(tmp_path, capsys):
     assert parse_regions(["base=wood", "box:0,0,0,1,1,1=Rubber", "below:0.3=jelly", "sphere:0,0,0.5,0.1=foam"]) == (
         ("base", "wood"), ("box:0,0,0,1,1,1", "rubber"), ("below:0.3", "jelly"), ("sphere:0,0,0.5,0.1", "foam"))
     for bad in ("base", "=wood", "base=steel", "below:0=wood", "below:x=wood", "box:1,2,3=wood",
-                "box:1,0,0,0,1,1=wood", "top=wood", "sphere:0,0,0=wood", "sphere:0,0,0,-1=wood"):
+                "box:1,0,0,0,1,1=wood", "top=wood", "sphere:0,0,0=wood", "sphere:0,0,0,-1=wood", "base=wood=rubber"):
         with pytest.raises(OptionError):
             parse_regions([bad])
     src = save_scene_file(blob_scene(400, seed=1), tmp_path / "blob.ply")
@@ -262,3 +262,9 @@ def test_cli_regions_are_checked_before_work_and_recorded(tmp_path, capsys):
                  "--export", str(tmp_path / "x")]) == 2
     assert "unknown material 'steel'" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+    # a region beside the object is found only once it is prepared: a clear error, and no empty folders left
+    assert main(["animate", str(src), "--headless", "--frames", "2", "--region", "box:10,10,10,11,11,11=wood",
+                 "--export", str(tmp_path / "y"), "--png", str(tmp_path / "z")]) == 2
+    err = capsys.readouterr().err
+    assert "--region 'box:10,10,10,11,11,11=wood' holds none of the object's" in err and "they span x" in err
+    assert not (tmp_path / "y").exists() and not (tmp_path / "z").exists()

@@ -40,6 +40,9 @@ FOLDER_LOCK = ".physskin-gs.lock"
 _UNREADABLE_GRACE_S = 10.0
 
 _HELD: List[str] = []
+#: Folders this process created for its outputs (:func:`claim_outputs`); :func:`discard_created_folders` removes
+#: the ones still empty when a run fails before writing anything.
+_CREATED: List[str] = []
 
 
 @dataclass(frozen=True)
@@ -235,6 +238,8 @@ def claim_outputs(outputs: Sequence[Output], inputs: Iterable = ()) -> None:
     for out in outputs:
         if out.folder:
             try:
+                if not os.path.isdir(out.path):
+                    _CREATED.append(os.path.abspath(out.path))
                 Path(out.path).mkdir(parents=True, exist_ok=True)
             except OSError as exc:
                 raise OutputError(f"{out.option} {out.path}: cannot create the folder ({exc.strerror or exc})") from None
@@ -261,6 +266,21 @@ def release_all() -> None:
                 os.unlink(lock)
             except OSError:
                 pass
+
+
+def discard_created_folders() -> List[str]:
+    """A run failed before writing its outputs: release its locks and remove the output folders it created that
+    are now empty (a folder that existed before, or holds anything, stays). Returns the removed folders."""
+    release_all()
+    removed = []
+    while _CREATED:
+        folder = _CREATED.pop()
+        try:
+            os.rmdir(folder)  # only succeeds when empty
+            removed.append(folder)
+        except OSError:
+            pass
+    return removed
 
 
 atexit.register(release_all)

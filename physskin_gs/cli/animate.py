@@ -167,8 +167,9 @@ def parse_regions(items) -> tuple:
         text = str(item).strip()
         spec, sep, name = text.rpartition("=")
         spec, name = spec.strip(), name.strip()
-        if not sep or not spec or not name:
-            raise OptionError(f"--region {item!r}: expected REGION=MATERIAL, e.g. base=wood")
+        if not sep or not spec or not name or "=" in spec:
+            raise OptionError(f"--region {item!r}: expected REGION=MATERIAL with one '=', e.g. base=wood "
+                              "(repeat --region for several regions)")
         try:
             material(name)
         except KeyError as exc:
@@ -658,6 +659,7 @@ def run_headless(args) -> int:
     error, exit code 2) still leaves the simulated sequence."""
     import torch
 
+    from physskin_gs.cli._outputs import discard_created_folders
     from physskin_gs.io.sequence import open_sequence_exporter
     from physskin_gs.pipeline import load_for_animation, prepare_animation
 
@@ -687,8 +689,10 @@ def run_headless(args) -> int:
         try:
             anim = prepare_animation(scene, config, progress=progress)
         except PhysSkinError:
+            discard_created_folders()  # nothing was written: no empty output folders left behind
             raise
         except ValueError as exc:  # the geometry / basis layers reject an unusable input with a ValueError
+            discard_created_folders()
             raise PhysSkinError(f"{args.path}: cannot prepare the animation: {exc}") from None
     if script is not None:
         script.validate(anim)
@@ -722,6 +726,9 @@ def run_headless(args) -> int:
     print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {nh} handle{'s' if nh != 1 else ''} ({nh - 1} + constant; "
           f"{anim.skinning_source}), {anim.info['num_cubature']} cubature points, up {up_name}, "
           f"scale {anim.sim_scale:.4g} m/unit, prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    for r in getattr(anim, "regions", []):
+        print(f"[physskin-gs] region {r['spec']}: {r['material']} (E {r['E']:.3g} Pa, {r['density']:g} kg/m^3), "
+              f"{r['cubature_points']} of {anim.info['num_cubature']} cubature points", file=sys.stderr)
 
     fe = anim.info.get("field_eval") or {}
     if fe.get("mode") == "grid" and fe.get("error"):
