@@ -112,6 +112,39 @@ _UP = {"y": (0.0, 1.0, 0.0), "-y": (0.0, -1.0, 0.0), "z": (0.0, 0.0, 1.0), "-z":
        "x": (1.0, 0.0, 0.0), "-x": (-1.0, 0.0, 0.0)}
 
 
+def parse_region(spec: str, option: str = "--region") -> tuple:
+    """A region of the object (``--pin``, ``--region``) -> ``(kind, values)``: ``("below", [F])`` for ``below:F``
+    (0 < F <= 1) and ``base`` (:data:`BASE_REGION_FRACTION`), ``("box", [xmin, ymin, zmin, xmax, ymax, zmax])``
+    (finite, min <= max) or ``("sphere", [x, y, z, r])`` (finite, r > 0), scene units. Raises OptionError naming
+    ``option`` and the value for anything else. Pure parsing: whether it holds part of an object is
+    :meth:`AnimatedScene.region_mask`'s question."""
+    s = str(spec).strip()
+    if s == "base":
+        return "below", [BASE_REGION_FRACTION]
+    kind, sep, rest = s.partition(":")
+    forms = {"below": (1, "below:FRACTION with 0 < FRACTION <= 1, e.g. below:0.1"),
+             "box": (6, "box:xmin,ymin,zmin,xmax,ymax,zmax (scene units, min <= max)"),
+             "sphere": (4, "sphere:x,y,z,radius (scene units, radius > 0)")}
+    if not sep or kind not in forms:
+        raise OptionError(f"{option} {spec!r}: expected 'base', 'below:F', 'box:xmin,ymin,zmin,xmax,ymax,zmax' or "
+                          "'sphere:x,y,z,r'")
+    count, form = forms[kind]
+    try:
+        vals = [float(v) for v in rest.split(",")]
+    except ValueError:
+        vals = []
+    ok = len(vals) == count and all(math.isfinite(v) for v in vals)
+    if ok and kind == "below":
+        ok = 0 < vals[0] <= 1
+    elif ok and kind == "box":
+        ok = all(vals[i] <= vals[i + 3] for i in range(3))
+    elif ok:
+        ok = vals[3] > 0
+    if not ok:
+        raise OptionError(f"{option} {spec!r}: expected {form}")
+    return kind, vals
+
+
 class PipelineWarning(UserWarning):
     """A fallback was taken while preparing an animation (no checkpoint, no fit, shell-only volume...)."""
 
@@ -646,41 +679,17 @@ class AnimatedScene:
         makes a sphere around the clicked point). ``option`` names the option in errors, ``label`` the value
         (default: ``spec``). Raises OptionError for a malformed spec or one that holds none of the object's
         cubature points (the message gives the object's bounds and the points' spacing)."""
-        s = str(spec).strip()
+        kind, vals = parse_region(spec, option)
         X = self._cub_rest_scene
-        if s == "base":
-            s = f"below:{BASE_REGION_FRACTION}"
-        if s.startswith("below:"):
-            try:
-                frac = float(s.split(":", 1)[1])
-            except ValueError:
-                raise OptionError(f"{option} {spec!r}: expected below:FRACTION, e.g. below:0.1") from None
-            if not 0 < frac <= 1:
-                raise OptionError(f"{option} {spec!r}: the fraction must be in (0, 1]")
+        if kind == "below":
             hgt = X @ self.up_vector
             lo, hi = float(hgt.min()), float(hgt.max())
-            mask = hgt <= lo + frac * (hi - lo)
-        elif s.startswith("box:"):
-            try:
-                vals = [float(v) for v in s[4:].split(",")]
-            except ValueError:
-                vals = []
-            if len(vals) != 6:
-                raise OptionError(f"{option} {spec!r}: expected box:xmin,ymin,zmin,xmax,ymax,zmax")
+            mask = hgt <= lo + vals[0] * (hi - lo)
+        elif kind == "box":
             lo, hi = torch.tensor(vals[:3], dtype=torch.float64), torch.tensor(vals[3:], dtype=torch.float64)
             mask = ((X >= lo) & (X <= hi)).all(1)
-        elif s.startswith("sphere:"):
-            try:
-                vals = [float(v) for v in s[7:].split(",")]
-            except ValueError:
-                vals = []
-            if len(vals) != 4 or not all(math.isfinite(v) for v in vals) or vals[3] <= 0:
-                raise OptionError(f"{option} {spec!r}: expected sphere:x,y,z,radius (scene units, radius > 0)")
-            c = torch.tensor(vals[:3], dtype=torch.float64)
-            mask = (X - c).norm(dim=1) <= vals[3]
-        else:
-            raise OptionError(f"{option} {spec!r}: expected 'below:F', 'base', 'box:xmin,ymin,zmin,xmax,ymax,zmax' "
-                              "or 'sphere:x,y,z,r'")
+        else:  # sphere
+            mask = (X - torch.tensor(vals[:3], dtype=torch.float64)).norm(dim=1) <= vals[3]
         if not bool(mask.any()):
             lo, hi = X.min(0).values.tolist(), X.max(0).values.tolist()
             spacing = float(np.prod(np.maximum(np.subtract(hi, lo), 1e-12)) / max(X.shape[0], 1)) ** (1 / 3)

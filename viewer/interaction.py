@@ -20,7 +20,7 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 
 from .sim import to_numpy
-from .splats import PALETTE, pick_point
+from .splats import PALETTE, pick_on_ray
 
 #: Search radii (fractions of the object's extent) tried in turn when picking along a click ray.
 PICK_RADII = (0.01, 0.03, 0.08)
@@ -109,11 +109,7 @@ class Interaction:
         pos = live.live_pos_t
         # the live rows' deformed centres only (no deformation of the static rows, which cannot be grabbed)
         pts = frame.with_moving(lambda m, c: to_numpy(m if pos is None else m[pos]), live.moving_rows_t)
-        pick = None
-        for r in PICK_RADII:
-            pick = pick_point(pts, origin, direction, radius=r * live.extent)
-            if pick is not None:
-                break
+        pick = pick_on_ray(pts, origin, direction, live.extent, PICK_RADII)
         if pick is None:
             return None
         point = pick.point

@@ -277,7 +277,7 @@ class ControlPanel:
         """The click handler armed by "pick region": the region text becomes ``sphere:x,y,z,r`` around the clicked
         point of the object (rest position, r = the "pick radius" times the object's extent). Returns the spec, or
         None when the ray hits nothing."""
-        from .splats import pick_point
+        from .splats import pick_on_ray
 
         live = self.app.live
         if live is None:
@@ -289,11 +289,7 @@ class ControlPanel:
             pts = pts[rows]
         else:
             rows = None
-        pick = None
-        for r in (0.005, 0.01, 0.03):
-            pick = pick_point(pts, origin, direction, radius=r * live.extent)
-            if pick is not None:
-                break
+        pick = pick_on_ray(pts, origin, direction, live.extent)
         if pick is None:
             self.set_note("the click hit nothing; press pick region again")
             return None

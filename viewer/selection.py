@@ -24,7 +24,7 @@ import numpy as np
 
 from .constants import SELECT_ALL, SELECT_AUTO, SELECT_BOX, SELECT_CHOICES
 from .sim import to_numpy
-from .splats import pick_point
+from .splats import pick_on_ray
 
 #: Most occupancy-grid cells along the longest axis for :func:`component_bounds` (fewer for small scenes, by the
 #: scene analysis' rule ``sqrt(N / 24)``, at least 16, so that sparse parts stay connected).
@@ -397,11 +397,7 @@ class SelectionControl:
             return None
         frame = live.worker.slot.get()
         pts = frame.means
-        pick = None
-        for r in (0.005, 0.01, 0.03):
-            pick = pick_point(pts, origin, direction, radius=r * live.scene_extent)
-            if pick is not None:
-                break
+        pick = pick_on_ray(pts, origin, direction, live.scene_extent)
         if pick is None:
             self.app.panel.set_note("the click hit nothing; press pick component again")
             return None

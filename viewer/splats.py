@@ -235,6 +235,16 @@ def subsample_index(n: int, max_count: Optional[int], seed: int = 0) -> Optional
     return np.sort(rng.choice(n, size=int(max_count), replace=False)).astype(np.int64)
 
 
+def pick_on_ray(points: np.ndarray, origin, direction, extent: float, radii=(0.005, 0.01, 0.03)) -> Optional[Pick]:
+    """:func:`pick_point` with the search radius widened in turn: ``radii`` x ``extent`` (scene units), the first
+    that hits wins (a fine radius first, so the point picked is near the ray). None when none hits."""
+    for r in radii:
+        pick = pick_point(points, origin, direction, radius=r * extent)
+        if pick is not None:
+            return pick
+    return None
+
+
 # ------------------------------------------------------------------------------------------- colour maps
 _VIRIDIS = np.array(
     [

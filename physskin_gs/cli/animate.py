@@ -174,31 +174,9 @@ def parse_regions(items) -> tuple:
             material(name)
         except KeyError as exc:
             raise OptionError(f"--region {item!r}: {exc.args[0]}") from None
-        if spec.startswith("below:"):
-            try:
-                frac = float(spec[6:])
-            except ValueError:
-                frac = float("nan")
-            if not 0 < frac <= 1:
-                raise OptionError(f"--region {item!r}: below:FRACTION needs a fraction in (0, 1], e.g. below:0.2")
-        elif spec.startswith("box:"):
-            try:
-                vals = [float(v) for v in spec[4:].split(",")]
-            except ValueError:
-                vals = []
-            if len(vals) != 6 or not all(math.isfinite(v) for v in vals) or any(vals[i] > vals[i + 3] for i in range(3)):
-                raise OptionError(f"--region {item!r}: expected box:xmin,ymin,zmin,xmax,ymax,zmax (scene units, "
-                                  "min <= max)")
-        elif spec.startswith("sphere:"):
-            try:
-                vals = [float(v) for v in spec[7:].split(",")]
-            except ValueError:
-                vals = []
-            if len(vals) != 4 or not all(math.isfinite(v) for v in vals) or vals[3] <= 0:
-                raise OptionError(f"--region {item!r}: expected sphere:x,y,z,radius (scene units, radius > 0)")
-        elif spec != "base":
-            raise OptionError(f"--region {item!r}: REGION must be 'base', 'below:F', "
-                              "'box:xmin,ymin,zmin,xmax,ymax,zmax' or 'sphere:x,y,z,r'")
+        from physskin_gs.pipeline import parse_region
+
+        parse_region(spec, f"--region {item!r}:")
         out.append((spec, material(name).name))
     return tuple(out)
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -63,8 +63,7 @@ def default_contact_radius(points: torch.Tensor, factor: float = 0.6) -> float:
 @dataclass
 class ContactStats:
     """One :meth:`BodyContactSystem.step` call: wall-clock ms, Newton iterations, contact pairs at the end (body
-    against body, body against the static collider), half steps taken, deepest overlap (m), per-body ms of the
-    elastic evaluation."""
+    against body, body against the static collider), half steps taken, Hessians factored, deepest overlap (m)."""
 
     ms: float = 0.0
     newton_iters: int = 0
@@ -73,12 +72,11 @@ class ContactStats:
     substeps: int = 0
     hessians: int = 0
     max_overlap: float = 0.0
-    body_ms: List[float] = field(default_factory=list)
 
     def as_dict(self) -> dict:
         return {"ms": self.ms, "newton_iters": self.newton_iters, "contacts_body": self.pairs_body,
-                "contacts_static": self.pairs_static, "substeps": self.substeps, "hessians": self.hessians, "max_overlap_m": self.max_overlap,
-                "body_ms": list(self.body_ms)}
+                "contacts_static": self.pairs_static, "substeps": self.substeps, "hessians": self.hessians,
+                "max_overlap_m": self.max_overlap}
 
 
 @dataclass
