@@ -411,16 +411,17 @@ def scene_analysis_facts(analysis) -> Dict:
 
 
 def _build_field(config: AnimationConfig, surface_norm: torch.Tensor, volume_norm: torch.Tensor,
-                 progress: ProgressFn, max_handles: Optional[int] = None):
+                 progress: ProgressFn, max_handles: Optional[int] = None, mesh_norm=None):
     """SkinningField in the normalised frame from the basis named by ``config.skinning``
     (:func:`physskin_gs.model.bases.build_skinning`), with at most ``max_handles`` learned handles (None: no
-    bound). Returns (field, source string, the :class:`~physskin_gs.model.bases.SkinningReducedWarning` of a
+    bound); ``mesh_norm`` the input's surface mesh (vertices, faces) in the normalised frame, for ``tet``. Returns
+    (field, source string, the :class:`~physskin_gs.model.bases.SkinningReducedWarning` of a
     reduced handle count or None)."""
     from physskin_gs.model.bases import (SkinningFallbackWarning, SkinningOptions, SkinningReducedWarning,
                                          build_skinning)
 
     opts = SkinningOptions(num_handles=config.num_handles, checkpoint=config.checkpoint,
-                           fit_seconds=config.fit_seconds, seed=config.seed, max_handles=max_handles)
+                           fit_seconds=config.fit_seconds, seed=config.seed, max_handles=max_handles, mesh=mesh_norm)
     reduced = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkinningFallbackWarning)
@@ -1118,7 +1119,13 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
         g = torch.Generator().manual_seed(config.seed)
         volume_norm = volume_norm[torch.randperm(volume_norm.shape[0], generator=g)[:20000]]
     lap("cubature")
-    field, source, reduced = _build_field(config, surface_norm, volume_norm, progress, max_handles=num_usable - 1)
+    mesh = getattr(scene, "mesh", None)
+    mesh_norm = None
+    if mesh is not None:  # a mesh input: its own surface for the tet basis
+        mesh_norm = (norm.to_normalized(torch.from_numpy(np.asarray(mesh.vertices, np.float64))).numpy(),
+                     np.asarray(mesh.faces))
+    field, source, reduced = _build_field(config, surface_norm, volume_norm, progress, max_handles=num_usable - 1,
+                                          mesh_norm=mesh_norm)
     lap("field_build")
     handles = {"requested": int(config.num_handles), "learned": int(field.num_handles) - 1, "usable": num_usable,
                "note": None}

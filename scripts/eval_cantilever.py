@@ -17,7 +17,8 @@ asymmetry, shrinking with the sample count).
 
 Bases: ``legendre`` (Legendre polynomials of the long axis times {1, y, z}: rich and exactly symmetric, a
 reference), ``rbf`` (16 Gaussian bumps on farthest volume points, radius 0.45, as ``--skinning rbf``),
-``network`` (the shipped PhysSkin checkpoint), ``eigen`` (``physskin_gs.model.eigen.build_eigen_field``, when that
+``network`` (the shipped PhysSkin checkpoint), ``tet`` (the Laplacian eigenbasis of the beam's own tet mesh,
+``--skinning tet``), ``eigen`` (``physskin_gs.model.eigen.build_eigen_field``, when that
 module exists), ``const`` (constant handle only: rigid + affine motion, a floor). Unavailable ones are skipped.
 
 ``--kaolin-fem PATH`` also compares our FEM (and, P1-interpolated, each reduced run) with kaolin's warp.fem
@@ -121,6 +122,16 @@ def make_bases(names, size, seed: int, num_handles: int = 16, mirror: bool = Fal
 
                 field = build_eigen_field(vol, num_handles=num_handles)
                 out[name] = (field.weights_and_grads, f"eigen ({field.num_handles} handles)")
+            elif name == "tet":  # the Laplacian eigenbasis of the beam's own tet mesh (``--skinning tet``)
+                from physskin_gs.model.bases import SkinningOptions, build_skinning
+
+                h = np.asarray(size, np.float64) / max(size)  # half extents, normalised (as box_points)
+                corners = np.array([[sx, sy, sz] for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)]) * h
+                faces = np.array([[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],
+                                  [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]])
+                field, src = build_skinning("tet", surf, vol, SkinningOptions(num_handles=num_handles,
+                                                                              mesh=(corners, faces)))
+                out[name] = (field.weights_and_grads, src)
             else:
                 raise ValueError(f"unknown basis {name!r}")
         except (ImportError, FileNotFoundError, ValueError) as exc:

@@ -7,11 +7,13 @@ are spelled out here so that ``--help`` does not load torch.
 from __future__ import annotations
 
 #: Accepted ``--skinning`` values: the bases, then the alias 'pretrained' (= network).
-SKINNING_CHOICES = ("eigen", "network", "fit", "rbf", "pretrained")
+SKINNING_CHOICES = ("eigen", "network", "fit", "rbf", "tet", "pretrained")
 
 SKINNING_HELP = ("skinning basis: eigen (default: skinning eigenmodes of the object's volume, the physically best "
                  "in `evaluate --reference fem`), network (the shipped feed-forward PhysSkin network; alias "
-                 "pretrained), fit (per-object fit, --fit-seconds) or rbf (random smooth bumps, a baseline)")
+                 "pretrained), fit (per-object fit, --fit-seconds), rbf (random smooth bumps, a baseline) or tet (mesh "
+                 "inputs: Laplacian eigenmodes of the mesh's own tet mesh, coupled only where the material joins; "
+                 "best on multi-part shapes)")
 
 
 def add_skinning_arguments(p, default: str = "eigen") -> None:

@@ -100,6 +100,11 @@ def evaluate_shape(path: Path, bases: List[str], args, progress=print) -> Dict:
 
     opts = skinning_options(args)
     opts.max_handles = getattr(obj, "max_handles", None)  # few usable Gaussians: fewer handles, said in one line
+    if obj.kind == "mesh":  # the tet basis meshes the input's own surface (in the object's normalised frame)
+        from physskin_gs.io.mesh import load_mesh
+
+        mesh = load_mesh(str(path))
+        opts.mesh = ((np.asarray(mesh.vertices, np.float64) - obj.center[None]) / obj.scale, np.asarray(mesh.faces))
     for name in bases:
         t0 = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:

@@ -172,13 +172,15 @@ class SkinningOptions:
     """Options shared by every basis. num_handles: learned handles m (the constant handle is added); checkpoint:
     network checkpoint path (None = the shipped one); fit_seconds: time budget of ``fit`` (s); seed: sampling seed;
     max_handles: upper bound on the learned handles from the points (None = none; 0 = one rigid body), e.g.
-    ``usable Gaussians - 1`` (module docstring, *few points*)."""
+    ``usable Gaussians - 1`` (module docstring, *few points*); mesh: the input's surface mesh in the normalised frame
+    (mesh inputs only; the ``tet`` basis needs it)."""
 
     num_handles: int = 16
     checkpoint: Optional[str] = None
     fit_seconds: float = 60.0
     seed: int = 0
     max_handles: Optional[int] = None
+    mesh: Optional[Tuple[np.ndarray, np.ndarray]] = None  # (vertices (V, 3) normalised frame, faces (F, 3)): ``tet``
 
 
 class SkinningBasis:
@@ -303,8 +305,39 @@ class RBFBasis(SkinningBasis):
         return RBFSkinningField(centers, radius=0.45), "rbf"
 
 
+class TetBasis(SkinningBasis):
+    name = "tet"
+    summary = ("Laplacian eigenmodes of the input mesh's own tet mesh (mesh inputs only: coupling follows the "
+               "material's connectivity; about 1-3 s)")
+
+    def build(self, surface, volume, options, progress=None):
+        from physskin_gs.geometry.tetmesh import tetmesh_for_shape
+        from physskin_gs.model.tet_field import TetSkinningField
+        from physskin_gs.physics.fem import laplacian_eigenbasis
+
+        if options.mesh is None:
+            raise OptionError("--skinning tet needs a mesh input (its surface is tetrahedralised); for a splat use "
+                              "eigen")
+        m = _bounded(options, options.num_handles)
+        if m == 0:
+            return ConstantSkinningField(), "tet"
+        _report(progress, "skinning: tet mesh of the input mesh and its Laplacian eigenmodes", 0.35)
+        v, f = options.mesh
+        try:
+            tm = tetmesh_for_shape(np.asarray(v, np.float64), np.asarray(f), target_nodes=TET_NODES)
+        except ValueError as exc:
+            raise OptionError(f"--skinning tet: cannot tetrahedralise the mesh ({exc})") from None
+        m = min(m, tm.num_nodes - 2)
+        W = laplacian_eigenbasis(tm, m=m)
+        return TetSkinningField(tm.nodes, tm.tets, W), f"tet ({tm.method}, {tm.num_nodes} nodes)"
+
+
+#: Tet-mesh nodes of the ``tet`` basis (the FEM reference of ``evaluate --reference fem`` uses 3000 by default).
+TET_NODES = 3000
+
 #: Every skinning source by name (the one place where names map to implementations).
-SKINNING_BASES: Dict[str, SkinningBasis] = {b.name: b for b in (EigenBasis(), NetworkBasis(), FitBasis(), RBFBasis())}
+SKINNING_BASES: Dict[str, SkinningBasis] = {b.name: b for b in (EigenBasis(), NetworkBasis(), FitBasis(), RBFBasis(),
+                                                                  TetBasis())}
 
 
 def skinning_names(aliases: bool = True) -> List[str]:
@@ -387,8 +420,8 @@ def _field_state(field: SkinningField) -> Tuple[str, Dict[str, torch.Tensor], Di
         else:
             raise OptionError(f"cannot save a neural field of {type(model).__name__}")
         return "neural", tensors, meta
-    if getattr(field, "kind", None) == "eigen":
-        return "eigen", dict(field.state()), {}
+    if getattr(field, "kind", None) in ("eigen", "tet"):
+        return field.kind, dict(field.state()), {}
     raise OptionError(f"cannot save a skinning field of type {type(field).__name__}")
 
 
@@ -438,6 +471,10 @@ def _field_from_state(kind, tensors: Dict[str, torch.Tensor], settings: Dict) ->
         return RBFSkinningField(tensors["centers"], settings["radius"])
     if kind == "eigen":
         return EigenSkinningField.from_state(tensors)
+    if kind == "tet":
+        from physskin_gs.model.tet_field import TetSkinningField
+
+        return TetSkinningField.from_state(tensors)
     if kind == "neural":
         from physskin_gs.model.network import NetConfig, PhysSkinNet, SimplicitsMLP
         from physskin_gs.model.neural_field import NeuralSkinningField

@@ -1,0 +1,113 @@
+"""Skinning fields on a tetrahedral mesh: the scalar Laplacian's lowest eigenmodes of the object's own tet mesh,
+piecewise linear (P1) over its tets (issue 23: a basis whose coupling follows the material's connectivity).
+
+For a mesh input the tet mesh comes from its surface (:func:`physskin_gs.geometry.tetmesh.tetmesh_for_shape`:
+TetGen, a boolean union of touching bodies, or a glued voxel fill, whichever holds the whole object in one
+face-connected piece), so two parts that nearly touch in space (a chair's legs and seat, an ant's legs) are coupled
+only where the material joins them, exactly as in the FEM reference of ``evaluate --reference fem``. The weights are
+:func:`physskin_gs.physics.fem.laplacian_eigenbasis` (``L w = lambda V w``, the first m non-constant modes, unit
+volume-weighted RMS, then the constant column).
+
+Evaluation at any point: the tet that holds it (barycentric coordinates >= -1e-9), found among the 16 tets whose
+centroids are nearest; a point outside every candidate (a Gaussian slightly off the surface) takes the linear
+extension of the candidate it is least outside of (its barycentric coordinates, some negative, still sum to 1, so
+the constant handle stays 1). W is continuous inside the mesh; grad W is constant per tet (the P1 gradient;
+outside, that of the tet extended, so a Gaussian a little off the surface deforms like its neighbours inside).
+"""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+import numpy as np
+import torch
+from scipy.spatial import cKDTree
+
+from physskin_gs.model.field import SkinningField
+
+__all__ = ["TetSkinningField"]
+
+#: Candidate tets per query point (nearest centroids).
+CANDIDATES = 16
+
+
+class TetSkinningField(SkinningField):
+    """P1 skinning field on a tet mesh (module docstring).
+
+    Args:
+        nodes: (n, 3) node positions, normalised frame. tets: (t, 4) int node indices.
+        weights: (n, H) weights at the nodes (the last column constant 1 for the Laplacian basis).
+    Raises ValueError for inconsistent shapes or degenerate tets (zero volume).
+    """
+
+    kind = "tet"
+
+    def __init__(self, nodes, tets, weights) -> None:
+        self.nodes = np.asarray(nodes, np.float64)
+        self.tets = np.asarray(tets, np.int64)
+        self.W_nodes = np.asarray(weights, np.float64)
+        if self.nodes.ndim != 2 or self.nodes.shape[1] != 3 or self.tets.ndim != 2 or self.tets.shape[1] != 4 \
+                or self.W_nodes.shape[0] != self.nodes.shape[0]:
+            raise ValueError(f"tet field: nodes {self.nodes.shape}, tets {self.tets.shape}, weights "
+                             f"{self.W_nodes.shape} do not fit")
+        P = self.nodes[self.tets]  # [t, 4, 3]
+        A = (P[:, 1:] - P[:, :1]).transpose(0, 2, 1)  # [t, 3, 3] columns: edges from node 0
+        det = np.linalg.det(A)
+        if np.any(np.abs(det) < 1e-300):
+            raise ValueError("tet field: a tet has zero volume")
+        self._Ainv = np.linalg.inv(A)  # [t, 3, 3]: bary_{1..3} = Ainv (x - P0)
+        self._P0 = P[:, 0]  # [t, 3]
+        self._tree = cKDTree(P.mean(1))
+        # grad of each node's barycentric coordinate per tet: rows of Ainv, and -(sum) for node 0
+        g = self._Ainv  # [t, 3 (bary 1..3), 3 (x)]
+        self._gbar = np.concatenate([-g.sum(1, keepdims=True), g], 1)  # [t, 4, 3]
+        self._gradW = np.einsum("tka,tkh->tha", self._gbar, self.W_nodes[self.tets])  # [t, H, 3]
+
+    @property
+    def num_handles(self) -> int:
+        return int(self.W_nodes.shape[1])
+
+    def locate(self, x: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(tet index (N,), barycentric coordinates (N, 4) in it (negative ones outside), inside (N,) bool) of
+        points x (N, 3), normalised frame."""
+        x = np.asarray(x, np.float64)
+        k = min(CANDIDATES, self.tets.shape[0])
+        _, cand = self._tree.query(x, k=k)
+        cand = cand.reshape(x.shape[0], k)
+        rel = x[:, None, :] - self._P0[cand]  # [N, k, 3]
+        b123 = np.einsum("nkab,nkb->nka", self._Ainv[cand], rel)  # [N, k, 3]
+        bary = np.concatenate([1.0 - b123.sum(-1, keepdims=True), b123], -1)  # [N, k, 4]
+        worst = bary.min(-1)  # [N, k]: >= 0 inside
+        best = worst.argmax(1)
+        rows = np.arange(x.shape[0])
+        tet = cand[rows, best]
+        b = bary[rows, best]
+        inside = worst[rows, best] >= -1e-9
+        return tet, b, inside
+
+    def _eval(self, x: torch.Tensor, grads: bool):
+        xn = x.detach().cpu().numpy().astype(np.float64)
+        tet, b, inside = self.locate(xn)
+        W = np.einsum("nk,nkh->nh", b, self.W_nodes[self.tets[tet]])  # [N, H]
+        out_W = torch.from_numpy(W).to(torch.float32)
+        if not grads:
+            return out_W
+        dW = self._gradW[tet]  # [N, H, 3] the (nearest) tet's P1 gradient
+        return out_W, torch.from_numpy(dW).to(torch.float32)
+
+    def weights(self, x: torch.Tensor) -> torch.Tensor:
+        """x (N, 3) normalised -> W (N, H) float32 (P1 interpolation; continuous)."""
+        return self._eval(x, False)
+
+    def weights_and_grads(self, x: torch.Tensor):
+        """x (N, 3) -> (W (N, H), grad W (N, H, 3)) float32; grad W constant per tet (module docstring)."""
+        return self._eval(x, True)
+
+    def state(self):
+        """Tensors to save (:func:`physskin_gs.model.bases.save_field`)."""
+        return {"nodes": torch.from_numpy(self.nodes), "tets": torch.from_numpy(self.tets),
+                "weights": torch.from_numpy(self.W_nodes)}
+
+    @classmethod
+    def from_state(cls, tensors) -> "TetSkinningField":
+        return cls(tensors["nodes"].numpy(), tensors["tets"].numpy(), tensors["weights"].numpy())
