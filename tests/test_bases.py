@@ -37,7 +37,7 @@ def test_names_are_one_list():
     assert resolve_skinning("EIGEN") == "eigen"
     with pytest.raises(OptionError, match="eigen, network"):
         resolve_skinning("bogus")
-    assert set(SKINNING_BASES) == {"eigen", "network", "fit", "rbf", "tet"}
+    assert set(SKINNING_BASES) == {"eigen", "network", "fit", "rbf", "tet", "auto"}
 
 
 def test_build_checks_inputs():

@@ -7,16 +7,16 @@ are spelled out here so that ``--help`` does not load torch.
 from __future__ import annotations
 
 #: Accepted ``--skinning`` values: the bases, then the alias 'pretrained' (= network).
-SKINNING_CHOICES = ("eigen", "network", "fit", "rbf", "tet", "pretrained")
+SKINNING_CHOICES = ("eigen", "network", "fit", "rbf", "tet", "auto", "pretrained")
 
-SKINNING_HELP = ("skinning basis: eigen (default: skinning eigenmodes of the object's volume, the physically best "
-                 "in `evaluate --reference fem`), network (the shipped feed-forward PhysSkin network; alias "
+SKINNING_HELP = ("skinning basis: auto (default: tet for a mesh input, eigen for a splat), eigen (skinning "
+                 "eigenmodes of the object's volume points), network (the shipped feed-forward PhysSkin network; alias "
                  "pretrained), fit (per-object fit, --fit-seconds), rbf (random smooth bumps, a baseline) or tet (mesh "
                  "inputs: Laplacian eigenmodes of the mesh's own tet mesh, coupled only where the material joins; "
                  "best on multi-part shapes)")
 
 
-def add_skinning_arguments(p, default: str = "eigen") -> None:
+def add_skinning_arguments(p, default: str = "auto") -> None:
     """Add --skinning, --checkpoint and --fit-seconds to an argparse parser."""
     p.add_argument("--skinning", choices=SKINNING_CHOICES, default=default, help=SKINNING_HELP)
     p.add_argument("--checkpoint", help="network checkpoint (.safetensors) for --skinning network (default: the "

@@ -51,6 +51,7 @@ class PreparedObject:
     valid: np.ndarray  # (N,) bool
     usable: int = -1  # points the field is built from (finite, opacity >= 0.05 for a splat; used mesh vertices)
     max_handles: Optional[int] = None  # bound on the learned handles: usable - 1 for a splat, None for a mesh
+    path: Optional[str] = None  # the input file (a mesh is re-read for the tet basis)
 
 
 def prepare_object(path, seed: int = 0, warn: bool = False) -> PreparedObject:
@@ -128,13 +129,19 @@ def prepare_object(path, seed: int = 0, warn: bool = False) -> PreparedObject:
     q = np.zeros_like(pts)
     q[valid] = norm.to_normalized(pts[valid])
     return PreparedObject(path.name, kind, np.asarray(norm.center, np.float64), float(norm.scale), surface,
-                          volume, torch.from_numpy(q.astype(np.float32)), valid, usable, max_handles)
+                          volume, torch.from_numpy(q.astype(np.float32)), valid, usable, max_handles, str(path))
 
 
 def field_for_object(obj: PreparedObject, method: Optional[str], options=None):
     """(field, source) of a prepared object from the basis ``method`` (:func:`physskin_gs.model.bases.build_skinning`)."""
-    from physskin_gs.model.bases import build_skinning
+    from physskin_gs.model.bases import SkinningOptions, build_skinning
 
+    options = options or SkinningOptions()
+    if obj.kind == "mesh" and options.mesh is None and obj.path is not None:  # tet / auto mesh the input itself
+        from physskin_gs.io.mesh import load_mesh
+
+        mesh = load_mesh(str(obj.path))
+        options.mesh = ((np.asarray(mesh.vertices, np.float64) - obj.center[None]) / obj.scale, np.asarray(mesh.faces))
     return build_skinning(method, obj.surface, obj.volume, options)
 
 

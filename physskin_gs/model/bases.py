@@ -64,7 +64,7 @@ __all__ = [
 ProgressFn = Optional[Callable[[str, float], None]]
 
 #: The product's default skinning source (the physically best basis in ``evaluate --reference fem``; README).
-DEFAULT_SKINNING = "eigen"
+DEFAULT_SKINNING = "auto"
 
 _ALIASES = {"pretrained": "network"}
 _FIELD_MAGIC = "physskin_gs.field"
@@ -142,7 +142,7 @@ def handle_capacity(name: Optional[str], volume) -> int:
     v = torch.as_tensor(volume).float().reshape(-1, 3)
     v = v[torch.isfinite(v).all(1)]
     distinct = int(torch.unique(v, dim=0).shape[0]) if v.shape[0] else 0
-    if key == "eigen":
+    if key in ("eigen", "auto"):  # auto: eigen's bound (a splat, or the fallback of a mesh)
         return distinct - 2 if distinct >= 5 else 0
     return max(distinct - 1, 0)
 
@@ -332,12 +332,26 @@ class TetBasis(SkinningBasis):
         return TetSkinningField(tm.nodes, tm.tets, W), f"tet ({tm.method}, {tm.num_nodes} nodes)"
 
 
+class AutoBasis(SkinningBasis):
+    name = "auto"
+    summary = ("the default: tet for a mesh input (eigen when its surface cannot be tetrahedralised), eigen for a "
+               "splat")
+
+    def build(self, surface, volume, options, progress=None):
+        if options.mesh is not None:
+            try:
+                return TetBasis().build(surface, volume, options, progress)
+            except OptionError as exc:
+                warnings.warn(f"tet skinning unavailable ({exc}); using eigen", SkinningFallbackWarning, stacklevel=2)
+        return EigenBasis().build(surface, volume, options, progress)
+
+
 #: Tet-mesh nodes of the ``tet`` basis (the FEM reference of ``evaluate --reference fem`` uses 3000 by default).
 TET_NODES = 3000
 
 #: Every skinning source by name (the one place where names map to implementations).
 SKINNING_BASES: Dict[str, SkinningBasis] = {b.name: b for b in (EigenBasis(), NetworkBasis(), FitBasis(), RBFBasis(),
-                                                                  TetBasis())}
+                                                                  TetBasis(), AutoBasis())}
 
 
 def skinning_names(aliases: bool = True) -> List[str]:
