@@ -78,7 +78,7 @@ def evaluate_shape(path: Path, bases: List[str], args, progress=print) -> Dict:
     OptionError / CheckpointError from the bases."""
     import torch
 
-    from physskin_gs.cli.skin import prepare_object
+    from physskin_gs.cli.skin import mesh_in_frame, prepare_object
     from physskin_gs.cli._skinning import skinning_options
     from physskin_gs.model.bases import build_skinning
     from physskin_gs.physics.fem import laplacian_eigenbasis
@@ -100,11 +100,7 @@ def evaluate_shape(path: Path, bases: List[str], args, progress=print) -> Dict:
 
     opts = skinning_options(args)
     opts.max_handles = getattr(obj, "max_handles", None)  # few usable Gaussians: fewer handles, said in one line
-    if obj.kind == "mesh":  # the tet basis meshes the input's own surface (in the object's normalised frame)
-        from physskin_gs.io.mesh import load_mesh
-
-        mesh = load_mesh(str(path))
-        opts.mesh = ((np.asarray(mesh.vertices, np.float64) - obj.center[None]) / obj.scale, np.asarray(mesh.faces))
+    opts.mesh = mesh_in_frame(obj)  # the tet basis meshes the input's own surface (None for a splat)
     for name in bases:
         t0 = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:

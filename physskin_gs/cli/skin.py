@@ -132,16 +132,24 @@ def prepare_object(path, seed: int = 0, warn: bool = False) -> PreparedObject:
                           volume, torch.from_numpy(q.astype(np.float32)), valid, usable, max_handles, str(path))
 
 
+def mesh_in_frame(obj: PreparedObject):
+    """The surface mesh of a mesh object in its normalised frame, ``(vertices (V, 3) float64, faces (F, 3))``, or
+    None for a splat (what the ``tet`` basis meshes)."""
+    if obj.kind != "mesh" or obj.path is None:
+        return None
+    from physskin_gs.io.mesh import load_mesh
+
+    mesh = load_mesh(str(obj.path))
+    return (np.asarray(mesh.vertices, np.float64) - obj.center[None]) / obj.scale, np.asarray(mesh.faces)
+
+
 def field_for_object(obj: PreparedObject, method: Optional[str], options=None):
     """(field, source) of a prepared object from the basis ``method`` (:func:`physskin_gs.model.bases.build_skinning`)."""
     from physskin_gs.model.bases import SkinningOptions, build_skinning
 
     options = options or SkinningOptions()
-    if obj.kind == "mesh" and options.mesh is None and obj.path is not None:  # tet / auto mesh the input itself
-        from physskin_gs.io.mesh import load_mesh
-
-        mesh = load_mesh(str(obj.path))
-        options.mesh = ((np.asarray(mesh.vertices, np.float64) - obj.center[None]) / obj.scale, np.asarray(mesh.faces))
+    if options.mesh is None:  # tet / auto mesh the input itself
+        options.mesh = mesh_in_frame(obj)
     return build_skinning(method, obj.surface, obj.volume, options)
 
 
