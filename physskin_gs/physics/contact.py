@@ -136,6 +136,7 @@ class BodyContactSystem:
         self._sample_body = np.repeat(np.arange(len(self.bodies)), counts)  # [N] body of each global sample
         self._sample_local = np.concatenate([np.arange(c) for c in counts])  # [N] index in its body
         self._sample_r = np.repeat(self.radii, counts)  # [N]
+        self.offsets_samples = np.concatenate([[0], np.cumsum(counts)]).astype(int)  # body b: samples [o_b, o_b+1)
         self._sample_m = np.concatenate([np.full(b.n, b.m_p) for b in self.bodies])  # [N] point mass (kg)
         self._static = None
         self.static_radius = min(self.radii) if static_radius is None else float(static_radius)
@@ -146,6 +147,7 @@ class BodyContactSystem:
             if sp.shape[0]:
                 self._static = cKDTree(sp)
                 self._static_pts = sp
+                self._static_lo, self._static_hi = sp.min(0), sp.max(0)
         self.time = 0.0
         self._L: Optional[torch.Tensor] = None  # Cholesky factor of the last joint Hessian (reused, see _newton)
         self._L_key = None
@@ -163,25 +165,40 @@ class BodyContactSystem:
         return np.concatenate([b.positions(q).numpy() for b, q in zip(self.bodies, qs)])
 
     def _pairs(self, x: np.ndarray) -> _Pairs:
-        rmax = max(self.radii)
-        tree = cKDTree(x)
-        pr = tree.query_pairs(2.0 * rmax, output_type="ndarray")  # [P, 2] i < j
-        if pr.shape[0]:
-            i, j = pr[:, 0], pr[:, 1]
-            keep = self._sample_body[i] != self._sample_body[j]
-            i, j = i[keep], j[keep]
-            d = np.linalg.norm(x[i] - x[j], axis=1)
-            keep = d < self._sample_r[i] + self._sample_r[j]
-            i, j = i[keep], j[keep]
-        else:
-            i = j = np.zeros(0, np.int64)
+        """Overlapping sphere pairs at positions x (N, 3): for each pair of bodies whose boxes (grown by their radii)
+        meet, only the samples inside the common box are searched (two small KD-trees), so bodies far apart or
+        touching over a small patch cost little."""
+        starts = self.offsets_samples
+        ii, jj = [], []
+        boxes = [(x[a:b].min(0), x[a:b].max(0)) for a, b in zip(starts[:-1], starts[1:])]
+        for A in range(self.num_bodies):
+            for B in range(A + 1, self.num_bodies):
+                R = self.radii[A] + self.radii[B]
+                lo = np.maximum(boxes[A][0], boxes[B][0]) - R
+                hi = np.minimum(boxes[A][1], boxes[B][1]) + R
+                if np.any(lo > hi):
+                    continue
+                xa, xb = x[starts[A]:starts[A + 1]], x[starts[B]:starts[B + 1]]
+                sa = np.nonzero(np.all((xa >= lo) & (xa <= hi), axis=1))[0]
+                sb = np.nonzero(np.all((xb >= lo) & (xb <= hi), axis=1))[0]
+                if sa.size == 0 or sb.size == 0:
+                    continue
+                m = cKDTree(xa[sa]).sparse_distance_matrix(cKDTree(xb[sb]), R, output_type="ndarray")
+                keep = m["v"] < R
+                ii.append(starts[A] + sa[m["i"][keep]])
+                jj.append(starts[B] + sb[m["j"][keep]])
+        i = np.concatenate(ii).astype(np.int64) if ii else np.zeros(0, np.int64)
+        j = np.concatenate(jj).astype(np.int64) if jj else np.zeros(0, np.int64)
         s_i = s_j = np.zeros(0, np.int64)
-        if self._static is not None:  # the STATIC_NEIGHBOURS nearest static points of each sample
-            d, nb = self._static.query(x, k=self.STATIC_NEIGHBOURS, distance_upper_bound=rmax + self.static_radius)
-            d, nb = d.reshape(x.shape[0], -1), nb.reshape(x.shape[0], -1)
-            hit = np.isfinite(d) & (d < (self._sample_r[:, None] + self.static_radius))
-            s_i = np.nonzero(hit)[0]
-            s_j = nb[hit]
+        if self._static is not None:  # the STATIC_NEIGHBOURS nearest static points of the samples near the collider
+            reach = max(self.radii) + self.static_radius
+            near = np.nonzero(np.all((x >= self._static_lo - reach) & (x <= self._static_hi + reach), axis=1))[0]
+            if near.size:
+                d, nb = self._static.query(x[near], k=self.STATIC_NEIGHBOURS, distance_upper_bound=reach)
+                d, nb = d.reshape(near.size, -1), nb.reshape(near.size, -1)
+                hit = np.isfinite(d) & (d < (self._sample_r[near][:, None] + self.static_radius))
+                rows, cols = np.nonzero(hit)
+                s_i, s_j = near[rows], nb[rows, cols]
         return _Pairs(i, j, s_i, s_j)
 
     # ------------------------------------------------------------------------------------------ contact terms
