@@ -233,11 +233,6 @@ class BodyContactSystem:
                 gn.append(("bs", pairs.s_i, None, k * m, n, None))
         return E, gx, gn
 
-    def _phi(self, g: np.ndarray) -> torch.Tensor:
-        """(P, K4_b) rows of the body's Phi for global samples g (all of one body)."""
-        b = int(self._sample_body[g[0]])
-        return self.bodies[b].Phi[torch.from_numpy(self._sample_local[g])]
-
     def _contact_hessian(self, H: torch.Tensor, gn) -> None:
         """Add the Gauss-Newton contact Hessian (without the h^2 factor) into the joint Hessian H in place."""
         for kind, gi, gj, c, n, w in gn:
@@ -343,7 +338,7 @@ class BodyContactSystem:
                     np.add.at(g, j, -f)
         return E, g
 
-    def _factor(self, qs, evs, ctxs, gn, h2):
+    def _factor(self, evs, ctxs, gn, h2):
         """Cholesky factor of the joint Hessian (bodies' blocks + h^2 contact and friction terms), regularised as
         the bodies' own solver does (x100 on failure, 6 tries), or None."""
         n_all = int(self.offsets[-1])
@@ -395,7 +390,7 @@ class BodyContactSystem:
                 converged = True
                 break
             if L is None:
-                L = self._factor(qs, evs, ctxs, gn, h2)
+                L = self._factor(evs, ctxs, gn, h2)
                 if L is None:
                     return None
                 fresh = True
