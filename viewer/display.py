@@ -17,8 +17,8 @@ RGBA per splat, so the SH are evaluated here for the camera of the tab that move
 (:func:`physskin_gs.render.view_colour.view_rgb`, the colour ``render`` gives): the live rows every update (with
 their deformation gradients from the same deformer pass, so a rotated part keeps its highlights), the static rows
 when that camera has turned by more than :data:`STATIC_VIEW_ANGLE` degrees and then rests for
-:data:`STATIC_VIEW_SETTLE` s (while it keeps turning, at most every :data:`STATIC_VIEW_INTERVAL` s). With several tabs looking from different sides, the others see the colours of the
-last one to move.
+:data:`STATIC_VIEW_SETTLE` s (while it keeps turning, at most every :data:`STATIC_VIEW_INTERVAL` s). With several
+tabs looking from different sides, the others see the colours of the last one to move.
 
 Bytes the viewer holds per Gaussian (besides the scene and the AnimatedScene; counted by
 ``scripts/bench_viewer.py --million``): a static row 64 in viser (its 32-byte record twice: in the add message
@@ -55,6 +55,7 @@ from .splats import (
     sh_dc_to_rgb,
     subsample_index,
     to_wire,
+    unit_bytes,
     weight_colors,
 )
 
@@ -291,7 +292,7 @@ class DisplayLoop:
             key = (self.xray, len(live.live_idx))
             if live.view_alpha is None or live.view_alpha[0] != key:
                 op = live.opac[live.live_idx] * (XRAY_OPACITY if self.xray else 1.0)
-                live.view_alpha = (key, np.clip(np.asarray(op, np.float32) * 255.0, 0, 255).astype(np.uint8))
+                live.view_alpha = (key, unit_bytes(op))
             alpha = live.view_alpha[1]
 
             def pack_view(means, covars, F):  # runs while the deformer's buffers are valid
@@ -439,7 +440,7 @@ class DisplayLoop:
             cam = self.camera_position.copy()
             means, rows = self._static_view_inputs(live)
             if live.static_alpha is None:
-                live.static_alpha = np.clip(np.asarray(live.opac[st], np.float32) * 255.0, 0, 255).astype(np.uint8)
+                live.static_alpha = unit_bytes(live.opac[st])
             buf = np.array(buf, dtype=np.uint32, copy=True)
             view_rgba_words(means, *live.sh_cpu, cam, live.static_alpha, buf[:, 7:], None, rows=rows)
             self._static_view = (cam, time.monotonic())

@@ -218,8 +218,10 @@ class SplitDeformSource:
             if not gradients:
                 means, covars = self.deformer.deform(state)
                 return fn(means, covars)
+            from physskin_gs.deform import GaussianDeformer
+
             F = None
-            if getattr(self.deformer, "native", None) is not None:  # a GaussianDeformer (F in the same pass)
+            if isinstance(self.deformer, GaussianDeformer):  # F in the same pass (a test fake cannot give it)
                 import torch
 
                 F, n = self._F, int(self.deformer.N)  # the deformer holds the moving rows

@@ -110,12 +110,18 @@ def rest_wire(scene, rows: Optional[np.ndarray], s: float, chunk: int = 262_144)
 TRIU = np.array([0, 1, 2, 4, 5, 8])
 
 
+def unit_bytes(values: np.ndarray) -> np.ndarray:
+    """Values in [0, 1] (any shape) -> uint8 ``clip(float32(v) * 255, 0, 255)``, truncated: the colour and alpha
+    bytes of the splat records."""
+    return np.clip(np.asarray(values, np.float32) * 255.0, 0, 255).astype(np.uint8)
+
+
 def rgba_u32(rgbs: np.ndarray, opacities: np.ndarray) -> np.ndarray:
     """(N, 3) colours and (N,) or (N, 1) opacities in [0, 1] -> (N,) uint32 RGBA words (R in the low byte)."""
     n = rgbs.shape[0]
     rgba = np.empty((n, 4), np.uint8)
-    rgba[:, :3] = np.clip(np.asarray(rgbs, np.float32) * 255.0, 0, 255).astype(np.uint8)
-    rgba[:, 3] = np.clip(np.asarray(opacities, np.float32).reshape(n) * 255.0, 0, 255).astype(np.uint8)
+    rgba[:, :3] = unit_bytes(rgbs)
+    rgba[:, 3] = unit_bytes(np.asarray(opacities).reshape(n))
     return rgba.view(np.uint32).reshape(n)
 
 

@@ -489,24 +489,9 @@ def validate_args(args) -> None:
             raise OptionError(f"--width/--height must be positive multiples of 16 up to 8192, got {w}x{h}")
     pin = getattr(args, "pin", None)
     if pin:
-        kind, _, rest = str(pin).partition(":")
-        kind = kind.strip().lower()
-        try:
-            vals = [float(v) for v in rest.split(",")] if rest else []
-        except ValueError:
-            vals = None
-        if vals is not None and not all(math.isfinite(v) for v in vals):
-            vals = None
-        if kind == "base" and not rest:
-            pass  # the bottom 15% (the part touching the support)
-        elif kind == "below":
-            if vals is None or len(vals) != 1 or not (0.0 < vals[0] <= 1.0):
-                raise OptionError(f"--pin {pin!r}: expected 'below:F' with 0 < F <= 1 (fraction of the height)")
-        elif kind == "box":
-            if vals is None or len(vals) != 6 or any(vals[i] >= vals[i + 3] for i in range(3)):
-                raise OptionError(f"--pin {pin!r}: expected 'box:xmin,ymin,zmin,xmax,ymax,zmax' with min < max")
-        else:
-            raise OptionError(f"--pin {pin!r}: expected 'below:F', 'base' or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
+        from physskin_gs.pipeline import parse_region
+
+        parse_region(pin, "--pin")  # the region's form; whether it holds part of the object is known once prepared
     config_from_args(args)  # --floor, --material, --region
     fmt = getattr(args, "export_format", "ply") or "ply"
     if fmt != "ply":

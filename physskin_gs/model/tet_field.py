@@ -65,6 +65,7 @@ class TetSkinningField(SkinningField):
 
     @property
     def num_handles(self) -> int:
+        """H, the columns of W (the learned handles and the constant one)."""
         return int(self.W_nodes.shape[1])
 
     def locate(self, x: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -110,4 +111,6 @@ class TetSkinningField(SkinningField):
 
     @classmethod
     def from_state(cls, tensors) -> "TetSkinningField":
+        """The field of :meth:`state`'s tensors (nodes (n, 3), tets (t, 4), weights (n, H)). Raises ValueError as
+        the constructor."""
         return cls(tensors["nodes"].numpy(), tensors["tets"].numpy(), tensors["weights"].numpy())

@@ -74,6 +74,7 @@ class ContactStats:
     max_overlap: float = 0.0
 
     def as_dict(self) -> dict:
+        """The fields as a JSON-ready dict (``contacts_body``, ``contacts_static``, ``max_overlap_m``, ...)."""
         return {"ms": self.ms, "newton_iters": self.newton_iters, "contacts_body": self.pairs_body,
                 "contacts_static": self.pairs_static, "substeps": self.substeps, "hessians": self.hessians,
                 "max_overlap_m": self.max_overlap}
@@ -157,6 +158,7 @@ class BodyContactSystem:
     # ------------------------------------------------------------------------------------------ geometry
     @property
     def num_bodies(self) -> int:
+        """How many bodies step together."""
         return len(self.bodies)
 
     def positions(self, qs: Optional[List[torch.Tensor]] = None) -> np.ndarray:

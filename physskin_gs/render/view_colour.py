@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+import numpy as np
 import torch
 
 from physskin_gs import _native
@@ -256,8 +257,6 @@ def view_rgba_words(means: torch.Tensor, sh_dc: torch.Tensor, sh_rest: torch.Ten
     Raises:
         OptionError for inconsistent shapes.
     """
-    import numpy as np
-
     n = _check(means, sh_dc, sh_rest, F, rows)
     alpha = np.ascontiguousarray(alpha, dtype=np.uint8).reshape(-1)
     if alpha.shape[0] != n or words.dtype != np.uint32 or words.ndim != 2 or words.shape[0] != n \
@@ -265,11 +264,16 @@ def view_rgba_words(means: torch.Tensor, sh_dc: torch.Tensor, sh_rest: torch.Ten
         raise OptionError(f"alpha ({alpha.shape}) and words ({words.shape}, {words.dtype}) must have {n} rows")
     fn = _usable_kernel(sh_rest, (means, sh_dc, sh_rest, F, rows), native)
     if fn is None:
-        rgb = view_rgb_reference(means, sh_dc, sh_rest, camera_position, F, rows).numpy()
-        b = (np.clip(rgb * np.float32(255.0), 0, 255).astype(np.uint32))
-        words[:, 0] = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (alpha.astype(np.uint32) << 24)
+        words[:, 0] = _words(view_rgb_reference(means, sh_dc, sh_rest, camera_position, F, rows), alpha)
         return
     _run_kernel(fn, n, means, sh_dc, sh_rest, camera_position, F, rows, None, alpha, words, words.strides[0] // 4)
+
+
+def _words(rgb: torch.Tensor, alpha):
+    """(n,) uint32 RGBA words of (n, 3) float32 colours in [0, 1] and (n,) uint8 alpha bytes, as the kernel writes
+    them (``R = uint8(float32(rgb) * 255)``, R in the low byte)."""
+    b = np.clip(rgb.numpy() * np.float32(255.0), 0, 255).astype(np.uint32)  # [n, 3]
+    return b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (np.asarray(alpha).astype(np.uint32) << 24)
 
 
 def _usable_kernel(sh_rest, tensors, native):
@@ -308,13 +312,10 @@ def _run_kernel(fn, n, means, sh_dc, sh_rest, camera_position, F, rows, out, alp
     run_on_workers("view-colour", part, list(range(T)), T, torch_ops=False)
     bad = [flags[i][:counts[i]] for i in range(T) if counts[i]]
     if bad:  # inverted or degenerate F: the reference's rotation-variant SVD
-        import numpy as np
-
         idx = torch.cat(bad).long()
         rgb = view_rgb_reference(m[idx], dc, rest, camera_position, F[idx], idx if rw is None else rw[idx])
         if out is not None:
             out[idx] = rgb
         else:
-            b = np.clip(rgb.numpy() * np.float32(255.0), 0, 255).astype(np.uint32)
             ii = idx.numpy()
-            words[ii, 0] = b[:, 0] | (b[:, 1] << 8) | (b[:, 2] << 16) | (alpha[ii].astype(np.uint32) << 24)
+            words[ii, 0] = _words(rgb, alpha[ii])
