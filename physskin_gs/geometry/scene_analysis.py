@@ -67,7 +67,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Optional, Tuple, Union
+from typing import Dict, List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -84,6 +84,9 @@ DEFAULT_UP = np.array([0.0, -1.0, 0.0])
 
 #: Scenes with fewer opaque rows than this are small (module docstring): no floaters, every opaque row is object.
 SMALL_SCENE_ROWS = 100
+#: another part standing on the support is an object (``other_bodies``) when it holds at least this fraction of the
+#: main object's opacity mass; lighter parts (crumbs, a fork's tip) stay with the static scene
+OTHER_OBJECT_MASS = 0.25
 
 #: 3x3x3 structuring element: 26-connectivity for the occupancy-grid components.
 _FULL_3D = np.ones((3, 3, 3), dtype=bool)
@@ -150,8 +153,11 @@ class SceneAnalysis:
         grid_shape: (3,) cells of the occupancy grid.
         timings: stage name -> seconds.
         unsure: whether the up axis may be wrong (no support and no agreeing evidence, or a rival plane).
-        other_objects: how many other parts stand on the support apart from the object, each with at least a
-            quarter of its mass (they stay static: one object moves; ``--select`` chooses another or all).
+        other_objects: how many other parts stand on the support apart from the object, each with at least
+            :data:`OTHER_OBJECT_MASS` of its opacity mass and a connected component of its own (``len(other_bodies)``).
+        other_bodies: their rows, one ``(object rows, transparent rows in it)`` pair of int64 arrays each, heaviest
+            standing part first; disjoint from ``object`` and counted in ``background`` (a caller animating one
+            object leaves them static; :func:`physskin_gs.bodies.prepare_bodies` moves them all).
     """
 
     up: np.ndarray
@@ -174,7 +180,9 @@ class SceneAnalysis:
     grid_shape: Tuple[int, int, int]
     timings: Dict[str, float] = field(default_factory=dict)
     unsure: bool = False  # no support found, or a rival plane: the up axis may be wrong (say so, name --up)
-    other_objects: int = 0  # other objects standing on the support (at least a quarter of the object's mass), static
+    other_objects: int = 0  # other objects standing on the support (at least a quarter of the object's mass)
+    #: rows of each other object: (object rows, transparent rows in it) int64 arrays, disjoint from ``object``
+    other_bodies: List[Tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
 
     @property
     def num_rows(self) -> int:
@@ -559,6 +567,7 @@ def analyze_scene(
     others = 0
     obj = np.zeros(n, dtype=bool)
     in_object = np.zeros(n, dtype=bool)
+    more_bodies: List[Tuple[np.ndarray, np.ndarray]] = []  # (object rows, transparent rows) of the other objects
     if above_idx.shape[0] > 0:
         flat_ab = flat_all[above_idx]
         olabels, omass, ok_ = _components(grid, flat_ab, op[above_idx], 1)
@@ -566,34 +575,63 @@ def analyze_scene(
             best = int(np.argmax(omass))
             olab_flat = olabels.ravel()
             ab_lab = np.where(flat_ab >= 0, olab_flat[np.maximum(flat_ab, 0)], 0)
+            others_lab: List[int] = []
             if plane is not None and plane["parts"]:  # the object is what stands on the support, not the wall
-                fl = flat_all[plane["parts"][0]]
-                votes = np.bincount(np.where(fl >= 0, olab_flat[np.maximum(fl, 0)], 0), minlength=ok_ + 1)
-                votes[0] = 0
-                if votes.max() > 0:
-                    best = int(np.argmax(votes))
-            obj[above_idx] = True if small else ab_lab == best  # a small scene: every component (docstring)
-            if plane is not None and contact.any():
-                # contact rows (between the support's surface and the clearance) in or next to an object voxel
-                # move with the object, so nothing of it stays behind on the floor when it is lifted
-                near = ndimage.binary_dilation((olabels == best), structure=_FULL_3D).ravel()
-                c_idx = np.flatnonzero(contact)
-                flat_c = flat_all[c_idx]
-                obj[c_idx] = (flat_c >= 0) & near[np.maximum(flat_c, 0)]
-            if plane is not None and plane["through"].shape[0] and not small:
-                _drop_through_parts(obj, pts, plane, scale / support_voxels)
-            if plane is not None and not small:  # other things standing on the support, apart from the object
-                m0 = float(op[plane["parts"][0]].sum())
-                others = sum(1 for part in plane["parts"][1:]
-                             if float(op[part].sum()) >= 0.25 * m0 and obj[part].mean() < 0.5)
-            tr_idx = np.flatnonzero(transparent)
-            if tr_idx.shape[0] > 0:
-                flat_tr = flat_all[tr_idx]
-                lab_tr = np.where(flat_tr >= 0, olab_flat[np.maximum(flat_tr, 0)], 0)
-                hit = lab_tr > 0 if small else lab_tr == best
-                if plane is not None:
-                    hit &= sd[tr_idx] > thick  # above the support's own surface, like the contact rows
-                in_object[tr_idx] = hit
+
+                def part_label(part) -> int:
+                    fl = flat_all[part]
+                    votes = np.bincount(np.where(fl >= 0, olab_flat[np.maximum(fl, 0)], 0), minlength=ok_ + 1)
+                    votes[0] = 0
+                    return int(np.argmax(votes)) if votes.max() > 0 else 0
+
+                lab0 = part_label(plane["parts"][0])
+                if lab0 > 0:
+                    best = lab0
+                if not small:  # other things standing on the support, heavy enough to be objects (docstring)
+                    m0 = float(op[plane["parts"][0]].sum())
+                    for part in plane["parts"][1:]:
+                        lab = part_label(part)
+                        if float(op[part].sum()) >= OTHER_OBJECT_MASS * m0 and lab > 0 and lab != best \
+                                and lab not in others_lab:
+                            others_lab.append(lab)
+
+            def body_mask(label: int) -> np.ndarray:
+                m = np.zeros(n, dtype=bool)
+                m[above_idx] = True if small else ab_lab == label  # a small scene: every component (docstring)
+                if plane is not None and contact.any():
+                    # contact rows (between the support's surface and the clearance) in or next to an object voxel
+                    # move with the object, so nothing of it stays behind on the floor when it is lifted
+                    near = ndimage.binary_dilation((olabels == label), structure=_FULL_3D).ravel()
+                    c_idx = np.flatnonzero(contact)
+                    flat_c = flat_all[c_idx]
+                    m[c_idx] = (flat_c >= 0) & near[np.maximum(flat_c, 0)]
+                if plane is not None and plane["through"].shape[0] and not small:
+                    _drop_through_parts(m, pts, plane, scale / support_voxels)
+                return m
+
+            def transparent_in(label: int, taken: np.ndarray) -> np.ndarray:
+                m = np.zeros(n, dtype=bool)
+                tr_idx = np.flatnonzero(transparent)
+                if tr_idx.shape[0] > 0:
+                    flat_tr = flat_all[tr_idx]
+                    lab_tr = np.where(flat_tr >= 0, olab_flat[np.maximum(flat_tr, 0)], 0)
+                    hit = lab_tr > 0 if small else lab_tr == label
+                    if plane is not None:
+                        hit &= sd[tr_idx] > thick  # above the support's own surface, like the contact rows
+                    m[tr_idx] = hit
+                return m & ~taken
+
+            obj = body_mask(best)
+            in_object = transparent_in(best, np.zeros(n, dtype=bool))
+            taken = obj | in_object
+            for lab in others_lab:
+                m = body_mask(lab) & ~taken
+                if m.mean() == 0.0 or not m.any():
+                    continue
+                t_in = transparent_in(lab, taken | m)
+                taken |= m | t_in
+                more_bodies.append((np.flatnonzero(m), np.flatnonzero(t_in)))
+            others = len(more_bodies)
     background = cand & ~support & ~obj
     timings["classify"] = time.perf_counter() - t
 
@@ -633,6 +671,7 @@ def analyze_scene(
         timings=timings,
         unsure=bool(unsure or (plane is None and source != "stable-base")),
         other_objects=int(others),
+        other_bodies=more_bodies,
     )
 
 

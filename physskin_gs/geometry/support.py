@@ -62,6 +62,12 @@ from scipy.spatial import ConvexHull, QhullError, cKDTree
 
 __all__ = ["SupportCandidate", "find_support", "standing_parts"]
 
+#: a refined candidate plane replaces a close one found earlier when it holds this many times its inliers
+REPLACE_RATIO = 1.25
+#: a support gives way to a parallel one when this fraction of the other's surface lies in what stands on it (the
+#: floor under a table top: all of the top); a plane slicing the objects on a table is only partly
+NEAREST_HELD = 0.8
+
 _FULL_3D = np.ones((3, 3, 3), dtype=bool)
 
 
@@ -318,6 +324,21 @@ def _candidates(p: np.ndarray, rng: np.random.Generator, band: float, hypotheses
         c = normals @ n_k
         return (np.abs(c) > cos25) & (np.abs(offsets - c * d_k) < 3 * band)
 
+    def keep(n_r: np.ndarray, d_r: float) -> bool:
+        """Add the refined plane unless a kept one is close to it (25 degrees, 3 bands); of two close ones the
+        clearly better-populated (:data:`REPLACE_RATIO` x the inliers) replaces the first (a fit pulled askew by what
+        stands on a table top must not shadow the top's own layer; near equals keep the first). Returns whether it
+        was added."""
+        dup = [i for i, (q, e) in enumerate(planes) if abs(n_r @ q) > cos25 and abs(d_r - (n_r @ q) * e) < 3 * band]
+        if not dup:
+            planes.append((n_r, d_r))
+            return True
+        count = lambda n_, d_: int(np.count_nonzero(np.abs(p @ n_ - d_) <= band))  # noqa: E731
+        i = dup[0]
+        if count(n_r, d_r) > REPLACE_RATIO * count(*planes[i]):
+            planes[i] = (n_r, d_r)
+        return False
+
     for h in np.argsort(-rank, kind="stable"):
         if rank[h] < 0.005 * m or len(planes) >= max_planes:
             break
@@ -326,8 +347,7 @@ def _candidates(p: np.ndarray, rng: np.random.Generator, band: float, hypotheses
         near |= close_to(normals[h], float(offsets[h]))
         n_r, d_r = _refine(p, normals[h], offsets[h], band)
         n_r = n_r / np.linalg.norm(n_r)
-        if not any(abs(n_r @ q) > cos25 and abs(d_r - (n_r @ q) * e) < 3 * band for q, e in planes):
-            planes.append((n_r, float(d_r)))
+        if keep(n_r, float(d_r)):
             near |= close_to(n_r, float(d_r))
     # the densest thin layers across each of the file's axes: a small plinth or table top in a levelled capture
     # holds few points next to the walls and panels above, but it is the densest layer along the up axis
@@ -341,9 +361,7 @@ def _candidates(p: np.ndarray, rng: np.random.Generator, band: float, hypotheses
                 break
             n_a = np.eye(3)[a]
             n_r, d_r = _refine(p, n_a, 0.5 * float(edges[b] + edges[b + 1]), band)
-            n_r = n_r / np.linalg.norm(n_r)
-            if not any(abs(n_r @ q) > cos25 and abs(d_r - (n_r @ q) * e) < 3 * band for q, e in planes):
-                planes.append((n_r, float(d_r)))
+            keep(n_r / np.linalg.norm(n_r), float(d_r))
     return planes
 
 
@@ -484,7 +502,7 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
     for a in accepted:
         mask[:] = False
         mask[a.standing] = True
-        if not any(b is not a and b.normal @ a.normal > np.cos(np.deg2rad(15.0)) and mask[b.slab].mean() >= 0.5
+        if not any(b is not a and b.normal @ a.normal > np.cos(np.deg2rad(15.0)) and mask[b.slab].mean() >= NEAREST_HELD
                    for b in accepted):
             nearest.append(a)
     # what it carries, times how much of the capture it is: a table top carries the object and is most of what a

@@ -298,6 +298,7 @@ class SubspaceSimulator:
         self.gravity = float(gravity)
         self.set_up(up)
         self.floor_height = floor_height
+        self.floor_region = None  # a finite support (set_floor), None: an unbounded plane
         self.damping = float(damping)
         self.friction = float(friction)
         self._next_drag = 0
@@ -439,10 +440,37 @@ class SubspaceSimulator:
         self.g_vec = -self.gravity * self.up
         self.invalidate_hessian()  # the floor normal enters the contact and friction terms
 
-    def set_floor(self, height: Optional[float]) -> None:
-        """Floor plane at ``height`` along up (metres, simulation frame), or None to remove it."""
+    def set_floor(self, height: Optional[float], region=None) -> None:
+        """Floor plane at ``height`` along up (metres, simulation frame), or None to remove it. ``region``: a
+        :class:`~physskin_gs.physics.floor_region.FloorRegion` where the plane exists (a finite support, with an
+        optional ground below), or None for an unbounded plane."""
         self.floor_height = None if height is None else float(height)
+        self.floor_region = region if height is not None else None
         self.invalidate_hessian()
+
+    def _floor_heights(self, x: np.ndarray):
+        """The floor height along up for points ``x`` (3, n), metres: ``floor_height`` (a float) for an unbounded
+        plane, else (n,) per point from :attr:`floor_region` (-inf where nothing holds a point)."""
+        region = getattr(self, "floor_region", None)
+        if region is None:
+            return self.floor_height
+        return region.heights(x, self._up_np, self.floor_height)
+
+    def _floor_heights_t(self, x: torch.Tensor):
+        """:meth:`_floor_heights` of points ``x`` (n, 3) as a float or a float64 tensor (the region's membership is
+        piecewise constant: no gradient flows through it)."""
+        if getattr(self, "floor_region", None) is None:
+            return self.floor_height
+        xs = x.detach()
+        try:
+            xn = xs.numpy()
+        except (RuntimeError, TypeError):  # a functorch-wrapped tensor (autograd Hessian of the reference)
+            from torch._C._functorch import get_unwrapped, is_functorch_wrapped_tensor
+
+            while is_functorch_wrapped_tensor(xs):
+                xs = get_unwrapped(xs)
+            xn = xs.detach().numpy()
+        return torch.as_tensor(self._floor_heights(xn.T), dtype=torch.float64)
 
     def set_friction(self, eta: float) -> None:
         """Viscous floor friction eta >= 0 (1/s) on cubature points touching the floor. Raises OptionError."""
@@ -688,7 +716,7 @@ class SubspaceSimulator:
         gx = self._g_np @ x  # [n]
         ev.pe["gravity"] = -(self.m_p * float(gx.sum()) if self._m_pt is None else float(self._m_pt @ gx))
         if self.floor_height is not None:
-            ev.d = np.minimum(self._up_np @ x - self.floor_height, 0.0)  # [n]
+            ev.d = np.minimum(self._up_np @ x - self._floor_heights(x), 0.0)  # [n]
             ev.pe["floor"] = self.m_p * self.FLOOR_K * float(ev.d @ ev.d)
         for name, s in self._springs():
             r = x[:, s.idx_np] - s.target_np  # [3, k]
@@ -903,7 +931,7 @@ class SubspaceSimulator:
             D = self._rayleigh
         if self.floor_height is not None and self.friction > 0:
             x0 = self.positions(q0)
-            touch = (x0 @ self.up - self.floor_height) < self.CONTACT_GAP
+            touch = (x0 @ self.up - self._floor_heights_t(x0)) < self.CONTACT_GAP
             if bool(touch.any()):
                 Pc = self.Phi[touch]
                 PT = torch.eye(3, dtype=torch.float64) - torch.outer(self.up, self.up)
@@ -975,7 +1003,7 @@ class SubspaceSimulator:
         gx = x @ self.g_vec  # [n]
         pe = el - (self.m_p * gx.sum() if self._m_pt is None else (torch.from_numpy(self._m_pt) * gx).sum())
         if self.floor_height is not None:
-            d = (x @ self.up - self.floor_height).clamp_max(0.0)
+            d = (x @ self.up - self._floor_heights_t(x)).clamp_max(0.0)
             pe = pe + self.m_p * self.FLOOR_K * (d * d).sum()
         for s in ([self.pin] if self.pin else []) + list(self.drags.values()):
             r = x[s.idx] - s.target
