@@ -995,8 +995,15 @@ class AnimatedScene:
 
 
 # ------------------------------------------------------------------------------------------------ prepare
-def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: ProgressFn = None) -> AnimatedScene:
+def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: ProgressFn = None, *,
+                      analysis=None, moving: Optional[torch.Tensor] = None,
+                      frame: Optional[Tuple[torch.Tensor, float]] = None) -> AnimatedScene:
     """Build an :class:`AnimatedScene` (module docstring). ``progress(stage, fraction)`` is called along the way.
+
+    For one body of several (:func:`physskin_gs.bodies.prepare_bodies`): ``analysis`` a scene analysis already
+    made (used for up and the support instead of a new one), ``moving`` (N,) bool the rows to animate instead of
+    ``config.select``, ``frame`` ``(center (3,) scene units, metres per scene unit)`` the simulation frame shared
+    with the other bodies (default: the object's own, centred on it, 1 m across or ``config.scale``).
 
     ``info["timings"]`` of the result holds the seconds of each stage: scene_analysis, selection,
     interior_fill, cubature (normalisation, robust extent, cubature sampling), field_build, cubature_weights
@@ -1020,22 +1027,27 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     if not (config.dt > 0 and math.isfinite(config.dt)):
         raise OptionError(f"--dt must be positive, got {config.dt}")
     resolve_skinning(config.skinning)  # unknown names fail before any work
+    moving_given = moving is not None
     if config.field_eval not in FIELD_EVAL_MODES:
         raise OptionError(f"--field-eval must be one of {', '.join(FIELD_EVAL_MODES)}, got {config.field_eval!r}")
     timings: Dict[str, float] = {}
     lap = _stage_clock(timings)
 
     _report(progress, "analysing the scene", 0.0)
-    select_auto = str(config.select or "").strip().lower() == "auto"
-    analysis = None
-    if select_auto or str(config.up).strip().lower() == "auto":
+    select_auto = moving is None and str(config.select or "").strip().lower() == "auto"
+    if analysis is None and (select_auto or str(config.up).strip().lower() == "auto"):
         analysis = analyze_for_animation(scene)
     lap("scene_analysis")
     if str(config.up).strip().lower() == "auto":
         up = torch.as_tensor(analysis.up, dtype=torch.float64)
     else:
         up = resolve_up(config.up, scene)
-    if select_auto:
+    if moving is not None:
+        moving = torch.as_tensor(moving, dtype=torch.bool).reshape(-1)
+        if moving.shape[0] != scene.num_gaussians or not bool(moving.any()):
+            raise OptionError(f"moving must be an ({scene.num_gaussians},) bool mask selecting at least one row")
+        moving = moving & _finite_rows(scene)
+    elif select_auto:
         # the analysis' object rows that are finite in every parameter (parse_selection's rule, on those rows only)
         cand = torch.from_numpy(np.flatnonzero(analysis.object | analysis.transparent_in_object))
         moving = torch.zeros(scene.num_gaussians, dtype=torch.bool)
@@ -1081,7 +1093,7 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     # normalisation of the selected object (learning frame) from the kept centres (and a sparse body)
     _, norm = normalize_points(extent_pts.double(), allow_flat=True, what="selected Gaussians")
     lo, hi = extent_pts.min(0).values.double(), extent_pts.max(0).values.double()
-    center = 0.5 * (lo + hi)
+    center = 0.5 * (lo + hi) if frame is None else torch.as_tensor(frame[0], dtype=torch.float64).reshape(3)
     extent = float((hi - lo).max())
     if not extent > 0:
         raise PhysSkinError("the selected Gaussians have zero extent; nothing to simulate")
@@ -1093,6 +1105,8 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     robust_extent = float((q[1] - q[0]).max())
     robust_extent = robust_extent if robust_extent > 0 else extent
     sim_scale = float(config.scale) if config.scale is not None else 1.0 / robust_extent
+    if frame is not None:
+        sim_scale = float(frame[1])
     if body is not None:
         volume = body.measure
     else:
@@ -1141,7 +1155,8 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
             "sparse_body": None if body is None else {"gaussians": body.num_gaussians, "volume_scene_units3":
                                                        body.measure, "rule": "convex hull of the 2-sigma ellipsoids"},
             "up": up.tolist(), "robust_extent_scene": robust_extent,
-            "selection": "auto" if select_auto else (config.select or "all"), "timings": timings}
+            "selection": "auto" if select_auto else ("rows" if moving_given else (config.select or "all")),
+            "timings": timings}
     if analysis is not None:
         info["scene_analysis"] = scene_analysis_facts(analysis)
         if analysis.plane is not None and str(config.up).strip().lower() == "auto":

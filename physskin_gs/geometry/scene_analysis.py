@@ -542,8 +542,10 @@ def analyze_scene(
         # the support's own half-thickness: most of its inliers lie much closer to the plane than the band
         # when the support is a clean surface; rows above that thickness but inside the band belong to what
         # stands on it (feet, hooves) when they touch the object (attached below, after the object is found)
-        thick = float(np.quantile(np.abs(sd[slab]), 0.9)) if slab.any() else band
-        thick = min(band, max(1.5 * thick, 0.05 * band))
+        # (the median, not a high quantile: the slab also holds the bottom of what stands on the support and the
+        # support's own edge, and a clean top's noise is mostly within 4 medians of |sd|, about 2.7 sigma)
+        thick = float(np.median(np.abs(sd[slab]))) if slab.any() else band
+        thick = min(band, max(4.0 * thick, 0.05 * band))
         support = cand & (np.abs(sd) <= thick)
         contact = cand & (sd > thick) & (sd <= max(object_clearance * scale, band))
         above = cand & (sd > max(object_clearance * scale, band))
@@ -601,7 +603,9 @@ def analyze_scene(
                 if plane is not None and contact.any():
                     # contact rows (between the support's surface and the clearance) in or next to an object voxel
                     # move with the object, so nothing of it stays behind on the floor when it is lifted
-                    near = ndimage.binary_dilation((olabels == label), structure=_FULL_3D).ravel()
+                    # (dilated far enough to reach from the clearance down to the support's surface)
+                    reach = max(1, int(np.ceil(max(object_clearance * scale, band) / grid.h)))
+                    near = ndimage.binary_dilation((olabels == label), structure=_FULL_3D, iterations=reach).ravel()
                     c_idx = np.flatnonzero(contact)
                     flat_c = flat_all[c_idx]
                     m[c_idx] = (flat_c >= 0) & near[np.maximum(flat_c, 0)]

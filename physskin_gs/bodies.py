@@ -1,0 +1,400 @@
+"""Several objects of one capture animated together, in contact with each other and with the captured scene
+(issue 24; ``../shared/docs/several-bodies.md``).
+
+:func:`prepare_bodies` is what ``animate`` calls. With ``--select auto`` and ``--up auto`` it runs the scene
+analysis once; when the analysis finds a support and more than one object standing on it (each a connected part
+holding at least :data:`physskin_gs.geometry.scene_analysis.OTHER_OBJECT_MASS` of the heaviest one's opacity
+mass), every one of them becomes a **body**: its own :class:`~physskin_gs.pipeline.AnimatedScene` (skinning basis,
+handles, cubature points, deformer), all in one simulation frame (centred on the heaviest body, which is 1 m across
+unless ``--scale`` says otherwise, so every body keeps its true size relative to the others). Otherwise it returns
+the one-object :class:`~physskin_gs.pipeline.AnimatedScene` of :func:`~physskin_gs.pipeline.prepare_animation`.
+
+The bodies step together in one implicit-Euler Newton solve
+(:class:`~physskin_gs.physics.contact.BodyContactSystem`): block-diagonal elastic Hessians plus penalty contact
+between the bodies' cubature-point spheres and against a **static collider** built once from the static rows:
+
+* **the support** is the analysis' plane, but only where the support was captured: a
+  :class:`~physskin_gs.physics.floor_region.FloorRegion` of the support's rows and the bodies' footprints (holes
+  under objects filled), so a body pushed past the table's edge falls. Below it the **ground** is the lowest static
+  surface of the capture (the room's floor under a table), or, when nothing was captured below the support, a
+  plane two body heights down (so a body that falls stays in view);
+* **everything else static** (walls, a bowl, the table's edge and legs, objects too light to be bodies) is a point
+  collider: the static rows within reach of the bodies (1.5 body sizes around them), thinned to one point per cell
+  of half a contact radius, without the rows that touch a body at rest (they would push it on the first step).
+
+Pure pipeline code: no viewer, no file I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from typing import Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from physskin_gs.errors import OptionError
+from physskin_gs.physics.contact import BodyContactSystem, default_contact_radius
+from physskin_gs.physics.floor_region import floor_region_from_points
+from physskin_gs.pipeline import (USABLE_OPACITY, AnimatedScene, AnimationConfig, analyze_for_animation,
+                                  prepare_animation)
+from physskin_gs.scene import GaussianScene
+
+__all__ = ["SceneBodies", "prepare_bodies", "body_masks"]
+
+#: static rows within this many body sizes of the bodies' rest boxes join the point collider
+COLLIDER_REACH = 1.5
+#: the support holds a point no deeper than this fraction of the smallest body's height below it
+SUPPORT_DEPTH = 0.1
+#: with nothing captured under the support, the ground lies this many (largest) body heights below it
+GROUND_DROP = 2.0
+
+
+def body_masks(scene: GaussianScene, analysis) -> List[torch.Tensor]:
+    """(N,) bool row masks of the bodies a scene analysis found: the object (with its transparent rows) first,
+    then :attr:`~physskin_gs.geometry.scene_analysis.SceneAnalysis.other_bodies` in order. Empty when the analysis
+    found no object."""
+    n = scene.num_gaussians
+    out = []
+    first = torch.from_numpy(analysis.object | analysis.transparent_in_object)
+    if bool(first.any()):
+        out.append(first)
+    for rows, tr in getattr(analysis, "other_bodies", []):
+        m = torch.zeros(n, dtype=torch.bool)
+        m[torch.from_numpy(np.concatenate([rows, tr]).astype(np.int64))] = True
+        out.append(m)
+    return out
+
+
+def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Optional[Callable] = None):
+    """An :class:`~physskin_gs.pipeline.AnimatedScene` for one object, or :class:`SceneBodies` when ``--select auto``
+    finds several objects on a support (module docstring). Raises what
+    :func:`~physskin_gs.pipeline.prepare_animation` raises."""
+    auto = (str(config.select or "").strip().lower() == "auto" and str(config.up).strip().lower() == "auto"
+            and getattr(scene, "mesh", None) is None)
+    if not auto:
+        return prepare_animation(scene, config, progress)
+    t0 = time.perf_counter()
+    if progress is not None:
+        progress("analysing the scene", 0.0)
+    analysis = analyze_for_animation(scene)
+    seconds = time.perf_counter() - t0
+    masks = body_masks(scene, analysis)
+    if analysis.plane is None or len(masks) < 2:
+        anim = prepare_animation(scene, config, progress, analysis=analysis)
+        anim.info["timings"]["scene_analysis"] = seconds
+        return anim
+    return SceneBodies.build(scene, config, analysis, masks, progress, seconds)
+
+
+class SceneBodies:
+    """Several bodies of one capture stepped together with contact (module docstring). Built by
+    :func:`prepare_bodies`; it answers what ``animate`` and the exporters ask of an
+    :class:`~physskin_gs.pipeline.AnimatedScene` (``step``, ``deformed_rows``, ``deformed_gaussians``, drags, ...),
+    for all bodies at once.
+
+    Attributes: scene (GaussianScene, rest), bodies (list of AnimatedScene, the heaviest first), system
+    (BodyContactSystem), moving ((N,) bool: every body's rows), up_vector ((3,) float64), sim_scale (metres per
+    scene unit, shared), center ((3,) float64, the shared frame's origin), frame (int), info (dict: the heaviest
+    body's facts, with ``bodies``, ``collider``, ``num_moving`` and ``num_cubature`` over all bodies).
+    """
+
+    def __init__(self, scene: GaussianScene, bodies: List[AnimatedScene], system: BodyContactSystem, info: Dict) -> None:
+        self.scene = scene
+        self.bodies = bodies
+        self.system = system
+        self.info = info
+        self.frame = 0
+        main = bodies[0]
+        self.up_vector = main.up_vector
+        self.sim_scale = main.sim_scale
+        self.center = main.center
+        self.moving = torch.zeros(scene.num_gaussians, dtype=torch.bool)
+        for b in bodies:
+            self.moving |= b.moving
+        self._idx = torch.cat([b.moving_index for b in bodies])
+        self._drags: Dict[int, tuple] = {}
+        self._next_drag = 0
+
+    # ------------------------------------------------------------------------------------------ building
+    @classmethod
+    def build(cls, scene: GaussianScene, config: AnimationConfig, analysis, masks: List[torch.Tensor],
+              progress: Optional[Callable], analysis_seconds: float) -> "SceneBodies":
+        """Prepare every body in the heaviest one's frame, then the support region and the static collider."""
+        k = len(masks)
+
+        def part(i):
+            if progress is None:
+                return None
+            return lambda stage, frac: progress(f"body {i + 1} of {k}: {stage}", (i + frac) / k)
+
+        bodies = [prepare_animation(scene, config, part(0), analysis=analysis, moving=masks[0])]
+        frame = (bodies[0].center, bodies[0].sim_scale)
+        for i in range(1, k):
+            bodies.append(prepare_animation(scene, config, part(i), analysis=analysis, moving=masks[i], frame=frame))
+        t = time.perf_counter()
+        main = bodies[0]
+        s, c = main.sim_scale, main.center
+        up = main.up_vector.double()
+        up_np = up.numpy()
+        radii = [default_contact_radius(b.sim.X) for b in bodies]
+        heights = [b.height_scene * s for b in bodies]  # [B] metres
+        taken = torch.zeros(scene.num_gaussians, dtype=torch.bool)
+        for m in masks:
+            taken |= m
+        to_sim = lambda p: (np.asarray(p, np.float64) - c.numpy()) * s  # noqa: E731 - scene -> simulation frame
+        finite = np.isfinite(scene.means.numpy()).all(1)
+        collider = {"static_points": 0, "static_radius_m": None, "support_region": None, "ground_m": None}
+        sup_sim = (float(analysis.plane.offset) - float(c @ up)) * s  # the support's height along up, metres
+        static_rows = (analysis.background & ~taken.numpy() & finite
+                       & (scene.opacities.numpy() >= USABLE_OPACITY))
+        st = to_sim(scene.means.numpy()[static_rows])  # [S, 3]
+        st_h = st @ up_np
+        depth = SUPPORT_DEPTH * min(heights)
+        below = st_h[st_h < sup_sim - 2 * depth]
+        if below.shape[0] >= 16:
+            ground = float(np.quantile(below, 0.005))
+            ground_src = "the lowest static surface under the support"
+        else:
+            ground = sup_sim - GROUND_DROP * max(heights)
+            ground_src = f"nothing captured under the support: {GROUND_DROP:g} body heights below it"
+        if config.floor and config.floor_height is None:
+            sup_rows = analysis.support & finite
+            pts = [to_sim(scene.means.numpy()[sup_rows])]
+            pts += [to_sim(scene.means[b.moving_index].numpy()) for b in bodies]  # the footprints under the bodies
+            pts = np.concatenate(pts)
+            if pts.shape[0] > 400_000:
+                pts = pts[np.random.default_rng(config.seed).choice(pts.shape[0], 400_000, replace=False)]
+            span = float(np.ptp(pts - np.outer(pts @ up_np, up_np), axis=0).max())
+            cell = max(min(radii), span / 1024)
+            region = floor_region_from_points(pts, up_np, cell=cell, depth=depth, ground=ground)
+            for b in bodies:
+                b.sim.set_floor(b.sim.floor_height, replace(region, ground=ground + b.contact_offset))
+            collider.update(support_region={"cells": int(region.mask.sum()), "cell_m": cell, "depth_m": depth},
+                            ground_m=ground, ground=ground_src)
+        # static point collider: static rows near the bodies, above the ground, thinned, not touching a body at rest
+        r_s = 0.5 * min(radii)
+        rest = [b.sim.positions().numpy() for b in bodies]
+        allp = np.concatenate(rest)
+        grow = COLLIDER_REACH * max(heights)
+        lo, hi = allp.min(0) - grow, allp.max(0) + grow
+        keep = np.all((st >= lo) & (st <= hi), axis=1) & (st_h > ground + r_s)
+        sp = st[keep]
+        if sp.shape[0]:
+            key = np.floor(sp / r_s).astype(np.int64)
+            _, first = np.unique(key, axis=0, return_index=True)
+            sp = sp[np.sort(first)]
+            from scipy.spatial import cKDTree
+
+            d, _ = cKDTree(allp).query(sp, k=1)
+            sp = sp[d > max(radii) + r_s]
+        system = BodyContactSystem([b.sim for b in bodies], radii=radii, static_points=sp if sp.shape[0] else None,
+                                   static_radius=r_s)
+        collider.update(static_points=int(sp.shape[0]), static_radius_m=r_s)
+        info = dict(main.info)
+        timings = {}
+        for b in bodies:
+            for name, v in b.info.get("timings", {}).items():
+                timings[name] = timings.get(name, 0.0) + v
+        timings["scene_analysis"] = analysis_seconds
+        timings["contact_setup"] = time.perf_counter() - t
+        info.update(
+            timings=timings, selection=f"auto ({k} bodies)",
+            num_moving=int(sum(b.info["num_moving"] for b in bodies)),
+            num_cubature=int(sum(b.info["num_cubature"] for b in bodies)),
+            collider=collider,
+            bodies=[{"rows": b.info["num_moving"], "handles": b.num_handles, "cubature_points": b.info["num_cubature"],
+                     "height_m": h, "contact_radius_m": r, "skinning": b.skinning_source,
+                     "center_scene": [float(v) for v in b.scene.means[b.moving_index].double().mean(0)]}
+                    for b, h, r in zip(bodies, heights, radii)])
+        return cls(scene, bodies, system, info)
+
+    # ------------------------------------------------------------------------------------------ facts
+    @property
+    def num_bodies(self) -> int:
+        """How many bodies move."""
+        return len(self.bodies)
+
+    @property
+    def num_handles(self) -> int:
+        """H = m + 1 of the first (heaviest) body (``body_handles`` gives every body's)."""
+        return self.bodies[0].num_handles
+
+    @property
+    def body_handles(self) -> List[int]:
+        """H of every body, in order."""
+        return [b.num_handles for b in self.bodies]
+
+    @property
+    def skinning_source(self) -> str:
+        """The first body's basis (every body is built the same way)."""
+        return self.bodies[0].skinning_source
+
+    @property
+    def support_height(self) -> Optional[float]:
+        """The support plane's height along up (scene units)."""
+        return self.bodies[0].support_height
+
+    @property
+    def floor_scene(self) -> Optional[float]:
+        """Where the support holds a body's surface, along up (scene units); None without a floor."""
+        return self.bodies[0].floor_scene
+
+    @property
+    def height_scene(self) -> float:
+        """The tallest body's height (scene units)."""
+        return max(b.height_scene for b in self.bodies)
+
+    @property
+    def lowest_scene(self) -> float:
+        """The lowest body point along up at rest (scene units)."""
+        return min(b.lowest_scene for b in self.bodies)
+
+    @property
+    def regions(self) -> list:
+        """Per-region materials (none with several bodies)."""
+        return []
+
+    @property
+    def num_invalid(self) -> int:
+        """Rows with a non-finite value (never moved)."""
+        return self.bodies[0].num_invalid
+
+    def sh_handling(self) -> str:
+        """How exported SH are written (the scene's, as for one body)."""
+        return self.bodies[0].sh_handling()
+
+    @property
+    def dt(self) -> float:
+        """Simulation time step in seconds (all bodies); setting a non-positive value raises OptionError."""
+        return self.system.dt
+
+    @dt.setter
+    def dt(self, value: float) -> None:
+        for b in self.bodies:
+            b.dt = value
+        self.system.dt = float(value)
+
+    def sims_finite(self) -> bool:
+        """Whether every body's state is finite."""
+        return all(bool(torch.isfinite(b.sim.q).all()) for b in self.bodies)
+
+    # ------------------------------------------------------------------------------------------ stepping
+    def step(self, n: int = 1) -> dict:
+        """Advance every body n steps together. Returns stats: ms, newton_iters, hessians, substeps,
+        contacts_body / contacts_static (sphere pairs at the end), max_overlap_m, rejected (0), frame."""
+        st = self.system.step(n)
+        self.frame += n
+        for b in self.bodies:
+            b.frame += n
+            b._cache_key = None
+        d = st.as_dict()
+        d.update(rejected=0, frame=self.frame)
+        return d
+
+    def reset(self) -> None:
+        """Every body back to its rest state (drags dropped)."""
+        self._drags.clear()
+        for b in self.bodies:
+            b.reset()
+        self.system.time = 0.0
+        self.system._L = None
+        self.frame = 0
+
+    # ------------------------------------------------------------------------------------------ state
+    @property
+    def moving_index(self) -> torch.Tensor:
+        """(M,) int64 rows that move: every body's rows, body after body (the order of :meth:`deformed_rows`)."""
+        return self._idx
+
+    def deformed_rows(self) -> Dict[str, torch.Tensor]:
+        """Every body's :meth:`~physskin_gs.pipeline.AnimatedScene.deformed_rows`, concatenated in body order."""
+        parts = [b.deformed_rows() for b in self.bodies]
+        return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
+
+    def export_rest_scene(self) -> GaussianScene:
+        """The rest scene as every exported frame writes its static rows (computed once)."""
+        return self.bodies[0].export_rest_scene()
+
+    def deformed_gaussians(self, view_rotations: bool = True):
+        """The whole scene deformed: the first body's :meth:`~physskin_gs.pipeline.AnimatedScene.deformed_gaussians`
+        with the other bodies' rows put in."""
+        dg = self.bodies[0].deformed_gaussians(view_rotations)
+        with_vr = self.scene.sh_rest.shape[1] > 0 and view_rotations
+        for b in self.bodies[1:]:
+            d = b._deform()
+            dg.means[b.moving_index] = d.means
+            dg.covars[b.moving_index] = d.covars
+            if with_vr:
+                dg.view_rotations[b.moving_index] = d.view_rotations()
+        return dg
+
+    def deformed_scene(self) -> GaussianScene:
+        """GaussianScene of the current state for export (static rows as :meth:`export_rest_scene`)."""
+        sc = self.export_rest_scene()
+        rows = self.deformed_rows()
+        idx = rows["index"]
+        means, quats, log_scales = sc.means.clone(), sc.quats.clone(), sc.log_scales.clone()
+        means[idx], quats[idx], log_scales[idx] = rows["means"], rows["quats"], rows["log_scales"]
+        sh_rest = sc.sh_rest
+        if "sh_rest" in rows:
+            sh_rest = sh_rest.clone()
+            sh_rest[idx] = rows["sh_rest"]
+        return replace(sc, means=means, quats=quats, log_scales=log_scales, sh_rest=sh_rest)
+
+    def body_centres(self) -> np.ndarray:
+        """(B, 3) float64 current mass centres of the bodies' cubature points (scene units)."""
+        return np.stack([b.cubature_positions().double().mean(0).numpy() for b in self.bodies])
+
+    # ------------------------------------------------------------------------------------------ drags
+    def _body(self, body: Optional[int]) -> int:
+        if body is None:
+            return 0
+        if not (isinstance(body, (int, np.integer)) and 0 <= int(body) < len(self.bodies)):
+            raise OptionError(f"body {body!r} outside [0, {len(self.bodies) - 1}] (the {len(self.bodies)} bodies)")
+        return int(body)
+
+    def nearest_body(self, point) -> int:
+        """The body whose cubature point lies nearest ``point`` (3,) scene units."""
+        p = torch.as_tensor(point, dtype=torch.float32).reshape(1, 3)
+        dist = [float((b.cubature_positions() - p).norm(dim=1).min()) for b in self.bodies]
+        return int(np.argmin(dist))
+
+    def _add(self, body: int, did: int) -> int:
+        gid = self._next_drag
+        self._next_drag += 1
+        self._drags[gid] = (body, did)
+        return gid
+
+    def start_drag(self, point, radius: Optional[float] = None, body: Optional[int] = None) -> int:
+        """Grab ``body`` (default: the body nearest ``point``) around ``point`` (3,) scene units
+        (:meth:`~physskin_gs.pipeline.AnimatedScene.start_drag`). Returns a drag id."""
+        k = self.nearest_body(point) if body is None else self._body(body)
+        return self._add(k, self.bodies[k].start_drag(point, radius))
+
+    def start_handle_drag(self, handle: int, body: Optional[int] = None) -> int:
+        """Grab learned handle ``handle`` of ``body`` (default 0). Raises OptionError for a bad index."""
+        k = self._body(body)
+        return self._add(k, self.bodies[k].start_handle_drag(handle))
+
+    def handle_positions(self, body: Optional[int] = None) -> torch.Tensor:
+        """(H-1, 3) float32 current handle centres of ``body`` (default 0), scene units."""
+        return self.bodies[self._body(body)].handle_positions()
+
+    def update_drag(self, drag_id: int, target) -> None:
+        """Move drag ``drag_id``'s grabbed point to ``target`` (3,) scene units."""
+        if drag_id not in self._drags:
+            raise OptionError(f"unknown drag id {drag_id}")
+        k, did = self._drags[drag_id]
+        self.bodies[k].update_drag(did, target)
+
+    def end_drag(self, drag_id: int) -> None:
+        """Release a drag."""
+        if drag_id in self._drags:
+            k, did = self._drags.pop(drag_id)
+            self.bodies[k].end_drag(did)
+
+    def deformed_mesh_vertices(self):
+        """None: several bodies come from splat captures only."""
+        return None
