@@ -241,7 +241,8 @@ def _finite_rows(scene: GaussianScene, idx: Optional[torch.Tensor] = None) -> to
 def parse_selection_spec(spec: Optional[str]):
     """Check a ``--select`` value without a scene (before any file is loaded).
 
-    Returns ``("all", None)`` for None (no selection given: every finite row) or ``"all"``, ``("auto", None)``,
+    Returns ``("all", None)`` for None (no selection given: every finite row) or ``"all"``, ``("auto", None)``
+    (every object the scene analysis finds on the support), ``("largest", None)`` (the heaviest of them),
     ``("rule", (op, value))`` for ``"opacity>0.1"`` (also >=, <, <=; value finite) or ``("box", (lo, hi))`` for
     ``"xmin,ymin,zmin,xmax,ymax,zmax"`` (two lists of 3 floats, scene units, max > min on every axis). Names are
     case-insensitive and surrounding blanks are ignored.
@@ -254,13 +255,14 @@ def parse_selection_spec(spec: Optional[str]):
         return "all", None
     s = str(spec).strip()
     if not s:
-        raise OptionError(f"--select {spec!r}: empty value; use auto (the object the scene analysis finds), all "
+        raise OptionError(f"--select {spec!r}: empty value; use auto (the objects the scene analysis finds), largest "
+                          "(the heaviest of them), all "
                           "(every finite row), a box 'xmin,ymin,zmin,xmax,ymax,zmax' (scene units) or a rule like "
                           "'opacity>0.1'")
     if s.lower() == "all":
         return "all", None
-    if s.lower() == "auto":
-        return "auto", None
+    if s.lower() in ("auto", "largest"):
+        return s.lower(), None
     m = _RULE.match(s)
     if m:
         try:
@@ -275,7 +277,7 @@ def parse_selection_spec(spec: Optional[str]):
     except ValueError:
         vals = []
     if len(vals) != 6 or not all(math.isfinite(v) for v in vals):
-        raise OptionError(f"--select {spec!r}: expected auto, all, 'xmin,ymin,zmin,xmax,ymax,zmax' or a rule like "
+        raise OptionError(f"--select {spec!r}: expected auto, largest, all, 'xmin,ymin,zmin,xmax,ymax,zmax' or a rule like "
                           "'opacity>0.1'")
     if any(b <= a for a, b in zip(vals[:3], vals[3:])):
         raise OptionError(f"--select {spec!r}: box max must exceed min on every axis")
@@ -291,8 +293,8 @@ def parse_selection(spec: Optional[str], scene: GaussianScene) -> torch.Tensor:
     """
     kind, val = parse_selection_spec(spec)
     finite = _finite_rows(scene)
-    if kind == "auto":
-        raise OptionError("--select auto is resolved by the scene analysis (prepare_animation), not as a mask")
+    if kind in ("auto", "largest"):
+        raise OptionError(f"--select {kind} is resolved by the scene analysis (prepare_animation), not as a mask")
     if kind == "all":
         mask = finite
     elif kind == "rule":
@@ -1033,8 +1035,9 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     timings: Dict[str, float] = {}
     lap = _stage_clock(timings)
 
-    _report(progress, "analysing the scene", 0.0)
-    select_auto = moving is None and str(config.select or "").strip().lower() == "auto"
+    if analysis is None:
+        _report(progress, "analysing the scene", 0.0)
+    select_auto = moving is None and str(config.select or "").strip().lower() in ("auto", "largest")
     if analysis is None and (select_auto or str(config.up).strip().lower() == "auto"):
         analysis = analyze_for_animation(scene)
     lap("scene_analysis")
@@ -1155,7 +1158,8 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
             "sparse_body": None if body is None else {"gaussians": body.num_gaussians, "volume_scene_units3":
                                                        body.measure, "rule": "convex hull of the 2-sigma ellipsoids"},
             "up": up.tolist(), "robust_extent_scene": robust_extent,
-            "selection": "auto" if select_auto else ("rows" if moving_given else (config.select or "all")),
+            "selection": (str(config.select).strip().lower() if select_auto
+                          else ("rows" if moving_given else (config.select or "all"))),
             "timings": timings}
     if analysis is not None:
         info["scene_analysis"] = scene_analysis_facts(analysis)

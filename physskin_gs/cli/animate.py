@@ -14,7 +14,9 @@ colour through R_F). ``--script MOTION.json`` scripts drags::
 
 ``target`` is a world position (scene units), ``offset`` is relative to the grabbed point; targets are linearly
 interpolated between keyframes and held after the last one; the drag starts at ``start_frame`` (default: first
-keyframe) and is released after ``end_frame`` (default: last keyframe; -1 = never).
+keyframe) and is released after ``end_frame`` (default: last keyframe; -1 = never). With several bodies
+(``--select auto`` on a capture with several objects on its support) ``"body": K`` names the body a drag grabs
+(0 = the heaviest; the log lists them); a point drag without it grabs the body nearest its point.
 
 Without ``--headless`` the browser viewer starts (``physskin_gs_viewer.app.run_viewer``) on --host/--port.
 """
@@ -105,8 +107,10 @@ def register(sub) -> None:
                    ".splat/compressed -y, INRIA PLY +z, meshes +y), y, -y, z, -z, x, -x")
     p.add_argument("--scale", type=float, help="metres per scene unit (default: the object is 1 m across)")
     p.add_argument("--select", default="auto",
-                   help="moving part: auto (default: the object the scene analysis finds; its support, background "
-                        "and floaters stay static but are rendered and exported), all, a box "
+                   help="moving part: auto (default: every object the scene analysis finds standing on the support, "
+                        "each a body of its own, in contact with the others and the static scene; the support, "
+                        "background and floaters stay static but are rendered and exported), largest (only the "
+                        "heaviest object), all, a box "
                         "'xmin,ymin,zmin,xmax,ymax,zmax' (scene units) or a rule like 'opacity>0.1'")
     p.add_argument("--cubature", dest="num_cubature", type=int, default=1024,
                    help="about this many cubature points (one per cell of a grid over the object; default 1024)")
@@ -192,7 +196,7 @@ class MotionScript:
 
     #: Known keys of the script, of a drag and of a keyframe ("comment" is allowed everywhere and ignored).
     SCRIPT_KEYS = ("drags", "comment")
-    DRAG_KEYS = ("handle", "point", "radius", "keyframes", "start_frame", "end_frame", "comment")
+    DRAG_KEYS = ("handle", "point", "body", "radius", "keyframes", "start_frame", "end_frame", "comment")
     KEYFRAME_KEYS = ("frame", "target", "offset", "comment")
 
     @classmethod
@@ -233,6 +237,8 @@ class MotionScript:
                 if "radius" in d:
                     raise OptionError(f"{where}.radius applies to a 'point' drag only (a handle drag grabs the "
                                       "handle's own region)")
+            if "body" in d:
+                drag["body"] = _script_int(d["body"], f"{where}.body", 0, "an integer >= 0 (0 = the heaviest object)")
             kfs = d.get("keyframes")
             if not isinstance(kfs, list) or not kfs:
                 raise OptionError(f"{where}.keyframes must be a non-empty list")
@@ -273,10 +279,17 @@ class MotionScript:
     def validate(self, anim) -> None:
         """Check the handle indices against the prepared scene (before any frame is simulated or written).
         Raises OptionError naming the script and the drag."""
+        bodies = getattr(anim, "bodies", None)
         for i, d in enumerate(self.drags):
-            if "handle" in d and not 0 <= d["handle"] < anim.num_handles - 1:
-                raise OptionError(f"{self.path}: drags[{i}].handle {d['handle']} outside [0, {anim.num_handles - 2}] "
-                                  f"(the {anim.num_handles - 1} learned handles; the constant handle is not draggable)")
+            k = d.get("body", 0)
+            if k >= (len(bodies) if bodies else 1):
+                raise OptionError(f"{self.path}: drags[{i}].body {k}: the scene has "
+                                  f"{len(bodies) if bodies else 1} bod{'ies' if bodies and len(bodies) > 1 else 'y'} "
+                                  f"(0..{len(bodies) - 1 if bodies else 0}; the animate log lists them)")
+            nh = bodies[k].num_handles if bodies else anim.num_handles
+            if "handle" in d and not 0 <= d["handle"] < nh - 1:
+                raise OptionError(f"{self.path}: drags[{i}].handle {d['handle']} outside [0, {nh - 2}] "
+                                  f"(the {nh - 1} learned handles; the constant handle is not draggable)")
 
     @staticmethod
     def _interp(kf, frame: int):
@@ -292,11 +305,12 @@ class MotionScript:
         """Start, update or end drags for ``frame`` (1-based)."""
         for i, d in enumerate(self.drags):
             if i not in self.active and d["_start"] <= frame and (d["_end"] < 0 or frame <= d["_end"]):
+                kw = {"body": d["body"]} if "body" in d and hasattr(anim, "bodies") else {}
                 if "handle" in d:
-                    did = anim.start_handle_drag(d["handle"])
-                    grab = anim.handle_positions()[d["handle"]].tolist()
+                    did = anim.start_handle_drag(d["handle"], **kw)
+                    grab = anim.handle_positions(**kw)[d["handle"]].tolist()
                 else:
-                    did = anim.start_drag(d["point"], d.get("radius"))
+                    did = anim.start_drag(d["point"], d.get("radius"), **kw)
                     grab = list(d["point"])
                 self.active[i] = (did, grab)
             if i in self.active:
@@ -370,7 +384,8 @@ class OrbitVideo:
         center = 0.5 * (lo + hi)
         radius = 0.5 * float((hi - lo).norm())
         floor_h = None
-        if anim.floor_scene is not None:
+        if anim.floor_scene is not None and not hasattr(anim, "bodies"):  # (several bodies: the captured support
+            # is finite, an endless checker floor at its height would hide a body falling past its edge)
             floor_h = anim.floor_scene
             # look a bit lower so the floor contact stays in view
             center = center - 0.5 * (float(center @ up) - floor_h) * up * 0.5
@@ -624,7 +639,8 @@ def run_headless(args) -> int:
 
     from physskin_gs.cli._outputs import discard_created_folders
     from physskin_gs.io.sequence import open_sequence_exporter
-    from physskin_gs.pipeline import load_for_animation, prepare_animation
+    from physskin_gs.bodies import prepare_bodies
+    from physskin_gs.pipeline import load_for_animation
 
     src = os.path.abspath(require_input_file(args.path))
     validate_args(args)
@@ -650,7 +666,7 @@ def run_headless(args) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         try:
-            anim = prepare_animation(scene, config, progress=progress)
+            anim = prepare_bodies(scene, config, progress=progress)
         except PhysSkinError:
             discard_created_folders()  # nothing was written: no empty output folders left behind
             raise
@@ -681,13 +697,26 @@ def run_headless(args) -> int:
 
             print(f"[physskin-gs] note: {UNSURE_UP}", file=sys.stderr)
         k = int(sa.get("other_objects") or 0)
-        if k and str(args.select).strip().lower() == "auto":
+        if k and str(args.select).strip().lower() == "largest":
             print(f"[physskin-gs] note: {k} more object{'s stand' if k > 1 else ' stands'} on the support and "
-                  f"stay{'s' if k == 1 else ''} static (only the heaviest moves); pass --select all, or a box "
-                  "'xmin,ymin,zmin,xmax,ymax,zmax', to move another", file=sys.stderr)
+                  f"stay{'s' if k == 1 else ''} static (--select largest); pass --select auto to move every "
+                  "object", file=sys.stderr)
+    for i, b in enumerate(anim.info.get("bodies") or []):
+        print(f"[physskin-gs] body {i}: {b['rows']} Gaussians, {b['handles']} handles, {b['cubature_points']} "
+              f"cubature points, {b['height_m']:.3g} m tall, centre [{', '.join(f'{v:.3g}' for v in b['center_scene'])}]",
+              file=sys.stderr)
+    col = anim.info.get("collider")
+    if col:
+        print(f"[physskin-gs] contact: the support holds the bodies where it was captured"
+              + (f" ({col['support_region']['cells']} cells of {col['support_region']['cell_m']:.3g} m)"
+                 if col.get("support_region") else "")
+              + (f", ground {col['ground']}" if col.get("ground") else "")
+              + f"; {col['static_points']} static points of the scene collide", file=sys.stderr)
     nh = anim.num_handles
-    print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {nh} handle{'s' if nh != 1 else ''} ({nh - 1} + constant; "
-          f"{anim.skinning_source}), {anim.info['num_cubature']} cubature points, up {up_name}, "
+    bodies = anim.info.get("bodies")
+    hand = (f"{len(bodies)} bodies, {sum(b['handles'] for b in bodies)} handles in all ({anim.skinning_source})"
+            if bodies else f"{nh} handle{'s' if nh != 1 else ''} ({nh - 1} + constant; {anim.skinning_source})")
+    print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {hand}, {anim.info['num_cubature']} cubature points, up {up_name}, "
           f"scale {anim.sim_scale:.4g} m/unit, prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     for r in getattr(anim, "regions", []):
         print(f"[physskin-gs] region {r['spec']}: {r['material']} (E {r['E']:.3g} Pa, {r['density']:g} kg/m^3), "
@@ -735,8 +764,12 @@ def run_headless(args) -> int:
                 if script is not None:
                     script.apply(anim, f)
                 st = anim.step(args.steps_per_frame)
-                stats_log.append({"frame": f, "ms": round(st["ms"], 2), "newton_iters": st["newton_iters"],
-                                  "hessians": st.get("hessians", 0), "rejected": st["rejected"]})
+                row = {"frame": f, "ms": round(st["ms"], 2), "newton_iters": st["newton_iters"],
+                       "hessians": st.get("hessians", 0), "rejected": st["rejected"]}
+                if "contacts_body" in st:  # several bodies: contact pairs at the end of the frame's steps
+                    row.update(contacts_body=st["contacts_body"], contacts_static=st["contacts_static"],
+                               max_overlap_m=round(st["max_overlap_m"], 6))
+                stats_log.append(row)
                 bar.set_postfix(ms=f"{st['ms']:.0f}", it=st["newton_iters"])
             elif script is not None:
                 script.apply(anim, f)
@@ -818,6 +851,8 @@ def run_headless(args) -> int:
             "invalid_rows": {"count": anim.num_invalid, "written_as": "static, sanitised: mean at the object's "
                              "centre, identity rotation, log-scale -20, opacity logit -20, SH 0"},
             "script": os.path.abspath(args.script) if args.script else None,
+            "bodies": anim.info.get("bodies"),
+            "collider": anim.info.get("collider"),
             "step_stats": stats_log,
         }
         if export_summary is not None:
@@ -853,7 +888,7 @@ def run_headless(args) -> int:
         print(f"[physskin-gs] wrote {written} ({len(frames_rgb)} frames, {fps:.1f} fps); rendering the video on the "
               f"CPU took {video_seconds:.1f} s of the {loop:.1f} s the frames took (--width / --height "
               f"{args.width}x{args.height} set its size and cost)", file=sys.stderr)
-    if not all(torch.isfinite(anim.sim.q).reshape(-1).tolist()):  # pragma: no cover - guarded by the simulator
+    if not all(bool(torch.isfinite(b.sim.q).all()) for b in getattr(anim, "bodies", [anim])):  # pragma: no cover
         raise PhysSkinError("simulation state became non-finite")
     return 0
 

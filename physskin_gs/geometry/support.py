@@ -143,9 +143,18 @@ def _score(p: np.ndarray, normals: np.ndarray, offsets: np.ndarray, band: float,
 
 
 def _refine(p: np.ndarray, n: np.ndarray, d: float, band: float, iters: int = 3):
-    """Least-squares refit of a plane to its inliers in p; returns (n, d) oriented toward the majority."""
-    for _ in range(iters):
-        inl = p[np.abs(p @ n - d) <= band]
+    """Least-squares refit of a plane to its inliers in p, then to those within a quarter band (the surface's own
+    layer: the bottoms of what stands on a table top, inside the band, tilt a fit to the whole band); returns
+    (n, d) oriented toward the majority."""
+    base = None
+    for it in range(iters + 2):
+        b = band if it < iters else 0.25 * band
+        sel = np.abs(p @ n - d) <= b
+        if it == iters - 1:
+            base = int(sel.sum())
+        if it >= iters and (base is None or sel.sum() < max(3, 0.3 * base)):
+            break  # too thin a layer (a noisy or curved top): the full band's fit stands
+        inl = p[sel]
         if inl.shape[0] < 3:
             break
         c = inl.mean(axis=0)

@@ -9,15 +9,17 @@ optional ``ground`` plane below (the bottom of the capture), or nothing. The per
 enters the simulator's floor penalty, its gradient, its Gauss-Newton Hessian and the floor friction unchanged
 (the simulator's docstring), so a point leaving the mask's edge simply stops being supported.
 
-Pure math: numpy only.
+Pure math: numpy (torch for the reference energy's autograd).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Optional
 
 import numpy as np
+import torch
 
 from physskin_gs.errors import OptionError
 
@@ -75,6 +77,22 @@ class FloorRegion:
         held = self.inside(x) & (u >= support - self.depth)
         below = -np.inf if self.ground is None else float(self.ground)
         return np.where(held, float(support), below)
+
+    def heights_torch(self, x: torch.Tensor, up: torch.Tensor, support: float) -> torch.Tensor:
+        """:meth:`heights` of points ``x`` (n, 3) float64 tensor (torch ops only, so it runs inside torch.func
+        transforms; the result carries no gradient: membership is piecewise constant)."""
+        o = torch.as_tensor(self.origin, dtype=x.dtype)
+        rel = x - o
+        a = torch.floor(rel @ torch.as_tensor(self.e1, dtype=x.dtype) / self.cell).long()
+        b = torch.floor(rel @ torch.as_tensor(self.e2, dtype=x.dtype) / self.cell).long()
+        A, B = self.mask.shape
+        ok = (a >= 0) & (a < A) & (b >= 0) & (b < B)
+        m = torch.as_tensor(self.mask)
+        inside = m[a.clamp(0, A - 1), b.clamp(0, B - 1)] & ok
+        held = inside & ((x @ up.to(x.dtype)) >= support - self.depth)
+        below = -math.inf if self.ground is None else float(self.ground)
+        return torch.where(held, torch.full_like(a, 0, dtype=x.dtype) + float(support),
+                           torch.full_like(a, 0, dtype=x.dtype) + below).detach()
 
 
 def floor_region_from_points(points: np.ndarray, up: np.ndarray, cell: float, depth: float,

@@ -457,20 +457,12 @@ class SubspaceSimulator:
         return region.heights(x, self._up_np, self.floor_height)
 
     def _floor_heights_t(self, x: torch.Tensor):
-        """:meth:`_floor_heights` of points ``x`` (n, 3) as a float or a float64 tensor (the region's membership is
-        piecewise constant: no gradient flows through it)."""
-        if getattr(self, "floor_region", None) is None:
+        """:meth:`_floor_heights` of points ``x`` (n, 3): a float, or a float64 tensor without gradient (the
+        region's membership is piecewise constant)."""
+        region = getattr(self, "floor_region", None)
+        if region is None:
             return self.floor_height
-        xs = x.detach()
-        try:
-            xn = xs.numpy()
-        except (RuntimeError, TypeError):  # a functorch-wrapped tensor (autograd Hessian of the reference)
-            from torch._C._functorch import get_unwrapped, is_functorch_wrapped_tensor
-
-            while is_functorch_wrapped_tensor(xs):
-                xs = get_unwrapped(xs)
-            xn = xs.detach().numpy()
-        return torch.as_tensor(self._floor_heights(xn.T), dtype=torch.float64)
+        return region.heights_torch(x, self.up, self.floor_height)
 
     def set_friction(self, eta: float) -> None:
         """Viscous floor friction eta >= 0 (1/s) on cubature points touching the floor. Raises OptionError."""

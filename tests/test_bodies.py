@@ -1,0 +1,234 @@
+"""Several objects of one capture (issue 24): the finite support (FloorRegion) in the simulator, the scene analysis
+finding every object on a table, and physskin_gs.bodies / `animate --headless` moving them together: they rest on
+the table, and the one pushed past the table's edge falls to the floor below."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from physskin_gs.errors import OptionError
+from physskin_gs.model.field import RBFSkinningField
+from physskin_gs.physics.floor_region import FloorRegion, floor_region_from_points
+from physskin_gs.physics.simulator import SubspaceSimulator
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+# ------------------------------------------------------------------------------------------------ floor region
+def _square_region(half=0.5, cell=0.1, depth=0.05, ground=None) -> FloorRegion:
+    """The square |x|, |y| <= half (z up) as a region."""
+    n = int(round(2 * half / cell))
+    return FloorRegion(origin=(-half, -half, 0.0), e1=(1, 0, 0), e2=(0, 1, 0), cell=cell, mask=np.ones((n, n), bool),
+                       depth=depth, ground=ground)
+
+
+def test_region_inside_and_heights():
+    r = _square_region(ground=-1.0)
+    x = np.array([[0.0, 0.0, 0.0], [0.45, -0.45, 0.3], [0.55, 0.0, 0.0], [0.0, 0.0, -0.2]]).T  # [3, 4]
+    assert r.inside(x).tolist() == [True, True, False, True]
+    h = r.heights(x, np.array([0.0, 0.0, 1.0]), 0.0)
+    # held by the support / held (above it) / off its edge: the ground / under the top (deeper than depth): ground
+    assert h.tolist() == [0.0, 0.0, -1.0, -1.0]
+    assert np.isneginf(_square_region().heights(x, np.array([0.0, 0.0, 1.0]), 0.0)[2])  # no ground: nothing
+
+
+def test_region_from_points_fills_the_hole_under_an_object():
+    g = np.linspace(-1, 1, 81)
+    P = np.stack(np.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
+    P = P[np.linalg.norm(P, axis=1) > 0.3]  # a table seen around an object's footprint (radius 0.3)
+    pts = np.concatenate([P, np.zeros((P.shape[0], 1))], 1)
+    r = floor_region_from_points(pts, (0, 0, 1), cell=0.05, depth=0.1)
+    probe = np.array([[0.0, 0.0, 0.0], [0.95, 0.95, 0.0], [1.3, 0.0, 0.0]]).T
+    assert r.inside(probe).tolist() == [True, True, False]
+    with pytest.raises(OptionError):
+        floor_region_from_points(np.zeros((0, 3)), (0, 0, 1), cell=0.05, depth=0.1)
+
+
+def _cube_sim(center, size=0.2, n=5, **kw) -> SubspaceSimulator:
+    g = (np.arange(n) + 0.5) * size / n - size / 2
+    X = torch.as_tensor(np.stack(np.meshgrid(g, g, g, indexing="ij"), -1).reshape(-1, 3) + np.asarray(center),
+                        dtype=torch.float32)
+    cen = X.mean(0) + 0.3 * size * (torch.rand(4, 3, generator=torch.Generator().manual_seed(1)) - 0.5)
+    W, dW = RBFSkinningField(cen, 0.6 * size).weights_and_grads(X)
+    args = dict(E=1e5, nu=0.3, density=500.0, dt=0.02, up=(0, 0, 1), floor_height=0.0, damping=0.05)
+    args.update(kw)
+    return SubspaceSimulator(X, W, dW, size ** 3, **args)
+
+
+def _lowest(sim) -> float:
+    return float(sim.positions()[:, 2].min())
+
+
+def test_cube_rests_on_the_region_and_falls_past_its_edge_to_the_ground():
+    """A cube whose cubature points rest on the support stays there; the same cube beside the square falls
+    (backward-Euler free fall: g h^2 n (n + 1) / 2 after n steps) and comes to rest on the ground 1 m below."""
+    r = _square_region(half=0.5, ground=-1.0)
+    on = _cube_sim((0.0, 0.0, 0.1))  # lowest points at 0.02 above the support
+    on.set_floor(0.0, r)
+    off = _cube_sim((0.8, 0.0, 0.1))
+    off.set_floor(0.0, r)
+    on.step(10)
+    off.step(10)
+    h = 0.02
+    assert _lowest(on) == pytest.approx(0.0, abs=0.005)
+    assert 0.02 - _lowest(off) == pytest.approx(0.5 * 9.8 * h * h * 10 * 11, rel=1e-3)
+    off.step(100)
+    assert _lowest(off) == pytest.approx(-1.0, abs=0.01)
+    assert float(off.positions()[:, 0].mean()) == pytest.approx(0.8, abs=0.01)  # it fell straight down
+
+
+def test_objective_with_a_region_matches_autograd():
+    """The floor term's gradient with a region (points on and off the support, some penetrating the ground) is that
+    of the reference energy (autograd through the same per-point heights)."""
+    from tests.test_physics import _assert_objective_matches_autograd  # noqa: F401 - the shared checker
+
+    sim = _cube_sim((0.45, 0.0, 0.05), size=0.2, floor_height=0.0)  # straddles the support's edge, sunk 3 cm
+    sim.set_floor(0.0, _square_region(half=0.5, ground=0.02))
+    sim.project_psd = False
+    x = sim._Xt_np
+    h = sim._floor_heights(x)
+    assert (h == 0.0).any() and (h == 0.02).any() and (x[2] - h < 0).sum() > 10  # both planes press on points
+    _assert_objective_matches_autograd(sim, 0.01, 0)
+
+
+# ------------------------------------------------------------------------------------------------ a table capture
+def _table_module():
+    spec = importlib.util.spec_from_file_location("make_table_capture", REPO / "scripts" / "make_table_capture.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        sys.path.remove(str(REPO / "scripts"))
+    return mod
+
+
+@pytest.fixture(scope="module")
+def table_capture():
+    return _table_module().make_table_capture(seed=0)
+
+
+def _rows(truth, role, n) -> np.ndarray:
+    m = np.zeros(n, bool)
+    for a, b in truth["rows"][role]:
+        m[a:b] = True
+    return m
+
+
+def test_analysis_finds_every_object_on_the_table(table_capture):
+    """The table top (not the floor under it) is the support, exactly level; each of the three objects is one body
+    holding at least 90 % of its rows and nothing of the table, the floor or the other objects."""
+    from physskin_gs.bodies import body_masks
+    from physskin_gs.pipeline import analyze_for_animation
+
+    scene, truth = table_capture
+    a = analyze_for_animation(scene)
+    assert float(np.degrees(np.arccos(np.clip(a.up @ np.asarray(truth["up"]), -1, 1)))) < 1.0
+    assert a.plane is not None and abs(a.plane.offset) < 0.01  # the table top (y = 0), not the floor (y = 1)
+    masks = [m.numpy() for m in body_masks(scene, a)]
+    assert len(masks) == 3 and a.other_objects == 2
+    n = scene.num_gaussians
+    static = _rows(truth, "table", n) | _rows(truth, "floor", n)
+    objects = [_rows(truth, f"object{i}", n) for i in range(3)]
+    for m in masks:
+        hit = [float((m & o).sum()) / o.sum() for o in objects]
+        k = int(np.argmax(hit))
+        assert hit[k] >= 0.9
+        assert (m & ~objects[k]).sum() <= 0.02 * m.sum()
+        assert not (m & static).any()
+
+
+def test_bodies_rest_on_the_table_and_a_pushed_one_falls_past_its_edge(table_capture):
+    """prepare_bodies: three bodies in one frame. Untouched they rest on the table (lowest 0.5 % of each within 2 %
+    of its height of the support after 60 frames, centres within 2 %); the ball near the +x edge, pushed past it,
+    falls to the floor one table height below (lowest point within 3 % of the floor), the others stay on the table."""
+    from physskin_gs.bodies import SceneBodies, prepare_bodies
+    from physskin_gs.pipeline import AnimationConfig
+
+    scene, truth = table_capture
+    anim = prepare_bodies(scene, AnimationConfig(num_cubature=512))
+    assert isinstance(anim, SceneBodies) and anim.num_bodies == 3
+    assert len({round(float(b.sim_scale), 9) for b in anim.bodies}) == 1  # one frame
+    up = anim.up_vector.double()
+    sup = anim.support_height
+
+    def low(b) -> float:  # the 0.5 % quantile of a body's Gaussians along up, minus the support, / its height
+        h = anim.deformed_gaussians(False).means[b.moving_index].double() @ up
+        return (float(torch.quantile(h, 0.005)) - sup) / b.height_scene
+
+    c0 = anim.body_centres()
+    ball = int(np.argmax(c0[:, 0]))  # the object nearest the +x edge (x = 1.5)
+    assert c0[ball, 0] == pytest.approx(truth["objects"][2]["x"], abs=0.1)
+    d = anim.start_drag(c0[ball], radius=0.3, body=ball)
+    for f in range(60):
+        if f < 30:
+            anim.update_drag(d, c0[ball] + np.array([0.04 * f, 0.0, 0.0]))
+        elif f == 30:
+            anim.end_drag(d)
+        st = anim.step(1)
+        assert np.isfinite(st["ms"])
+    for f in range(60):
+        st = anim.step(1)
+    c = anim.body_centres()
+    floor = truth["floor_height_along_up"]  # -1: the floor, in scene units along up (y up before the flip)
+    b = anim.bodies[ball]
+    lowest = float(torch.quantile(anim.deformed_gaussians(False).means[b.moving_index].double() @ up, 0.005))
+    assert c[ball, 0] > truth["table_x"][1]  # past the edge
+    assert (lowest - floor) / b.height_scene == pytest.approx(0.0, abs=0.02)  # on the floor, not through it
+    for k in range(3):
+        if k == ball:
+            continue
+        assert abs(low(anim.bodies[k])) <= 0.02
+        assert np.linalg.norm(c[k] - c0[k]) <= 0.02 * anim.bodies[k].height_scene + 0.02 * b.height_scene
+    assert st["max_overlap_m"] <= 0.01 * min(x.height_scene for x in anim.bodies) * anim.sim_scale
+
+
+def test_largest_moves_one_object_only(table_capture):
+    from physskin_gs.bodies import prepare_bodies
+    from physskin_gs.pipeline import AnimatedScene, AnimationConfig
+
+    scene, truth = table_capture
+    anim = prepare_bodies(scene, AnimationConfig(select="largest", num_cubature=256))
+    assert isinstance(anim, AnimatedScene)
+    spot = _rows(truth, "object0", scene.num_gaussians)  # the heaviest: Spot
+    assert anim.moving.numpy()[spot].mean() > 0.9 and (anim.moving.numpy() & ~spot).sum() < 0.02 * spot.sum()
+
+
+def test_animate_headless_writes_every_body(table_capture, tmp_path, capsys):
+    """`animate --headless` with no options on the capture: every body listed in the log and in sequence.json
+    (handles, contact statistics per frame), a script drag naming a body; a drag naming a body that does not exist
+    is refused before anything is written."""
+    from physskin_gs.cli import main
+    from physskin_gs.io import load_scene, save_scene
+
+    scene, _ = table_capture
+    src = tmp_path / "table.ply"
+    save_scene(scene, str(src))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"drags": [{"body": 7, "point": [0, 0, 0], "keyframes": [{"frame": 2,
+                                                                                         "offset": [0, 0, 0]}]}]}))
+    out = tmp_path / "seq"
+    assert main(["animate", str(src), "--headless", "--frames", "3", "--export", str(out), "--script", str(bad)]) == 2
+    assert "drags[0].body 7: the scene has 3 bodies" in capsys.readouterr().err
+    assert not any(out.glob("frame*"))
+    motion = tmp_path / "push.json"
+    motion.write_text(json.dumps({"drags": [{"body": 1, "handle": 0, "keyframes": [
+        {"frame": 2, "offset": [0, 0, 0]}, {"frame": 4, "offset": [0.1, 0, 0]}]}]}))
+    rc = main(["animate", str(src), "--headless", "--frames", "4", "--export", str(out), "--script", str(motion),
+               "--cubature", "256", "--force"])
+    assert rc == 0
+    log = capsys.readouterr().err
+    assert "body 2:" in log and "3 bodies" in log
+    meta = json.loads((out / "sequence.json").read_text())
+    assert len(meta["bodies"]) == 3 and all(b["handles"] >= 2 for b in meta["bodies"])
+    assert meta["num_moving"] == sum(b["rows"] for b in meta["bodies"])
+    assert {"contacts_body", "contacts_static", "max_overlap_m"} <= set(meta["step_stats"][-1])
+    last = load_scene(str(out / "frame0004.ply"))
+    assert last.num_gaussians == scene.num_gaussians and torch.isfinite(last.means).all()
