@@ -37,8 +37,8 @@ import torch
 from physskin_gs.errors import OptionError
 from physskin_gs.physics.contact import BodyContactSystem, default_contact_radius
 from physskin_gs.physics.floor_region import floor_region_from_points
-from physskin_gs.pipeline import (USABLE_OPACITY, AnimatedScene, AnimationConfig, analyze_for_animation,
-                                  prepare_animation)
+from physskin_gs import pipeline as _pipeline
+from physskin_gs.pipeline import USABLE_OPACITY, AnimatedScene, AnimationConfig, analyze_for_animation
 from physskin_gs.scene import GaussianScene
 
 __all__ = ["SceneBodies", "prepare_bodies", "body_masks"]
@@ -71,10 +71,10 @@ def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opti
     """An :class:`~physskin_gs.pipeline.AnimatedScene` for one object, or :class:`SceneBodies` when ``--select auto``
     finds several objects on a support (module docstring). Raises what
     :func:`~physskin_gs.pipeline.prepare_animation` raises."""
-    auto = (str(config.select or "").strip().lower() == "auto" and str(config.up).strip().lower() == "auto"
-            and getattr(scene, "mesh", None) is None)
+    auto = (str(getattr(config, "select", None) or "").strip().lower() == "auto"
+            and str(getattr(config, "up", "auto")).strip().lower() == "auto" and getattr(scene, "mesh", None) is None)
     if not auto:
-        return prepare_animation(scene, config, progress)
+        return _pipeline.prepare_animation(scene, config, progress)
     t0 = time.perf_counter()
     if progress is not None:
         progress("analysing the scene", 0.0)
@@ -82,7 +82,7 @@ def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opti
     seconds = time.perf_counter() - t0
     masks = body_masks(scene, analysis)
     if analysis.plane is None or len(masks) < 2:
-        anim = prepare_animation(scene, config, progress, analysis=analysis)
+        anim = _pipeline.prepare_animation(scene, config, progress, analysis=analysis)
         anim.info["timings"]["scene_analysis"] = seconds
         return anim
     return SceneBodies.build(scene, config, analysis, masks, progress, seconds)
@@ -113,9 +113,17 @@ class SceneBodies:
         self.moving = torch.zeros(scene.num_gaussians, dtype=torch.bool)
         for b in bodies:
             self.moving |= b.moving
-        self._idx = torch.cat([b.moving_index for b in bodies])
+        cat = torch.cat([b.moving_index for b in bodies])  # [M] rows, body after body
+        order = torch.argsort(cat)
+        self._idx = cat[order]  # [M] the scene's row order, as AnimatedScene.moving_index
+        self._dst = torch.empty_like(order)
+        self._dst[order] = torch.arange(order.numel())  # [M] where row k of the concatenation goes
+        self._starts = np.concatenate([[0], np.cumsum([b.moving_index.numel() for b in bodies])]).astype(int)
+        self._learned = [b.num_handles - 1 for b in bodies]
+        self._handle_start = np.concatenate([[0], np.cumsum(self._learned)]).astype(int)
         self._drags: Dict[int, tuple] = {}
         self._next_drag = 0
+        self._regions_of = [b.sim.floor_region for b in bodies]  # the finite support (re-applied by set_floor)
 
     # ------------------------------------------------------------------------------------------ building
     @classmethod
@@ -129,10 +137,10 @@ class SceneBodies:
                 return None
             return lambda stage, frac: progress(f"body {i + 1} of {k}: {stage}", (i + frac) / k)
 
-        bodies = [prepare_animation(scene, config, part(0), analysis=analysis, moving=masks[0])]
+        bodies = [_pipeline.prepare_animation(scene, config, part(0), analysis=analysis, moving=masks[0])]
         frame = (bodies[0].center, bodies[0].sim_scale)
         for i in range(1, k):
-            bodies.append(prepare_animation(scene, config, part(i), analysis=analysis, moving=masks[i], frame=frame))
+            bodies.append(_pipeline.prepare_animation(scene, config, part(i), analysis=analysis, moving=masks[i], frame=frame))
         t = time.perf_counter()
         main = bodies[0]
         s, c = main.sim_scale, main.center
@@ -218,8 +226,10 @@ class SceneBodies:
 
     @property
     def num_handles(self) -> int:
-        """H = m + 1 of the first (heaviest) body (``body_handles`` gives every body's)."""
-        return self.bodies[0].num_handles
+        """Every body's learned handles plus one: handle ``i`` (global, ``0 <= i < num_handles - 1``) of
+        :meth:`handle_positions` / :meth:`start_handle_drag` is body 0's first, then body 1's, ...
+        (``body_handles`` gives each body's own H)."""
+        return int(self._handle_start[-1]) + 1
 
     @property
     def body_handles(self) -> List[int]:
@@ -305,13 +315,19 @@ class SceneBodies:
     # ------------------------------------------------------------------------------------------ state
     @property
     def moving_index(self) -> torch.Tensor:
-        """(M,) int64 rows that move: every body's rows, body after body (the order of :meth:`deformed_rows`)."""
+        """(M,) int64 rows that move (``nonzero(moving)``: every body's rows, in the scene's order), the order of
+        :meth:`deformed_rows`."""
         return self._idx
 
     def deformed_rows(self) -> Dict[str, torch.Tensor]:
-        """Every body's :meth:`~physskin_gs.pipeline.AnimatedScene.deformed_rows`, concatenated in body order."""
+        """Every body's :meth:`~physskin_gs.pipeline.AnimatedScene.deformed_rows`, in the rows' order
+        (:attr:`moving_index`)."""
         parts = [b.deformed_rows() for b in self.bodies]
-        return {key: torch.cat([p[key] for p in parts]) for key in parts[0]}
+        out = {}
+        for key in parts[0]:
+            cat = torch.cat([p[key] for p in parts])
+            out[key] = torch.empty_like(cat).index_copy_(0, self._dst, cat)
+        return out
 
     def export_rest_scene(self) -> GaussianScene:
         """The rest scene as every exported frame writes its static rows (computed once)."""
@@ -373,14 +389,107 @@ class SceneBodies:
         k = self.nearest_body(point) if body is None else self._body(body)
         return self._add(k, self.bodies[k].start_drag(point, radius))
 
+    def _global_handle(self, handle: int, body: Optional[int]):
+        """(body, local handle) of ``handle``: local to ``body`` when given, else global (:attr:`num_handles`)."""
+        if body is not None:
+            return self._body(body), int(handle)
+        h = int(handle)
+        if not 0 <= h < int(self._handle_start[-1]):
+            raise OptionError(f"handle index {handle} outside [0, {int(self._handle_start[-1]) - 1}] (the learned "
+                              f"handles of all {len(self.bodies)} bodies, body 0's first)")
+        k = int(np.searchsorted(self._handle_start, h, side="right")) - 1
+        return k, h - int(self._handle_start[k])
+
     def start_handle_drag(self, handle: int, body: Optional[int] = None) -> int:
-        """Grab learned handle ``handle`` of ``body`` (default 0). Raises OptionError for a bad index."""
-        k = self._body(body)
-        return self._add(k, self.bodies[k].start_handle_drag(handle))
+        """Grab learned handle ``handle`` of ``body``, or (``body`` None) global handle ``handle`` (:attr:`num_handles`).
+        Raises OptionError for a bad index."""
+        k, h = self._global_handle(handle, body)
+        return self._add(k, self.bodies[k].start_handle_drag(h))
 
     def handle_positions(self, body: Optional[int] = None) -> torch.Tensor:
-        """(H-1, 3) float32 current handle centres of ``body`` (default 0), scene units."""
-        return self.bodies[self._body(body)].handle_positions()
+        """(L, 3) float32 current handle centres (scene units) of ``body``, or of every body (global order)."""
+        if body is not None:
+            return self.bodies[self._body(body)].handle_positions()
+        return torch.cat([b.handle_positions() for b in self.bodies])
+
+    def handle_transforms_scene(self) -> torch.Tensor:
+        """(sum H_b, 3, 4) float64 every body's handle transforms (scene frame), body after body: the state
+        :meth:`display_deformer` deforms."""
+        return torch.cat([b.handle_transforms_scene() for b in self.bodies])
+
+    def display_deformer(self) -> "BodiesDeformer":
+        """A deformer of every moving Gaussian for another thread (the viewer's display), fed with
+        :meth:`handle_transforms_scene`; outputs in :attr:`moving_index` order."""
+        return BodiesDeformer([b.display_deformer() for b in self.bodies], [b.num_handles for b in self.bodies],
+                              self._dst, self._starts)
+
+    def skinning_weights(self) -> torch.Tensor:
+        """(M, L + 1) float32 skinning weights of the moving Gaussians (rows in :attr:`moving_index` order): each
+        body's learned handles in its own block of columns (global handle order), the constant handle last."""
+        L = int(self._handle_start[-1])
+        out = torch.zeros(self._idx.numel(), L + 1, dtype=torch.float32)
+        for k, b in enumerate(self.bodies):
+            w = b.skinning_weights().float()
+            rows = self._dst[self._starts[k]:self._starts[k + 1]]
+            block = torch.zeros(w.shape[0], L + 1, dtype=torch.float32)
+            block[:, self._handle_start[k]:self._handle_start[k + 1]] = w[:, :-1]
+            block[:, -1] = w[:, -1]
+            out[rows] = block
+        return out
+
+    # ------------------------------------------------------------------------------------------ parameters
+    def set_material(self, E=None, nu=None, density=None) -> None:
+        """Every body's E (Pa), nu, density (kg/m^3); raises OptionError for invalid values."""
+        for b in self.bodies:
+            b.set_material(E=E, nu=nu, density=density)
+        self.system._L = None
+
+    def set_gravity(self, g: float, direction=None) -> None:
+        """Gravity magnitude (m/s^2) along ``direction`` (3,) or -up, for every body."""
+        for b in self.bodies:
+            b.set_gravity(g, direction)
+
+    def set_damping(self, c: float) -> None:
+        """Rayleigh damping coefficient c >= 0 of every body."""
+        for b in self.bodies:
+            b.set_damping(c)
+        self.system._L = None
+
+    def set_friction(self, eta: float) -> None:
+        """Viscous friction eta >= 0 (1/s) against the support, for every body."""
+        for b in self.bodies:
+            b.set_friction(eta)
+
+    def set_floor(self, enabled: bool, height: Optional[float] = None) -> None:
+        """The support where it was captured (``height`` None or the support's own height, scene units), an endless
+        floor plane at ``height``, or none."""
+        own = self.floor_scene
+        for b, region in zip(self.bodies, self._regions_of):
+            if enabled and region is not None and (height is None or (own is not None and abs(float(height) - own)
+                                                                       <= 1e-6 * max(1.0, abs(own)))):
+                b.sim.set_floor(b._floor_sim(True, None), region)
+            else:
+                b.set_floor(enabled, height)
+        self.system._L = None
+
+    def set_pin(self, spec: Optional[str]) -> None:
+        """Pin the region ``spec`` (:meth:`~physskin_gs.pipeline.AnimatedScene.region_mask`) of every body that
+        holds part of it (``base`` / ``below:F``: every body's own); None unpins all. Raises OptionError when no
+        body holds any of it."""
+        if spec is None or str(spec).strip() == "":
+            for b in self.bodies:
+                b.set_pin(None)
+            return
+        pinned = 0
+        for b in self.bodies:
+            try:
+                b.set_pin(spec)
+                pinned += 1
+            except OptionError:
+                b.set_pin(None)
+        if not pinned:
+            raise OptionError(f"--pin {spec!r} holds none of the {len(self.bodies)} bodies' simulation points")
+        self.system._L = None
 
     def update_drag(self, drag_id: int, target) -> None:
         """Move drag ``drag_id``'s grabbed point to ``target`` (3,) scene units."""
@@ -398,3 +507,42 @@ class SceneBodies:
     def deformed_mesh_vertices(self):
         """None: several bodies come from splat captures only."""
         return None
+
+
+class BodiesDeformer:
+    """Deforms every body's Gaussians for their concatenated handle transforms (``SceneBodies.display_deformer``).
+
+    ``deform(Z, gradients=None)``: Z (sum H_b, 3, 4) scene frame, body after body; returns (means (M, 3), covars
+    (M, 3, 3)) float32 buffers in the scene's row order (overwritten by the next call), and with ``gradients`` an
+    (M, 3, 3) float32 tensor also receives F, as :meth:`physskin_gs.deform.GaussianDeformer.deform` does."""
+
+    #: deform() fills a ``gradients`` tensor with F (the viewer's view-dependent colour uses it)
+    GIVES_GRADIENTS = True
+
+    def __init__(self, deformers, handles: List[int], dst: torch.Tensor, starts) -> None:
+        self.deformers = deformers
+        self.handles = [int(h) for h in handles]
+        self.dst = dst
+        self.starts = [int(v) for v in starts]
+        self.N = int(dst.numel())
+        self.means = torch.empty(self.N, 3, dtype=torch.float32)
+        self.covars = torch.empty(self.N, 3, 3, dtype=torch.float32)
+        self._F = [None] * len(deformers)
+
+    def deform(self, Z: torch.Tensor, gradients: Optional[torch.Tensor] = None):
+        """See the class docstring."""
+        o = 0
+        for k, (d, h) in enumerate(zip(self.deformers, self.handles)):
+            rows = self.dst[self.starts[k]:self.starts[k + 1]]
+            F = None
+            if gradients is not None:
+                F = self._F[k]
+                if F is None or F.shape[0] != rows.numel():
+                    F = self._F[k] = torch.empty(rows.numel(), 3, 3, dtype=torch.float32)
+            m, c = d.deform(Z[o:o + h], gradients=F) if F is not None else d.deform(Z[o:o + h])
+            o += h
+            self.means.index_copy_(0, rows, m)
+            self.covars.index_copy_(0, rows, c)
+            if F is not None:
+                gradients.index_copy_(0, rows, F)
+        return self.means, self.covars

@@ -1169,3 +1169,11 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
                          extent_points=extent_pts if body is not None else None)
     _report(progress, "ready", 1.0)
     return anim
+
+
+def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: ProgressFn = None):
+    """:func:`physskin_gs.bodies.prepare_bodies`: an :class:`AnimatedScene` for one object, a
+    :class:`physskin_gs.bodies.SceneBodies` when ``--select auto`` finds several on the support."""
+    from physskin_gs.bodies import prepare_bodies as prepare
+
+    return prepare(scene, config, progress)

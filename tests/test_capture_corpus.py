@@ -225,8 +225,9 @@ def test_no_base_no_answer():
 
 
 def test_other_objects_on_the_support_are_named(generator, tmp_path, capsys):
-    """Seed 38: a crate and a vase of about equal mass on one table, apart. The crate moves, the vase stays static,
-    and animate says so in one line with the option to pass; a single object (seed 1000) gives no such line."""
+    """Seed 38: a crate and a vase of about equal mass on one table, apart. By default both move, each a body of its
+    own (the log lists them); with --select largest the crate moves, the vase stays static, and animate says so in
+    one line with the option to pass; a single object (seed 1000) has no other object."""
     from physskin_gs.cli import main
     from physskin_gs.io import save_scene
     from physskin_gs.pipeline import analyze_for_animation
@@ -234,10 +235,16 @@ def test_other_objects_on_the_support_are_named(generator, tmp_path, capsys):
     cap = generator.make_hard_capture(38)
     assert cap.draws["kinds"] == ["crate", "vase"]
     a = analyze_for_animation(cap.scene)
-    assert a.other_objects == 1
+    assert a.other_objects == 1 and len(a.other_bodies) == 1
     assert analyze_for_animation(generator.make_hard_capture(1000).scene).other_objects == 0
     src = save_scene(cap.scene, tmp_path / "two.ply")
     assert main(["animate", str(src), "--headless", "--frames", "2", "--export", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err
-    assert "note: 1 more object stands on the support and stays static (only the heaviest moves); pass --select " \
-           "all" in err
+    assert "2 bodies" in err and "body 1:" in err
+    meta = json.loads((tmp_path / "out" / "sequence.json").read_text())
+    assert len(meta["bodies"]) == 2
+    assert main(["animate", str(src), "--headless", "--frames", "2", "--export", str(tmp_path / "one"),
+                 "--select", "largest"]) == 0
+    err = capsys.readouterr().err
+    assert "note: 1 more object stands on the support and stays static (--select largest); pass --select auto " \
+           "to move every object" in err

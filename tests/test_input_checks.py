@@ -381,8 +381,8 @@ def test_empty_select_value_is_an_error(value):
 
     with pytest.raises(OptionError) as exc:
         parse_selection_spec(value)
-    assert str(exc.value) == (f"--select {value!r}: empty value; use auto (the object the scene analysis finds), "
-                              "all (every finite row), a box 'xmin,ymin,zmin,xmax,ymax,zmax' (scene units) or a "
+    assert str(exc.value) == (f"--select {value!r}: empty value; use auto (the objects the scene analysis finds), "
+                              "largest (the heaviest of them), all (every finite row), a box 'xmin,ymin,zmin,xmax,ymax,zmax' (scene units) or a "
                               "rule like 'opacity>0.1'")
     with pytest.raises(OptionError, match="empty value"):
         parse_selection(value, _scene(50))

@@ -197,8 +197,8 @@ def test_render_turntable_and_image_write_failures_are_errors(capsys, blob, tmp_
     (["--fit-seconds", "nan"], "--fit-seconds must be a finite number in (0, 86400] s, got nan"),
     (["--seed", "-1"], "--seed must be an integer in [0, 4294967295], got -1"),
     (["--up", "w"], "unknown up axis 'w'"),
-    (["--select", "1,2,3"], "--select '1,2,3': expected auto, all, 'xmin,ymin,zmin,xmax,ymax,zmax'"),
-    (["--select", "opacity>"], "--select 'opacity>': expected auto, all"),
+    (["--select", "1,2,3"], "--select '1,2,3': expected auto, largest, all, 'xmin,ymin,zmin,xmax,ymax,zmax'"),
+    (["--select", "opacity>"], "--select 'opacity>': expected auto, largest, all"),
     (["--select", "0,0,0,-1,1,1"], "--select '0,0,0,-1,1,1': box max must exceed min on every axis"),
     (["--video", "v.mp4", "--width", "40"], "--width/--height must be positive multiples of 16 up to 8192, got 40x384"),
 ])
@@ -271,16 +271,16 @@ def test_sequence_json_text_writes_non_finite_values_as_null():
 
 
 def test_animate_sequence_json_is_strict_end_to_end(capsys, blob, tmp_path, monkeypatch):
-    import physskin_gs.pipeline as pipeline
+    import physskin_gs.bodies as bodies
 
-    real = pipeline.prepare_animation
+    real = bodies.prepare_bodies
 
     def with_a_nan(*a, **k):  # a non-finite fact in the scene analysis, as real captures produce
         anim = real(*a, **k)
         anim.info["scene_analysis"]["probe_extent"] = float("nan")
         return anim
 
-    monkeypatch.setattr(pipeline, "prepare_animation", with_a_nan)
+    monkeypatch.setattr(bodies, "prepare_bodies", with_a_nan)
     seq = tmp_path / "seq"
     code, _, err = _run(capsys, ["animate", blob, "--headless", "--frames", 2, "--export", seq, *FAST])
     assert code == 0, err
@@ -298,7 +298,7 @@ def test_animate_sequence_json_is_strict_end_to_end(capsys, blob, tmp_path, monk
     ({"handle": 0, "start_frame": None, "keyframes": [{"frame": 2, "offset": [0, 0, 0]}]},
      "drags[0].start_frame must be an integer >= 1 (leave it out for the first keyframe), got None"),
     ({"handle": 0, "keyframes": [{"frame": 2, "offset": [0, 0, 0]}], "speed": 3},
-     "drags[0]: unknown key 'speed' (known keys: handle, point, radius, keyframes, start_frame, end_frame, comment)"),
+     "drags[0]: unknown key 'speed' (known keys: handle, point, body, radius, keyframes, start_frame, end_frame, comment)"),
     ({"handle": 0, "keyframes": [{"frame": 2, "ofset": [0, 0, 0]}]},
      "drags[0].keyframes[0]: unknown key 'ofset' (known keys: frame, target, offset, comment)"),
     ({"handle": "3", "keyframes": [{"frame": 2, "offset": [0, 0, 0]}]},

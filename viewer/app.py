@@ -508,7 +508,11 @@ class ViewerApp:
 
     # ================================================================== preparation
     def _prepare(self, config) -> Any:
-        from physskin_gs.pipeline import prepare_animation  # type: ignore[attr-defined]
+        import importlib
+
+        pipeline = importlib.import_module("physskin_gs.pipeline")  # (sys.modules' entry: tests stand one in)
+
+        prepare = getattr(pipeline, "prepare_bodies", None) or pipeline.prepare_animation
 
         set_thread_torch_threads(self._prepare_threads)  # a new thread inherits the last count set anywhere
 
@@ -526,7 +530,7 @@ class ViewerApp:
         with self._lock:
             self._preparing.add(me)
         try:
-            return prepare_animation(self.source_scene, config, progress=report)
+            return prepare(self.source_scene, config, progress=report)
         finally:
             with self._lock:
                 self._preparing.discard(me)

@@ -221,7 +221,8 @@ class SplitDeformSource:
             from physskin_gs.deform import GaussianDeformer
 
             F = None
-            if isinstance(self.deformer, GaussianDeformer):  # F in the same pass (a test fake cannot give it)
+            if isinstance(self.deformer, GaussianDeformer) or getattr(self.deformer, "GIVES_GRADIENTS", False):
+                # F in the same pass (several bodies' deformer too; a test fake cannot give it)
                 import torch
 
                 F, n = self._F, int(self.deformer.N)  # the deformer holds the moving rows

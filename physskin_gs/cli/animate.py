@@ -286,7 +286,7 @@ class MotionScript:
                 raise OptionError(f"{self.path}: drags[{i}].body {k}: the scene has "
                                   f"{len(bodies) if bodies else 1} bod{'ies' if bodies and len(bodies) > 1 else 'y'} "
                                   f"(0..{len(bodies) - 1 if bodies else 0}; the animate log lists them)")
-            nh = bodies[k].num_handles if bodies else anim.num_handles
+            nh = bodies[k].num_handles if bodies and "body" in d else anim.num_handles  # (no body: global index)
             if "handle" in d and not 0 <= d["handle"] < nh - 1:
                 raise OptionError(f"{self.path}: drags[{i}].handle {d['handle']} outside [0, {nh - 2}] "
                                   f"(the {nh - 1} learned handles; the constant handle is not draggable)")
