@@ -135,7 +135,7 @@ class SceneBodies:
         def part(i):
             if progress is None:
                 return None
-            return lambda stage, frac: progress(f"body {i + 1} of {k}: {stage}", (i + frac) / k)
+            return lambda stage, frac: progress(f"body {i} ({i + 1} of {k}): {stage}", (i + frac) / k)
 
         bodies = [_pipeline.prepare_animation(scene, config, part(0), analysis=analysis, moving=masks[0])]
         frame = (bodies[0].center, bodies[0].sim_scale)
@@ -212,6 +212,8 @@ class SceneBodies:
             num_moving=int(sum(b.info["num_moving"] for b in bodies)),
             num_cubature=int(sum(b.info["num_cubature"] for b in bodies)),
             collider=collider,
+            other_bodies_rows=(int(sum(len(r) for r, _ in analysis.other_bodies)),
+                               int(sum(len(t) for _, t in analysis.other_bodies))),
             bodies=[{"rows": b.info["num_moving"], "handles": b.num_handles, "cubature_points": b.info["num_cubature"],
                      "height_m": h, "contact_radius_m": r, "skinning": b.skinning_source,
                      "center_scene": [float(v) for v in b.scene.means[b.moving_index].double().mean(0)]}
@@ -293,15 +295,28 @@ class SceneBodies:
     # ------------------------------------------------------------------------------------------ stepping
     def step(self, n: int = 1) -> dict:
         """Advance every body n steps together. Returns stats: ms, newton_iters, hessians, substeps,
-        contacts_body / contacts_static (sphere pairs at the end), max_overlap_m, rejected (0), frame."""
+        contacts_body / contacts_static (sphere pairs at the end), contacts_support (cubature points on the support
+        or the ground), max_overlap_m, rejected (0), frame."""
         st = self.system.step(n)
         self.frame += n
         for b in self.bodies:
             b.frame += n
             b._cache_key = None
         d = st.as_dict()
-        d.update(rejected=0, frame=self.frame)
+        d.update(rejected=0, frame=self.frame, contacts_support=self.support_contacts())
         return d
+
+    def support_contacts(self) -> int:
+        """Cubature points of all bodies touching the support or the ground now (within the simulator's contact
+        gap); body-body and static-point contacts are :meth:`step`'s ``contacts_body`` / ``contacts_static``."""
+        n = 0
+        for b in self.bodies:
+            sim = b.sim
+            if sim.floor_height is None:
+                continue
+            x = sim.positions().numpy().T  # [3, n]
+            n += int(np.count_nonzero(sim._up_np @ x - sim._floor_heights(x) < sim.CONTACT_GAP))
+        return n
 
     def reset(self) -> None:
         """Every body back to its rest state (drags dropped)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -216,7 +217,15 @@ def test_animate_headless_writes_every_body(table_capture, tmp_path, capsys):
                                                                                          "offset": [0, 0, 0]}]}]}))
     out = tmp_path / "seq"
     assert main(["animate", str(src), "--headless", "--frames", "3", "--export", str(out), "--script", str(bad)]) == 2
-    assert "drags[0].body 7: the scene has 3 bodies" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "drags[0].body 7: the scene has 3 bodies" in err
+    assert err.index("body 2:") < err.index("drags[0].body 7")  # the log lists the bodies the error refers to
+    sel = next(line for line in err.splitlines() if "selection auto (3 bodies)" in line)
+    nums = {k: int(v) for k, v in re.findall(r"(moving|static|support|background|floaters|transparent|invalid) (\d+)",
+                                             sel)}
+    assert nums["moving"] + nums["static"] == scene.num_gaussians
+    assert nums["support"] + nums["background"] + nums["floaters"] + nums["transparent"] + nums["invalid"] \
+        == nums["static"]
     assert not any(out.glob("frame*"))
     motion = tmp_path / "push.json"
     motion.write_text(json.dumps({"drags": [{"body": 1, "handle": 0, "keyframes": [
@@ -230,6 +239,7 @@ def test_animate_headless_writes_every_body(table_capture, tmp_path, capsys):
     assert len(meta["bodies"]) == 3 and all(b["handles"] >= 2 for b in meta["bodies"])
     assert meta["num_moving"] == sum(b["rows"] for b in meta["bodies"])
     assert {"contacts_body", "contacts_static", "max_overlap_m"} <= set(meta["step_stats"][-1])
+    assert meta["step_stats"][-1]["contacts_support"] > 10  # the bodies stand on the table
     last = load_scene(str(out / "frame0004.ply"))
     assert last.num_gaussians == scene.num_gaussians and torch.isfinite(last.means).all()
 

@@ -673,8 +673,6 @@ def run_headless(args) -> int:
         except ValueError as exc:  # the geometry / basis layers reject an unusable input with a ValueError
             discard_created_folders()
             raise PhysSkinError(f"{args.path}: cannot prepare the animation: {exc}") from None
-    if script is not None:
-        script.validate(anim)
     up_name = args.up if args.up != "auto" else "auto -> " + _axis_name(anim.up_vector)
     if anim.num_invalid:
         print(f"[physskin-gs] warning: {anim.num_invalid} rows hold NaN/Inf values: they stay static and are written "
@@ -687,9 +685,12 @@ def run_headless(args) -> int:
         print(f"[physskin-gs] scene: up [{', '.join(f'{v:+.3f}' for v in sa['up'])}] ({sa['up_source']}: "
               f"{sa['reason']})" + (f"; --up {args.up} overrides it" if given_up else ""), file=sys.stderr)
         auto_select = str(args.select).strip().lower() == "auto"
+        ob = anim.info.get("other_bodies_rows", (0, 0))  # the other bodies' rows: counted as background (or
+        # transparent) by the analysis, moving here
         print(f"[physskin-gs] selection {anim.info['selection']}: moving {anim.info['num_moving']}, static {static}"
-              + (f" (support {c['support']}, background {c['background']}, floaters {c['floater']}, transparent "
-                 f"{c['transparent'] - sa['moving_transparent']}, invalid {c['invalid']})" if auto_select else "")
+              + (f" (support {c['support']}, background {c['background'] - ob[0]}, floaters {c['floater']}, "
+                 f"transparent {c['transparent'] - sa['moving_transparent'] - ob[1]}, invalid {c['invalid']})"
+                 if auto_select else "")
               + ("; floor = support plane" if anim.support_height is not None and config.floor
                  and config.floor_height is None else ""), file=sys.stderr)
         if sa.get("unsure") and str(args.up).strip().lower() == "auto":
@@ -722,6 +723,8 @@ def run_headless(args) -> int:
         print(f"[physskin-gs] region {r['spec']}: {r['material']} (E {r['E']:.3g} Pa, {r['density']:g} kg/m^3), "
               f"{r['cubature_points']} of {anim.info['num_cubature']} cubature points", file=sys.stderr)
 
+    if script is not None:  # (after the log lists the bodies and handles its errors refer to)
+        script.validate(anim)
     fe = anim.info.get("field_eval") or {}
     if fe.get("mode") == "grid" and fe.get("error"):
         er = fe["error"]
@@ -766,9 +769,9 @@ def run_headless(args) -> int:
                 st = anim.step(args.steps_per_frame)
                 row = {"frame": f, "ms": round(st["ms"], 2), "newton_iters": st["newton_iters"],
                        "hessians": st.get("hessians", 0), "rejected": st["rejected"]}
-                if "contacts_body" in st:  # several bodies: contact pairs at the end of the frame's steps
+                if "contacts_body" in st:  # several bodies: contacts at the end of the frame's steps
                     row.update(contacts_body=st["contacts_body"], contacts_static=st["contacts_static"],
-                               max_overlap_m=round(st["max_overlap_m"], 6))
+                               contacts_support=st["contacts_support"], max_overlap_m=round(st["max_overlap_m"], 6))
                 stats_log.append(row)
                 bar.set_postfix(ms=f"{st['ms']:.0f}", it=st["newton_iters"])
             elif script is not None:
