@@ -363,16 +363,7 @@ class SceneBodies:
 
     def deformed_scene(self) -> GaussianScene:
         """GaussianScene of the current state for export (static rows as :meth:`export_rest_scene`)."""
-        sc = self.export_rest_scene()
-        rows = self.deformed_rows()
-        idx = rows["index"]
-        means, quats, log_scales = sc.means.clone(), sc.quats.clone(), sc.log_scales.clone()
-        means[idx], quats[idx], log_scales[idx] = rows["means"], rows["quats"], rows["log_scales"]
-        sh_rest = sc.sh_rest
-        if "sh_rest" in rows:
-            sh_rest = sh_rest.clone()
-            sh_rest[idx] = rows["sh_rest"]
-        return replace(sc, means=means, quats=quats, log_scales=log_scales, sh_rest=sh_rest)
+        return _pipeline.scene_with_rows(self.export_rest_scene(), self.deformed_rows())
 
     def body_centres(self) -> np.ndarray:
         """(B, 3) float64 current mass centres of the bodies' cubature points (scene units)."""

@@ -530,6 +530,20 @@ def _gaussian_weights(field, x_norm: torch.Tensor, mode: str, seed: int = 0):
 
 
 # ------------------------------------------------------------------------------------------------ scene
+def scene_with_rows(rest: GaussianScene, rows: Dict[str, torch.Tensor]) -> GaussianScene:
+    """``rest`` with the rows ``rows["index"]`` (M,) replaced by ``rows``' means (M, 3), quats (M, 4), log_scales
+    (M, 3) and, when present, sh_rest (M, K, 3) (the dict of :meth:`AnimatedScene.deformed_rows`); ``rest`` is not
+    changed."""
+    idx = rows["index"]
+    means, quats, log_scales = rest.means.clone(), rest.quats.clone(), rest.log_scales.clone()
+    means[idx], quats[idx], log_scales[idx] = rows["means"], rows["quats"], rows["log_scales"]
+    sh_rest = rest.sh_rest
+    if "sh_rest" in rows:
+        sh_rest = sh_rest.clone()
+        sh_rest[idx] = rows["sh_rest"]
+    return replace(rest, means=means, quats=quats, log_scales=log_scales, sh_rest=sh_rest)
+
+
 class AnimatedScene:
     """A scene whose selected Gaussians are driven by the subspace simulator (see the module docstring).
 
@@ -879,16 +893,7 @@ class AnimatedScene:
     def deformed_scene(self) -> GaussianScene:
         """GaussianScene of the current state for export: the static rows of :meth:`export_rest_scene` and the
         moving rows of :meth:`deformed_rows` (means, quats/log-scales from the SVD of F L, SH rotated by R_F)."""
-        sc = self.export_rest_scene()
-        rows = self.deformed_rows()
-        idx = rows["index"]
-        means, quats, log_scales = sc.means.clone(), sc.quats.clone(), sc.log_scales.clone()
-        means[idx], quats[idx], log_scales[idx] = rows["means"], rows["quats"], rows["log_scales"]
-        sh_rest = sc.sh_rest
-        if "sh_rest" in rows:
-            sh_rest = sh_rest.clone()
-            sh_rest[idx] = rows["sh_rest"]
-        return replace(sc, means=means, quats=quats, log_scales=log_scales, sh_rest=sh_rest)
+        return scene_with_rows(self.export_rest_scene(), self.deformed_rows())
 
     def _invalid_rows(self) -> torch.Tensor:
         """(N,) bool invalid rows of the rest scene (:func:`physskin_gs.io.invalid_mask`), computed once."""

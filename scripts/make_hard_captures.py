@@ -154,6 +154,50 @@ def _vertical(x0, x1, y0, y1, z, n, rng, rgb, normal=(0.0, 0.0, 1.0)) -> Part:
 
 
 # ------------------------------------------------------------------------------------------------ capture
+def parts_to_scene(ordered, R: np.ndarray, unit: float = 1.0, offset=0.0):
+    """(GaussianScene (INRIA layout, SH 0), rows) of the (role, Part) pairs ``ordered`` rotated by R (3, 3), scaled
+    by ``unit`` and shifted by ``offset`` (3,); ``rows``: role -> [(start, stop)] (objects also under "object")."""
+    from physskin_gs.scene import GaussianScene, rotmat_to_quat
+
+    means, quats, scales, rgbs, ops = [], [], [], [], []
+    rows: Dict[str, List[Tuple[int, int]]] = {}
+    start = 0
+    for role, p in ordered:
+        n = p.means.shape[0]
+        means.append((p.means @ R.T) * unit + offset)
+        if p.quats is not None:
+            from physskin_gs.scene import quat_to_rotmat
+
+            Rl = torch.from_numpy(R)[None] @ quat_to_rotmat(torch.from_numpy(p.quats))
+            quats.append(rotmat_to_quat(Rl).numpy())
+            scales.append(p.scales * unit)
+        else:
+            nrm = p.normals @ R.T
+            a = np.where(np.abs(nrm[:, :1]) < 0.9, np.array([[1.0, 0, 0]]), np.array([[0, 1.0, 0]]))
+            t1 = np.cross(nrm, a)
+            t1 /= np.linalg.norm(t1, axis=1, keepdims=True)
+            t2 = np.cross(nrm, t1)
+            Rl = np.stack([t1, t2, nrm], -1)  # local z = the normal
+            quats.append(rotmat_to_quat(torch.from_numpy(Rl)).numpy())
+            sc = np.stack([p.size, p.size, p.size * p.flat], 1) * unit
+            scales.append(sc)
+        rgbs.append(p.rgb)
+        ops.append(p.opacity)
+        rows.setdefault(role, []).append((start, start + n))
+        if role.startswith("object"):
+            rows.setdefault("object", []).append((start, start + n))
+        start += n
+    m = np.concatenate(means)
+    op = np.clip(np.concatenate(ops), 1e-4, 1 - 1e-4)
+    scene = GaussianScene(
+        means=torch.from_numpy(m).float(), quats=torch.from_numpy(np.concatenate(quats)).float(),
+        log_scales=torch.from_numpy(np.log(np.maximum(np.concatenate(scales), 1e-12))).float(),
+        opacity_logits=torch.from_numpy(np.log(op / (1 - op))).float(),
+        sh_dc=torch.from_numpy((np.concatenate(rgbs) - 0.5) / C0).float(), sh_rest=torch.zeros(m.shape[0], 0, 3),
+        format="inria-ply")
+    return scene, rows
+
+
 def make_hard_capture(seed: int) -> Capture:
     """One hard capture (module docstring) drawn from ``seed``, with its ground truth.
 
@@ -161,7 +205,6 @@ def make_hard_capture(seed: int) -> Capture:
     and the row ranges of the roles ``object`` (every object), ``object0`` / ``object1`` (each), ``support`` (the
     table top, its edge and the layer on it), ``background`` (wall) and ``floater``.
     """
-    from physskin_gs.scene import GaussianScene, rotmat_to_quat
 
     rng = np.random.default_rng(seed)
     d: Dict[str, object] = {}
@@ -250,42 +293,7 @@ def make_hard_capture(seed: int) -> Capture:
     unit = 10 ** rng.uniform(-1, 1)
     offset = rng.normal(0, 3, 3) * unit
     d["unit"] = float(unit)
-    means, quats, scales, rgbs, ops = [], [], [], [], []
-    rows: Dict[str, List[Tuple[int, int]]] = {}
-    start = 0
-    for role, p in ordered:
-        n = p.means.shape[0]
-        means.append((p.means @ R.T) * unit + offset)
-        if p.quats is not None:
-            from physskin_gs.scene import quat_to_rotmat
-
-            Rl = torch.from_numpy(R)[None] @ quat_to_rotmat(torch.from_numpy(p.quats))
-            quats.append(rotmat_to_quat(Rl).numpy())
-            scales.append(p.scales * unit)
-        else:
-            nrm = p.normals @ R.T
-            a = np.where(np.abs(nrm[:, :1]) < 0.9, np.array([[1.0, 0, 0]]), np.array([[0, 1.0, 0]]))
-            t1 = np.cross(nrm, a)
-            t1 /= np.linalg.norm(t1, axis=1, keepdims=True)
-            t2 = np.cross(nrm, t1)
-            Rl = np.stack([t1, t2, nrm], -1)  # local z = the normal
-            quats.append(rotmat_to_quat(torch.from_numpy(Rl)).numpy())
-            sc = np.stack([p.size, p.size, p.size * p.flat], 1) * unit
-            scales.append(sc)
-        rgbs.append(p.rgb)
-        ops.append(p.opacity)
-        rows.setdefault(role, []).append((start, start + n))
-        if role.startswith("object"):
-            rows.setdefault("object", []).append((start, start + n))
-        start += n
-    m = np.concatenate(means)
-    op = np.clip(np.concatenate(ops), 1e-4, 1 - 1e-4)
-    scene = GaussianScene(
-        means=torch.from_numpy(m).float(), quats=torch.from_numpy(np.concatenate(quats)).float(),
-        log_scales=torch.from_numpy(np.log(np.maximum(np.concatenate(scales), 1e-12))).float(),
-        opacity_logits=torch.from_numpy(np.log(op / (1 - op))).float(),
-        sh_dc=torch.from_numpy((np.concatenate(rgbs) - 0.5) / C0).float(), sh_rest=torch.zeros(m.shape[0], 0, 3),
-        format="inria-ply")
+    scene, rows = parts_to_scene(ordered, R, unit, offset)
     up = R @ np.array([0.0, 1.0, 0.0])
     return Capture(scene, up, rows, d)
 

@@ -16,10 +16,9 @@ import sys
 from pathlib import Path
 
 import numpy as np
-import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from make_hard_captures import C0, _object, _rect, _vertical  # noqa: E402
+from make_hard_captures import _object, _rect, _vertical, parts_to_scene  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -31,8 +30,6 @@ OBJECTS = (("spot", 0.6, -0.7, 0.1), ("crate", 0.45, 0.15, -0.35), ("ball", 0.45
 
 def make_table_capture(seed: int = 0):
     """(GaussianScene, truth dict) of the capture (module docstring); every random draw comes from ``seed``."""
-    from physskin_gs.scene import GaussianScene, rotmat_to_quat
-
     rng = np.random.default_rng(seed)
     parts = []
     for i, (kind, h, x, z) in enumerate(OBJECTS):
@@ -62,34 +59,8 @@ def make_table_capture(seed: int = 0):
     parts.append(("floor", _rect(-3.0, 3.0, -2.5, 2.5, -TABLE_LEG, 20000, rng, np.array([0.45, 0.47, 0.5]))))
 
     R = np.diag([1.0, -1.0, -1.0])  # y up -> -y up (the INRIA convention)
-    means, quats, scales, rgbs, ops, rows, start = [], [], [], [], [], {}, 0
-    for role, p in parts:
-        n = p.means.shape[0]
-        means.append(p.means @ R.T)
-        if p.quats is not None:
-            from physskin_gs.scene import quat_to_rotmat
-
-            quats.append(rotmat_to_quat(torch.from_numpy(R)[None] @ quat_to_rotmat(torch.from_numpy(p.quats))).numpy())
-            scales.append(p.scales)
-        else:
-            nrm = p.normals @ R.T
-            a = np.where(np.abs(nrm[:, :1]) < 0.9, np.array([[1.0, 0, 0]]), np.array([[0, 1.0, 0]]))
-            t1 = np.cross(nrm, a)
-            t1 /= np.linalg.norm(t1, axis=1, keepdims=True)
-            quats.append(rotmat_to_quat(torch.from_numpy(np.stack([t1, np.cross(nrm, t1), nrm], -1))).numpy())
-            scales.append(np.stack([p.size, p.size, p.size * p.flat], 1))
-        rgbs.append(p.rgb)
-        ops.append(p.opacity)
-        rows.setdefault(role, []).append([start, start + n])
-        start += n
-    m = np.concatenate(means)
-    op = np.clip(np.concatenate(ops), 1e-4, 1 - 1e-4)
-    scene = GaussianScene(
-        means=torch.from_numpy(m).float(), quats=torch.from_numpy(np.concatenate(quats)).float(),
-        log_scales=torch.from_numpy(np.log(np.maximum(np.concatenate(scales), 1e-12))).float(),
-        opacity_logits=torch.from_numpy(np.log(op / (1 - op))).float(),
-        sh_dc=torch.from_numpy((np.concatenate(rgbs) - 0.5) / C0).float(), sh_rest=torch.zeros(m.shape[0], 0, 3),
-        format="inria-ply")
+    scene, rows = parts_to_scene(parts, R)
+    rows = {k: [list(r) for r in v] for k, v in rows.items()}
     truth = {"up": (R @ np.array([0.0, 1.0, 0.0])).tolist(), "table_top_height_along_up": 0.0,
              "table_x": [-TABLE_X, TABLE_X], "table_z": [-TABLE_Z, TABLE_Z], "floor_height_along_up": -TABLE_LEG,
              "objects": [{"kind": k, "height": h, "x": x, "z": z} for k, h, x, z in OBJECTS], "rows": rows,

@@ -263,6 +263,12 @@ def test_viewer_drags_any_body_and_shows_every_body(table_capture):
     ref = anim.deformed_gaussians(False)
     assert torch.allclose(means, ref.means[anim.moving_index], atol=1e-5)
     assert torch.allclose(covars, ref.covars[anim.moving_index], atol=1e-6)
+    rows, ds = anim.deformed_rows(), anim.deformed_scene()  # what exports and recordings write
+    assert torch.equal(rows["index"], anim.moving_index)
+    assert torch.allclose(rows["means"], ref.means[anim.moving_index], atol=1e-5)
+    assert torch.equal(ds.means[anim.moving_index], rows["means"])
+    static = ~anim.moving
+    assert torch.equal(ds.means[static], scene.means[static])
     app = ViewerApp(anim, None, host="127.0.0.1", port=0)
     app.start()
     c = None
