@@ -9,8 +9,12 @@ bodies' backward-Euler objectives plus ``h^2`` times the contact energy over all
     Phi(q_1 .. q_B) = sum_b Phi_b(q_b) + h^2 E_c(x(q))
 
 **Contact samples.** A body's contact samples are its cubature points, each a sphere of radius ``r_b`` (by default
-0.6 x the mean spacing of its cubature points, so neighbouring spheres overlap and the surface has no gaps the
-size of a sample); the static collider is a point set (e.g. the captured support and background, subsampled) with
+0.55 x the mean spacing s of its cubature points, so neighbouring spheres overlap and the surface has no gaps the
+size of a sample). Two faces meet when their outer layers are s apart; sphere layers touch at 2 r_b where they
+stack and at about 0.85 s where one nests in the other's pockets, so with 0.55 a body resting on another (and held
+there by friction wherever it landed) sits within about 1 % of its size of face on face (a cube on a cube, 6-8
+samples per edge, lattices at 0-35 degrees: -0.6 % .. +1.6 %, +1.2 % at most from 8 per edge; with 0.6: +0.9 ..
++3.3 %); the static collider is a point set (e.g. the captured support and background, subsampled) with
 one radius ``r_s``. Two spheres of different bodies (or a body's sphere and a static one) closer than the sum of
 their radii ``R`` overlap by ``delta = R - |x_i - x_j|`` and store
 
@@ -25,7 +29,13 @@ blocks, so a scene with no contact costs what its bodies cost alone.
 **Friction.** Pairs in contact at the start of a step (``|x_i - x_j| < R``) also dissipate their relative tangential
 motion during the step, ``1/2 h eta m |P_T (dx_i - dx_j)|^2`` (``P_T = I - n n^T``, ``dx`` a sample's displacement in
 the step, ``eta`` the bodies' viscous ``friction`` in 1/s): the simulator's floor friction, between bodies and
-against the collider, so stacked bodies stay where they rest instead of sliding on each other.
+against the collider. Viscous friction alone cannot hold a constant tangential load (a body resting across the
+edge of another, where the sphere normals tilt, creeps off at F_t / (eta m)), so the pairs also carry lagged,
+smoothed Coulomb friction (IPC, Li et al. 2020, Sec. 5): ``h^2 mu N f0(|u_T|)`` with N the pair's normal force
+``k m delta`` at the start of the step, ``u_T = P_T (dx_i - dx_j)`` and ``f0`` the C1 ramp of IPC's Eq. 15 (``f0(y)
+= -y^3 / (3 eps^2) + y^2 / eps + eps / 3`` below ``eps = eps_v h``, ``y`` above): sliding costs ``mu N`` per unit
+of slip, and a load below ``mu N`` moves a pair by less than ``eps`` per step (``mu`` :attr:`BodyContactSystem.mu`,
+``eps_v`` :attr:`BodyContactSystem.EPS_V`). Its Hessian is the PSD approximation ``h^2 mu N f1(y) / y P_T``.
 
 **Tunnelling.** A step whose samples move by more than :attr:`BodyContactSystem.max_travel` of their radius is
 redone as two half steps (up to 3 levels), so fast bodies are checked at sub-radius intervals.
@@ -45,12 +55,12 @@ import torch
 from scipy.spatial import cKDTree
 
 from physskin_gs.errors import OptionError
-from physskin_gs.physics.simulator import SubspaceSimulator, _StepContext
+from physskin_gs.physics.simulator import StepStats, SubspaceSimulator, _StepContext
 
 __all__ = ["BodyContactSystem", "ContactStats", "default_contact_radius"]
 
 
-def default_contact_radius(points: torch.Tensor, factor: float = 0.6) -> float:
+def default_contact_radius(points: torch.Tensor, factor: float = 0.55) -> float:
     """Contact radius of a body's cubature points (n, 3) (metres): ``factor`` x their mean nearest-neighbour
     distance. Raises OptionError for fewer than 2 points."""
     p = np.asarray(points, dtype=np.float64)
@@ -58,6 +68,34 @@ def default_contact_radius(points: torch.Tensor, factor: float = 0.6) -> float:
         raise OptionError("a contact body needs at least 2 cubature points")
     d, _ = cKDTree(p).query(p, k=2)
     return float(factor * np.mean(d[:, 1]))
+
+
+def _scatter_add(out: np.ndarray, idx: np.ndarray, vals: np.ndarray) -> None:
+    """out[idx[p]] += vals[p] for (P, 3) vals with repeated indices (``np.add.at``, by one bincount per column)."""
+    if idx.size == 0:
+        return
+    for c in range(out.shape[1]):
+        out[:, c] += np.bincount(idx, weights=vals[:, c], minlength=out.shape[0])
+
+
+def _pair_signature(p: "_Pairs") -> tuple:
+    """Which samples touch what at an iterate (body-body and body-static pairs), for comparing two iterates."""
+    return (p.i, p.j, p.s_i, p.s_j)
+
+
+def _same_pairs(a: Optional[tuple], b: Optional[tuple], tol: float = 0.1) -> bool:
+    """True when two :func:`_pair_signature` hold nearly the same pairs: fewer than ``tol`` of the larger set of
+    body-body (and of body-static) pairs appear in only one of them (samples brushing the contact radius come and
+    go at rest without making a factor a poor model)."""
+    if a is None or b is None:
+        return a is b
+    for u, v in ((a[:2], b[:2]), (a[2:], b[2:])):
+        ku = u[0].astype(np.int64) * (1 << 31) + u[1]
+        kv = v[0].astype(np.int64) * (1 << 31) + v[1]
+        big = max(ku.size, kv.size)
+        if big and np.setxor1d(ku, kv).size > tol * big:
+            return False
+    return True
 
 
 @dataclass
@@ -102,6 +140,7 @@ class BodyContactSystem:
         static_radius: their radius (metres; default: the smallest body radius).
         contact_k: penalty stiffness per unit mass (1/s^2; default :attr:`CONTACT_K`).
         newton_iters: most Newton iterations per step.
+        mu: Coulomb friction coefficient (default :attr:`MU`; 0: viscous friction only).
     Raises:
         OptionError for no bodies, mismatched radii or non-finite static points.
     """
@@ -116,10 +155,18 @@ class BodyContactSystem:
     #: default penalty stiffness per unit mass (1/s^2), the floor's: a body resting on n_contact of its n samples
     #: overlaps by about (n / n_contact) g / k (10x stiffer was measured 1.3-2.5x slower and less stable)
     CONTACT_K = 1e6
+    #: Coulomb friction coefficient between bodies and against the collider (dimensionless; wood on wood ~0.4-0.6)
+    MU = 0.5
+    #: slip speed (m/s) below which Coulomb friction is a stiff viscous ramp (IPC's eps_v): a resting load below
+    #: mu N creeps by less than this
+    EPS_V = 1e-3
+    #: a Newton correction moving no sample more than this x its body's size (box diagonal) ends the step (1e-5:
+    #: 3 micrometres for a 0.2 m cube)
+    STEP_TOL = 1e-5
 
     def __init__(self, bodies: Sequence[SubspaceSimulator], radii: Optional[Sequence[float]] = None,
                  static_points=None, static_radius: Optional[float] = None, contact_k: Optional[float] = None,
-                 newton_iters: int = 8) -> None:
+                 newton_iters: int = 8, mu: Optional[float] = None) -> None:
         self.bodies = list(bodies)
         if not self.bodies:
             raise OptionError("BodyContactSystem needs at least one body")
@@ -130,6 +177,9 @@ class BodyContactSystem:
         self.radii = [float(r) for r in radii]
         self.dt = float(self.bodies[0].dt)
         self.contact_k = float(self.CONTACT_K if contact_k is None else contact_k)
+        self.mu = float(self.MU if mu is None else mu)
+        if not (self.mu >= 0 and math.isfinite(self.mu)):
+            raise OptionError(f"friction coefficient mu must be >= 0, got {mu}")
         self.newton_iters = int(newton_iters)
         self.sizes = [3 * b.K4 for b in self.bodies]  # unknowns per body
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
@@ -154,6 +204,15 @@ class BodyContactSystem:
         self._L_key = None
         self._L_converged = False
         self._L_age = 0
+        self._L_pairs = None  # the contact pairs (_pair_signature) the factor was computed with
+        self._phi_np = [b.Phi.numpy() for b in self.bodies]  # [n_b, K4] float64 views of the bases
+        self._phi32 = [p.astype(np.float32) for p in self._phi_np]  # the same in float32 (contact Hessian GEMMs)
+        self._step_tol = [self.STEP_TOL * float((b.X.max(0).values - b.X.min(0).values).norm()) for b in self.bodies]
+        self._phi_row_max = [float(b.Phi.norm(dim=1).max()) for b in self.bodies]
+        self.skin = 0.5 * min(self.radii)  # Verlet-list margin (m), see _pairs_near
+        self._verlet = None
+        self._subs: dict = {}  # island (tuple of body indices) -> its BodyContactSystem (see _sub_system)
+        self._cur = None  # (the bodies' q tensors, x, pairs) of the current state (see _current)
 
     # ------------------------------------------------------------------------------------------ geometry
     @property
@@ -166,33 +225,103 @@ class BodyContactSystem:
         qs = [b.q for b in self.bodies] if qs is None else qs
         return np.concatenate([b.positions(q).numpy() for b, q in zip(self.bodies, qs)])
 
-    def _pairs(self, x: np.ndarray) -> _Pairs:
+    def _current(self):
+        """(x (N, 3), pairs) at the bodies' current q. Cached: the state a step ends in is the next step's start and
+        what :meth:`max_overlap` reports, so it is searched once; a body whose q was replaced (a step, a drag, a reset;
+        q is never changed in place) invalidates it."""
+        qs = [b.q for b in self.bodies]
+        c = self._cur
+        if c is not None and all(a is b for a, b in zip(c[0], qs)):
+            return c[1], c[2]
+        x = self.positions(qs)
+        pairs = self._pairs_near(x)
+        self._cur = (qs, x, pairs)
+        return x, pairs
+
+    def _pairs_near(self, x: np.ndarray) -> _Pairs:
+        """:meth:`_pairs` at x (N, 3) from a Verlet list: the pairs closer than their contact distance plus twice
+        :attr:`skin` at a reference state (body-body, and every static point in that reach), rebuilt only once a
+        sample has moved more than ``skin`` from it. Then a pair overlapping now was a candidate, so the result is
+        :meth:`_pairs`' (the same pairs in the same order; tested), while bodies at rest or moving slowly search
+        nothing: each iterate only measures its candidates."""
+        v = self._verlet
+        if v is not None and v["x"].shape == x.shape:
+            moved = np.einsum("na,na->n", x - v["x"], x - v["x"])
+            if float(moved.max(initial=0.0)) >= v["skin"] ** 2:
+                v = None
+        else:
+            v = None
+        if v is None:
+            v = self._verlet = self._verlet_list(x)
+        i, j = v["i"], v["j"]
+        d = x[i] - x[j]
+        keep = np.einsum("pa,pa->p", d, d) < v["R2"]
+        s_i = s_j = np.zeros(0, np.int64)
+        if v["s_i"].size:
+            e = x[v["s_i"]] - self._static_pts[v["s_j"]]
+            ds = np.sqrt(np.einsum("pa,pa->p", e, e))
+            hit = np.nonzero(ds < self._sample_r[v["s_i"]] + self.static_radius)[0]
+            si, sj, dh = v["s_i"][hit], v["s_j"][hit], ds[hit]
+            order = np.lexsort((dh, si))  # by sample, then nearest first (as _pairs' k-nearest query)
+            si, sj = si[order], sj[order]
+            start = np.r_[True, si[1:] != si[:-1]] if si.size else np.zeros(0, bool)
+            first = np.maximum.accumulate(np.where(start, np.arange(si.size), 0))
+            rank = np.arange(si.size) - first
+            k = rank < self.STATIC_NEIGHBOURS
+            s_i, s_j = si[k], sj[k]
+        return _Pairs(i[keep], j[keep], s_i, s_j)
+
+    def _verlet_list(self, x: np.ndarray) -> dict:
+        """Candidates of :meth:`_pairs_near` at x: body-body pairs within their contact distance + 2 skin (with the
+        squared contact distance of each) and every (sample, static point) within r_i + r_s + 2 skin."""
+        skin = self.skin
+        pad = [r + skin for r in self.radii]
+        saved = self.radii
+        try:
+            self.radii = pad  # the exact search with every radius grown by the skin
+            p = self._pairs(x, static=False)
+        finally:
+            self.radii = saved
+        R = self._sample_r[p.i] + self._sample_r[p.j]
+        s_i = s_j = np.zeros(0, np.int64)
+        if self._static is not None:
+            reach = max(self.radii) + self.static_radius + 2 * skin
+            near = np.nonzero(np.all((x >= self._static_lo - reach) & (x <= self._static_hi + reach), axis=1))[0]
+            if near.size:
+                m = cKDTree(x[near]).sparse_distance_matrix(self._static, reach, output_type="ndarray")
+                ok = m["v"] < (self._sample_r[near[m["i"]]] + self.static_radius + 2 * skin)
+                s_i, s_j = near[m["i"][ok]].astype(np.int64), m["j"][ok].astype(np.int64)
+        return {"x": x.copy(), "skin": skin, "i": p.i, "j": p.j, "R2": R * R, "s_i": s_i, "s_j": s_j}
+
+    def _pairs(self, x: np.ndarray, body_pairs=None, static: bool = True) -> _Pairs:
         """Overlapping sphere pairs at positions x (N, 3): for each pair of bodies whose boxes (grown by their radii)
         meet, only the samples inside the common box are searched (two small KD-trees), so bodies far apart or
-        touching over a small patch cost little."""
+        touching over a small patch cost little. ``body_pairs``: only these (A, B), A < B (default: all);
+        ``static``: also the pairs against the static collider."""
         starts = self.offsets_samples
         ii, jj = [], []
         boxes = [(x[a:b].min(0), x[a:b].max(0)) for a, b in zip(starts[:-1], starts[1:])]
-        for A in range(self.num_bodies):
-            for B in range(A + 1, self.num_bodies):
-                R = self.radii[A] + self.radii[B]
-                lo = np.maximum(boxes[A][0], boxes[B][0]) - R
-                hi = np.minimum(boxes[A][1], boxes[B][1]) + R
-                if np.any(lo > hi):
-                    continue
-                xa, xb = x[starts[A]:starts[A + 1]], x[starts[B]:starts[B + 1]]
-                sa = np.nonzero(np.all((xa >= lo) & (xa <= hi), axis=1))[0]
-                sb = np.nonzero(np.all((xb >= lo) & (xb <= hi), axis=1))[0]
-                if sa.size == 0 or sb.size == 0:
-                    continue
-                m = cKDTree(xa[sa]).sparse_distance_matrix(cKDTree(xb[sb]), R, output_type="ndarray")
-                keep = m["v"] < R
-                ii.append(starts[A] + sa[m["i"][keep]])
-                jj.append(starts[B] + sb[m["j"][keep]])
+        if body_pairs is None:
+            body_pairs = [(A, B) for A in range(self.num_bodies) for B in range(A + 1, self.num_bodies)]
+        for A, B in body_pairs:
+            R = self.radii[A] + self.radii[B]
+            lo = np.maximum(boxes[A][0], boxes[B][0]) - R
+            hi = np.minimum(boxes[A][1], boxes[B][1]) + R
+            if np.any(lo > hi):
+                continue
+            xa, xb = x[starts[A]:starts[A + 1]], x[starts[B]:starts[B + 1]]
+            sa = np.nonzero(np.all((xa >= lo) & (xa <= hi), axis=1))[0]
+            sb = np.nonzero(np.all((xb >= lo) & (xb <= hi), axis=1))[0]
+            if sa.size == 0 or sb.size == 0:
+                continue
+            m = cKDTree(xa[sa]).sparse_distance_matrix(cKDTree(xb[sb]), R, output_type="ndarray")
+            keep = m["v"] < R
+            ii.append(starts[A] + sa[m["i"][keep]])
+            jj.append(starts[B] + sb[m["j"][keep]])
         i = np.concatenate(ii).astype(np.int64) if ii else np.zeros(0, np.int64)
         j = np.concatenate(jj).astype(np.int64) if jj else np.zeros(0, np.int64)
         s_i = s_j = np.zeros(0, np.int64)
-        if self._static is not None:  # the STATIC_NEIGHBOURS nearest static points of the samples near the collider
+        if static and self._static is not None:  # the STATIC_NEIGHBOURS nearest static points of samples near it
             reach = max(self.radii) + self.static_radius
             near = np.nonzero(np.all((x >= self._static_lo - reach) & (x <= self._static_hi + reach), axis=1))[0]
             if near.size:
@@ -206,7 +335,9 @@ class BodyContactSystem:
     # ------------------------------------------------------------------------------------------ contact terms
     def _contact(self, x: np.ndarray, pairs: _Pairs, with_derivs: bool):
         """Contact energy (J), and with ``with_derivs`` the force-like gradient dE/dx (N, 3) and the per-pair
-        Gauss-Newton data (coefficients and normals) for the Hessian."""
+        Gauss-Newton data for the Hessian: entries ``(kind, i, j, c_iso, c_nn, n)``, each pair's 3x3 matrix being
+        ``c_iso I + c_nn n n^T`` (c_iso None: 0), kind "bb" (samples i, j of two bodies) or "bs" (sample i against the
+        static collider, j None)."""
         k = self.contact_k
         E = 0.0
         gx = np.zeros_like(x) if with_derivs else None
@@ -220,9 +351,9 @@ class BodyContactSystem:
             E += 0.5 * k * float(m @ (delta * delta))
             if with_derivs:
                 f = (-k * m * delta)[:, None] * n  # dE/dx_i
-                np.add.at(gx, pairs.i, f)
-                np.add.at(gx, pairs.j, -f)
-                gn.append(("bb", pairs.i, pairs.j, k * m, n, None))
+                _scatter_add(gx, pairs.i, f)
+                _scatter_add(gx, pairs.j, -f)
+                gn.append(("bb", pairs.i, pairs.j, None, k * m, n))
         if pairs.s_i.size:
             v = x[pairs.s_i] - self._static_pts[pairs.s_j]
             d = np.linalg.norm(v, axis=1)
@@ -231,38 +362,102 @@ class BodyContactSystem:
             m = self._sample_m[pairs.s_i]
             E += 0.5 * k * float(m @ (delta * delta))
             if with_derivs:
-                np.add.at(gx, pairs.s_i, (-k * m * delta)[:, None] * n)
-                gn.append(("bs", pairs.s_i, None, k * m, n, None))
+                _scatter_add(gx, pairs.s_i, (-k * m * delta)[:, None] * n)
+                gn.append(("bs", pairs.s_i, None, None, k * m, n))
         return E, gx, gn
 
     def _contact_hessian(self, H: torch.Tensor, gn) -> None:
-        """Add the Gauss-Newton contact Hessian (without the h^2 factor) into the joint Hessian H in place."""
-        for kind, gi, gj, c, n, w in gn:
+        """Add the Gauss-Newton contact and friction Hessian (without the h^2 factor) into the joint Hessian H in
+        place. A pair's term ``(c_iso I + c_nn n n^T) (x) phi_i phi_j^T`` splits into an isotropic part, the same
+        (K, K) matrix ``Phi^T diag(c_iso) Phi`` on the three diagonal (c, c) sub-blocks, and a rank-one part whose
+        rows ``n (x) phi`` are already in q order, so each block is two GEMMs over its pairs: one per body for its
+        diagonal block (every pair it takes part in, against the other body or the collider) and one per touching
+        pair of bodies (float32 products, like the bodies' own assembly). :meth:`_contact_hessian_reference` is the
+        plain per-pair version it is tested against."""
+        diag = {}  # body -> lists of (local sample, c_iso, c_nn, n)
+        off = {}  # (a, b), a < b -> lists of (local i, local j, c_iso, c_nn, n)
+
+        def put(dct, key, *cols):
+            lists = dct.setdefault(key, [[] for _ in cols])
+            for lst, col in zip(lists, cols):
+                lst.append(col)
+
+        for kind, gi, gj, ci, cn, n in gn:
+            ci = np.zeros_like(cn) if ci is None else ci
+            bi = self._sample_body[gi]
+            li = self._sample_local[gi]
+            for a in np.unique(bi):
+                sa = bi == a
+                put(diag, a, li[sa], ci[sa], cn[sa], n[sa])
+            if kind == "bs":
+                continue
+            bj = self._sample_body[gj]
+            lj = self._sample_local[gj]
+            for b in np.unique(bj):
+                sb = bj == b
+                put(diag, b, lj[sb], ci[sb], cn[sb], n[sb])
+            for a, b in set(zip(bi.tolist(), bj.tolist())):
+                sel = (bi == a) & (bj == b)
+                if a < b:
+                    put(off, (a, b), li[sel], lj[sel], ci[sel], cn[sel], n[sel])
+                else:
+                    put(off, (b, a), lj[sel], li[sel], ci[sel], cn[sel], n[sel])
+        cat = np.concatenate
+        for a, (li, ci, cn, n) in diag.items():
+            li, ci, cn, n = cat(li), cat(ci), cat(cn), cat(n)
+            blk = self._pair_block(a, a, li, li, ci, cn, n)
+            blk = 0.5 * (blk + blk.T)  # symmetric to the last bit (the float32 GEMM is not)
+            o = self.offsets[a]
+            H[o:o + blk.shape[0], o:o + blk.shape[1]] += blk
+        for (a, b), (li, lj, ci, cn, n) in off.items():
+            li, lj, ci, cn, n = cat(li), cat(lj), cat(ci), cat(cn), cat(n)
+            blk = -self._pair_block(a, b, li, lj, ci, cn, n)
+            oa, ob = self.offsets[a], self.offsets[b]
+            H[oa:oa + blk.shape[0], ob:ob + blk.shape[1]] += blk
+            H[ob:ob + blk.shape[1], oa:oa + blk.shape[0]] += blk.T
+
+    def _pair_block(self, a, b, li, lj, ci, cn, n) -> torch.Tensor:
+        """(3 K_a, 3 K_b) float64 ``sum_p (c_iso I + c_nn n n^T)_p (x) phi_a(i_p) phi_b(j_p)^T`` in q order."""
+        Pa = torch.from_numpy(self._phi32[a][li])  # [P, Ka]
+        Pb = torch.from_numpy(self._phi32[b][lj])  # [P, Kb]
+        n32 = torch.from_numpy(n.astype(np.float32))  # [P, 3]
+        P, Ka, Kb = Pa.shape[0], Pa.shape[1], Pb.shape[1]
+        Ua = (n32[:, :, None] * Pa[:, None, :]).reshape(P, 3 * Ka)  # [P, (c, k)] rows n (x) phi_i
+        Ub = (n32[:, :, None] * Pb[:, None, :]).reshape(P, 3 * Kb)
+        blk = (Ua * torch.from_numpy(cn.astype(np.float32))[:, None]).T @ Ub  # [(c, k), (d, l)]
+        if np.any(ci):
+            iso = (Pa * torch.from_numpy(ci.astype(np.float32))[:, None]).T @ Pb  # [Ka, Kb]
+            for c in range(3):
+                blk[c * Ka:(c + 1) * Ka, c * Kb:(c + 1) * Kb] += iso
+        return blk.to(torch.float64)
+
+    def _contact_hessian_reference(self, H: torch.Tensor, gn) -> None:
+        """Plain reference of :meth:`_contact_hessian`: every entry's four blocks (a a, b b, a b, b a) from the dense
+        per-pair 3x3 matrices, float64. Slow; for tests."""
+        for kind, gi, gj, ci, cn, n in gn:
+            W = cn[:, None, None] * n[:, :, None] * n[:, None, :]  # [P, 3, 3]
+            if ci is not None:
+                W = W + ci[:, None, None] * np.eye(3)[None]
             bi = self._sample_body[gi]
             bj = None if gj is None else self._sample_body[gj]
             for a in np.unique(bi):
                 sel_a = bi == a
                 if kind == "bs":
-                    self._add_block(H, a, a, gi[sel_a], gi[sel_a], c[sel_a], self._w(n, w, sel_a), +1.0)
+                    self._add_block(H, a, a, gi[sel_a], gi[sel_a], W[sel_a], +1.0)
                     continue
                 for b in np.unique(bj[sel_a]):
                     sel = sel_a & (bj == b)
-                    ii, jj, cc, nn = gi[sel], gj[sel], c[sel], self._w(n, w, sel)
-                    self._add_block(H, a, a, ii, ii, cc, nn, +1.0)
-                    self._add_block(H, b, b, jj, jj, cc, nn, +1.0)
-                    self._add_block(H, a, b, ii, jj, cc, nn, -1.0)
-                    self._add_block(H, b, a, jj, ii, cc, nn, -1.0)
+                    ii, jj, ww = gi[sel], gj[sel], W[sel]
+                    self._add_block(H, a, a, ii, ii, ww, +1.0)
+                    self._add_block(H, b, b, jj, jj, ww, +1.0)
+                    self._add_block(H, a, b, ii, jj, ww, -1.0)
+                    self._add_block(H, b, a, jj, ii, ww, -1.0)
 
-    @staticmethod
-    def _w(n, w, sel) -> np.ndarray:
-        """(P, 3, 3) per-pair matrices of the selected pairs: n n^T (contact) or the given w (friction)."""
-        return n[sel][:, :, None] * n[sel][:, None, :] if w is None else w[sel]
-
-    def _add_block(self, H, a, b, ii, jj, c, W, sign) -> None:
-        """H[block a, block b] += sign sum_p c_p W_p (x) (Phi_i Phi_j^T) in q order ((c, k) rows)."""
+    def _add_block(self, H, a, b, ii, jj, W, sign) -> None:
+        """H[block a, block b] += sign sum_p W_p (x) (Phi_i Phi_j^T) in q order ((c, k) rows); reference only."""
         Pa = self.bodies[a].Phi[torch.from_numpy(self._sample_local[ii])]  # [P, Ka]
         Pb = self.bodies[b].Phi[torch.from_numpy(self._sample_local[jj])]  # [P, Kb]
-        w = torch.from_numpy(c[:, None, None] * W)  # [P, 3, 3]
+        w = torch.from_numpy(W)  # [P, 3, 3]
         P, Ka, Kb = Pa.shape[0], Pa.shape[1], Pb.shape[1]
         A = (w[:, :, :, None] * Pa[:, None, None, :]).reshape(P, 9 * Ka)  # [P, (c, d, k)]
         blk = (A.T @ Pb).view(3, 3, Ka, Kb).permute(0, 2, 1, 3).reshape(3 * Ka, 3 * Kb)  # [(c, k), (d, l)]
@@ -270,13 +465,17 @@ class BodyContactSystem:
         H[oa:oa + blk.shape[0], ob:ob + blk.shape[1]] += sign * blk
 
     def _grad_q(self, gx: np.ndarray) -> List[torch.Tensor]:
-        """Per body (3, K4) gradient of the contact energy with respect to q from dE/dx (N, 3)."""
+        """Per body (3, K4) gradient of the contact energy with respect to q from dE/dx (N, 3): only the rows with a
+        contact term (most samples touch nothing) go through the basis."""
+        rows = np.flatnonzero(gx.any(axis=1))  # [r] global samples with a contact or friction force
         out = []
-        start = 0
-        for b in self.bodies:
-            g = torch.from_numpy(gx[start:start + b.n])  # [n, 3]
-            out.append(g.T @ b.Phi)  # [3, K4]
-            start += b.n
+        for bi, b in enumerate(self.bodies):
+            lo, hi = self.offsets_samples[bi], self.offsets_samples[bi + 1]
+            r = rows[(rows >= lo) & (rows < hi)]
+            if r.size == 0:
+                out.append(torch.zeros(3, b.K4, dtype=torch.float64))
+                continue
+            out.append(torch.from_numpy(gx[r].T @ self._phi_np[bi][r - lo]))  # [3, r] @ [r, K4]
         return out
 
     # ------------------------------------------------------------------------------------------ stepping
@@ -285,60 +484,92 @@ class BodyContactSystem:
         step's friction pairs (:meth:`_friction_pairs`), whose dissipation is included."""
         evs = [b._eval(q, c) for b, q, c in zip(self.bodies, qs, ctxs)]
         x = np.concatenate([ev.x.T for ev in evs])  # [N, 3] the samples' positions, from the evaluations
-        pairs = self._pairs(x)
+        pairs = self._pairs_near(x)
         Ec, gx, gn = self._contact(x, pairs, with_derivs)
         h2 = ctxs[0].h ** 2
         E = sum(float(ev.E) for ev in evs) + h2 * Ec
         if fric is not None:
             dx = x - fric["x0"]  # [N, 3] displacements in the step
-            Ef, gf = self._friction(dx, fric, with_derivs)
+            Ef, gf, hf = self._friction(dx, fric, with_derivs)
             E += Ef
             if with_derivs and gf is not None:
                 gx = gx + gf / h2  # gx is later scaled by h^2 with the contact gradient
-                gn = gn + [(kind, i, j, c / h2, None, w) for kind, i, j, c, w in fric["blocks"]]
+                gn = gn + [(kind, i, j, ci / h2, cn / h2, n) for kind, i, j, ci, cn, n in hf]
         return E, evs, x, pairs, gx, gn
 
-    def _friction_pairs(self, x0: np.ndarray, h: float) -> Optional[dict]:
-        """The step's friction pairs from the positions at its start: per pair the tangential projector P_T (3, 3)
-        and the coefficient h eta m (eta: the mean of the two bodies' ``friction``), or None without contact."""
-        p = self._pairs(x0)
+    def _friction_pairs(self, x0: np.ndarray, p: _Pairs, h: float) -> Optional[dict]:
+        """The step's friction pairs from the positions x0 at its start and their overlapping pairs p: per pair the
+        unit normal n (its tangential projector is P_T = I - n n^T), the viscous coefficient h eta m (eta: the mean
+        of the two bodies' ``friction``) and the Coulomb weight h^2 mu N (N = k m delta, the pair's normal force at
+        x0, in newtons), or None without contact."""
         eta = np.array([b.friction for b in self.bodies])
+        k = self.contact_k
         blocks = []
-        gi, gj, cs, Ws = [], [], [], []
         if p.i.size:
             v = x0[p.i] - x0[p.j]
-            n = v / np.maximum(np.linalg.norm(v, axis=1), 1e-12)[:, None]
+            d = np.linalg.norm(v, axis=1)
+            n = v / np.maximum(d, 1e-12)[:, None]
             m = 0.5 * (self._sample_m[p.i] + self._sample_m[p.j])
             e = 0.5 * (eta[self._sample_body[p.i]] + eta[self._sample_body[p.j]])
-            W = np.eye(3)[None] - n[:, :, None] * n[:, None, :]
-            blocks.append(("bb", p.i, p.j, h * e * m, W))
-            gi.append(p.i), gj.append(p.j), cs.append(h * e * m), Ws.append(W)
-        sb = None
+            N = k * m * np.maximum(self._sample_r[p.i] + self._sample_r[p.j] - d, 0.0)
+            n = self._patch_normals(self._sample_body[p.i] * self.num_bodies + self._sample_body[p.j], N, n)
+            blocks.append(("bb", p.i, p.j, h * e * m, h * h * self.mu * N, n))
         if p.s_i.size:
             v = x0[p.s_i] - self._static_pts[p.s_j]
-            n = v / np.maximum(np.linalg.norm(v, axis=1), 1e-12)[:, None]
-            c = h * eta[self._sample_body[p.s_i]] * self._sample_m[p.s_i]
-            W = np.eye(3)[None] - n[:, :, None] * n[:, None, :]
-            blocks.append(("bs", p.s_i, None, c, W))
-            sb = (p.s_i, c, W)
+            d = np.linalg.norm(v, axis=1)
+            n = v / np.maximum(d, 1e-12)[:, None]
+            m = self._sample_m[p.s_i]
+            N = k * m * np.maximum(self._sample_r[p.s_i] + self.static_radius - d, 0.0)
+            n = self._patch_normals(p.s_i, N, n)
+            blocks.append(("bs", p.s_i, None, h * eta[self._sample_body[p.s_i]] * m, h * h * self.mu * N, n))
         if not blocks:
             return None
-        return {"x0": x0, "blocks": blocks, "bb": (gi, gj, cs, Ws), "bs": sb}
+        return {"x0": x0, "blocks": blocks, "eps": self.EPS_V * h}
+
+    @staticmethod
+    def _patch_normals(group: np.ndarray, N: np.ndarray, n: np.ndarray) -> np.ndarray:
+        """(P, 3) friction normals: per group (a pair of bodies; a sample against the collider) the unit mean of
+        the pairs' normals n weighted by their normal forces N. Sphere-pair normals tilt where spheres of two
+        lattices nest; friction on their own tangent planes would wedge a flat face into the pockets (and hold it
+        above its rest height), on the patch's plane it resists only sliding along the contact."""
+        _, inv = np.unique(group, return_inverse=True)
+        acc = np.zeros((int(inv.max()) + 1, 3))
+        w = N + 1e-30  # pairs just touching (N ~ 0) still give a direction
+        for c in range(3):
+            acc[:, c] = np.bincount(inv, weights=w * n[:, c], minlength=acc.shape[0])
+        norm = np.linalg.norm(acc, axis=1)
+        out = acc[inv] / np.maximum(norm[inv], 1e-300)[:, None]
+        bad = norm[inv] < 1e-12 * np.maximum(np.bincount(inv, weights=w)[inv], 1e-300)  # opposite normals cancel
+        out[bad] = n[bad]
+        return out
 
     def _friction(self, dx: np.ndarray, fric: dict, with_derivs: bool):
-        """Friction dissipation (the step objective's units) and its gradient with respect to the positions."""
+        """Friction dissipation (the step objective's units: viscous plus smoothed Coulomb, module docstring), its
+        gradient with respect to the positions (N, 3) and its Hessian entries (``c_iso I + c_nn n n^T`` with c_nn =
+        -c_iso: a multiple of P_T per pair), or (E, None, []) without ``with_derivs``."""
         E = 0.0
         g = np.zeros_like(dx) if with_derivs else None
-        for kind, i, j, c, W in fric["blocks"]:
+        hess = []
+        eps = fric["eps"]
+        for kind, i, j, cv, wc, n in fric["blocks"]:
             u = dx[i] - (dx[j] if j is not None else 0.0)  # [P, 3] relative displacement
-            t = np.einsum("pab,pb->pa", W, u)  # P_T u (P_T symmetric, idempotent)
-            E += 0.5 * float(c @ np.einsum("pa,pa->p", t, t))
+            t = u - n * np.einsum("pa,pa->p", n, u)[:, None]  # P_T u (P_T symmetric, idempotent)
+            y = np.sqrt(np.einsum("pa,pa->p", t, t))  # [P] tangential slip in the step (m)
+            inner = y < eps
+            yi = y[inner]
+            f0 = y.copy()
+            f0[inner] = -yi ** 3 / (3 * eps * eps) + yi * yi / eps + eps / 3
+            E += 0.5 * float(cv @ (y * y)) + float(wc @ f0)
             if with_derivs:
+                gy = 1.0 / np.maximum(y, 1e-300)  # f1(y) / y: 1/y above eps, 2/eps - y/eps^2 below
+                gy[inner] = 2.0 / eps - yi / (eps * eps)
+                c = cv + wc * gy  # [P] the force is c P_T u; the Hessian's PSD part c P_T
                 f = c[:, None] * t
-                np.add.at(g, i, f)
+                _scatter_add(g, i, f)
                 if j is not None:
-                    np.add.at(g, j, -f)
-        return E, g
+                    _scatter_add(g, j, -f)
+                hess.append((kind, i, j, c, -c, n))
+        return E, g, hess
 
     def _factor(self, evs, ctxs, gn, h2):
         """Cholesky factor of the joint Hessian (bodies' blocks + h^2 contact and friction terms), regularised as
@@ -364,23 +595,31 @@ class BodyContactSystem:
     def _newton(self, h: float, stats: ContactStats):
         """One joint backward-Euler step by Newton with Armijo backtracking. The Hessian factor is reused (as the
         bodies' "adaptive" policy does) while the step size and every body's Hessian version stay the same, the
-        previous step converged and the factor is younger than :attr:`hessian_max_age` steps; it is refreshed
-        when a line search with it backtracks or fails (new contacts make it a poor model). The gradient is always
-        exact, so reuse changes the cost, not the solution. Returns (qs, evals, x, pairs) or None."""
+        previous step converged and the factor is younger than :attr:`hessian_max_age` steps. Within a step, a
+        factor from an earlier iterate is refreshed when it has become a poor model: its line search backtracked
+        or failed, the contact pairs changed since it was computed (an impact adds stiff terms it lacks), or the
+        gradient fell by less than half in the last iteration. The gradient is always exact, so reuse changes the
+        cost, not the solution. Returns (qs, evals, x, pairs) or None."""
         bodies = self.bodies
         ctxs = [_StepContext(h=h, q_pred=b.q + h * b.qdot, q_prev=b.q, D=b._step_dissipation(b.q, h)) for b in bodies]
         qs = [c.q_pred.clone() for c in ctxs]
         h2 = h * h
-        fric = self._friction_pairs(self.positions(), h)
+        fric = self._friction_pairs(*self._current(), h)
         E, evs, x, pairs, gx, gn = self._joint(qs, ctxs, True, fric)
         gtol = sum(b.grad_tol * h2 * b.total_mass * 9.8 for b in bodies)
         key = (h, tuple(b._hess_version for b in bodies))
         reuse_ok = (self._L is not None and self._L_converged and self._L_key == key
                     and self._L_age < self.hessian_max_age)
         L = self._L if reuse_ok else None
+        L_pairs = self._L_pairs if reuse_ok else None
+        # a factor of the same bodies and step size, too old (or unconverged) to step with, still tells whether the
+        # first correction is negligible (_negligible is a size estimate): a resting scene needs no fresh one
+        L_est = self._L if (L is None and self._L is not None and self._L_key == key) else None
         self._L_age += 1
-        fresh = False  # L was computed at an iterate of this step
+        factor_at = -1  # iteration at which L was computed (-1: an earlier step)
+        poor = False  # the last iteration showed L to be a poor model (backtracked, or slow progress)
         converged = False
+        g_prev = math.inf
         for it in range(self.newton_iters):
             gc = self._grad_q(gx)
             grads = [b._gradient(ev, c) + h2 * g for b, ev, c, g in zip(bodies, evs, ctxs, gc)]
@@ -391,19 +630,30 @@ class BodyContactSystem:
             if gnorm < gtol:
                 converged = True
                 break
+            if L is None and L_est is not None and it == 0:
+                if self._negligible(-torch.cholesky_solve(g[:, None], L_est)[:, 0]):
+                    converged = True
+                    break
+            sig = _pair_signature(pairs)
+            if L is not None and factor_at < it and (poor or gnorm > 0.5 * g_prev or not _same_pairs(sig, L_pairs)):
+                L = None
+            g_prev = gnorm
             if L is None:
                 L = self._factor(evs, ctxs, gn, h2)
                 if L is None:
                     return None
-                fresh = True
+                L_pairs, factor_at = sig, it
                 self._L_key, self._L_age = key, 0
                 stats.hessians += 1
             delta = -torch.cholesky_solve(g[:, None], L)[:, 0]
+            if self._negligible(delta):  # the correction moves no sample measurably: this iterate is the step's
+                converged = True
+                break
             slope = float(g @ delta)
             stats.newton_iters += 1
             if slope >= 0:
-                if not fresh:  # a stale factor: refresh it and retry from here
-                    L = None
+                if factor_at < it:  # a stale factor: refresh it and retry from here
+                    L, g_prev = None, math.inf
                     continue
                 break
             t = 1.0
@@ -416,22 +666,21 @@ class BodyContactSystem:
                     break
                 t *= 0.3
             if not accepted:
-                if not fresh:
-                    L = None
+                if factor_at < it:
+                    L, g_prev = None, math.inf
                     continue
                 break
-            if t < 1.0 and not fresh:
-                L = None  # a stale factor whose step had to be shortened: a fresh one next iteration
+            poor = t < 1.0 and factor_at < it  # a stale factor whose step had to be shortened: a fresh one next
             qs, E, evs, x, pairs, gx, gn = qn, En, evn, xn, pn, gxn, gnn
             if float(delta.abs().max()) * t < 1e-9:
                 converged = True
                 break
-        self._L, self._L_converged = L, converged
+        self._L, self._L_pairs, self._L_converged = L, L_pairs, converged
         return qs, evs, x, pairs
 
     def _advance(self, h: float, depth: int, stats: ContactStats) -> bool:
-        x0 = self.positions()
-        res = self._newton(h, stats)
+        x0, p0 = self._current()
+        res = self._solve(h, p0, stats)
         if res is not None:
             qs, evs, x, pairs = res
             sane = all(b._sane(q, ev) for b, q, ev in zip(self.bodies, qs, evs))
@@ -442,12 +691,148 @@ class BodyContactSystem:
                     b._pe_cache = (q, ev.pe)
                     b.time += h
                 self.time += h
+                self._cur = ([b.q for b in self.bodies], x, pairs)
                 stats.pairs_body, stats.pairs_static = int(pairs.i.size), int(pairs.s_i.size)
                 return True
         if depth >= self.max_depth:
             return False
         stats.substeps += 1
         return self._advance(0.5 * h, depth + 1, stats) and self._advance(0.5 * h, depth + 1, stats)
+
+    # ------------------------------------------------------------------------------------------ islands
+    def _negligible(self, delta: torch.Tensor) -> bool:
+        """True when the Newton correction ``delta`` (all bodies' unknowns) moves every body's samples by less than
+        :attr:`STEP_TOL` of its size: the displacement test of IPC (Li et al. 2020, Sec. 4) beside the force test.
+        A resting stack's first iterate is off by a fraction of a micrometre, yet its residual force, stiffened by
+        the friction ramp, hovers about the force tolerance; without this it would take a Newton iteration (and two
+        evaluations per body) every step."""
+        for k, b in enumerate(self.bodies):
+            dq = delta[self.offsets[k]:self.offsets[k + 1]].view(3, -1)  # [3, K4]
+            if self._phi_row_max[k] * float(dq.norm(dim=1).max()) < self._step_tol[k]:
+                continue  # |Phi_i dq_c| <= |Phi_i| |dq_c|: below the tolerance without looking at the samples
+            if float((b.Phi @ dq.T).abs().max()) >= self._step_tol[k]:  # [n, 3] the samples' displacements
+                return False
+        return True
+
+    def _islands(self, p: _Pairs) -> List[tuple]:
+        """The bodies grouped by contact at the start of a step (connected components of the body-body pairs p),
+        each a sorted tuple of body indices, in order of their first body."""
+        parent = list(range(self.num_bodies))
+
+        def root(a):
+            while parent[a] != a:
+                parent[a] = parent[parent[a]]
+                a = parent[a]
+            return a
+
+        if p.i.size:
+            for A, B in set(zip(self._sample_body[p.i].tolist(), self._sample_body[p.j].tolist())):
+                parent[root(A)] = root(B)
+        groups: dict = {}
+        for b in range(self.num_bodies):
+            groups.setdefault(root(b), []).append(b)
+        return sorted((tuple(g) for g in groups.values()), key=lambda g: g[0])
+
+    def _solve(self, h: float, p0: _Pairs, stats: ContactStats):
+        """One step's Newton solve, island by island: bodies that touch nothing of each other at the start of the
+        step are solved apart (each island its own Newton iterations, Hessian and convergence test: a resting stack
+        does not iterate because another one moves), a body touching nothing at all by its own simulator's step
+        (no contact terms: it costs what it costs alone), then all are checked together; islands whose results
+        overlap are merged and solved again, and a body solved alone that ends touching the collider is solved
+        again with it, so the result is the joint solve's. Returns (qs, evals, x, pairs) for all bodies in order,
+        or None."""
+        islands = self._islands(p0)
+        static_at = set(self._sample_body[p0.s_i].tolist())  # bodies touching the collider at the start
+        if len(islands) == 1 and (self.num_bodies > 1 or 0 in static_at):
+            return self._newton(h, stats)
+        done = {}  # island -> (qs, evs, x (n, 3) in the island's sample order, pairs or None)
+        alone = set()  # islands of one body solved by its own simulator
+        pending = list(islands)
+        while True:
+            while pending:
+                isl = pending.pop()
+                if len(isl) == 1 and isl[0] not in static_at:
+                    res = self._alone(isl[0], h, stats)
+                    alone.add(isl)
+                elif len(isl) == self.num_bodies:
+                    return self._newton(h, stats)
+                else:
+                    sub = self._sub_system(isl)
+                    sub._cur = ([self.bodies[b].q for b in isl],) + self._restrict(isl, sub, p0)
+                    res = sub._newton(h, stats)
+                if res is None:
+                    return None
+                done[isl] = res
+            x = np.empty((int(self.offsets_samples[-1]), 3))
+            for isl, (_, _, xs, _) in done.items():
+                x[self._island_samples(isl)] = xs
+            owner = {b: isl for isl in done for b in isl}
+            island_of = np.array([min(owner[b]) for b in range(self.num_bodies)])[self._sample_body]  # [N]
+            full = self._pairs_near(x)
+            cross = island_of[full.i] != island_of[full.j]
+            touched = {owner[int(self._sample_body[i])] for i in full.i[cross]} | {
+                owner[int(self._sample_body[j])] for j in full.j[cross]}
+            hit = {owner[b] for b in set(self._sample_body[full.s_i].tolist())} & alone  # now on the collider
+            if not touched and not hit:
+                break
+            for isl in touched | hit:
+                del done[isl]
+                alone.discard(isl)
+            for isl in hit - touched:
+                static_at.add(isl[0])  # solved again with its contact terms
+                pending.append(isl)
+            if touched:
+                pending.append(tuple(sorted(b for isl in touched for b in isl)))
+        qs, evs = [None] * self.num_bodies, [None] * self.num_bodies
+        for isl, (qi, ei, _, _) in done.items():
+            for k, b in enumerate(isl):
+                qs[b], evs[b] = qi[k], ei[k]
+        return qs, evs, x, full
+
+    def _alone(self, b: int, h: float, stats: ContactStats):
+        """Body b's step by its own simulator's Newton solve (it touches nothing): ([q], [eval], x (n, 3), None)."""
+        body = self.bodies[b]
+        st = StepStats()
+        q, ev, iters, _, ok = body._newton(body.q, body.qdot, h, st)
+        stats.newton_iters += iters
+        stats.hessians += st.hessians
+        if not ok or ev is None:
+            return None
+        return [q], [ev], np.ascontiguousarray(ev.x.T), None
+
+    def _island_samples(self, isl: tuple) -> np.ndarray:
+        """The global sample indices of the bodies ``isl``, in order."""
+        return np.concatenate([np.arange(self.offsets_samples[b], self.offsets_samples[b + 1]) for b in isl])
+
+    def _sub_system(self, isl: tuple) -> "BodyContactSystem":
+        """The system of the bodies ``isl`` alone (same radii, stiffness, collider and settings), kept while the
+        island exists so its Hessian factor is reused across steps. ``_gidx``: its samples' indices here."""
+        sub = self._subs.get(isl)
+        if sub is None:
+            if len(self._subs) > 4 * self.num_bodies:
+                self._subs.clear()
+            sub = BodyContactSystem([self.bodies[b] for b in isl], radii=[self.radii[b] for b in isl],
+                                    static_radius=self.static_radius, contact_k=self.contact_k,
+                                    newton_iters=self.newton_iters)
+            if self._static is not None:
+                sub._static, sub._static_pts = self._static, self._static_pts
+                sub._static_lo, sub._static_hi = self._static_lo, self._static_hi
+            sub._gidx = self._island_samples(isl)
+            self._subs[isl] = sub
+        for name in ("max_travel", "max_depth", "hessian_max_age", "STATIC_NEIGHBOURS", "contact_k", "newton_iters",
+                     "mu", "EPS_V", "skin", "STEP_TOL"):
+            setattr(sub, name, getattr(self, name))
+        return sub
+
+    def _restrict(self, isl: tuple, sub: "BodyContactSystem", p: _Pairs):
+        """(x, pairs) of the current state in the numbering of ``sub`` (the island's bodies): the island's rows of the
+        cached positions and the pairs among them (an island holds every body its samples touch)."""
+        x0, _ = self._current()
+        local = np.full(int(self.offsets_samples[-1]), -1, dtype=np.int64)
+        local[sub._gidx] = np.arange(sub._gidx.size)
+        keep = local[p.i] >= 0
+        skeep = local[p.s_i] >= 0
+        return x0[sub._gidx], _Pairs(local[p.i[keep]], local[p.j[keep]], local[p.s_i[skeep]], p.s_j[skeep])
 
     def _may_tunnel(self, x0: np.ndarray, x1: np.ndarray) -> bool:
         """True when a sample moved further than :attr:`max_travel` x its radius during the step and something it
@@ -482,15 +867,17 @@ class BodyContactSystem:
                 for b, (q, qd) in zip(self.bodies, saved):
                     b.q, b.qdot = q, torch.zeros_like(qd)
                 self.time += self.dt
-        x = self.positions()
-        stats.max_overlap = self.max_overlap(x)
+        stats.max_overlap = self.max_overlap()
         stats.ms = (time.perf_counter() - t0) * 1e3
         return stats
 
     def max_overlap(self, x: Optional[np.ndarray] = None) -> float:
-        """Deepest overlap (m) of two contact spheres of different bodies or of a body and the collider, now."""
-        x = self.positions() if x is None else x
-        p = self._pairs(x)
+        """Deepest overlap (m) of two contact spheres of different bodies or of a body and the collider, now (or at
+        the given positions x (N, 3))."""
+        if x is None:
+            x, p = self._current()
+        else:
+            p = self._pairs(x)
         best = 0.0
         if p.i.size:
             d = np.linalg.norm(x[p.i] - x[p.j], axis=1)
