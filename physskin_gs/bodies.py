@@ -1,8 +1,8 @@
 """Several objects of one capture animated together, in contact with each other and with the captured scene
 (issue 24; ``../shared/docs/several-bodies.md``).
 
-:func:`prepare_bodies` is what ``animate`` calls. With ``--select auto`` and ``--up auto`` it runs the scene
-analysis once; when the analysis finds a support and more than one object standing on it (each a connected part
+:func:`prepare_bodies` is what ``animate`` calls. With ``--select auto`` it runs the scene analysis once (an
+explicit ``--up`` must agree with the support's normal within :data:`UP_AGREES_DEG`, else one object moves); when the analysis finds a support and more than one object standing on it (each a connected part
 holding at least :data:`physskin_gs.geometry.scene_analysis.OTHER_OBJECT_MASS` of the heaviest one's opacity
 mass), every one of them becomes a **body**: its own :class:`~physskin_gs.pipeline.AnimatedScene` (skinning basis,
 handles, cubature points, deformer), all in one simulation frame (centred on the heaviest body, which is 1 m across
@@ -27,6 +27,7 @@ Pure pipeline code: no viewer, no file I/O.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional
@@ -49,6 +50,9 @@ COLLIDER_REACH = 1.5
 SUPPORT_DEPTH = 0.1
 #: with nothing captured under the support, the ground lies this many (largest) body heights below it
 GROUND_DROP = 2.0
+#: an explicit --up within this many degrees of the support's normal keeps several bodies (stepped along the given
+#: up; further off, the analysis' support and objects do not apply and one object moves)
+UP_AGREES_DEG = 5.0
 
 
 def body_masks(scene: GaussianScene, analysis) -> List[torch.Tensor]:
@@ -72,7 +76,7 @@ def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opti
     finds several objects on a support (module docstring). Raises what
     :func:`~physskin_gs.pipeline.prepare_animation` raises."""
     auto = (str(getattr(config, "select", None) or "").strip().lower() == "auto"
-            and str(getattr(config, "up", "auto")).strip().lower() == "auto" and getattr(scene, "mesh", None) is None)
+            and getattr(scene, "mesh", None) is None)
     if not auto:
         return _pipeline.prepare_animation(scene, config, progress)
     t0 = time.perf_counter()
@@ -81,6 +85,12 @@ def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opti
     analysis = analyze_for_animation(scene)
     seconds = time.perf_counter() - t0
     masks = body_masks(scene, analysis)
+    given_up = str(getattr(config, "up", "auto")).strip().lower()
+    if given_up != "auto":  # an --up the support agrees with keeps the bodies; else one object
+        u = _pipeline.resolve_up(config.up, scene).double().numpy()
+        agree = float(np.dot(u / np.linalg.norm(u), np.asarray(analysis.up, dtype=np.float64)))
+        if analysis.plane is None or agree < math.cos(math.radians(UP_AGREES_DEG)):
+            return _pipeline.prepare_animation(scene, config, progress, analysis=analysis)
     if analysis.plane is None or len(masks) < 2:
         anim = _pipeline.prepare_animation(scene, config, progress, analysis=analysis)
         anim.info["timings"]["scene_analysis"] = seconds

@@ -34,6 +34,7 @@ Usage:
   python scripts/bench_viewer.py --million              # issue 13: 1M Gaussians, 200k moving (SH degree 3,
                                                        # view-dependent colour on, the camera orbiting: issue 25)
   python scripts/bench_viewer.py --million --no-view-colour --no-memory   # the same with the degree-0 colour
+  python scripts/bench_viewer.py --million --bodies 4 --no-memory   # issue 24: the 200k moving as four bodies
   python scripts/bench_viewer.py --memory-probe 800000 200000   # one memory probe (prints JSON; used by --million)
 """
 
@@ -80,10 +81,13 @@ def make_anim(args):
 MILLION_BOX = "-0.3,-0.3,0.04,0.3,0.3,1.1"  # the block of make_million_scene (the select box)
 
 
-def make_million_scene(n_static: int = 800_000, n_moving: int = 200_000, seed: int = 0, sh_degree: int = 0):
+def make_million_scene(n_static: int = 800_000, n_moving: int = 200_000, seed: int = 0, sh_degree: int = 0,
+                       blocks: int = 1):
     """A synthetic capture: a 4 x 4 x 0.02 floor slab of ``n_static`` grey Gaussians (z from 0 to 0.02) and an
     orange 0.5 x 0.5 x 1 block of ``n_moving`` Gaussians standing on it (z from 0.05 to 1.05), z up, SH of
     ``sh_degree`` (bands above 0 random, 0.1 per coefficient, as a trained capture's view-dependent sheen).
+    ``blocks`` > 1: that many 0.4 x 0.4 x 0.8 blocks of ``n_moving / blocks`` Gaussians each instead, 1.2 m apart
+    on a grid (several bodies, issue 24).
 
     :data:`MILLION_BOX` selects the block: with ``AnimationConfig(select=MILLION_BOX, up="z")`` the block moves
     and the floor is static. Returns a GaussianScene of ``n_static + n_moving`` rows (floor first).
@@ -92,7 +96,16 @@ def make_million_scene(n_static: int = 800_000, n_moving: int = 200_000, seed: i
 
     g = torch.Generator().manual_seed(seed)
     floor = torch.rand(n_static, 3, generator=g) * torch.tensor([4.0, 4.0, 0.02]) - torch.tensor([2.0, 2.0, 0.0])
-    block = torch.rand(n_moving, 3, generator=g) * torch.tensor([0.5, 0.5, 1.0]) + torch.tensor([-0.25, -0.25, 0.05])
+    if blocks <= 1:
+        block = torch.rand(n_moving, 3, generator=g) * torch.tensor([0.5, 0.5, 1.0]) + torch.tensor([-0.25, -0.25, 0.05])
+    else:
+        side = int(np.ceil(np.sqrt(blocks)))
+        parts = []
+        for k, cnt in enumerate(np.diff(np.linspace(0, n_moving, blocks + 1).astype(int))):
+            cx, cy = 1.2 * (k % side - (side - 1) / 2), 1.2 * (k // side - (side - 1) / 2)
+            parts.append(torch.rand(int(cnt), 3, generator=g) * torch.tensor([0.4, 0.4, 0.8])
+                         + torch.tensor([cx - 0.2, cy - 0.2, 0.05]))
+        block = torch.cat(parts)
     n = n_static + n_moving
     rgb = torch.empty(n, 3)
     rgb[:n_static] = 0.45 + 0.15 * torch.rand(n_static, 1, generator=g)
@@ -111,6 +124,8 @@ def million_config(args):
     from physskin_gs.pipeline import AnimationConfig  # type: ignore[attr-defined]
 
     kw = {} if args.skinning is None else {"skinning": args.skinning}  # default: the app's (AnimationConfig's)
+    if args.bodies > 1:  # the CLI's default selection: every object on the support is a body
+        return AnimationConfig(up="z", **kw)
     return AnimationConfig(select=MILLION_BOX, up="z", **kw)
 
 
@@ -701,6 +716,8 @@ def main() -> int:
     ap.add_argument("--million", action="store_true",
                     help="issue 13: 1M Gaussians (800k static floor, a 200k block moving), first frame, memory")
     ap.add_argument("--no-memory", action="store_true", help="with --million: skip the memory probes")
+    ap.add_argument("--bodies", type=int, default=1,
+                    help="with --million: the 200k moving Gaussians as this many blocks, each a body (issue 24)")
     ap.add_argument("--sh-degree", type=int, default=3, choices=[0, 1, 2, 3],
                     help="with --million: SH degree of the synthetic scene (view-dependent colour is on for > 0)")
     ap.add_argument("--no-view-colour", action="store_true",
@@ -726,12 +743,13 @@ def main() -> int:
         with tempfile.TemporaryDirectory(prefix="physskin-bench-") as tmp:
             path = Path(tmp) / "million.ply"
             t0 = time.perf_counter()
-            save_scene(make_million_scene(sh_degree=args.sh_degree), path)
+            save_scene(make_million_scene(sh_degree=args.sh_degree, blocks=args.bodies), path)
             print(f"wrote the 1M scene ({path.stat().st_size / 2**20:.0f} MiB) in {time.perf_counter() - t0:.1f} s",
                   file=sys.stderr)
             anim, first = bench_first_frame(args, path)
         mem = [] if args.no_memory else bench_memory(args)
-        kind = f"pipeline (skinning {getattr(anim, 'skinning_source', args.skinning)}), select = the block"
+        kind = f"pipeline (skinning {getattr(anim, 'skinning_source', args.skinning)}), " + (
+            f"{getattr(anim, 'num_bodies', 1)} bodies (select auto)" if args.bodies > 1 else "select = the block")
         for solver in (("fast", "full") if args.solver == "both" else (args.solver,)):
             anim.reset()
             bench_cpu(args, anim, kind, solver)

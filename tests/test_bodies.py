@@ -202,6 +202,21 @@ def test_largest_moves_one_object_only(table_capture):
     assert anim.moving.numpy()[spot].mean() > 0.9 and (anim.moving.numpy() & ~spot).sum() < 0.02 * spot.sum()
 
 
+def test_an_up_that_agrees_with_the_support_keeps_every_body(table_capture):
+    """--up given as the capture's true up (-y) keeps the three bodies; an --up 90 degrees off (+z) is not the
+    support's normal: one object moves, as with any explicit up before several bodies existed."""
+    from physskin_gs.bodies import SceneBodies, prepare_bodies
+    from physskin_gs.pipeline import AnimatedScene, AnimationConfig
+
+    scene, truth = table_capture
+    assert truth["up"] == [0.0, -1.0, 0.0]
+    anim = prepare_bodies(scene, AnimationConfig(up="-y", num_cubature=128))
+    assert isinstance(anim, SceneBodies) and anim.num_bodies == 3
+    assert torch.allclose(anim.up_vector.double(), torch.tensor([0.0, -1.0, 0.0], dtype=torch.float64))
+    one = prepare_bodies(scene, AnimationConfig(up="z", num_cubature=128))
+    assert isinstance(one, AnimatedScene)
+
+
 def test_animate_headless_writes_every_body(table_capture, tmp_path, capsys):
     """`animate --headless` with no options on the capture: every body listed in the log and in sequence.json
     (handles, contact statistics per frame), a script drag naming a body; a drag naming a body that does not exist

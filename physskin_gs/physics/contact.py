@@ -54,6 +54,7 @@ import numpy as np
 import torch
 from scipy.spatial import cKDTree
 
+from physskin_gs._threads import single_thread
 from physskin_gs.errors import OptionError
 from physskin_gs.physics.simulator import StepStats, SubspaceSimulator, _StepContext
 
@@ -320,6 +321,8 @@ class BodyContactSystem:
             jj.append(starts[B] + sb[m["j"][keep]])
         i = np.concatenate(ii).astype(np.int64) if ii else np.zeros(0, np.int64)
         j = np.concatenate(jj).astype(np.int64) if jj else np.zeros(0, np.int64)
+        order = np.lexsort((j, i))  # one order whatever the trees: by first sample, then second
+        i, j = i[order], j[order]
         s_i = s_j = np.zeros(0, np.int64)
         if static and self._static is not None:  # the STATIC_NEIGHBOURS nearest static points of samples near it
             reach = max(self.radii) + self.static_radius
@@ -861,15 +864,19 @@ class BodyContactSystem:
         as half steps; if that fails too, the bodies keep their positions and lose their velocity."""
         stats = ContactStats()
         t0 = time.perf_counter()
+        with single_thread(self.bodies[0].num_threads):  # as SubspaceSimulator.step: the simulation's own threads
+            self._steps(n, stats)
+        stats.max_overlap = self.max_overlap()
+        stats.ms = (time.perf_counter() - t0) * 1e3
+        return stats
+
+    def _steps(self, n: int, stats: ContactStats) -> None:
         for _ in range(n):
             saved = [(b.q.clone(), b.qdot.clone()) for b in self.bodies]
             if not self._advance(self.dt, 0, stats):
                 for b, (q, qd) in zip(self.bodies, saved):
                     b.q, b.qdot = q, torch.zeros_like(qd)
                 self.time += self.dt
-        stats.max_overlap = self.max_overlap()
-        stats.ms = (time.perf_counter() - t0) * 1e3
-        return stats
 
     def max_overlap(self, x: Optional[np.ndarray] = None) -> float:
         """Deepest overlap (m) of two contact spheres of different bodies or of a body and the collider, now (or at
