@@ -377,6 +377,22 @@ def sanitize_invalid_rows(scene: GaussianScene, center: torch.Tensor,
     return replace(scene, means=means, quats=quats, log_scales=ls, opacity_logits=op, sh_dc=dc, sh_rest=rest)
 
 
+#: the handle count (constant included) whose Hessian assembly every cubature point pays for; above it the
+#: simulator assembles the Hessian from a cubature subset of the same cost (:func:`hessian_points_for`)
+HESSIAN_FULL_HANDLES = 17
+
+
+def hessian_points_for(num_cubature: int, num_handles: int) -> Optional[int]:
+    """Cubature points the simulator's Hessian sums for ``num_handles`` handles (constant included): all (None) up
+    to :data:`HESSIAN_FULL_HANDLES`; above, ``n (17 / H)^2`` (at least 256), so the assembly, whose cost grows as
+    n H^2, costs what it costs at 17 handles (33 handles, 2048 points: 544). The energy and gradient keep every
+    point (:class:`~physskin_gs.physics.simulator.SubspaceSimulator`, ``hessian_points``)."""
+    if num_handles <= HESSIAN_FULL_HANDLES:
+        return None
+    k = max(256, int(round(num_cubature * (HESSIAN_FULL_HANDLES / num_handles) ** 2)))
+    return None if k >= num_cubature else k
+
+
 def analyze_for_animation(scene: GaussianScene):
     """:func:`physskin_gs.geometry.scene_analysis.analyze_scene` of a scene (means in scene units, activated
     opacities), with the format prior of :func:`resolve_up` for scenes without a support plane (after the
@@ -604,7 +620,8 @@ class AnimatedScene:
             X_sim, Wc, Gc / (s_n * self.sim_scale), volume=volume_scene * self.sim_scale ** 3,
             E=config.E, nu=config.nu, density=config.density, dt=config.dt, gravity=config.gravity,
             up=up, floor_height=floor_sim, damping=config.damping, newton_iters=config.newton_iters,
-            friction=config.friction, solver=config.solver)
+            friction=config.friction, solver=config.solver,
+            hessian_points=hessian_points_for(X_sim.shape[0], int(Wc.shape[1])))
         lap("cubature_weights")
         # Gaussians: weights and scene-frame gradients once (directly or through the grid), then the deformer
         mov_means = scene.means[self._idx]  # only what the deformer needs (no copy of the SH of the moving rows)

@@ -16,9 +16,35 @@ SKINNING_HELP = ("skinning basis: auto (default: tet for a mesh input, eigen for
                  "best on multi-part shapes)")
 
 
+#: ``--handles``: the learned handles m of the bases that build their own (the constant handle is added)
+HANDLES_HELP = ("learned handles m of the skinning basis (default 16; the constant handle is added: m + 1 in all). "
+                "More handles follow a shape's motion more closely (32: about a tenth lower frequency ratio) and "
+                "cost a slower step; the network's checkpoint fixes its own (16)")
+MAX_HANDLES = 64
+
+
+def add_handles_argument(p) -> None:
+    """Add --handles (dest ``num_handles``) to an argparse parser."""
+    p.add_argument("--handles", dest="num_handles", type=int, default=16, metavar="M", help=HANDLES_HELP)
+
+
+def check_handles(args) -> None:
+    """Validate ``--handles`` before any work: an integer in [1, MAX_HANDLES], and not another count than the
+    checkpoint's with ``--skinning network``. Raises OptionError naming the option."""
+    from physskin_gs.cli._common import check_int
+    from physskin_gs.errors import OptionError
+
+    m = getattr(args, "num_handles", 16)
+    check_int("--handles", m, 1, MAX_HANDLES)
+    if int(m) != 16 and str(getattr(args, "skinning", "") or "").lower() in ("network", "pretrained"):
+        raise OptionError(f"--handles {m} with --skinning network: the network's checkpoint fixes its handles (16); "
+                          "use --skinning eigen or tet for another count")
+
+
 def add_skinning_arguments(p, default: str = "auto") -> None:
-    """Add --skinning, --checkpoint and --fit-seconds to an argparse parser."""
+    """Add --skinning, --handles, --checkpoint and --fit-seconds to an argparse parser."""
     p.add_argument("--skinning", choices=SKINNING_CHOICES, default=default, help=SKINNING_HELP)
+    add_handles_argument(p)
     p.add_argument("--checkpoint", help="network checkpoint (.safetensors) for --skinning network (default: the "
                                         "shipped data/physskin_m16.safetensors)")
     p.add_argument("--fit-seconds", dest="fit_seconds", type=float, default=60.0,
@@ -26,10 +52,12 @@ def add_skinning_arguments(p, default: str = "auto") -> None:
 
 
 def skinning_options(args):
-    """:class:`physskin_gs.model.bases.SkinningOptions` from parsed arguments (checkpoint, fit_seconds, seed)."""
+    """:class:`physskin_gs.model.bases.SkinningOptions` from parsed arguments (handles, checkpoint, fit_seconds,
+    seed)."""
     from physskin_gs.model.bases import SkinningOptions
 
-    return SkinningOptions(checkpoint=getattr(args, "checkpoint", None), fit_seconds=float(args.fit_seconds),
+    return SkinningOptions(num_handles=int(getattr(args, "num_handles", 16) or 16),
+                           checkpoint=getattr(args, "checkpoint", None), fit_seconds=float(args.fit_seconds),
                            seed=int(getattr(args, "seed", 0) or 0))
 
 

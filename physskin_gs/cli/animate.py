@@ -35,7 +35,7 @@ from typing import List
 
 from physskin_gs.cli._common import (OutputError, check_int, check_number, require_input_file, strict_json,
                                      verify_written, warn_option)
-from physskin_gs.cli._skinning import add_skinning_arguments
+from physskin_gs.cli._skinning import add_skinning_arguments, check_handles
 from physskin_gs.errors import OptionError, PhysSkinError
 from physskin_gs.materials import DEFAULT_MATERIAL, MATERIALS, material
 
@@ -154,6 +154,7 @@ def config_from_args(args):
         gravity=args.gravity, up=args.up, floor=floor,
         floor_height=floor_height, damping=args.damping, num_cubature=args.num_cubature,
         newton_iters=args.newton_iters, skinning=args.skinning, checkpoint=args.checkpoint,
+        num_handles=getattr(args, "num_handles", 16),
         fit_seconds=args.fit_seconds, select=args.select, scale=args.scale, pin=args.pin, seed=args.seed,
         friction=args.friction, solver=getattr(args, "solver", "adaptive"),
         field_eval=getattr(args, "field_eval", "auto") or "auto",
@@ -483,6 +484,7 @@ def validate_args(args) -> None:
     check_number("--friction", args.friction, 0.0, 1000.0, unit="1/s")
     check_int("--newton-iters", args.newton_iters, 1, 100)
     check_int("--cubature", args.num_cubature, 16, 100_000)
+    check_handles(args)
     check_int("--frames", args.frames, 1, 100_000)
     check_int("--steps-per-frame", args.steps_per_frame, 1, 1000)
     check_int("--mesh-gaussians", args.mesh_gaussians, 16, 10_000_000)

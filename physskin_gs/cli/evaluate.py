@@ -32,6 +32,9 @@ def register(sub) -> None:
                    help="--reference fem: comma-separated bases (default eigen,network,rbf, plus fit when "
                         "--fit-seconds > 0); a laplacian-fem row (tet-mesh Laplacian eigenbasis) is always added")
     p.add_argument("--nodes", type=int, default=3000, help="--reference fem: tet-mesh nodes per shape (default 3000)")
+    from physskin_gs.cli._skinning import add_handles_argument
+
+    add_handles_argument(p)
     p.add_argument("--modes", type=int, default=10, help="--reference fem: non-rigid FEM modes compared (default 10)")
     p.add_argument("--density", type=float, default=1000.0, help="--reference fem: density in kg/m^3")
     p.add_argument("--freeform", action="store_true",
@@ -111,6 +114,9 @@ def run(args) -> int:
     check_int("--transforms", args.transforms, 1)
     check_int("--nodes", args.nodes, 100, 200000)
     check_int("--modes", args.modes, 1, 50)
+    from physskin_gs.cli._skinning import MAX_HANDLES
+
+    check_int("--handles", args.num_handles, 1, MAX_HANDLES)
     paths = _input_paths(args.data)
     from physskin_gs.cli._outputs import Output, claim_outputs
 

@@ -31,7 +31,7 @@ from typing import Optional
 
 import numpy as np
 
-from physskin_gs.cli._skinning import add_skinning_arguments, skinning_options
+from physskin_gs.cli._skinning import add_skinning_arguments, check_handles, skinning_options
 from physskin_gs.errors import OptionError
 
 _SPLAT_FORMATS = ("inria-ply", "splat", "compressed-ply")
@@ -273,6 +273,7 @@ def run(args) -> int:
 
     check_number("--fit-seconds", args.fit_seconds, 0, 3600, lo_open=True, unit="s")
     check_int("--seed", args.seed, 0)
+    check_handles(args)
     if args.threads is not None:
         check_int("--threads", args.threads, 1, 256)
         torch.set_num_threads(args.threads)

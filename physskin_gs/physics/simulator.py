@@ -208,7 +208,12 @@ class SubspaceSimulator:
             energy either way. Opt-in and experimental: on kaolin's cantilever (eigen basis, 1024 points) k = 64
             brings Chamfer@100 from 2.6e-3 to 8.7e-4 m^2 and the period ratio from 0.95 to 0.98, but does not
             remove the sideways drift (``scripts/eval_cantilever.py --volume-clusters``).
-    Raises OptionError for invalid material, shapes or ``volume_clusters``.
+        hessian_points: None (default): the elastic Hessian sums every cubature point. k < n: it sums k of them
+            (farthest-point subset, each standing for n / k points' volume), while the energy and the gradient
+            keep all n: an inexact Newton model, k / n of the assembly's cost (the cost that grows as n H^2). The
+            solution is the same (the line search and the convergence test use the exact objective and gradient);
+            iterations may be more. See :meth:`set_hessian_points`.
+    Raises OptionError for invalid material, shapes, ``volume_clusters`` or ``hessian_points``.
     """
 
     FLOOR_K = 1e6  # penalty stiffness per unit mass, 1/s^2 (penetration ~ (n / n_contact) g / (2 k))
@@ -228,7 +233,7 @@ class SubspaceSimulator:
                  tol: float = 1e-6, num_threads: Optional[int] = 1, grad_tol: float = 1e-3,
                  solver: str = "adaptive", friction: float = 10.0,
                  hessian_max_age: int = 20, hessian_threads: Optional[int] = None,
-                 volume_clusters: int = 0) -> None:
+                 volume_clusters: int = 0, hessian_points: Optional[int] = None) -> None:
         if points.ndim != 2 or points.shape[1] != 3:
             raise OptionError(f"cubature points must be (n, 3), got {tuple(points.shape)}")
         n = points.shape[0]
@@ -253,6 +258,7 @@ class SubspaceSimulator:
         self.solver = solver
         self.hessian_max_age = int(hessian_max_age)
         self.hessian_threads = min(2, usable_cores()) if hessian_threads is None else int(hessian_threads)
+        self._hsub: Optional[dict] = None  # the Hessian's cubature subset (set_hessian_points)
         self._hess_version = 0  # bumped by every change that changes the Hessian beyond the state
         self._chol: Optional[torch.Tensor] = None  # cached Cholesky factor of the step Hessian
         self._chol_key = None
@@ -284,6 +290,7 @@ class SubspaceSimulator:
         self.G_all32T = self.G_all.float().T.contiguous()  # [4H, 3n]
         self.G32 = self.G.float().contiguous()  # [n, 3, 4H] float32 for the row kernels
         self._Ybuf: Optional[torch.Tensor] = None  # [n, 18, 4H] Hessian rows buffer of the C kernel
+        self.set_hessian_points(hessian_points)
         self._rayleigh: Optional[torch.Tensor] = None  # cached beta h K0 of _step_dissipation
         self._rayleigh_key = None
         self._blk: Optional[torch.Tensor] = None  # cached mass + spring block of _hessian
@@ -611,6 +618,28 @@ class SubspaceSimulator:
         self._vcl_t = torch.from_numpy(self._vcl)
         self._vcount = np.bincount(self._vcl).astype(np.float64)  # [K]
 
+    def set_hessian_points(self, k: Optional[int]) -> None:
+        """Assemble the elastic Hessian from ``k`` of the n cubature points (a farthest-point subset of the rest
+        positions, each weighted n / k) instead of all: None, or k >= n, restores the exact sum. The energy and
+        gradient always use every point. Raises OptionError for k < 16."""
+        if k is None or int(k) >= self.n:
+            self._hsub = None
+            return
+        from physskin_gs.geometry.sampling import farthest_point_sampling
+
+        k = int(k)
+        if k < 16:
+            raise OptionError(f"hessian_points must be >= 16 (or None for all {self.n}), got {k}")
+        idx = np.sort(farthest_point_sampling(self.X, k, seed=0)).astype(np.int64)  # [k]
+        g = self.G32[torch.from_numpy(idx)].contiguous()  # [k, 3, 4H]
+        self._hsub = {"idx": idx, "idx_t": torch.from_numpy(idx), "G32": g,
+                      "GT": g.reshape(k * 3, self.K4).T.contiguous(), "scale": self.n / k, "Y": None}
+
+    @property
+    def hessian_points(self) -> Optional[int]:
+        """How many cubature points the elastic Hessian sums (None: all; :meth:`set_hessian_points`)."""
+        return None if self._hsub is None else int(self._hsub["idx"].size)
+
     def _c_coeff(self, ev: "_Eval") -> np.ndarray:
         """(n,) coefficient of cof F in P (and of d2J/dF2 in the Hessian): lam (J - 1) - mu per point, or with
         clusters lam_p (J - 1) + (lam - lam_p) (Jbar - 1) - mu."""
@@ -652,12 +681,14 @@ class SubspaceSimulator:
         Y.addcmul_(Hs[:, 2, :, None], G3[2][:, None, :])
         return self._assemble_rows(Y)
 
-    def _assemble_rows(self, Y: torch.Tensor) -> torch.Tensor:
+    def _assemble_rows(self, Y: torch.Tensor, GT: Optional[torch.Tensor] = None) -> torch.Tensor:
         """(12H', 12H') float64 from the rows Y (n, 18, 4H) float32 of :meth:`_assemble`: ONE GEMM
-        ``G_all^T [4H, 3n] @ Y [3n, 6 * 4H]`` gives the 6 blocks (a <= a'); the other 3 are transposes."""
-        n, K4 = self.n, self.K4
+        ``G_all^T [4H, 3n] @ Y [3n, 6 * 4H]`` gives the 6 blocks (a <= a'); the other 3 are transposes. ``GT``:
+        the [4H, 3k] rows of a cubature subset whose rows Y (k, 18, 4H) are (default: all points)."""
+        GT = self.G_all32T if GT is None else GT
+        n, K4 = Y.shape[0], self.K4
         with single_thread(self.hessian_threads):  # the one kernel of a step that gains from a second core
-            R = torch.mm(self.G_all32T, Y.view(n * 3, 6 * K4))
+            R = torch.mm(GT, Y.view(n * 3, 6 * K4))
         R = R.view(K4, 6, K4)  # [4H, (pair, k')] float32, like the GEMM
         out = torch.empty(3, K4, 3, K4, dtype=torch.float32)
         for p, (a, c) in enumerate(self._PAIRS):
@@ -768,16 +799,27 @@ class SubspaceSimulator:
         # per-point part; with volume clusters the rank-one volumetric term is per cluster (added below) and the
         # d2J/dF2 coefficient uses the cluster's mean J
         lam_p, c_p = (self.lam, None) if self._vcl is None else (self._lam_point, self._c_coeff(ev))
-        if self.project_psd and self.use_native:  # fused C kernel (projection + rows), held to the path below
+        hs = self._hsub
+        if self.project_psd and self.use_native and hs is not None:  # the subset's rows, each n / k points' volume
+            if hs["Y"] is None:
+                hs["Y"] = torch.empty(hs["idx"].size, 18, self.K4, dtype=torch.float32)
+            f = np.ascontiguousarray(ev.F.reshape(9, self.n)[:, hs["idx"]])  # [9, k]
+            Y = _hessian_native.hessian_rows(f, self.mu, lam_p, self.v_p * hs["scale"], hs["G32"], out=hs["Y"],
+                                             c=None if c_p is None else np.ascontiguousarray(c_p[hs["idx"]]))
+            if Y is not None and self._stiff_scale is not None:
+                Y.mul_(self._stiff_scale_t[hs["idx_t"]].to(Y.dtype)[:, None, None])
+            if Y is not None:
+                Hel = self._assemble_rows(Y, hs["GT"])
+        elif self.project_psd and self.use_native:  # fused C kernel (projection + rows), held to the path below
             if self._Ybuf is None:  # 5 MB for 1024 points: reused, a fresh allocation costs page faults every time
                 self._Ybuf = torch.empty(self.n, 18, self.K4, dtype=torch.float32)
             Y = _hessian_native.hessian_rows(ev.F.reshape(9, self.n), self.mu, lam_p, self.v_p, self.G32,
                                              out=self._Ybuf, c=c_p)
             if Y is not None and self._stiff_scale is not None:  # per-region E: each point's rows times its factor
                 Y.mul_(self._stiff_scale_t.to(Y.dtype)[:, None, None])
-        if Y is not None:
-            Hel = self._assemble_rows(Y)
-        else:
+            if Y is not None:
+                Hel = self._assemble_rows(Y)
+        if Y is None:  # no C kernel (or not projecting): the torch path over every point
             if self.project_psd:  # float32 out: assembled in float32 anyway
                 Hc = nh.projected_hessian_soa(ev.F.reshape(9, self.n), self.mu, lam_p, torch.float32, c=c_p)
             else:
