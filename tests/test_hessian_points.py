@@ -69,3 +69,35 @@ def test_hessian_points_rule_and_errors():
     assert sim.hessian_points is None
     sim.set_hessian_points(5000)  # more than there are: all
     assert sim.hessian_points is None
+
+
+# ------------------------------------------------------------------------------------------------ --handles
+REPO_DEMO = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat"
+
+
+@pytest.mark.parametrize("argv, msg", [
+    (["--handles", "0"], "--handles must be an integer in [1, 64], got 0"),
+    (["--handles", "65"], "--handles must be an integer in [1, 64], got 65"),
+    (["--handles", "32", "--skinning", "network"], "the network's checkpoint fixes its handles (16)"),
+])
+def test_bad_handles_are_refused_before_any_work(capsys, tmp_path, argv, msg):
+    from physskin_gs.cli import main
+
+    out = tmp_path / "seq"
+    code = main(["animate", str(REPO_DEMO), "--headless", "--frames", "2", "--export", str(out)] + argv)
+    err = capsys.readouterr().err
+    assert code == 2 and msg in err and "Traceback" not in err
+    assert not out.exists()
+
+
+def test_skin_with_more_handles_writes_that_many_columns(capsys, tmp_path):
+    """`skin --handles 24` on the demo capture: W has the learned handles asked for (the eigen basis may take
+    one or two fewer so as not to split a cluster of equal eigenvalues) plus the constant one, and their gradients."""
+    from physskin_gs.cli import main
+
+    out = tmp_path / "w.npz"
+    assert main(["skin", str(REPO_DEMO), "-o", str(out), "--handles", "24"]) == 0
+    z = np.load(out)
+    W, G = z["weights"], z["grads"]
+    assert 23 <= W.shape[1] - 1 <= 24 and G.shape == W.shape + (3,)
+    assert np.allclose(W[:, -1], 1.0)  # the constant handle, last
