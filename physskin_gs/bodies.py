@@ -39,7 +39,7 @@ from physskin_gs.errors import OptionError
 from physskin_gs.physics.contact import BodyContactSystem, default_contact_radius
 from physskin_gs.physics.floor_region import floor_region_from_points
 from physskin_gs import pipeline as _pipeline
-from physskin_gs.pipeline import USABLE_OPACITY, AnimatedScene, AnimationConfig, analyze_for_animation
+from physskin_gs.pipeline import UP_AGREES_DEG, USABLE_OPACITY, AnimatedScene, AnimationConfig, analyze_for_animation
 from physskin_gs.scene import GaussianScene
 
 __all__ = ["SceneBodies", "prepare_bodies", "body_masks"]
@@ -50,9 +50,6 @@ COLLIDER_REACH = 1.5
 SUPPORT_DEPTH = 0.1
 #: with nothing captured under the support, the ground lies this many (largest) body heights below it
 GROUND_DROP = 2.0
-#: an explicit --up within this many degrees of the support's normal keeps several bodies (stepped along the given
-#: up; further off, the analysis' support and objects do not apply and one object moves)
-UP_AGREES_DEG = 5.0
 
 
 def body_masks(scene: GaussianScene, analysis) -> List[torch.Tensor]:
@@ -90,6 +87,11 @@ def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opti
         u = _pipeline.resolve_up(config.up, scene).double().numpy()
         agree = float(np.dot(u / np.linalg.norm(u), np.asarray(analysis.up, dtype=np.float64)))
         if analysis.plane is None or agree < math.cos(math.radians(UP_AGREES_DEG)):
+            if analysis.plane is not None and len(masks) >= 2 and progress is not None:
+                deg = math.degrees(math.acos(max(-1.0, min(1.0, agree))))
+                progress(f"note: --up {config.up} is {deg:.0f} degrees from the support plane's normal, so the "
+                         f"support and the {len(masks) - 1} other object(s) on it are not used: one object moves "
+                         "and the rest is static (--up auto moves every object on the support)", 0.0)
             return _pipeline.prepare_animation(scene, config, progress, analysis=analysis)
     if analysis.plane is None or len(masks) < 2:
         anim = _pipeline.prepare_animation(scene, config, progress, analysis=analysis)

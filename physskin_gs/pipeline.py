@@ -377,6 +377,11 @@ def sanitize_invalid_rows(scene: GaussianScene, center: torch.Tensor,
     return replace(scene, means=means, quats=quats, log_scales=ls, opacity_logits=op, sh_dc=dc, sh_rest=rest)
 
 
+#: an explicit --up within this many degrees of the support plane's normal still uses that support (its height is
+#: the floor, and with --select auto every object on it is a body: physskin_gs.bodies); further off, the analysis'
+#: support does not apply
+UP_AGREES_DEG = 5.0
+
 #: the handle count (constant included) whose Hessian assembly every cubature point pays for; above it the
 #: simulator assembles the Hessian from a cubature subset of the same cost (:func:`hessian_points_for`)
 HESSIAN_FULL_HANDLES = 17
@@ -1185,8 +1190,14 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
             "timings": timings}
     if analysis is not None:
         info["scene_analysis"] = scene_analysis_facts(analysis)
-        if analysis.plane is not None and str(config.up).strip().lower() == "auto":
-            info["support_height"] = float(analysis.plane.offset)  # the plane n.x = d with n = up
+        if analysis.plane is not None:
+            n_up = np.asarray(analysis.up, dtype=np.float64)
+            u = up.double().numpy()
+            if str(config.up).strip().lower() == "auto":
+                info["support_height"] = float(analysis.plane.offset)  # the plane n.x = d with n = up
+            elif float(n_up @ u) >= math.cos(math.radians(UP_AGREES_DEG)):  # an --up the support agrees with
+                c = mov_means.double().mean(0).numpy()  # the support's height under the object, along the given up
+                info["support_height"] = float(u @ (c - (float(n_up @ c) - float(analysis.plane.offset)) * n_up))
     anim = AnimatedScene(scene, moving, config, field, norm, up, sim_scale, center, cub.float(), volume, source, info,
                          extent_points=extent_pts if body is not None else None)
     _report(progress, "ready", 1.0)

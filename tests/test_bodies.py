@@ -203,8 +203,9 @@ def test_largest_moves_one_object_only(table_capture):
 
 
 def test_an_up_that_agrees_with_the_support_keeps_every_body(table_capture):
-    """--up given as the capture's true up (-y) keeps the three bodies; an --up 90 degrees off (+z) is not the
-    support's normal: one object moves, as with any explicit up before several bodies existed."""
+    """--up given as the capture's true up (-y) keeps the three bodies, resting on the table top as with --up auto;
+    an --up 90 degrees off (+z) is not the support's normal: one object moves, as with any explicit up before
+    several bodies existed."""
     from physskin_gs.bodies import SceneBodies, prepare_bodies
     from physskin_gs.pipeline import AnimatedScene, AnimationConfig
 
@@ -212,7 +213,15 @@ def test_an_up_that_agrees_with_the_support_keeps_every_body(table_capture):
     assert truth["up"] == [0.0, -1.0, 0.0]
     anim = prepare_bodies(scene, AnimationConfig(up="-y", num_cubature=128))
     assert isinstance(anim, SceneBodies) and anim.num_bodies == 3
-    assert torch.allclose(anim.up_vector.double(), torch.tensor([0.0, -1.0, 0.0], dtype=torch.float64))
+    up = anim.up_vector.double()
+    assert torch.allclose(up, torch.tensor([0.0, -1.0, 0.0], dtype=torch.float64))
+    # the support holds them as with --up auto: after 20 frames every body's bottom is on the table top (height 0
+    # along up), not sunk to a floor under the lowest object (a fresh user's find)
+    anim.step(20)
+    g = anim.deformed_gaussians(False).means.double()
+    for b in anim.bodies:
+        low = float(torch.quantile(g[b.moving_index] @ up, 0.005))
+        assert abs(low - truth["table_top_height_along_up"]) <= 0.02 * b.height_scene, low
     one = prepare_bodies(scene, AnimationConfig(up="z", num_cubature=128))
     assert isinstance(one, AnimatedScene)
 

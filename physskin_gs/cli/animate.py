@@ -74,8 +74,8 @@ def register(sub) -> None:
                         "--export / --png (without it they are refused before anything is simulated)")
     p.add_argument("--width", type=int, default=384, help="video width in pixels (multiple of 16; default 384)")
     p.add_argument("--height", type=int, default=384, help="video height in pixels (multiple of 16; default 384)")
-    p.add_argument("--orbit", type=float, default=90.0, help="degrees the video camera orbits over the clip")
-    p.add_argument("--script", metavar="MOTION.json", help='scripted drags: {"drags": [{"handle": 3 | "point": [x,y,z], "radius": r, "keyframes": [{"frame": 10, "offset"|"target": [x,y,z]}], "start_frame": 5, "end_frame": 50}]} (targets in scene units; see docs/usage.md)')
+    p.add_argument("--orbit", type=float, default=90.0, help="degrees the video camera orbits over the clip (default 90)")
+    p.add_argument("--script", metavar="MOTION.json", help='scripted drags: {"drags": [{"body": 1, "handle": 3 | "point": [x,y,z], "radius": r, "keyframes": [{"frame": 10, "offset"|"target": [x,y,z]}], "start_frame": 5, "end_frame": 50}]} (targets in scene units; "body": K, as the log lists the bodies, when the scene has several; see docs/usage.md)')
     add_skinning_arguments(p)
     p.add_argument("--material", default=None, metavar="NAME",
                    help="a material by name, setting E, nu and density at once: " + ", ".join(
@@ -706,7 +706,8 @@ def run_headless(args) -> int:
                   "object", file=sys.stderr)
     for i, b in enumerate(anim.info.get("bodies") or []):
         print(f"[physskin-gs] body {i}: {b['rows']} Gaussians, {b['handles']} handles, {b['cubature_points']} "
-              f"cubature points, {b['height_m']:.3g} m tall, centre [{', '.join(f'{v:.3g}' for v in b['center_scene'])}]",
+              f"cubature points, {b['height_m']:.3g} m tall, centre [{', '.join(f'{v:.3g}' for v in b['center_scene'])}] "
+              "(scene units)",
               file=sys.stderr)
     col = anim.info.get("collider")
     if col:
@@ -719,6 +720,12 @@ def run_headless(args) -> int:
     bodies = anim.info.get("bodies")
     hand = (f"{len(bodies)} bodies, {sum(b['handles'] for b in bodies)} handles in all ({anim.skinning_source})"
             if bodies else f"{nh} handle{'s' if nh != 1 else ''} ({nh - 1} + constant; {anim.skinning_source})")
+    asked = int(getattr(args, "num_handles", 16) or 16)
+    learned = [b["handles"] - 1 for b in bodies] if bodies else [nh - 1]
+    if not anim.info.get("handles", {}).get("note") and any(0 < asked - m <= 3 for m in learned) \
+            and "eigen" in str(anim.skinning_source):
+        hand += (f" (--handles {asked}: the eigen basis keeps {', '.join(str(m) for m in learned)}, so as not to split "
+                 "a cluster of nearly equal eigenvalues)")
     print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {hand}, {anim.info['num_cubature']} cubature points, up {up_name}, "
           f"scale {anim.sim_scale:.4g} m/unit, prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     for r in getattr(anim, "regions", []):
