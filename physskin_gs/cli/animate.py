@@ -314,6 +314,13 @@ class MotionScript:
                     did = anim.start_drag(d["point"], d.get("radius"), **kw)
                     grab = list(d["point"])
                 self.active[i] = (did, grab)
+                at = f"[{', '.join(f'{v:.3g}' for v in d.get('point', ()))}]"
+                what = (f"handle {d['handle']}" if "handle" in d
+                        else f"the points within {d['radius']:g} of {at}" if d.get("radius")
+                        else f"the points near {at}")
+                end = "never released" if d["_end"] < 0 else f"released after frame {d['_end']}"
+                print(f"[physskin-gs] frame {frame}: drag {i} grabs {what}"
+                      + (f" of body {d['body']}" if kw else "") + f" ({end})", file=sys.stderr)
             if i in self.active:
                 did, grab = self.active[i]
                 if d["_end"] >= 0 and frame > d["_end"]:
