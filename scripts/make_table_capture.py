@@ -63,7 +63,11 @@ def make_table_capture(seed: int = 0):
     rows = {k: [list(r) for r in v] for k, v in rows.items()}
     truth = {"up": (R @ np.array([0.0, 1.0, 0.0])).tolist(), "table_top_height_along_up": 0.0,
              "table_x": [-TABLE_X, TABLE_X], "table_z": [-TABLE_Z, TABLE_Z], "floor_height_along_up": -TABLE_LEG,
-             "objects": [{"kind": k, "height": h, "x": x, "z": z} for k, h, x, z in OBJECTS], "rows": rows,
+             "objects": [{"kind": k, "height": h, "x": x, "z": z, "base_in_file": (R @ np.array([x, 0.0, z])).tolist()}
+                         for k, h, x, z in OBJECTS], "rows": rows,
+             "frame": "table_x, table_z and the objects' x, z are in the table's own frame (y up); the file's "
+                      "coordinates are R times them (R = diag(1, -1, -1): z changes sign); base_in_file is where "
+                      "each object stands in the file",
              "seed": seed}
     return scene, truth
 
