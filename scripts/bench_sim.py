@@ -100,6 +100,24 @@ def step_accuracy(sim, steps: int = 12) -> float:
     return statistics.median(errs)
 
 
+def converged_steps(sim, repeat: int):
+    """Steps of ``sim`` with its own tolerances: (median wall ms, median CPU ms, step accuracy (:func:`step_accuracy`),
+    "I it/step, H Hessians/step")."""
+    tot = {"hessians": 0, "newton_iters": 0, "n": 0}
+
+    def one_step():
+        st = sim.step()
+        tot["hessians"] += st.hessians
+        tot["newton_iters"] += st.newton_iters
+        tot["n"] += 1
+
+    ms = timeit(one_step, repeat=repeat, warmup=2)
+    cpu = timeit.last_cpu
+    err = step_accuracy(sim)
+    return ms, cpu, err, (f"{tot['newton_iters'] / tot['n']:.1f} it/step, "
+                          f"{tot['hessians'] / tot['n']:.2f} Hessians/step")
+
+
 def bench_sim(args, rows):
     from physskin_gs.physics import neohookean as nh
 
@@ -116,20 +134,10 @@ def bench_sim(args, rows):
                              f"target <= 12 ms; {notes[solver]}; assembly GEMM on {sim.hessian_threads} thr"))
     # default tolerances (stop at grad_tol / tol, at most 5 iterations): cost and accuracy per step
     for solver in ("newton", "chord", "adaptive"):
-        sim = make_sim(iters=5, threads=1, solver=solver, converge=True)
-        tot = {"hessians": 0, "newton_iters": 0, "n": 0}
-
-        def one_step():
-            st = sim.step()
-            tot["hessians"] += st.hessians
-            tot["newton_iters"] += st.newton_iters
-            tot["n"] += 1
-
-        ms = timeit(one_step, repeat=args.repeat * 3, warmup=2)
-        err = step_accuracy(sim)
-        rows.append((f"sim step {solver}, default tolerances", ms, timeit.last_cpu, err,
-                     f"{tot['newton_iters'] / tot['n']:.1f} it/step, {tot['hessians'] / tot['n']:.2f} Hessians/step; "
-                     "ratio = position error / step displacement vs 30-iteration Newton"))
+        ms, cpu, err, facts = converged_steps(make_sim(iters=5, threads=1, solver=solver, converge=True),
+                                              args.repeat * 3)
+        rows.append((f"sim step {solver}, default tolerances", ms, cpu, err,
+                     f"{facts}; ratio = position error / step displacement vs 30-iteration Newton"))
     # more handles (issue 23): 32 + 1 handles and 2048 cubature points, against the 17-handle step of this run
     from physskin_gs.pipeline import hessian_points_for
 
@@ -141,20 +149,10 @@ def bench_sim(args, rows):
             ms = timeit(lambda: sim.step(), repeat=args.repeat, warmup=2)
             rows.append((f"sim 33 handles, 2048 pts, chord 3 it, {threads} thr", ms, timeit.last_cpu, ms / base,
                          f"target <= 16 ms (2 cores); {label}; ratio = / 17-handle chord 3 it, 1 thr"))
-        sim = make_sim(n_c=2048, m=32, iters=5, threads=1, solver="adaptive", converge=True, **kw)
-        tot = {"hessians": 0, "newton_iters": 0, "n": 0}
-
-        def one_step():
-            st = sim.step()
-            tot["hessians"] += st.hessians
-            tot["newton_iters"] += st.newton_iters
-            tot["n"] += 1
-
-        ms = timeit(one_step, repeat=args.repeat * 2, warmup=2)
-        err = step_accuracy(sim)
-        rows.append(("sim 33 handles, 2048 pts, adaptive, default tol.", ms, timeit.last_cpu, err,
-                     f"{label}; {tot['newton_iters'] / tot['n']:.1f} it/step, {tot['hessians'] / tot['n']:.2f} "
-                     "Hessians/step; ratio = position error / step displacement vs 30-iteration Newton"))
+        ms, cpu, err, facts = converged_steps(make_sim(n_c=2048, m=32, iters=5, threads=1, solver="adaptive",
+                                                       converge=True, **kw), args.repeat * 2)
+        rows.append(("sim 33 handles, 2048 pts, adaptive, default tol.", ms, cpu, err,
+                     f"{label}; {facts}; ratio = position error / step displacement vs 30-iteration Newton"))
     # autograd reference (one step is plenty; it is slow)
     for iters in (3,) if args.quick else (3, 5):
         sim = make_sim(iters=iters, threads=None)
