@@ -97,7 +97,8 @@ def make_million_scene(n_static: int = 800_000, n_moving: int = 200_000, seed: i
     g = torch.Generator().manual_seed(seed)
     floor = torch.rand(n_static, 3, generator=g) * torch.tensor([4.0, 4.0, 0.02]) - torch.tensor([2.0, 2.0, 0.0])
     if blocks <= 1:
-        block = torch.rand(n_moving, 3, generator=g) * torch.tensor([0.5, 0.5, 1.0]) + torch.tensor([-0.25, -0.25, 0.05])
+        block = (torch.rand(n_moving, 3, generator=g) * torch.tensor([0.5, 0.5, 1.0])
+                 + torch.tensor([-0.25, -0.25, 0.05]))
     else:
         side = int(np.ceil(np.sqrt(blocks)))
         parts = []
