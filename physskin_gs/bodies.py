@@ -2,10 +2,10 @@
 (issue 24; ``../shared/docs/several-bodies.md``).
 
 :func:`prepare_bodies` is what ``animate`` calls. With ``--select auto`` it runs the scene analysis once (an
-explicit ``--up`` must agree with the support's normal within
-:data:`physskin_gs.pipeline.UP_AGREES_DEG`, else one object moves); when the analysis finds a support and more than
-one object standing on it (each a connected part holding at least
-:data:`physskin_gs.geometry.scene_analysis.OTHER_OBJECT_MASS` of the heaviest one's opacity mass), every one of them becomes a **body**: its own :class:`~physskin_gs.pipeline.AnimatedScene` (skinning basis,
+explicit ``--up`` must agree with the support's normal within :data:`physskin_gs.pipeline.UP_AGREES_DEG`, else
+one object moves); when the analysis finds a support and more than one object standing on it (each a connected
+part holding at least :data:`physskin_gs.geometry.scene_analysis.OTHER_OBJECT_MASS` of the heaviest one's opacity
+mass), every one of them becomes a **body**: its own :class:`~physskin_gs.pipeline.AnimatedScene` (skinning basis,
 handles, cubature points, deformer), all in one simulation frame (centred on the heaviest body, which is 1 m across
 unless ``--scale`` says otherwise, so every body keeps its true size relative to the others). Otherwise it returns
 the one-object :class:`~physskin_gs.pipeline.AnimatedScene` of :func:`~physskin_gs.pipeline.prepare_animation`.
