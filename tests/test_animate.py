@@ -61,11 +61,16 @@ def test_headless_sh_ply_rotates_sh(inria_sh3, tmp_path):
     from physskin_gs.io import load_scene
 
     out = tmp_path / "seq"
-    rc = _run(["animate", inria_sh3("scene_tile_lod5_sh3.ply").path, "--headless", "--frames", 2, "--export", out,
+    sample = inria_sh3("scene_tile_lod5_sh3.ply")
+    rc = _run(["animate", sample.path, "--headless", "--frames", 2, "--export", out,
                "--select", "opacity>0.0", *FAST, "--cubature", "32"])
     assert rc == 0
     meta = json.loads((out / "sequence.json").read_text())
-    assert "rotated" in meta["sh"] and meta["up_axis"] == [0.0, 0.0, 1.0]
+    assert "rotated" in meta["sh"]
+    if sample.real:  # the shared tile stands on +z (the stand-in's own analysis finds its own axis)
+        assert meta["up_axis"] == [0.0, 0.0, 1.0]
+    else:
+        assert sorted(abs(v) for v in meta["up_axis"]) == [0.0, 0.0, 1.0]  # a unit axis
     back = load_scene(out / "frame0002.ply")
     assert back.sh_rest.shape[1] == 15 and torch.isfinite(back.sh_rest).all()
 

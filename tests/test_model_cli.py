@@ -109,5 +109,8 @@ def test_evaluate_against_fem_on_a_splat(tmp_path, capsys):
 def test_evaluate_refuses_to_replace_its_json_without_force(tmp_path, capsys):
     js = tmp_path / "old.json"
     js.write_text("{}")
-    assert main(["evaluate", "--reference", "fem", "--json", str(js)]) == 2
+    box = tmp_path / "box.obj"  # a mesh of our own: the refusal must not depend on the shared data being there
+    box.write_text("".join(f"v {x} {y} {z}\n" for x in (0, 1) for y in (0, 1) for z in (0, 1))
+                   + "f 1 3 4 2\nf 5 6 8 7\nf 1 2 6 5\nf 3 7 8 4\nf 1 5 7 3\nf 2 4 8 6\n")
+    assert main(["evaluate", "--reference", "fem", "--data", str(box), "--json", str(js)]) == 2
     assert "--force" in capsys.readouterr().err and js.read_text() == "{}"
