@@ -28,7 +28,6 @@ Pure pipeline code: no viewer, no file I/O.
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import replace
 from typing import Callable, Dict, List, Optional
@@ -85,11 +84,9 @@ def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opti
     masks = body_masks(scene, analysis)
     given_up = str(getattr(config, "up", "auto")).strip().lower()
     if given_up != "auto":  # an --up the support agrees with keeps the bodies; else one object
-        u = _pipeline.resolve_up(config.up, scene).double().numpy()
-        agree = float(np.dot(u / np.linalg.norm(u), np.asarray(analysis.up, dtype=np.float64)))
-        if analysis.plane is None or agree < math.cos(math.radians(UP_AGREES_DEG)):
-            if analysis.plane is not None and len(masks) >= 2 and progress is not None:
-                deg = math.degrees(math.acos(max(-1.0, min(1.0, agree))))
+        deg = _pipeline.up_off_support_deg(_pipeline.resolve_up(config.up, scene).double().numpy(), analysis)
+        if deg is None or deg >= UP_AGREES_DEG:
+            if deg is not None and len(masks) >= 2 and progress is not None:
                 progress(f"note: --up {config.up} is {deg:.0f} degrees from the support plane's normal, so the "
                          f"support and the {len(masks) - 1} other object(s) on it are not used: one object moves "
                          "and the rest is static (--up auto moves every object on the support)", 0.0)

@@ -382,6 +382,16 @@ def sanitize_invalid_rows(scene: GaussianScene, center: torch.Tensor,
 #: support does not apply
 UP_AGREES_DEG = 5.0
 
+def up_off_support_deg(up, analysis) -> Optional[float]:
+    """Degrees between an up vector (3,) (any length, scene axes) and the scene analysis' support normal, or None
+    when the analysis found no support plane. Below :data:`UP_AGREES_DEG` an explicit ``--up`` keeps the support."""
+    if analysis is None or analysis.plane is None:
+        return None
+    u = np.asarray(up, dtype=np.float64).reshape(3)
+    c = float(u @ np.asarray(analysis.up, dtype=np.float64)) / max(float(np.linalg.norm(u)), 1e-300)
+    return math.degrees(math.acos(max(-1.0, min(1.0, c))))
+
+
 #: the handle count (constant included) whose Hessian assembly every cubature point pays for; above it the
 #: simulator assembles the Hessian from a cubature subset of the same cost (:func:`hessian_points_for`)
 HESSIAN_FULL_HANDLES = 17
@@ -1195,7 +1205,7 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
             u = up.double().numpy()
             if str(config.up).strip().lower() == "auto":
                 info["support_height"] = float(analysis.plane.offset)  # the plane n.x = d with n = up
-            elif float(n_up @ u) >= math.cos(math.radians(UP_AGREES_DEG)):  # an --up the support agrees with
+            elif up_off_support_deg(u, analysis) < UP_AGREES_DEG:  # an --up the support agrees with
                 c = mov_means.double().mean(0).numpy()  # the support's height under the object, along the given up
                 info["support_height"] = float(u @ (c - (float(n_up @ c) - float(analysis.plane.offset)) * n_up))
     anim = AnimatedScene(scene, moving, config, field, norm, up, sim_scale, center, cub.float(), volume, source, info,

@@ -729,7 +729,8 @@ def run_headless(args) -> int:
             if bodies else f"{nh} handle{'s' if nh != 1 else ''} ({nh - 1} + constant; {anim.skinning_source})")
     asked = int(getattr(args, "num_handles", 16) or 16)
     learned = [b["handles"] - 1 for b in bodies] if bodies else [nh - 1]
-    if not anim.info.get("handles", {}).get("note") and any(0 < asked - m <= 3 for m in learned) \
+    # fewer than asked with no note (a note says when too few usable Gaussians bound them): the eigen cluster rule
+    if not anim.info.get("handles", {}).get("note") and any(m < asked for m in learned) \
             and "eigen" in str(anim.skinning_source):
         hand += (f" (--handles {asked}: the eigen basis keeps {', '.join(str(m) for m in learned)}, so as not to split "
                  "a cluster of nearly equal eigenvalues)")

@@ -114,9 +114,9 @@ def run(args) -> int:
     check_int("--transforms", args.transforms, 1)
     check_int("--nodes", args.nodes, 100, 200000)
     check_int("--modes", args.modes, 1, 50)
-    from physskin_gs.cli._skinning import MAX_HANDLES
+    from physskin_gs.cli._skinning import check_handles
 
-    check_int("--handles", args.num_handles, 1, MAX_HANDLES)
+    check_handles(args)
     paths = _input_paths(args.data)
     from physskin_gs.cli._outputs import Output, claim_outputs
 

@@ -52,6 +52,8 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
 
 from physskin_gs._threads import single_thread
@@ -276,13 +278,7 @@ class BodyContactSystem:
         """Candidates of :meth:`_pairs_near` at x: body-body pairs within their contact distance + 2 skin (with the
         squared contact distance of each) and every (sample, static point) within r_i + r_s + 2 skin."""
         skin = self.skin
-        pad = [r + skin for r in self.radii]
-        saved = self.radii
-        try:
-            self.radii = pad  # the exact search with every radius grown by the skin
-            p = self._pairs(x, static=False)
-        finally:
-            self.radii = saved
+        p = self._pairs(x, static=False, grow=2 * skin)  # the exact search with every contact distance + 2 skin
         R = self._sample_r[p.i] + self._sample_r[p.j]
         s_i = s_j = np.zeros(0, np.int64)
         if self._static is not None:
@@ -294,18 +290,19 @@ class BodyContactSystem:
                 s_i, s_j = near[m["i"][ok]].astype(np.int64), m["j"][ok].astype(np.int64)
         return {"x": x.copy(), "skin": skin, "i": p.i, "j": p.j, "R2": R * R, "s_i": s_i, "s_j": s_j}
 
-    def _pairs(self, x: np.ndarray, body_pairs=None, static: bool = True) -> _Pairs:
+    def _pairs(self, x: np.ndarray, body_pairs=None, static: bool = True, grow: float = 0.0) -> _Pairs:
         """Overlapping sphere pairs at positions x (N, 3): for each pair of bodies whose boxes (grown by their radii)
         meet, only the samples inside the common box are searched (two small KD-trees), so bodies far apart or
         touching over a small patch cost little. ``body_pairs``: only these (A, B), A < B (default: all);
-        ``static``: also the pairs against the static collider."""
+        ``static``: also the pairs against the static collider; ``grow`` (m): body-body pairs closer than their
+        contact distance plus this (the Verlet list's candidates)."""
         starts = self.offsets_samples
         ii, jj = [], []
         boxes = [(x[a:b].min(0), x[a:b].max(0)) for a, b in zip(starts[:-1], starts[1:])]
         if body_pairs is None:
             body_pairs = [(A, B) for A in range(self.num_bodies) for B in range(A + 1, self.num_bodies)]
         for A, B in body_pairs:
-            R = self.radii[A] + self.radii[B]
+            R = self.radii[A] + self.radii[B] + grow
             lo = np.maximum(boxes[A][0], boxes[B][0]) - R
             hi = np.minimum(boxes[A][1], boxes[B][1]) + R
             if np.any(lo > hi):
@@ -702,7 +699,6 @@ class BodyContactSystem:
         stats.substeps += 1
         return self._advance(0.5 * h, depth + 1, stats) and self._advance(0.5 * h, depth + 1, stats)
 
-    # ------------------------------------------------------------------------------------------ islands
     def _negligible(self, delta: torch.Tensor) -> bool:
         """True when the Newton correction ``delta`` (all bodies' unknowns) moves every body's samples by less than
         :attr:`STEP_TOL` of its size, root mean square over its samples (``sqrt(dq_c^T (Phi^T Phi / n) dq_c)`` summed
@@ -718,23 +714,17 @@ class BodyContactSystem:
                 return False
         return True
 
+    # ------------------------------------------------------------------------------------------ islands
     def _islands(self, p: _Pairs) -> List[tuple]:
-        """The bodies grouped by contact at the start of a step (connected components of the body-body pairs p),
-        each a sorted tuple of body indices, in order of their first body."""
-        parent = list(range(self.num_bodies))
-
-        def root(a):
-            while parent[a] != a:
-                parent[a] = parent[parent[a]]
-                a = parent[a]
-            return a
-
-        if p.i.size:
-            for A, B in set(zip(self._sample_body[p.i].tolist(), self._sample_body[p.j].tolist())):
-                parent[root(A)] = root(B)
+        """The bodies grouped by contact at the start of a step (connected components of the graph of bodies joined
+        by the body-body pairs p), each a sorted tuple of body indices, in order of their first body."""
+        B = self.num_bodies
+        a, b = self._sample_body[p.i], self._sample_body[p.j]
+        graph = coo_matrix((np.ones(a.size), (a, b)), shape=(B, B))
+        _, label = connected_components(graph, directed=False)
         groups: dict = {}
-        for b in range(self.num_bodies):
-            groups.setdefault(root(b), []).append(b)
+        for k in range(B):
+            groups.setdefault(int(label[k]), []).append(k)
         return sorted((tuple(g) for g in groups.values()), key=lambda g: g[0])
 
     def _solve(self, h: float, p0: _Pairs, stats: ContactStats):

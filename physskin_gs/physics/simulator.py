@@ -799,26 +799,25 @@ class SubspaceSimulator:
         # per-point part; with volume clusters the rank-one volumetric term is per cluster (added below) and the
         # d2J/dF2 coefficient uses the cluster's mean J
         lam_p, c_p = (self.lam, None) if self._vcl is None else (self._lam_point, self._c_coeff(ev))
-        hs = self._hsub
-        if self.project_psd and self.use_native and hs is not None:  # the subset's rows, each n / k points' volume
-            if hs["Y"] is None:
-                hs["Y"] = torch.empty(hs["idx"].size, 18, self.K4, dtype=torch.float32)
-            f = np.ascontiguousarray(ev.F.reshape(9, self.n)[:, hs["idx"]])  # [9, k]
-            Y = _hessian_native.hessian_rows(f, self.mu, lam_p, self.v_p * hs["scale"], hs["G32"], out=hs["Y"],
-                                             c=None if c_p is None else np.ascontiguousarray(c_p[hs["idx"]]))
-            if Y is not None and self._stiff_scale is not None:
-                Y.mul_(self._stiff_scale_t[hs["idx_t"]].to(Y.dtype)[:, None, None])
+        if self.project_psd and self.use_native:  # fused C kernel (projection + rows), held to the path below
+            hs = self._hsub  # a cubature subset (set_hessian_points): its rows, each n / k points' volume
+            if hs is None:
+                if self._Ybuf is None:  # 5 MB for 1024 points: reused, a fresh allocation costs page faults
+                    self._Ybuf = torch.empty(self.n, 18, self.K4, dtype=torch.float32)
+                f, c, vol, G, buf, GT = ev.F.reshape(9, self.n), c_p, self.v_p, self.G32, self._Ybuf, None
+                scale_t = None if self._stiff_scale is None else self._stiff_scale_t
+            else:
+                if hs["Y"] is None:
+                    hs["Y"] = torch.empty(hs["idx"].size, 18, self.K4, dtype=torch.float32)
+                f = np.ascontiguousarray(ev.F.reshape(9, self.n)[:, hs["idx"]])  # [9, k]
+                c = None if c_p is None else np.ascontiguousarray(c_p[hs["idx"]])
+                vol, G, buf, GT = self.v_p * hs["scale"], hs["G32"], hs["Y"], hs["GT"]
+                scale_t = None if self._stiff_scale is None else self._stiff_scale_t[hs["idx_t"]]
+            Y = _hessian_native.hessian_rows(f, self.mu, lam_p, vol, G, out=buf, c=c)
             if Y is not None:
-                Hel = self._assemble_rows(Y, hs["GT"])
-        elif self.project_psd and self.use_native:  # fused C kernel (projection + rows), held to the path below
-            if self._Ybuf is None:  # 5 MB for 1024 points: reused, a fresh allocation costs page faults every time
-                self._Ybuf = torch.empty(self.n, 18, self.K4, dtype=torch.float32)
-            Y = _hessian_native.hessian_rows(ev.F.reshape(9, self.n), self.mu, lam_p, self.v_p, self.G32,
-                                             out=self._Ybuf, c=c_p)
-            if Y is not None and self._stiff_scale is not None:  # per-region E: each point's rows times its factor
-                Y.mul_(self._stiff_scale_t.to(Y.dtype)[:, None, None])
-            if Y is not None:
-                Hel = self._assemble_rows(Y)
+                if scale_t is not None:  # per-region E: each point's rows times its factor
+                    Y.mul_(scale_t.to(Y.dtype)[:, None, None])
+                Hel = self._assemble_rows(Y, GT)
         if Y is None:  # no C kernel (or not projecting): the torch path over every point
             if self.project_psd:  # float32 out: assembled in float32 anyway
                 Hc = nh.projected_hessian_soa(ev.F.reshape(9, self.n), self.mu, lam_p, torch.float32, c=c_p)
