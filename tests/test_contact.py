@@ -298,3 +298,70 @@ def test_islands_give_the_joint_solve():
     assert (0, 1) in calls and (2, 3) in calls  # the stacks were solved apart
     for s, j in zip(split.bodies, joint.bodies):
         assert float((s.positions() - j.positions()).norm(dim=1).max()) < 5e-4
+
+
+def _three_bodies_on_a_collider(native):
+    """Two overlapping cubes and one resting into a static floor patch, each iterate jittered (seeded)."""
+    a, b = _cube((0.0, 0.0, 0.0)), _cube((0.01, 0.005, SIZE - 0.3 * SPACING), seed=2)
+    c = _cube((0.6, 0.0, 0.0), seed=3)
+    g = np.linspace(-0.3, 0.3, 25)
+    floor = np.stack(np.meshgrid(g + 0.6, g, indexing="ij"), -1).reshape(-1, 2)
+    floor = np.c_[floor, np.full(len(floor), -SIZE / 2 - 0.3 * SPACING)]
+    sysm = BodyContactSystem([a, b, c], static_points=floor, native=native)
+    ctxs = [_StepContext(h=sysm.dt, q_pred=x.q.clone(), q_prev=x.q.clone(), D=None) for x in (a, b, c)]
+    gen = torch.Generator().manual_seed(5)
+    qs = [x.q + 0.001 * torch.randn(x.q.shape, generator=gen, dtype=torch.float64) for x in (a, b, c)]
+    return sysm, ctxs, qs
+
+
+def test_native_contact_terms_match_the_numpy_reference():
+    """The C kernel's pass (pairs, contact and friction energies, dE/dx, the deepest overlap) equals the numpy
+    reference (_pairs_near, _contact, _friction) on bodies touching each other and a static collider, with friction
+    pairs from the step's start, and the Newton gradient built from it is the same."""
+    from physskin_gs.physics import _contact_native
+
+    if not _contact_native.available():
+        pytest.skip(f"no C kernel here: {_contact_native.unavailable_reason()}")
+    out = {}
+    for native in (False, True):
+        sysm, ctxs, qs = _three_bodies_on_a_collider(native)
+        assert sysm.native == native
+        fric = sysm._friction_pairs(*sysm._current(), sysm.dt)
+        E, _, x, pairs, gx, gn = sysm._joint(qs, ctxs, True, fric)
+        E0 = sysm._joint(qs, ctxs, False, fric)[0]
+        out[native] = (E, E0, pairs, np.asarray(gx), sysm._grad_q(gx), list(gn), sysm.max_overlap(x), sysm, x)
+    ref, fast = out[False], out[True]
+    assert ref[2].i.size > 10 and ref[2].s_i.size > 10
+    for f in ("i", "j", "s_i", "s_j"):
+        np.testing.assert_array_equal(getattr(fast[2], f), getattr(ref[2], f))
+    assert fast[0] == pytest.approx(ref[0], rel=1e-13) and fast[1] == pytest.approx(ref[1], rel=1e-13)
+    scale = np.abs(ref[3]).max()
+    assert scale > 0
+    np.testing.assert_allclose(fast[3], ref[3], rtol=0, atol=1e-12 * scale)
+    for gf, gr in zip(fast[4], ref[4]):
+        torch.testing.assert_close(gf, gr, rtol=0, atol=1e-12 * float(gr.abs().max()))
+    assert len(fast[5]) == len(ref[5]) == 4  # contact and friction entries, body-body and body-static
+    # the deepest overlap the kernel measured is the one max_overlap computes from the pairs
+    fast_sys, x = fast[7], fast[8]
+    assert fast[2].deepest == pytest.approx(ref[6], rel=1e-12)
+    assert fast[2].deepest == pytest.approx(BodyContactSystem.max_overlap(fast_sys, x), rel=1e-12)
+
+
+def test_native_contact_terms_refuse_a_stale_verlet_list():
+    """A sample that moved the skin or more from the Verlet list's reference makes the kernel compute nothing and
+    say so (the caller rebuilds the list), and wrong shapes are refused."""
+    from physskin_gs.physics import _contact_native
+
+    if not _contact_native.available():
+        pytest.skip(f"no C kernel here: {_contact_native.unavailable_reason()}")
+    sysm, ctxs, qs = _three_bodies_on_a_collider(True)
+    x = np.ascontiguousarray(sysm.positions())
+    v = sysm._verlet_list(x)
+    assert _contact_native.contact_terms(x, v, None, None, 1e6, 1.0, True) is not None
+    moved = x.copy()
+    moved[7, 2] += v["skin"] * 1.01
+    assert _contact_native.contact_terms(moved, v, None, None, 1e6, 1.0, True) is None
+    with pytest.raises(ValueError):
+        _contact_native.contact_terms(x[:-1].copy(), v, None, None, 1e6, 1.0, True)
+    with pytest.raises(ValueError):
+        _contact_native.contact_terms(np.asfortranarray(x), v, None, None, 1e6, 1.0, True)

@@ -58,9 +58,12 @@ from scipy.spatial import cKDTree
 
 from physskin_gs._threads import single_thread
 from physskin_gs.errors import OptionError
-from physskin_gs.physics.simulator import StepStats, SubspaceSimulator, _StepContext
+from physskin_gs.physics import _contact_native
+from physskin_gs.physics.simulator import StepStats, SubspaceSimulator, _chol_solve, _StepContext
 
 __all__ = ["BodyContactSystem", "ContactStats", "default_contact_radius"]
+
+_NONE = np.zeros(0, np.int64)
 
 
 def default_contact_radius(points: torch.Tensor, factor: float = 0.55) -> float:
@@ -93,10 +96,14 @@ def _same_pairs(a: Optional[tuple], b: Optional[tuple], tol: float = 0.1) -> boo
     if a is None or b is None:
         return a is b
     for u, v in ((a[:2], b[:2]), (a[2:], b[2:])):
-        ku = u[0].astype(np.int64) * (1 << 31) + u[1]
-        kv = v[0].astype(np.int64) * (1 << 31) + v[1]
-        big = max(ku.size, kv.size)
-        if big and np.setxor1d(ku, kv).size > tol * big:
+        big = max(u[0].size, v[0].size)
+        if not big:
+            continue
+        ku = u[0] * (1 << 31) + u[1]  # [P] one key per pair
+        kv = np.sort(v[0] * (1 << 31) + v[1])
+        at = np.minimum(np.searchsorted(kv, ku), max(kv.size - 1, 0))
+        common = int(np.count_nonzero(kv[at] == ku)) if kv.size else 0  # pairs are unique within a signature
+        if (ku.size - common) + (kv.size - common) > tol * big:
             return False
     return True
 
@@ -124,12 +131,47 @@ class ContactStats:
 @dataclass
 class _Pairs:
     """Overlapping sample pairs at one iterate: body pairs (global sample indices i < j of different bodies) and
-    body-static pairs (global sample index, static index)."""
+    body-static pairs (global sample index, static index); ``deepest``: their deepest overlap (m) where the C kernel
+    measured it (None: not measured)."""
 
     i: np.ndarray
     j: np.ndarray
     s_i: np.ndarray
     s_j: np.ndarray
+    deepest: Optional[float] = None
+
+
+class _Forces(np.ndarray):
+    """dE/dx (N, 3) with ``rows``: the samples that have a term (from the C kernel), so :meth:`BodyContactSystem.
+    _grad_q` need not search for them."""
+
+    rows: np.ndarray
+
+    def __new__(cls, gx: np.ndarray, rows: np.ndarray) -> "_Forces":
+        out = gx.view(cls)
+        out.rows = rows
+        return out
+
+
+class _HessData:
+    """The Gauss-Newton entries of the contact and friction terms at one iterate (what :meth:`BodyContactSystem.
+    _contact_hessian` takes), computed by :meth:`BodyContactSystem._contact` / :meth:`~BodyContactSystem._friction`
+    when first iterated: most iterates never need a Hessian."""
+
+    def __init__(self, system: "BodyContactSystem", x: np.ndarray, pairs: _Pairs, fric: Optional[dict],
+                 h2: float) -> None:
+        self._args = (system, x, pairs, fric, h2)
+        self._entries: Optional[list] = None
+
+    def __iter__(self):
+        if self._entries is None:
+            system, x, pairs, fric, h2 = self._args
+            _, _, gn = system._contact(x, pairs, True)
+            if fric is not None:
+                _, _, hf = system._friction(x - fric["x0"], fric, True)
+                gn = gn + [(kind, i, j, ci / h2, cn / h2, n) for kind, i, j, ci, cn, n in hf]
+            self._entries = gn
+        return iter(self._entries)
 
 
 class BodyContactSystem:
@@ -144,6 +186,8 @@ class BodyContactSystem:
         contact_k: penalty stiffness per unit mass (1/s^2; default :attr:`CONTACT_K`).
         newton_iters: most Newton iterations per step.
         mu: Coulomb friction coefficient (default :attr:`MU`; 0: viscous friction only).
+        native: evaluate the contact terms with the C kernel (:mod:`._contact_native`; default: when it builds
+            here), False for the numpy reference.
     Raises:
         OptionError for no bodies, mismatched radii or non-finite static points.
     """
@@ -169,8 +213,9 @@ class BodyContactSystem:
 
     def __init__(self, bodies: Sequence[SubspaceSimulator], radii: Optional[Sequence[float]] = None,
                  static_points=None, static_radius: Optional[float] = None, contact_k: Optional[float] = None,
-                 newton_iters: int = 8, mu: Optional[float] = None) -> None:
+                 newton_iters: int = 8, mu: Optional[float] = None, native: Optional[bool] = None) -> None:
         self.bodies = list(bodies)
+        self.native = _contact_native.available() if native is None else bool(native) and _contact_native.available()
         if not self.bodies:
             raise OptionError("BodyContactSystem needs at least one body")
         if radii is None:
@@ -211,9 +256,10 @@ class BodyContactSystem:
         self._phi_np = [b.Phi.numpy() for b in self.bodies]  # [n_b, K4] float64 views of the bases
         self._phi32 = [p.astype(np.float32) for p in self._phi_np]  # the same in float32 (contact Hessian GEMMs)
         self._step_tol = [self.STEP_TOL * float((b.X.max(0).values - b.X.min(0).values).norm()) for b in self.bodies]
-        self._phi_gram = [b.Phi.T @ b.Phi / b.n for b in self.bodies]  # [K4, K4] mean sample outer products
+        self._phi_gram = [(b.Phi.T @ b.Phi / b.n).numpy() for b in self.bodies]  # [K4, K4] mean outer products
         self.skin = 0.5 * min(self.radii)  # Verlet-list margin (m), see _pairs_near
         self._verlet = None
+        self._island_cache: dict = {}  # touching body pairs (bytes) -> islands (see _islands)
         self._subs: dict = {}  # island (tuple of body indices) -> its BodyContactSystem (see _sub_system)
         self._cur = None  # (the bodies' q tensors, x, pairs) of the current state (see _current)
 
@@ -247,32 +293,44 @@ class BodyContactSystem:
         sample has moved more than ``skin`` from it. Then a pair overlapping now was a candidate, so the result is
         :meth:`_pairs`' (the same pairs in the same order; tested), while bodies at rest or moving slowly search
         nothing: each iterate only measures its candidates."""
+        v = self._verlet_at(x)
+        i, j = v["i"], v["j"]
+        d = x[i] - x[j]
+        keep = np.einsum("pa,pa->p", d, d) < v["R2"]
+        s_i, s_j = self._static_near(x, v)
+        return _Pairs(i[keep], j[keep], s_i, s_j)
+
+    def _verlet_at(self, x: np.ndarray) -> dict:
+        """The Verlet list valid at x (N, 3): the current one, or a new one built at x once a sample has moved more
+        than its skin from the list's reference state."""
         v = self._verlet
         if v is not None and v["x"].shape == x.shape:
-            moved = np.einsum("na,na->n", x - v["x"], x - v["x"])
+            dx = x - v["x"]
+            moved = np.einsum("na,na->n", dx, dx)
             if float(moved.max(initial=0.0)) >= v["skin"] ** 2:
                 v = None
         else:
             v = None
         if v is None:
             v = self._verlet = self._verlet_list(x)
-        i, j = v["i"], v["j"]
-        d = x[i] - x[j]
-        keep = np.einsum("pa,pa->p", d, d) < v["R2"]
-        s_i = s_j = np.zeros(0, np.int64)
-        if v["s_i"].size:
-            e = x[v["s_i"]] - self._static_pts[v["s_j"]]
-            ds = np.sqrt(np.einsum("pa,pa->p", e, e))
-            hit = np.nonzero(ds < self._sample_r[v["s_i"]] + self.static_radius)[0]
-            si, sj, dh = v["s_i"][hit], v["s_j"][hit], ds[hit]
-            order = np.lexsort((dh, si))  # by sample, then nearest first (as _pairs' k-nearest query)
-            si, sj = si[order], sj[order]
-            start = np.r_[True, si[1:] != si[:-1]] if si.size else np.zeros(0, bool)
-            first = np.maximum.accumulate(np.where(start, np.arange(si.size), 0))
-            rank = np.arange(si.size) - first
-            k = rank < self.STATIC_NEIGHBOURS
-            s_i, s_j = si[k], sj[k]
-        return _Pairs(i[keep], j[keep], s_i, s_j)
+        return v
+
+    def _static_near(self, x: np.ndarray, v: dict):
+        """(s_i, s_j) body-static pairs overlapping at x among the Verlet list v's static candidates, the
+        :attr:`STATIC_NEIGHBOURS` nearest per sample, by sample then nearest first (as :meth:`_pairs`)."""
+        if not v["s_i"].size:
+            return _NONE, _NONE
+        e = x[v["s_i"]] - self._static_pts[v["s_j"]]
+        ds = np.sqrt(np.einsum("pa,pa->p", e, e))
+        hit = np.nonzero(ds < self._sample_r[v["s_i"]] + self.static_radius)[0]
+        si, sj, dh = v["s_i"][hit], v["s_j"][hit], ds[hit]
+        order = np.lexsort((dh, si))  # by sample, then nearest first (as _pairs' k-nearest query)
+        si, sj = si[order], sj[order]
+        start = np.r_[True, si[1:] != si[:-1]] if si.size else np.zeros(0, bool)
+        first = np.maximum.accumulate(np.where(start, np.arange(si.size), 0))
+        rank = np.arange(si.size) - first
+        k = rank < self.STATIC_NEIGHBOURS
+        return si[k], sj[k]
 
     def _verlet_list(self, x: np.ndarray) -> dict:
         """Candidates of :meth:`_pairs_near` at x: body-body pairs within their contact distance + 2 skin (with the
@@ -288,7 +346,8 @@ class BodyContactSystem:
                 m = cKDTree(x[near]).sparse_distance_matrix(self._static, reach, output_type="ndarray")
                 ok = m["v"] < (self._sample_r[near[m["i"]]] + self.static_radius + 2 * skin)
                 s_i, s_j = near[m["i"][ok]].astype(np.int64), m["j"][ok].astype(np.int64)
-        return {"x": x.copy(), "skin": skin, "i": p.i, "j": p.j, "R2": R * R, "s_i": s_i, "s_j": s_j}
+        m = 0.5 * (self._sample_m[p.i] + self._sample_m[p.j])  # [P] pair masses (kg), as _contact's
+        return {"x": x.copy(), "skin": skin, "i": p.i, "j": p.j, "R2": R * R, "m": m, "s_i": s_i, "s_j": s_j}
 
     def _pairs(self, x: np.ndarray, body_pairs=None, static: bool = True, grow: float = 0.0) -> _Pairs:
         """Overlapping sphere pairs at positions x (N, 3): for each pair of bodies whose boxes (grown by their radii)
@@ -467,7 +526,10 @@ class BodyContactSystem:
     def _grad_q(self, gx: np.ndarray) -> List[torch.Tensor]:
         """Per body (3, K4) gradient of the contact energy with respect to q from dE/dx (N, 3): only the rows with a
         contact term (most samples touch nothing) go through the basis."""
-        rows = np.flatnonzero(gx.any(axis=1))  # [r] global samples with a contact or friction force
+        rows = getattr(gx, "rows", None)  # [r] global samples with a contact or friction force
+        if rows is None:
+            rows = np.flatnonzero(np.einsum("na,na->n", gx, gx))
+        gx = np.asarray(gx)
         out = []
         for bi, b in enumerate(self.bodies):
             lo, hi = self.offsets_samples[bi], self.offsets_samples[bi + 1]
@@ -481,13 +543,38 @@ class BodyContactSystem:
     # ------------------------------------------------------------------------------------------ stepping
     def _joint(self, qs, ctxs, with_derivs, fric=None):
         """Joint objective at the bodies' iterates ``qs``: (E, evals, x, pairs, dE/dx, Hessian data); ``fric`` the
-        step's friction pairs (:meth:`_friction_pairs`), whose dissipation is included."""
+        step's friction pairs (:meth:`_friction_pairs`), whose dissipation is included. The Hessian data (the
+        entries of :meth:`_contact_hessian`) is a :class:`_HessData`, computed only if a factor needs it. With the C
+        kernel (:attr:`native`) the pairs, energies and gradient come from one pass (:mod:`._contact_native`);
+        :meth:`_contact` and :meth:`_friction` are its reference."""
         evs = [b._eval(q, c) for b, q, c in zip(self.bodies, qs, ctxs)]
-        x = np.concatenate([ev.x.T for ev in evs])  # [N, 3] the samples' positions, from the evaluations
+        x = np.ascontiguousarray(np.concatenate([ev.x.T for ev in evs]))  # [N, 3] the samples' positions
+        h2 = ctxs[0].h ** 2
+        E = sum(float(ev.E) for ev in evs)
+        if self.native:
+            flat = None if fric is None else self._friction_flat(fric)
+            v = self._verlet if self._verlet is not None and self._verlet["x"].shape == x.shape else None
+            for _ in range(2):  # the current list, or (a sample left its skin) a new one
+                if v is None:
+                    v = self._verlet = self._verlet_list(x)
+                s_i, s_j = self._static_near(x, v)
+                static = None
+                if s_i.size:
+                    static = (s_i, np.ascontiguousarray(self._static_pts[s_j]),
+                              self._sample_r[s_i] + self.static_radius, self._sample_m[s_i])
+                res = _contact_native.contact_terms(x, v, static, flat, self.contact_k, 1.0 / h2, with_derivs)
+                if res is not None:
+                    break
+                v = None
+            Ec, Ef, deepest, gx, keep, touched = res
+            pairs = _Pairs(v["i"][keep], v["j"][keep], s_i, s_j)
+            pairs.deepest = deepest
+            if gx is not None:
+                gx = _Forces(gx, np.flatnonzero(touched))
+            return E + h2 * Ec + Ef, evs, x, pairs, gx, _HessData(self, x, pairs, fric, h2)
         pairs = self._pairs_near(x)
         Ec, gx, gn = self._contact(x, pairs, with_derivs)
-        h2 = ctxs[0].h ** 2
-        E = sum(float(ev.E) for ev in evs) + h2 * Ec
+        E += h2 * Ec
         if fric is not None:
             dx = x - fric["x0"]  # [N, 3] displacements in the step
             Ef, gf, hf = self._friction(dx, fric, with_derivs)
@@ -496,6 +583,21 @@ class BodyContactSystem:
                 gx = gx + gf / h2  # gx is later scaled by h^2 with the contact gradient
                 gn = gn + [(kind, i, j, ci / h2, cn / h2, n) for kind, i, j, ci, cn, n in hf]
         return E, evs, x, pairs, gx, gn
+
+    @staticmethod
+    def _friction_flat(fric: dict) -> dict:
+        """The step's friction pairs as the C kernel takes them (one array each over all blocks, j = -1 against
+        the collider), built once per step."""
+        flat = fric.get("flat")
+        if flat is None:
+            cat = np.concatenate
+            bl = fric["blocks"]
+            j = [b[2] if b[2] is not None else np.full(b[1].size, -1, np.int64) for b in bl]
+            flat = fric["flat"] = {"i": cat([b[1] for b in bl]).astype(np.int64), "j": cat(j).astype(np.int64),
+                                   "cv": cat([b[3] for b in bl]), "wc": cat([b[4] for b in bl]),
+                                   "n": np.ascontiguousarray(cat([b[5] for b in bl])), "x0": fric["x0"],
+                                   "eps": fric["eps"]}
+        return flat
 
     def _friction_pairs(self, x0: np.ndarray, p: _Pairs, h: float) -> Optional[dict]:
         """The step's friction pairs from the positions x0 at its start and their overlapping pairs p: per pair the
@@ -507,7 +609,7 @@ class BodyContactSystem:
         blocks = []
         if p.i.size:
             v = x0[p.i] - x0[p.j]
-            d = np.linalg.norm(v, axis=1)
+            d = np.sqrt(np.einsum("pa,pa->p", v, v))
             n = v / np.maximum(d, 1e-12)[:, None]
             m = 0.5 * (self._sample_m[p.i] + self._sample_m[p.j])
             e = 0.5 * (eta[self._sample_body[p.i]] + eta[self._sample_body[p.j]])
@@ -516,7 +618,7 @@ class BodyContactSystem:
             blocks.append(("bb", p.i, p.j, h * e * m, h * h * self.mu * N, n))
         if p.s_i.size:
             v = x0[p.s_i] - self._static_pts[p.s_j]
-            d = np.linalg.norm(v, axis=1)
+            d = np.sqrt(np.einsum("pa,pa->p", v, v))
             n = v / np.maximum(d, 1e-12)[:, None]
             m = self._sample_m[p.s_i]
             N = k * m * np.maximum(self._sample_r[p.s_i] + self.static_radius - d, 0.0)
@@ -532,14 +634,12 @@ class BodyContactSystem:
         the pairs' normals n weighted by their normal forces N. Sphere-pair normals tilt where spheres of two
         lattices nest; friction on their own tangent planes would wedge a flat face into the pockets (and hold it
         above its rest height), on the patch's plane it resists only sliding along the contact."""
-        _, inv = np.unique(group, return_inverse=True)
-        acc = np.zeros((int(inv.max()) + 1, 3))
+        G = int(group.max()) + 1  # group ids are small (body pairs, sample indices): no need to renumber them
         w = N + 1e-30  # pairs just touching (N ~ 0) still give a direction
-        for c in range(3):
-            acc[:, c] = np.bincount(inv, weights=w * n[:, c], minlength=acc.shape[0])
-        norm = np.linalg.norm(acc, axis=1)
-        out = acc[inv] / np.maximum(norm[inv], 1e-300)[:, None]
-        bad = norm[inv] < 1e-12 * np.maximum(np.bincount(inv, weights=w)[inv], 1e-300)  # opposite normals cancel
+        acc = np.stack([np.bincount(group, weights=w * n[:, c], minlength=G) for c in range(3)], 1)  # [G, 3]
+        norm = np.sqrt(np.einsum("ga,ga->g", acc, acc))[group]  # [P]
+        out = acc[group] / np.maximum(norm, 1e-300)[:, None]
+        bad = norm < 1e-12 * np.maximum(np.bincount(group, weights=w)[group], 1e-300)  # opposite normals cancel
         out[bad] = n[bad]
         return out
 
@@ -624,14 +724,14 @@ class BodyContactSystem:
             gc = self._grad_q(gx)
             grads = [b._gradient(ev, c) + h2 * g for b, ev, c, g in zip(bodies, evs, ctxs, gc)]
             g = torch.cat([gr.reshape(-1) for gr in grads])
-            gnorm = float(g.norm())
+            gnorm = math.sqrt(float(g @ g))
             if not math.isfinite(gnorm):
                 return None
             if gnorm < gtol:
                 converged = True
                 break
             if L is None and L_est is not None and it == 0:
-                if self._negligible(-torch.cholesky_solve(g[:, None], L_est)[:, 0]):
+                if self._negligible(-_chol_solve(L_est, g)):
                     converged = True
                     break
             sig = _pair_signature(pairs)
@@ -645,7 +745,7 @@ class BodyContactSystem:
                 L_pairs, factor_at = sig, it
                 self._L_key, self._L_age = key, 0
                 stats.hessians += 1
-            delta = -torch.cholesky_solve(g[:, None], L)[:, 0]
+            delta = -_chol_solve(L, g)
             if self._negligible(delta):  # the correction moves no sample measurably: this iterate is the step's
                 converged = True
                 break
@@ -707,9 +807,10 @@ class BodyContactSystem:
         iterate is off by a fraction of a micrometre, yet its residual force, stiffened by the friction ramp,
         hovers about the force tolerance; without this it would take a Newton iteration (and two evaluations per
         body) every step."""
-        for k, b in enumerate(self.bodies):
-            dq = delta[self.offsets[k]:self.offsets[k + 1]].view(3, -1)  # [3, K4]
-            ms = float((dq @ self._phi_gram[k] * dq).sum())  # mean squared sample displacement (m^2)
+        d = delta.numpy()
+        for k in range(self.num_bodies):
+            dq = d[self.offsets[k]:self.offsets[k + 1]].reshape(3, -1)  # [3, K4]
+            ms = float(np.einsum("ck,ck->", dq @ self._phi_gram[k], dq))  # mean squared sample displacement (m^2)
             if ms >= self._step_tol[k] ** 2:
                 return False
         return True
@@ -717,15 +818,25 @@ class BodyContactSystem:
     # ------------------------------------------------------------------------------------------ islands
     def _islands(self, p: _Pairs) -> List[tuple]:
         """The bodies grouped by contact at the start of a step (connected components of the graph of bodies joined
-        by the body-body pairs p), each a sorted tuple of body indices, in order of their first body."""
+        by the body-body pairs p), each a sorted tuple of body indices, in order of their first body. The graph's
+        edges are the few touching pairs of bodies; its components are kept per edge set (scipy's
+        connected_components costs ~0.4 ms a call, a resting scene's edges do not change)."""
         B = self.num_bodies
-        a, b = self._sample_body[p.i], self._sample_body[p.j]
-        graph = coo_matrix((np.ones(a.size), (a, b)), shape=(B, B))
+        edges = np.flatnonzero(np.bincount(self._sample_body[p.i] * B + self._sample_body[p.j], minlength=B * B))
+        key = edges.tobytes()
+        got = self._island_cache.get(key)
+        if got is not None:
+            return got
+        graph = coo_matrix((np.ones(edges.size), (edges // B, edges % B)), shape=(B, B))
         _, label = connected_components(graph, directed=False)
         groups: dict = {}
         for k in range(B):
             groups.setdefault(int(label[k]), []).append(k)
-        return sorted((tuple(g) for g in groups.values()), key=lambda g: g[0])
+        got = sorted((tuple(g) for g in groups.values()), key=lambda g: g[0])
+        if len(self._island_cache) > 64:
+            self._island_cache.clear()
+        self._island_cache[key] = got
+        return got
 
     def _solve(self, h: float, p0: _Pairs, stats: ContactStats):
         """One step's Newton solve, island by island: bodies that touch nothing of each other at the start of the
@@ -807,7 +918,7 @@ class BodyContactSystem:
                 self._subs.clear()
             sub = BodyContactSystem([self.bodies[b] for b in isl], radii=[self.radii[b] for b in isl],
                                     static_radius=self.static_radius, contact_k=self.contact_k,
-                                    newton_iters=self.newton_iters)
+                                    newton_iters=self.newton_iters, native=self.native)
             if self._static is not None:
                 sub._static, sub._static_pts = self._static, self._static_pts
                 sub._static_lo, sub._static_hi = self._static_lo, self._static_hi
@@ -832,10 +943,12 @@ class BodyContactSystem:
         """True when a sample moved further than :attr:`max_travel` x its radius during the step and something it
         could have hit lies within its sweep: another body's sample (at the start of the step) or a static point
         within ``travel / 2 + r_i + r_other`` of the middle of its path."""
-        travel = np.linalg.norm(x1 - x0, axis=1)
-        fast = np.nonzero(travel > self.max_travel * self._sample_r)[0]
+        dx = x1 - x0
+        t2 = np.einsum("na,na->n", dx, dx)  # [N] squared travel
+        fast = np.nonzero(t2 > (self.max_travel * self._sample_r) ** 2)[0]
         if fast.size == 0:
             return False
+        travel = np.sqrt(t2)
         mid = 0.5 * (x0[fast] + x1[fast])
         if self._static is not None:
             reach = 0.5 * travel[fast] + self._sample_r[fast] + self.static_radius  # [f]
@@ -874,6 +987,8 @@ class BodyContactSystem:
         the given positions x (N, 3))."""
         if x is None:
             x, p = self._current()
+            if p.deepest is not None:
+                return p.deepest
         else:
             p = self._pairs(x)
         best = 0.0

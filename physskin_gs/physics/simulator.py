@@ -69,6 +69,13 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def _chol_solve(L: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """(n,) solution of (L L^T) d = g for a lower Cholesky factor L (n, n): two triangular solves (about half the
+    time of ``torch.cholesky_solve`` for one right-hand side at the simulator's sizes)."""
+    y = torch.linalg.solve_triangular(L, g[:, None], upper=False)
+    return torch.linalg.solve_triangular(L.T, y, upper=True)[:, 0]
+
+
 def _same_mask(a, b) -> bool:
     """Equality of two optional boolean masks (None = no floor)."""
     if a is None or b is None:
@@ -922,7 +929,7 @@ class SubspaceSimulator:
                 factor_at = it
                 stats.hessians += 1
             iters = it + 1
-            delta = -torch.cholesky_solve(g[:, None], self._chol)[:, 0]
+            delta = -_chol_solve(self._chol, g)
             slope = float(g @ delta)
             if slope >= 0 or float(delta.abs().max()) < self.tol:
                 if slope < 0:  # converged: take the tiny last step
@@ -1065,7 +1072,7 @@ class SubspaceSimulator:
             L, info = torch.linalg.cholesky_ex(Hm + eps * eye)
             if int(info) != 0:
                 L, info = torch.linalg.cholesky_ex(Hm + 1e3 * eps * eye)
-            delta = -torch.cholesky_solve(g[:, None], L)[:, 0]
+            delta = -_chol_solve(L, g)
             slope = float(g @ delta)
             if slope >= 0 or float(delta.abs().max()) < self.tol:
                 if slope < 0:
