@@ -283,7 +283,7 @@ class BodyContactSystem:
         if c is not None and all(a is b for a, b in zip(c[0], qs)):
             return c[1], c[2]
         x = self.positions(qs)
-        pairs = self._pairs_near(x)
+        pairs = self._pairs_at(x)
         self._cur = (qs, x, pairs)
         return x, pairs
 
@@ -427,68 +427,67 @@ class BodyContactSystem:
 
     def _contact_hessian(self, H: torch.Tensor, gn) -> None:
         """Add the Gauss-Newton contact and friction Hessian (without the h^2 factor) into the joint Hessian H in
-        place. A pair's term ``(c_iso I + c_nn n n^T) (x) phi_i phi_j^T`` splits into an isotropic part, the same
-        (K, K) matrix ``Phi^T diag(c_iso) Phi`` on the three diagonal (c, c) sub-blocks, and a rank-one part whose
-        rows ``n (x) phi`` are already in q order, so each block is two GEMMs over its pairs: one per body for its
-        diagonal block (every pair it takes part in, against the other body or the collider) and one per touching
-        pair of bodies (float32 products, like the bodies' own assembly). :meth:`_contact_hessian_reference` is the
-        plain per-pair version it is tested against."""
-        diag = {}  # body -> lists of (local sample, c_iso, c_nn, n)
-        off = {}  # (a, b), a < b -> lists of (local i, local j, c_iso, c_nn, n)
-
-        def put(dct, key, *cols):
-            lists = dct.setdefault(key, [[] for _ in cols])
-            for lst, col in zip(lists, cols):
-                lst.append(col)
-
+        place. An entry's term is ``W (x) phi_i phi_j^T`` with the 3x3 ``W = c_iso I + c_nn n n^T``. A body's
+        diagonal block only sees each sample's summed W (every pair it takes part in, against another body or the
+        collider, contact and friction): ``sum_s W_s (x) phi_s phi_s^T`` over its touched samples, the 6 distinct
+        (c, d) sub-blocks of one float32 GEMM ``[Phi_S w_cd]^T Phi_S``; an off-diagonal block (two touching bodies)
+        sums W per pair (contact and friction of the same pair merged), the 9 sub-blocks of one GEMM likewise.
+        :meth:`_contact_hessian_reference` is the plain per-pair version it is tested against."""
+        N, B = int(self.offsets_samples[-1]), self.num_bodies
+        iu = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))
+        ends_s, ends_w, pi, pj, pw = [], [], [], [], []
         for kind, gi, gj, ci, cn, n in gn:
-            ci = np.zeros_like(cn) if ci is None else ci
-            bi = self._sample_body[gi]
-            li = self._sample_local[gi]
-            for a in np.unique(bi):
-                sa = bi == a
-                put(diag, a, li[sa], ci[sa], cn[sa], n[sa])
-            if kind == "bs":
-                continue
-            bj = self._sample_body[gj]
-            lj = self._sample_local[gj]
-            for b in np.unique(bj):
-                sb = bj == b
-                put(diag, b, lj[sb], ci[sb], cn[sb], n[sb])
-            for a, b in set(zip(bi.tolist(), bj.tolist())):
-                sel = (bi == a) & (bj == b)
-                if a < b:
-                    put(off, (a, b), li[sel], lj[sel], ci[sel], cn[sel], n[sel])
-                else:
-                    put(off, (b, a), lj[sel], li[sel], ci[sel], cn[sel], n[sel])
-        cat = np.concatenate
-        for a, (li, ci, cn, n) in diag.items():
-            li, ci, cn, n = cat(li), cat(ci), cat(cn), cat(n)
-            blk = self._pair_block(a, a, li, li, ci, cn, n)
-            blk = 0.5 * (blk + blk.T)  # symmetric to the last bit (the float32 GEMM is not)
+            w = np.stack([cn * n[:, c] * n[:, d] for c, d in ((c, d) for c in range(3) for d in range(3))], 1)
+            if ci is not None:
+                w[:, [0, 4, 8]] += ci[:, None]  # [P, 9] W row-major
+            ends_s.append(gi)
+            ends_w.append(w)
+            if kind == "bb":
+                ends_s.append(gj)
+                ends_w.append(w)
+                pi.append(gi)
+                pj.append(gj)
+                pw.append(w)
+        if not ends_s:
+            return
+        s_all, w_all = np.concatenate(ends_s), np.concatenate(ends_w)
+        rows = np.unique(s_all)  # [S] touched samples, sorted (so grouped by body)
+        at = np.searchsorted(rows, s_all)
+        Ws = np.stack([np.bincount(at, weights=w_all[:, 3 * c + d], minlength=rows.size) for c, d in iu], 1)  # [S, 6]
+        body = self._sample_body[rows]
+        for a in np.unique(body):
+            sel = body == a
+            Pa = torch.from_numpy(self._phi32[a][self._sample_local[rows[sel]]])  # [S_a, K]
+            Ka = Pa.shape[1]
+            wa = torch.from_numpy(Ws[sel].astype(np.float32))  # [S_a, 6]
+            blk6 = ((Pa[:, None, :] * wa[:, :, None]).reshape(-1, 6 * Ka).T @ Pa).view(6, Ka, Ka).to(torch.float64)
             o = self.offsets[a]
-            H[o:o + blk.shape[0], o:o + blk.shape[1]] += blk
-        for (a, b), (li, lj, ci, cn, n) in off.items():
-            li, lj, ci, cn, n = cat(li), cat(lj), cat(ci), cat(cn), cat(n)
-            blk = -self._pair_block(a, b, li, lj, ci, cn, n)
+            for k, (c, d) in enumerate(iu):
+                sub = 0.5 * (blk6[k] + blk6[k].T) if c == d else blk6[k]  # symmetric to the last bit
+                H[o + c * Ka:o + (c + 1) * Ka, o + d * Ka:o + (d + 1) * Ka] += sub
+                if c != d:
+                    H[o + d * Ka:o + (d + 1) * Ka, o + c * Ka:o + (c + 1) * Ka] += sub.T
+        if not pi:
+            return
+        gi, gj, w = np.concatenate(pi), np.concatenate(pj), np.concatenate(pw)
+        key = gi * N + gj
+        uk, inv = np.unique(key, return_inverse=True)  # contact and friction of one pair merged
+        Wp = np.stack([np.bincount(inv, weights=w[:, c], minlength=uk.size) for c in range(9)], 1)  # [U, 9]
+        ui, uj = uk // N, uk % N
+        ba, bb = self._sample_body[ui], self._sample_body[uj]
+        for a, b in set(zip(ba.tolist(), bb.tolist())):
+            sel = (ba == a) & (bb == b)
+            wi, wj, wsel = (ui[sel], uj[sel], Wp[sel]) if a < b else (uj[sel], ui[sel], Wp[sel][:, [0, 3, 6, 1, 4, 7, 2, 5, 8]])
+            a, b = min(a, b), max(a, b)
+            Pa = torch.from_numpy(self._phi32[a][self._sample_local[wi]])  # [U, Ka]
+            Pb = torch.from_numpy(self._phi32[b][self._sample_local[wj]])  # [U, Kb]
+            Ka, Kb = Pa.shape[1], Pb.shape[1]
+            wt = torch.from_numpy(wsel.astype(np.float32))  # [U, 9]
+            blk9 = -((Pa[:, None, :] * wt[:, :, None]).reshape(-1, 9 * Ka).T @ Pb).view(3, 3, Ka, Kb)
+            blk = blk9.permute(0, 2, 1, 3).reshape(3 * Ka, 3 * Kb).to(torch.float64)  # [(c, k), (d, l)]
             oa, ob = self.offsets[a], self.offsets[b]
-            H[oa:oa + blk.shape[0], ob:ob + blk.shape[1]] += blk
-            H[ob:ob + blk.shape[1], oa:oa + blk.shape[0]] += blk.T
-
-    def _pair_block(self, a, b, li, lj, ci, cn, n) -> torch.Tensor:
-        """(3 K_a, 3 K_b) float64 ``sum_p (c_iso I + c_nn n n^T)_p (x) phi_a(i_p) phi_b(j_p)^T`` in q order."""
-        Pa = torch.from_numpy(self._phi32[a][li])  # [P, Ka]
-        Pb = torch.from_numpy(self._phi32[b][lj])  # [P, Kb]
-        n32 = torch.from_numpy(n.astype(np.float32))  # [P, 3]
-        P, Ka, Kb = Pa.shape[0], Pa.shape[1], Pb.shape[1]
-        Ua = (n32[:, :, None] * Pa[:, None, :]).reshape(P, 3 * Ka)  # [P, (c, k)] rows n (x) phi_i
-        Ub = (n32[:, :, None] * Pb[:, None, :]).reshape(P, 3 * Kb)
-        blk = (Ua * torch.from_numpy(cn.astype(np.float32))[:, None]).T @ Ub  # [(c, k), (d, l)]
-        if np.any(ci):
-            iso = (Pa * torch.from_numpy(ci.astype(np.float32))[:, None]).T @ Pb  # [Ka, Kb]
-            for c in range(3):
-                blk[c * Ka:(c + 1) * Ka, c * Kb:(c + 1) * Kb] += iso
-        return blk.to(torch.float64)
+            H[oa:oa + 3 * Ka, ob:ob + 3 * Kb] += blk
+            H[ob:ob + 3 * Kb, oa:oa + 3 * Ka] += blk.T
 
     def _contact_hessian_reference(self, H: torch.Tensor, gn) -> None:
         """Plain reference of :meth:`_contact_hessian`: every entry's four blocks (a a, b b, a b, b a) from the dense
@@ -552,25 +551,7 @@ class BodyContactSystem:
         h2 = ctxs[0].h ** 2
         E = sum(float(ev.E) for ev in evs)
         if self.native:
-            flat = None if fric is None else self._friction_flat(fric)
-            v = self._verlet if self._verlet is not None and self._verlet["x"].shape == x.shape else None
-            for _ in range(2):  # the current list, or (a sample left its skin) a new one
-                if v is None:
-                    v = self._verlet = self._verlet_list(x)
-                s_i, s_j = self._static_near(x, v)
-                static = None
-                if s_i.size:
-                    static = (s_i, np.ascontiguousarray(self._static_pts[s_j]),
-                              self._sample_r[s_i] + self.static_radius, self._sample_m[s_i])
-                res = _contact_native.contact_terms(x, v, static, flat, self.contact_k, 1.0 / h2, with_derivs)
-                if res is not None:
-                    break
-                v = None
-            Ec, Ef, deepest, gx, keep, touched = res
-            pairs = _Pairs(v["i"][keep], v["j"][keep], s_i, s_j)
-            pairs.deepest = deepest
-            if gx is not None:
-                gx = _Forces(gx, np.flatnonzero(touched))
+            Ec, Ef, pairs, gx = self._native_terms(x, fric, with_derivs, h2)
             return E + h2 * Ec + Ef, evs, x, pairs, gx, _HessData(self, x, pairs, fric, h2)
         pairs = self._pairs_near(x)
         Ec, gx, gn = self._contact(x, pairs, with_derivs)
@@ -583,6 +564,35 @@ class BodyContactSystem:
                 gx = gx + gf / h2  # gx is later scaled by h^2 with the contact gradient
                 gn = gn + [(kind, i, j, ci / h2, cn / h2, n) for kind, i, j, ci, cn, n in hf]
         return E, evs, x, pairs, gx, gn
+
+    def _native_terms(self, x: np.ndarray, fric: Optional[dict], with_derivs: bool, h2: float):
+        """(E_contact, E_friction, pairs (with their deepest overlap), dE/dx as :class:`_Forces` or None) at x (N, 3)
+        by the C kernel, from the current Verlet list or, when a sample has left its skin, a new one."""
+        flat = None if fric is None else self._friction_flat(fric)
+        v = self._verlet if self._verlet is not None and self._verlet["x"].shape == x.shape else None
+        for _ in range(2):
+            if v is None:
+                v = self._verlet = self._verlet_list(x)
+            s_i, s_j = self._static_near(x, v)
+            static = None
+            if s_i.size:
+                static = (s_i, np.ascontiguousarray(self._static_pts[s_j]), self._sample_r[s_i] + self.static_radius,
+                          self._sample_m[s_i])
+            res = _contact_native.contact_terms(x, v, static, flat, self.contact_k, 1.0 / h2, with_derivs)
+            if res is not None:
+                break
+            v = None
+        Ec, Ef, deepest, gx, keep, touched = res
+        pairs = _Pairs(v["i"][keep], v["j"][keep], s_i, s_j, deepest)
+        if gx is not None:
+            gx = _Forces(gx, np.flatnonzero(touched))
+        return Ec, Ef, pairs, gx
+
+    def _pairs_at(self, x: np.ndarray) -> _Pairs:
+        """The overlapping pairs at x (N, 3): :meth:`_pairs_near`, by the C kernel when there is one."""
+        if self.native:
+            return self._native_terms(np.ascontiguousarray(x), None, False, 1.0)[2]
+        return self._pairs_near(x)
 
     @staticmethod
     def _friction_flat(fric: dict) -> dict:
@@ -870,10 +880,10 @@ class BodyContactSystem:
                 done[isl] = res
             x = np.empty((int(self.offsets_samples[-1]), 3))
             for isl, (_, _, xs, _) in done.items():
-                x[self._island_samples(isl)] = xs
+                x[self._island_samples(isl) if len(isl) == 1 else self._sub_system(isl)._gidx] = xs
             owner = {b: isl for isl in done for b in isl}
             island_of = np.array([min(owner[b]) for b in range(self.num_bodies)])[self._sample_body]  # [N]
-            full = self._pairs_near(x)
+            full = self._pairs_at(x)
             cross = island_of[full.i] != island_of[full.j]
             touched = {owner[int(self._sample_body[i])] for i in full.i[cross]} | {
                 owner[int(self._sample_body[j])] for j in full.j[cross]}
@@ -923,6 +933,8 @@ class BodyContactSystem:
                 sub._static, sub._static_pts = self._static, self._static_pts
                 sub._static_lo, sub._static_hi = self._static_lo, self._static_hi
             sub._gidx = self._island_samples(isl)
+            sub._local = np.full(int(self.offsets_samples[-1]), -1, dtype=np.int64)  # [N] global -> island sample
+            sub._local[sub._gidx] = np.arange(sub._gidx.size)
             self._subs[isl] = sub
         for name in ("max_travel", "max_depth", "hessian_max_age", "STATIC_NEIGHBOURS", "contact_k", "newton_iters",
                      "mu", "EPS_V", "skin", "STEP_TOL"):
@@ -933,8 +945,7 @@ class BodyContactSystem:
         """(x, pairs) of the current state in the numbering of ``sub`` (the island's bodies): the island's rows of the
         cached positions and the pairs among them (an island holds every body its samples touch)."""
         x0, _ = self._current()
-        local = np.full(int(self.offsets_samples[-1]), -1, dtype=np.int64)
-        local[sub._gidx] = np.arange(sub._gidx.size)
+        local = sub._local
         keep = local[p.i] >= 0
         skeep = local[p.s_i] >= 0
         return x0[sub._gidx], _Pairs(local[p.i[keep]], local[p.j[keep]], local[p.s_i[skeep]], p.s_j[skeep])
