@@ -725,7 +725,6 @@ class BodyContactSystem:
         # a factor of the same bodies and step size, too old (or unconverged) to step with, still tells whether the
         # first correction is negligible (_negligible is a size estimate): a resting scene needs no fresh one
         L_est = self._L if (L is None and self._L is not None and self._L_key == key) else None
-        self._L_age += 1
         factor_at = -1  # iteration at which L was computed (-1: an earlier step)
         poor = False  # the last iteration showed L to be a poor model (backtracked, or slow progress)
         converged = False
@@ -761,6 +760,7 @@ class BodyContactSystem:
                 break
             slope = float(g @ delta)
             stats.newton_iters += 1
+            self._L_age += 1  # a factor ages by the corrections it drives (a step ending on a negligible one: none)
             if slope >= 0:
                 if factor_at < it:  # a stale factor: refresh it and retry from here
                     L, g_prev = None, math.inf
@@ -873,14 +873,18 @@ class BodyContactSystem:
                     return self._newton(h, stats)
                 else:
                     sub = self._sub_system(isl)
-                    sub._cur = ([self.bodies[b].q for b in isl],) + self._restrict(isl, sub, p0)
+                    c = sub._cur  # the island's own end state of the last step, if its bodies are still there
+                    if c is None or not all(a is self.bodies[b].q for a, b in zip(c[0], isl)):
+                        sub._cur = ([self.bodies[b].q for b in isl],) + self._restrict(isl, sub, p0)
                     res = sub._newton(h, stats)
+                    if res is not None:  # the next step's start if this result is taken (q identity decides)
+                        sub._cur = (res[0], res[2], res[3])
                 if res is None:
                     return None
                 done[isl] = res
             x = np.empty((int(self.offsets_samples[-1]), 3))
             for isl, (_, _, xs, _) in done.items():
-                x[self._island_samples(isl) if len(isl) == 1 else self._sub_system(isl)._gidx] = xs
+                x[self._island_samples(isl) if len(isl) == 1 else self._subs[isl]._gidx] = xs
             owner = {b: isl for isl in done for b in isl}
             island_of = np.array([min(owner[b]) for b in range(self.num_bodies)])[self._sample_body]  # [N]
             full = self._pairs_at(x)
