@@ -329,8 +329,16 @@ def test_native_contact_terms_match_the_numpy_reference():
         fric = sysm._friction_pairs(*sysm._current(), sysm.dt)
         E, _, x, pairs, gx, gn = sysm._joint(qs, ctxs, True, fric)
         E0 = sysm._joint(qs, ctxs, False, fric)[0]
-        out[native] = (E, E0, pairs, np.asarray(gx), sysm._grad_q(gx), list(gn), sysm.max_overlap(x), sysm, x)
+        out[native] = (E, E0, pairs, np.asarray(gx), sysm._grad_q(gx), list(gn), sysm.max_overlap(x), sysm, x, fric)
     ref, fast = out[False], out[True]
+    # the friction pairs (kernel: one pass; reference: numpy per block) are the same, patch normals included
+    fb, rb = fast[9]["blocks"], ref[9]["blocks"]
+    assert [b[0] for b in fb] == [b[0] for b in rb] == ["bb", "bs"]
+    for f, r in zip(fb, rb):
+        np.testing.assert_array_equal(f[1], r[1])
+        assert (f[2] is None) == (r[2] is None) and (f[2] is None or np.array_equal(f[2], r[2]))
+        for a, b in zip(f[3:], r[3:]):
+            np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * float(np.abs(b).max()))
     assert ref[2].i.size > 10 and ref[2].s_i.size > 10
     for f in ("i", "j", "s_i", "s_j"):
         np.testing.assert_array_equal(getattr(fast[2], f), getattr(ref[2], f))

@@ -121,11 +121,66 @@ int physskin_contact_terms(const int64_t* A, const double* D) {
     out[0] = E; out[1] = Ef; out[2] = deepest;
     return 0;
 }
+
+/* The step's friction pairs (BodyContactSystem._friction_pairs). A (int64): N, x0 (N,3), Pb, pi, pj (body-body),
+   Ps, si, sj, spts (static points, indexed by sj), r, m, eta (N: per sample), body (N, int64), B, acc (scratch,
+   (B*B + N) * 4 doubles, zeroed by the caller), then out: fi, fj (-1: the collider), cv, wc, n (Pb + Ps rows).
+   D: h, mu, k, static radius. Normal per pair, normal force N = k m max(R - d, 0), viscous cv = h eta m, Coulomb
+   wc = h^2 mu N, and the friction normal: the N-weighted mean normal of the pair's group (a pair of bodies; a
+   sample against the collider), the pair's own where the group's normals cancel. */
+void physskin_friction_pairs(const int64_t* A, const double* D) {
+    const double* x0 = (const double*)A[1];
+    int Pb = (int)A[2];
+    const int64_t* pi = (const int64_t*)A[3]; const int64_t* pj = (const int64_t*)A[4];
+    int Ps = (int)A[5];
+    const int64_t* si = (const int64_t*)A[6]; const int64_t* sj = (const int64_t*)A[7];
+    const double* spts = (const double*)A[8];
+    const double* r = (const double*)A[9]; const double* m = (const double*)A[10];
+    const double* eta = (const double*)A[11]; const int64_t* body = (const int64_t*)A[12];
+    int B = (int)A[13];
+    double* acc = (double*)A[14];
+    int64_t* fi = (int64_t*)A[15]; int64_t* fj = (int64_t*)A[16];
+    double* cv = (double*)A[17]; double* wc = (double*)A[18]; double* n = (double*)A[19];
+    double h = D[0], mu = D[1], k = D[2], rs = D[3];
+    int P = Pb + Ps;
+    for (int p = 0; p < P; ++p) {
+        int64_t a, b; const double* xb; double R, mp, e; int64_t g;
+        if (p < Pb) {
+            a = pi[p]; b = pj[p]; xb = x0 + 3 * b;
+            R = r[a] + r[b]; mp = 0.5 * (m[a] + m[b]); e = 0.5 * (eta[a] + eta[b]);
+            g = body[a] * B + body[b];
+        } else {
+            a = si[p - Pb]; b = -1; xb = spts + 3 * sj[p - Pb];
+            R = r[a] + rs; mp = m[a]; e = eta[a];
+            g = (int64_t)B * B + a;
+        }
+        const double* xa = x0 + 3 * a;
+        double v[3] = {xa[0] - xb[0], xa[1] - xb[1], xa[2] - xb[2]};
+        double d = sqrt(v[0] * v[0] + v[1] * v[1] + v[2] * v[2]);
+        double s = 1.0 / (d > 1e-12 ? d : 1e-12);
+        double* np_ = n + 3 * p;
+        np_[0] = v[0] * s; np_[1] = v[1] * s; np_[2] = v[2] * s;
+        double N = R - d > 0.0 ? k * mp * (R - d) : 0.0;
+        double w = N + 1e-30;
+        double* ag = acc + 4 * g;
+        ag[0] += w * np_[0]; ag[1] += w * np_[1]; ag[2] += w * np_[2]; ag[3] += w;
+        fi[p] = a; fj[p] = b; cv[p] = h * e * mp; wc[p] = h * h * mu * N;
+    }
+    for (int p = 0; p < P; ++p) {
+        int64_t g = p < Pb ? body[fi[p]] * B + body[fj[p]] : (int64_t)B * B + fi[p];
+        const double* ag = acc + 4 * g;
+        double norm = sqrt(ag[0] * ag[0] + ag[1] * ag[1] + ag[2] * ag[2]);
+        if (norm < 1e-12 * (ag[3] > 1e-300 ? ag[3] : 1e-300)) continue;  /* opposite normals cancel: the pair's */
+        double* np_ = n + 3 * p;
+        np_[0] = ag[0] / norm; np_[1] = ag[1] / norm; np_[2] = ag[2] / norm;
+    }
+}
 """
 
 
 def _loaded():
-    return _native.functions("physskin_contact", _SRC, {"terms": ("physskin_contact_terms", "pp", "i")})
+    return _native.functions("physskin_contact", _SRC, {"terms": ("physskin_contact_terms", "pp", "i"),
+                                                         "friction": ("physskin_friction_pairs", "pp")})
 
 
 def available() -> bool:
@@ -204,3 +259,31 @@ def contact_terms(x: np.ndarray, cand: dict, static, fric, k: float, fscale: flo
         return None
     return (float(out[0]), float(out[1]), float(out[2]), gx, keep.view(bool),
             None if touched is None else touched.view(bool))
+
+
+def friction_pairs(x0: np.ndarray, i: np.ndarray, j: np.ndarray, s_i: np.ndarray, s_j: np.ndarray,
+                   static_points, per_sample: tuple, num_bodies: int, h: float, mu: float, k: float,
+                   static_radius: float) -> dict:
+    """The step's friction pairs, as :meth:`BodyContactSystem._friction_pairs` (the reference) computes them, flat:
+    ``{"i", "j" (-1: the collider), "cv", "wc", "n", "Pb"}`` over the body-body pairs (i, j) then the body-static
+    pairs (s_i, s_j) at x0 (N, 3) float64 (metres). per_sample: ``(r, m, eta (N,) float64, body (N,) int64)``;
+    static_points: (S, 3) float64 or None. Raises RuntimeError without the kernel, ValueError for bad arrays."""
+    fns = _loaded()[0]
+    if fns is None:
+        raise RuntimeError(unavailable_reason())
+    N = x0.shape[0]
+    r, m, eta, body = per_sample
+    Pb, Ps = int(i.size), int(s_i.size)
+    P = Pb + Ps
+    out = {"i": np.empty(P, np.int64), "j": np.empty(P, np.int64), "cv": np.empty(P), "wc": np.empty(P),
+           "n": np.empty((P, 3)), "Pb": Pb}
+    acc = np.zeros(((num_bodies * num_bodies + N), 4))
+    sp = _NO_STATIC[1] if static_points is None else static_points
+    A = np.array([N, _ptr(x0, _F64), Pb, _ptr(i, _I64), _ptr(j, _I64), Ps, _ptr(s_i, _I64), _ptr(s_j, _I64),
+                  _ptr(sp, _F64), _ptr(r, _F64), _ptr(m, _F64), _ptr(eta, _F64), _ptr(body, _I64), int(num_bodies),
+                  _ptr(acc, _F64), _ptr(out["i"], _I64), _ptr(out["j"], _I64), _ptr(out["cv"], _F64),
+                  _ptr(out["wc"], _F64), _ptr(out["n"], _F64)], dtype=np.int64)
+    if j.size != Pb or s_j.size != Ps or any(a.shape != (N,) for a in per_sample) or x0.shape != (N, 3):
+        raise ValueError("friction_pairs: mismatched pair or per-sample arrays")
+    fns["friction"](_ptr(A, _I64), _ptr(np.array([h, mu, k, static_radius]), _F64))
+    return out

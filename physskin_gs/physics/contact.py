@@ -613,7 +613,22 @@ class BodyContactSystem:
         """The step's friction pairs from the positions x0 at its start and their overlapping pairs p: per pair the
         unit normal n (its tangential projector is P_T = I - n n^T), the viscous coefficient h eta m (eta: the mean
         of the two bodies' ``friction``) and the Coulomb weight h^2 mu N (N = k m delta, the pair's normal force at
-        x0, in newtons), or None without contact."""
+        x0, in newtons), or None without contact. With the C kernel the same arrays come from one pass
+        (:func:`._contact_native.friction_pairs`; this numpy code is its reference)."""
+        if self.native:
+            if not (p.i.size or p.s_i.size):
+                return None
+            flat = _contact_native.friction_pairs(
+                np.ascontiguousarray(x0), p.i, p.j, p.s_i, p.s_j, getattr(self, "_static_pts", None),
+                self._per_sample(), self.num_bodies, h, self.mu, self.contact_k, self.static_radius)
+            Pb = flat.pop("Pb")
+            blocks = []  # the reference's blocks, as views of the flat arrays (for the Hessian entries)
+            if Pb:
+                blocks.append(("bb", flat["i"][:Pb], flat["j"][:Pb], flat["cv"][:Pb], flat["wc"][:Pb], flat["n"][:Pb]))
+            if Pb < flat["i"].size:
+                blocks.append(("bs", flat["i"][Pb:], None, flat["cv"][Pb:], flat["wc"][Pb:], flat["n"][Pb:]))
+            flat["x0"], flat["eps"] = np.ascontiguousarray(x0), self.EPS_V * h
+            return {"x0": flat["x0"], "blocks": blocks, "eps": flat["eps"], "flat": flat}
         eta = np.array([b.friction for b in self.bodies])
         k = self.contact_k
         blocks = []
@@ -637,6 +652,18 @@ class BodyContactSystem:
         if not blocks:
             return None
         return {"x0": x0, "blocks": blocks, "eps": self.EPS_V * h}
+
+    def _per_sample(self) -> tuple:
+        """(radius, mass, viscous friction eta (the body's ``friction``, 1/s), body index) per contact sample, for
+        the C kernel; rebuilt when a body's friction changed."""
+        key = tuple(b.friction for b in self.bodies)
+        c = getattr(self, "_per_sample_cache", None)
+        if c is None or c[0] != key:
+            eta = np.repeat(np.asarray(key, dtype=np.float64), [b.n for b in self.bodies])
+            c = self._per_sample_cache = (key, (np.ascontiguousarray(self._sample_r, dtype=np.float64),
+                                                self._sample_m.astype(np.float64), eta,
+                                                self._sample_body.astype(np.int64)))
+        return c[1]
 
     @staticmethod
     def _patch_normals(group: np.ndarray, N: np.ndarray, n: np.ndarray) -> np.ndarray:
