@@ -66,8 +66,8 @@ def test_joint_gradient_matches_finite_differences():
     assert fric is not None
     E, evs, x, pairs, gx, gn = sysm._joint(qs, ctxs, True, fric)
     assert pairs.i.size > 10
-    gc = sysm._grad_q(gx)
-    grads = [bd._gradient(ev, c) + h * h * gq for bd, ev, c, gq in zip((a, b), evs, ctxs, gc)]
+    so = sysm.offsets_samples  # the contact gradient dE/dx joins each body's own gradient (as in the Newton step)
+    grads = [bd._gradient(ev, c, gx[so[k]:so[k + 1]]) for k, (bd, ev, c) in enumerate(zip((a, b), evs, ctxs))]
     eps = 1e-7
     for body in (0, 1):
         for idx in [(0, 3), (2, 7), (1, a.K4 - 1)]:
@@ -327,9 +327,11 @@ def test_native_contact_terms_match_the_numpy_reference():
         sysm, ctxs, qs = _three_bodies_on_a_collider(native)
         assert sysm.native == native
         fric = sysm._friction_pairs(*sysm._current(), sysm.dt)
-        E, _, x, pairs, gx, gn = sysm._joint(qs, ctxs, True, fric)
+        E, evs, x, pairs, gx, gn = sysm._joint(qs, ctxs, True, fric)
         E0 = sysm._joint(qs, ctxs, False, fric)[0]
-        out[native] = (E, E0, pairs, np.asarray(gx), sysm._grad_q(gx), list(gn), sysm.max_overlap(x), sysm, x, fric)
+        so = sysm.offsets_samples
+        grads = [bd._gradient(ev, c, gx[so[k]:so[k + 1]]) for k, (bd, ev, c) in enumerate(zip(sysm.bodies, evs, ctxs))]
+        out[native] = (E, E0, pairs, np.asarray(gx), grads, list(gn), sysm.max_overlap(x), sysm, x, fric)
     ref, fast = out[False], out[True]
     # the friction pairs (kernel: one pass; reference: numpy per block) are the same, patch normals included
     fb, rb = fast[9]["blocks"], ref[9]["blocks"]

@@ -32,7 +32,7 @@ static void add3(double* g, const double* f, double s) { g[0] += s * f[0]; g[1] 
      P, ci, cj, R2, mc (body-body candidates), keep (P, uint8, out),
      S, si, sp (S,3), Rs, ms (overlapping body-static pairs),
      F, fi, fj (-1: the collider), cv, wc, fn (F,3), x0 (N,3) (friction pairs),
-     gx (N,3, out, zeroed by the caller, 0: no gradient), touched (N, uint8, out, zeroed; 0 with gx),
+     gx (N,3, out, zeroed by the caller, 0: no gradient),
      out (3 doubles, out: contact energy sum 1/2 k m delta^2, friction energy, deepest overlap)
    D (double): eps, fscale, k, skin^2.
    Returns 0, or 1 when a sample moved skin or more from xref (nothing computed: rebuild the list). */
@@ -52,8 +52,7 @@ int physskin_contact_terms(const int64_t* A, const double* D) {
     const double* cv = (const double*)A[17]; const double* wc = (const double*)A[18];
     const double* fn = (const double*)A[19]; const double* x0 = (const double*)A[20];
     double* gx = (double*)A[21];
-    uint8_t* touched = (uint8_t*)A[22];
-    double* out = (double*)A[23];
+    double* out = (double*)A[22];
     double eps = D[0], fscale = D[1], k = D[2], skin2 = D[3];
     for (int s = 0; s < N; ++s) {
         double a = x[3 * s] - xr[3 * s], b = x[3 * s + 1] - xr[3 * s + 1], c = x[3 * s + 2] - xr[3 * s + 2];
@@ -75,7 +74,6 @@ int physskin_contact_terms(const int64_t* A, const double* D) {
             double s = -k * mc[p] * delta / (d > 1e-12 ? d : 1e-12);
             add3(gx + 3 * ci[p], v, s);
             add3(gx + 3 * cj[p], v, -s);
-            touched[ci[p]] = 1; touched[cj[p]] = 1;
         }
     }
     for (int p = 0; p < S; ++p) {
@@ -86,7 +84,7 @@ int physskin_contact_terms(const int64_t* A, const double* D) {
         double delta = Rs[p] - d;
         if (delta > deepest) deepest = delta;
         E += 0.5 * k * ms[p] * delta * delta;
-        if (gx) { add3(gx + 3 * si[p], v, -k * ms[p] * delta / (d > 1e-12 ? d : 1e-12)); touched[si[p]] = 1; }
+        if (gx) add3(gx + 3 * si[p], v, -k * ms[p] * delta / (d > 1e-12 ? d : 1e-12));
     }
     double Ef = 0.0;
     for (int p = 0; p < F; ++p) {
@@ -114,8 +112,7 @@ int physskin_contact_terms(const int64_t* A, const double* D) {
         if (gx) {
             double c = fscale * (cv[p] + wc[p] * gy);
             add3(gx + 3 * fi[p], t, c);
-            touched[fi[p]] = 1;
-            if (fj[p] >= 0) { add3(gx + 3 * fj[p], t, -c); touched[fj[p]] = 1; }
+            if (fj[p] >= 0) add3(gx + 3 * fj[p], t, -c);
         }
     }
     out[0] = E; out[1] = Ef; out[2] = deepest;
@@ -226,7 +223,7 @@ def contact_terms(x: np.ndarray, cand: dict, static, fric, k: float, fscale: flo
 
     Returns None when a sample has moved the skin or more from the list's reference (rebuild it and call again), else
     (E_contact, E_friction, deepest overlap (m), dE/dx (N, 3) or None, keep (P,) bool: the candidates that
-    overlap, touched (N,) bool: the samples with a term, or None).
+    overlap).
     Raises RuntimeError without the kernel, ValueError for arrays of the wrong dtype, layout or shape."""
     fns = _loaded()[0]
     if fns is None:
@@ -249,16 +246,13 @@ def contact_terms(x: np.ndarray, cand: dict, static, fric, k: float, fscale: flo
                                          (_I64, _I64, _F64, _F64, _F64)) + [_ptr(fric["x0"], _F64)])
         eps = fric["eps"]
     gx = np.zeros((N, 3)) if with_derivs else None
-    touched = np.zeros(N, dtype=np.uint8) if with_derivs else None
     out = np.zeros(3)
     A = np.array([N, _ptr(x, _F64)] + ca + [_ptr(keep, np.dtype(np.uint8))] + sa + fa
-                 + [0 if gx is None else _ptr(gx, _F64), 0 if touched is None else _ptr(touched, np.dtype(np.uint8)),
-                    _ptr(out, _F64)], dtype=np.int64)
+                 + [0 if gx is None else _ptr(gx, _F64), _ptr(out, _F64)], dtype=np.int64)
     D = np.array([eps, fscale, k, cand["skin"] ** 2])
     if fns["terms"](_ptr(A, _I64), _ptr(D, _F64)):
         return None
-    return (float(out[0]), float(out[1]), float(out[2]), gx, keep.view(bool),
-            None if touched is None else touched.view(bool))
+    return float(out[0]), float(out[1]), float(out[2]), gx, keep.view(bool)
 
 
 def friction_pairs(x0: np.ndarray, i: np.ndarray, j: np.ndarray, s_i: np.ndarray, s_j: np.ndarray,

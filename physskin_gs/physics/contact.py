@@ -141,18 +141,6 @@ class _Pairs:
     deepest: Optional[float] = None
 
 
-class _Forces(np.ndarray):
-    """dE/dx (N, 3) with ``rows``: the samples that have a term (from the C kernel), so :meth:`BodyContactSystem.
-    _grad_q` need not search for them."""
-
-    rows: np.ndarray
-
-    def __new__(cls, gx: np.ndarray, rows: np.ndarray) -> "_Forces":
-        out = gx.view(cls)
-        out.rows = rows
-        return out
-
-
 class _HessData:
     """The Gauss-Newton entries of the contact and friction terms at one iterate (what :meth:`BodyContactSystem.
     _contact_hessian` takes), computed by :meth:`BodyContactSystem._contact` / :meth:`~BodyContactSystem._friction`
@@ -522,23 +510,6 @@ class BodyContactSystem:
         oa, ob = self.offsets[a], self.offsets[b]
         H[oa:oa + blk.shape[0], ob:ob + blk.shape[1]] += sign * blk
 
-    def _grad_q(self, gx: np.ndarray) -> List[torch.Tensor]:
-        """Per body (3, K4) gradient of the contact energy with respect to q from dE/dx (N, 3): only the rows with a
-        contact term (most samples touch nothing) go through the basis."""
-        rows = getattr(gx, "rows", None)  # [r] global samples with a contact or friction force
-        if rows is None:
-            rows = np.flatnonzero(np.einsum("na,na->n", gx, gx))
-        gx = np.asarray(gx)
-        out = []
-        for bi, b in enumerate(self.bodies):
-            lo, hi = self.offsets_samples[bi], self.offsets_samples[bi + 1]
-            r = rows[(rows >= lo) & (rows < hi)]
-            if r.size == 0:
-                out.append(torch.zeros(3, b.K4, dtype=torch.float64))
-                continue
-            out.append(torch.from_numpy(gx[r].T @ self._phi_np[bi][r - lo]))  # [3, r] @ [r, K4]
-        return out
-
     # ------------------------------------------------------------------------------------------ stepping
     def _joint(self, qs, ctxs, with_derivs, fric=None):
         """Joint objective at the bodies' iterates ``qs``: (E, evals, x, pairs, dE/dx, Hessian data); ``fric`` the
@@ -566,7 +537,7 @@ class BodyContactSystem:
         return E, evs, x, pairs, gx, gn
 
     def _native_terms(self, x: np.ndarray, fric: Optional[dict], with_derivs: bool, h2: float):
-        """(E_contact, E_friction, pairs (with their deepest overlap), dE/dx as :class:`_Forces` or None) at x (N, 3)
+        """(E_contact, E_friction, pairs (with their deepest overlap), dE/dx (N, 3) or None) at x (N, 3)
         by the C kernel, from the current Verlet list or, when a sample has left its skin, a new one."""
         flat = None if fric is None else self._friction_flat(fric)
         v = self._verlet if self._verlet is not None and self._verlet["x"].shape == x.shape else None
@@ -582,11 +553,8 @@ class BodyContactSystem:
             if res is not None:
                 break
             v = None
-        Ec, Ef, deepest, gx, keep, touched = res
-        pairs = _Pairs(v["i"][keep], v["j"][keep], s_i, s_j, deepest)
-        if gx is not None:
-            gx = _Forces(gx, np.flatnonzero(touched))
-        return Ec, Ef, pairs, gx
+        Ec, Ef, deepest, gx, keep = res
+        return Ec, Ef, _Pairs(v["i"][keep], v["j"][keep], s_i, s_j, deepest), gx
 
     def _pairs_at(self, x: np.ndarray) -> _Pairs:
         """The overlapping pairs at x (N, 3): :meth:`_pairs_near`, by the C kernel when there is one."""
@@ -757,8 +725,8 @@ class BodyContactSystem:
         converged = False
         g_prev = math.inf
         for it in range(self.newton_iters):
-            gc = self._grad_q(gx)
-            grads = [b._gradient(ev, c) + h2 * g for b, ev, c, g in zip(bodies, evs, ctxs, gc)]
+            so = self.offsets_samples  # the contact gradient joins each body's f_ext (one GEMM per body)
+            grads = [b._gradient(ev, c, gx[so[k]:so[k + 1]]) for k, (b, ev, c) in enumerate(zip(bodies, evs, ctxs))]
             g = torch.cat([gr.reshape(-1) for gr in grads])
             gnorm = math.sqrt(float(g @ g))
             if not math.isfinite(gnorm):

@@ -766,9 +766,11 @@ class SubspaceSimulator:
     def _springs(self):
         return ([("pin", self.pin)] if self.pin else []) + [(f"drag{k}", v) for k, v in self.drags.items()]
 
-    def _gradient(self, ev: "_Eval", ctx: "_StepContext") -> torch.Tensor:
+    def _gradient(self, ev: "_Eval", ctx: "_StepContext", dx_extra: Optional[np.ndarray] = None) -> torch.Tensor:
         """Gradient (3, 4H) of the step objective at ``ev`` (from :meth:`_eval`): inertia + h^2 (elastic P through
-        G, external forces through Phi, as ONE GEMM ``[Phi; G]^T [4H, 4n] @ [f_ext | v P]^T [4n, 3]``) + dissipation."""
+        G, external forces through Phi, as ONE GEMM ``[Phi; G]^T [4H, 4n] @ [f_ext | v P]^T [4n, 3]``) + dissipation.
+        ``dx_extra``: optional (n, 3) gradient of a further potential with respect to the cubature points'
+        positions (J/m; e.g. contact with other bodies), added to f_ext so it goes through the same GEMM."""
         n, v = self.n, self.v_p
         F = ev.F
         rhs = np.empty((3, 4 * n))
@@ -794,6 +796,8 @@ class SubspaceSimulator:
         for _, s in self._springs():
             r = ev.x[:, s.idx_np] - s.target_np
             np.add.at(fx, (slice(None), s.idx_np), (2.0 * self.m_p * s.k) * r)
+        if dx_extra is not None:
+            fx += dx_extra.T
         grad = ev.Mdq + (ctx.h * ctx.h) * (self.PhiG_T @ torch.from_numpy(rhs).T).T  # this orientation is faster
         if ev.Dv is not None:
             grad = grad + ev.Dv.view(3, self.K4)
