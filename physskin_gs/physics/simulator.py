@@ -71,9 +71,10 @@ def usable_cores() -> int:
 
 def _chol_solve(L: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """(n,) solution of (L L^T) d = g for a lower Cholesky factor L (n, n): two triangular solves (about half the
-    time of ``torch.cholesky_solve`` for one right-hand side at the simulator's sizes)."""
-    y = torch.linalg.solve_triangular(L, g[:, None], upper=False)
-    return torch.linalg.solve_triangular(L.T, y, upper=True)[:, 0]
+    time of ``torch.cholesky_solve`` for one right-hand side at the simulator's sizes), in L's precision (a float32
+    factor gives a float32-accurate correction), returned in g's dtype."""
+    y = torch.linalg.solve_triangular(L, g[:, None].to(L.dtype), upper=False)
+    return torch.linalg.solve_triangular(L.T, y, upper=True)[:, 0].to(g.dtype)
 
 
 def _same_mask(a, b) -> bool:
