@@ -7,13 +7,14 @@ are spelled out here so that ``--help`` does not load torch.
 from __future__ import annotations
 
 #: Accepted ``--skinning`` values: the bases, then the alias 'pretrained' (= network).
-SKINNING_CHOICES = ("eigen", "network", "fit", "rbf", "tet", "auto", "pretrained")
+SKINNING_CHOICES = ("eigen", "network", "fit", "rbf", "tet", "voxel", "auto", "pretrained")
 
 SKINNING_HELP = ("skinning basis: auto (default: tet for a mesh input, eigen for a splat), eigen (skinning "
                  "eigenmodes of the object's volume points), network (the shipped feed-forward PhysSkin network; alias "
-                 "pretrained), fit (per-object fit, --fit-seconds), rbf (random smooth bumps, a baseline) or tet (mesh "
+                 "pretrained), fit (per-object fit, --fit-seconds), rbf (random smooth bumps, a baseline), tet (mesh "
                  "inputs: Laplacian eigenmodes of the mesh's own tet mesh, coupled only where the material joins; "
-                 "best on multi-part shapes)")
+                 "best on multi-part shapes) or voxel (splats and meshes: Laplacian eigenmodes of the cells the "
+                 "object's volume fills; lower frequency error than eigen on thin parts, a softer tip on some)")
 
 
 #: ``--handles``: the learned handles m of the bases that build their own (the constant handle is added)
