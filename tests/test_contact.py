@@ -375,3 +375,22 @@ def test_native_contact_terms_refuse_a_stale_verlet_list():
         _contact_native.contact_terms(x[:-1].copy(), v, None, None, 1e6, 1.0, True)
     with pytest.raises(ValueError):
         _contact_native.contact_terms(np.asfortranarray(x), v, None, None, 1e6, 1.0, True)
+
+
+def test_negligible_correction_is_the_rms_sample_displacement():
+    """The displacement test (IPC's, RMS over a body's samples) says 'negligible' exactly when every body's RMS
+    sample displacement sqrt(mean |Phi_i dq|^2) is below STEP_TOL x its size: the batched form (bodies of one
+    handle count) and the per-body loop agree with the direct sum over samples, just below and above."""
+    a, b = _cube((0.0, 0.0, 0.0)), _cube((0.5, 0.0, 0.0), seed=2)
+    sysm = BodyContactSystem([a, b])
+    assert sysm._gram_stack is not None
+    g = torch.Generator().manual_seed(4)
+    delta = torch.randn(int(sysm.offsets[-1]), generator=g, dtype=torch.float64)
+    rms = []
+    for k, body in enumerate((a, b)):
+        dq = delta[sysm.offsets[k]:sysm.offsets[k + 1]].view(3, -1)
+        rms.append(float(((body.Phi @ dq.T) ** 2).sum(1).mean().sqrt()) / sysm._sizes[k])
+    scale = sysm.STEP_TOL / max(rms)  # the largest body's RMS exactly at the tolerance
+    for stack in (sysm._gram_stack, None):
+        sysm._gram_stack = stack
+        assert sysm._negligible(0.999 * scale * delta) and not sysm._negligible(1.001 * scale * delta)

@@ -243,8 +243,10 @@ class BodyContactSystem:
         self._L_pairs = None  # the contact pairs (_pair_signature) the factor was computed with
         self._phi_np = [b.Phi.numpy() for b in self.bodies]  # [n_b, K4] float64 views of the bases
         self._phi32 = [p.astype(np.float32) for p in self._phi_np]  # the same in float32 (contact Hessian GEMMs)
-        self._step_tol = [self.STEP_TOL * float((b.X.max(0).values - b.X.min(0).values).norm()) for b in self.bodies]
+        self._sizes = np.array([float((b.X.max(0).values - b.X.min(0).values).norm()) for b in self.bodies])  # [B] m
         self._phi_gram = [(b.Phi.T @ b.Phi / b.n).numpy() for b in self.bodies]  # [K4, K4] mean outer products
+        same = len({g.shape for g in self._phi_gram}) == 1
+        self._gram_stack = np.stack(self._phi_gram) if same else None  # [B, K4, K4] for _negligible
         self.skin = 0.5 * min(self.radii)  # Verlet-list margin (m), see _pairs_near
         self._verlet = None
         self._island_cache: dict = {}  # touching body pairs (bytes) -> islands (see _islands)
@@ -816,10 +818,15 @@ class BodyContactSystem:
         hovers about the force tolerance; without this it would take a Newton iteration (and two evaluations per
         body) every step."""
         d = delta.numpy()
+        tol2 = (self.STEP_TOL * self._sizes) ** 2  # [B] (m^2)
+        if self._gram_stack is not None:  # every body has the same handle count: one batched product
+            dq = d.reshape(self.num_bodies, 3, -1)  # [B, 3, K4]
+            ms = np.einsum("bck,bck->b", np.matmul(dq, self._gram_stack), dq)  # [B] mean squared displacement (m^2)
+            return bool(np.all(ms < tol2))
         for k in range(self.num_bodies):
             dq = d[self.offsets[k]:self.offsets[k + 1]].reshape(3, -1)  # [3, K4]
             ms = float(np.einsum("ck,ck->", dq @ self._phi_gram[k], dq))  # mean squared sample displacement (m^2)
-            if ms >= self._step_tol[k] ** 2:
+            if ms >= tol2[k]:
                 return False
         return True
 
