@@ -131,15 +131,28 @@ def compare(traj: np.ndarray, fem: dict) -> dict:
             "drift_mm": 1e3 * mo["side_max_m"], "fem_drift_mm": 1e3 * mf["side_max_m"], "tip": mo, "fem_tip": mf}
 
 
+def read_fem_cache(path: Path, divisions) -> dict:
+    """The FEM run stored by :func:`fem_run` in ``path`` (.npz). Raises ValueError for a file that is not one, or
+    one of other divisions (it is never replaced: choose another path)."""
+    from physskin_gs.geometry.tetmesh import TetMesh
+
+    try:
+        z = np.load(path, allow_pickle=False)
+        got = [int(v) for v in z["divisions"]]
+        fem = {"tm": TetMesh(z["nodes"], z["tets"]), "traj": z["traj"]}
+    except (OSError, ValueError, KeyError) as exc:
+        raise ValueError(f"--fem-cache {path} is not a FEM cache of this script ({exc})") from None
+    if got != list(divisions):
+        raise ValueError(f"--fem-cache {path} holds the FEM run of divisions {got}, not {list(divisions)}: choose "
+                         "another path (it is not replaced)")
+    return fem
+
+
 def fem_run(divisions, cache) -> dict:
     common = dict(size=SIZE, divisions=divisions, steps=STEPS, dt=DT, E=1e5, nu=0.45, density=500.0, gravity=9.8,
                   pin_width=0.02)
     if cache and Path(cache).exists():
-        z = np.load(cache, allow_pickle=False)
-        if list(z["divisions"]) == list(divisions):
-            from physskin_gs.geometry.tetmesh import TetMesh
-
-            return {"tm": TetMesh(z["nodes"], z["tets"]), "traj": z["traj"]}
+        return read_fem_cache(Path(cache), divisions)
     fem = cantilever_protocol(None, **common)["fem_cache"]
     if cache:
         np.savez(cache, divisions=np.asarray(divisions), nodes=np.asarray(fem["tm"].nodes),
@@ -150,10 +163,11 @@ def fem_run(divisions, cache) -> dict:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--inputs", default="mesh,splat", help="comma-separated: mesh, splat")
-    ap.add_argument("--splat-count", type=int, default=20000)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--divisions", default="20,4,4", help="FEM cells per axis (y, z even)")
-    ap.add_argument("--fem-cache", default=None, help="an .npz to reuse (or store) the FEM run")
+    ap.add_argument("--splat-count", type=int, default=20000, help="Gaussians of the splat input (default 20000)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the splat's random points (default 0)")
+    ap.add_argument("--divisions", default="20,4,4", help="FEM cells per axis, y and z even (default 20,4,4)")
+    ap.add_argument("--fem-cache", default=None, help="an .npz to reuse the FEM run from, or store it in when it does "
+                                                      "not exist (one of other divisions is refused, not replaced)")
     ap.add_argument("--json", default=None, help="write the results here (refused if it exists)")
     ap.add_argument("--keep", default=None, help="keep the inputs and exported frames in this new folder")
     args = ap.parse_args()
@@ -161,13 +175,23 @@ def main() -> int:
     bad = [s for s in inputs if s not in TARGETS]
     if bad or not inputs:
         ap.error(f"--inputs: choose from mesh, splat (got {args.inputs!r})")
-    divisions = [int(v) for v in args.divisions.split(",")]
-    if len(divisions) != 3 or min(divisions) < 1:
-        ap.error("--divisions: three positive integers")
+    try:
+        divisions = [int(v) for v in args.divisions.split(",")]
+    except ValueError:
+        divisions = []
+    if len(divisions) != 3 or min(divisions) < 1 or divisions[1] % 2 or divisions[2] % 2:
+        ap.error(f"--divisions: three positive integers, the last two even (got {args.divisions!r})")
+    if args.splat_count < 100:
+        ap.error(f"--splat-count: at least 100 (got {args.splat_count})")
     if args.json and Path(args.json).exists():
         ap.error(f"--json {args.json} exists")
     if args.keep and Path(args.keep).exists():
         ap.error(f"--keep {args.keep} exists")
+    if args.fem_cache and Path(args.fem_cache).exists():
+        try:
+            read_fem_cache(Path(args.fem_cache), divisions)
+        except ValueError as exc:
+            ap.error(str(exc))
     t0 = time.perf_counter()
     fem = fem_run(divisions, args.fem_cache)
     print(f"FEM {divisions}: {time.perf_counter() - t0:.1f} s")
