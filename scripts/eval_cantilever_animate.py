@@ -140,8 +140,9 @@ def read_fem_cache(path: Path, divisions) -> dict:
         z = np.load(path, allow_pickle=False)
         got = [int(v) for v in z["divisions"]]
         fem = {"tm": TetMesh(z["nodes"], z["tets"]), "traj": z["traj"]}
-    except (OSError, ValueError, KeyError) as exc:
-        raise ValueError(f"--fem-cache {path} is not a FEM cache of this script ({exc})") from None
+    except (OSError, ValueError, KeyError):
+        raise ValueError(f"--fem-cache {path} is not a FEM cache of this script (an .npz it wrote): choose another "
+                         "path (it is not replaced)") from None
     if got != list(divisions):
         raise ValueError(f"--fem-cache {path} holds the FEM run of divisions {got}, not {list(divisions)}: choose "
                          "another path (it is not replaced)")
