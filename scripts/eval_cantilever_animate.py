@@ -16,9 +16,10 @@ the tet basis of the mesh's own tet mesh; the exported deformed mesh's vertices 
 default basis for splats, eigen).
 
 Measured on the exported frames (frame 1 = rest, frame 101 = step 100): kaolin's symmetric squared Chamfer (m^2)
-between the exported points (mesh vertices; Gaussian centres) and the FEM's motion of the same rest points (P1 interpolation of the FEM nodes'
-displacements) at steps 1 and 100, the tip's first sag and oscillation period against the FEM's (the mean
-displacement of the points within 2 cm of the free end), and the tip's sideways drift (mm; the FEM's is ~0).
+between the exported points (mesh vertices; Gaussian centres) and the FEM's motion of the same rest points (P1
+interpolation of the FEM nodes' displacements) at steps 1 and 100, the tip's first sag and oscillation period
+against the FEM's (the mean displacement of the points within 2 cm of the free end), and the tip's sideways drift
+(mm; the FEM's is ~0).
 Targets (issue 23): mesh Chamfer@100 <= 0.005 m^2; splat <= 0.008 m^2 with drift <= 5 mm.
 
 Usage:
@@ -43,7 +44,12 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from physskin_gs.physics.fem_dynamics import cantilever_protocol, chamfer_distance, interpolate_p1, tip_metrics  # noqa: E402
+from physskin_gs.physics.fem_dynamics import (  # noqa: E402
+    cantilever_protocol,
+    chamfer_distance,
+    interpolate_p1,
+    tip_metrics,
+)
 
 SIZE = (1.0, 0.2, 0.2)
 STEPS, DT = 100, 0.05
@@ -125,7 +131,8 @@ def compare(traj: np.ndarray, fem: dict) -> dict:
     down, side = np.array([0.0, 0.0, -1.0]), np.array([0.0, 1.0, 0.0])
     mf, mo = tip_metrics(fem_tip, DT, down, side), tip_metrics(ours_tip, DT, down, side)
     return {"points": int(rest.shape[0]), "tip_points": int(tip.sum()),
-            "chamfer_m2": {"1": chamfer_distance(traj[1], rest + disp1), str(STEPS): chamfer_distance(traj[STEPS], rest + disp)},
+            "chamfer_m2": {"1": chamfer_distance(traj[1], rest + disp1),
+                           str(STEPS): chamfer_distance(traj[STEPS], rest + disp)},
             "rms_m": float(np.sqrt(((traj[STEPS] - rest - disp) ** 2).sum(1).mean())),
             "sag_ratio": mo["first_sag_m"] / mf["first_sag_m"], "period_ratio": mo["period_s"] / mf["period_s"],
             "drift_mm": 1e3 * mo["side_max_m"], "fem_drift_mm": 1e3 * mf["side_max_m"], "tip": mo, "fem_tip": mf}

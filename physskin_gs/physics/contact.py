@@ -467,7 +467,10 @@ class BodyContactSystem:
         ba, bb = self._sample_body[ui], self._sample_body[uj]
         for a, b in set(zip(ba.tolist(), bb.tolist())):
             sel = (ba == a) & (bb == b)
-            wi, wj, wsel = (ui[sel], uj[sel], Wp[sel]) if a < b else (uj[sel], ui[sel], Wp[sel][:, [0, 3, 6, 1, 4, 7, 2, 5, 8]])
+            if a < b:
+                wi, wj, wsel = ui[sel], uj[sel], Wp[sel]
+            else:  # the transposed block: W^T per pair
+                wi, wj, wsel = uj[sel], ui[sel], Wp[sel][:, [0, 3, 6, 1, 4, 7, 2, 5, 8]]
             a, b = min(a, b), max(a, b)
             Pa = torch.from_numpy(self._phi32[a][self._sample_local[wi]])  # [U, Ka]
             Pb = torch.from_numpy(self._phi32[b][self._sample_local[wj]])  # [U, Kb]
@@ -711,10 +714,14 @@ class BodyContactSystem:
         gradient fell by less than half in the last iteration. The gradient is always exact, so reuse changes the
         cost, not the solution. Returns (qs, evals, x, pairs) or None."""
         bodies = self.bodies
-        ctxs = [_StepContext(h=h, q_pred=b.q + h * b.qdot, q_prev=b.q, D=b._step_dissipation(b.q, h)) for b in bodies]
+        x0, p0 = self._current()
+        so = self.offsets_samples
+        x0t = torch.from_numpy(x0)  # the bodies' positions at the step's start (their floor friction needs them)
+        ctxs = [_StepContext(h=h, q_pred=b.q + h * b.qdot, q_prev=b.q,
+                             D=b._step_dissipation(b.q, h, x0t[so[k]:so[k + 1]])) for k, b in enumerate(bodies)]
         qs = [c.q_pred.clone() for c in ctxs]
         h2 = h * h
-        fric = self._friction_pairs(*self._current(), h)
+        fric = self._friction_pairs(x0, p0, h)
         E, evs, x, pairs, gx, gn = self._joint(qs, ctxs, True, fric)
         gtol = sum(b.grad_tol * h2 * b.total_mass * 9.8 for b in bodies)
         key = (h, tuple(b._hess_version for b in bodies))
@@ -730,7 +737,7 @@ class BodyContactSystem:
         converged = False
         g_prev = math.inf
         for it in range(self.newton_iters):
-            so = self.offsets_samples  # the contact gradient joins each body's f_ext (one GEMM per body)
+            # the contact gradient joins each body's f_ext (one GEMM per body)
             grads = [b._gradient(ev, c, gx[so[k]:so[k + 1]]) for k, (b, ev, c) in enumerate(zip(bodies, evs, ctxs))]
             g = torch.cat([gr.reshape(-1) for gr in grads])
             gnorm = math.sqrt(float(g @ g))

@@ -963,10 +963,11 @@ class SubspaceSimulator:
             q, ev = qn, evn
         return q, ev, iters, gnorm, bool(torch.isfinite(q).all())
 
-    def _step_dissipation(self, q0: torch.Tensor, h: float):
+    def _step_dissipation(self, q0: torch.Tensor, h: float, x0: Optional[torch.Tensor] = None):
         """Constant dissipation matrix D of one step: Rayleigh ``beta h K0`` (beta = damping * h) plus viscous floor
         friction ``h eta m_p (P_T (x) Phi_C^T Phi_C)`` on the cubature points C touching the floor at the start of
-        the step (P_T = I - up up^T, eta = ``friction`` in 1/s). Returns None when both are off."""
+        the step (P_T = I - up up^T, eta = ``friction`` in 1/s). ``x0``: the cubature points' positions at q0 (n, 3)
+        when the caller has them. Returns None when both are off."""
         D = None
         if self.damping > 0:
             key = (self._hess_version, h, self.damping)  # K0 changes only with the material (version)
@@ -975,7 +976,7 @@ class SubspaceSimulator:
                 self._rayleigh_key = key
             D = self._rayleigh
         if self.floor_height is not None and self.friction > 0:
-            x0 = self.positions(q0)
+            x0 = self.positions(q0) if x0 is None else x0
             touch = (x0 @ self.up - self._floor_heights_t(x0)) < self.CONTACT_GAP
             if bool(touch.any()):
                 Pc = self.Phi[touch]
