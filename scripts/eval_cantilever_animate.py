@@ -56,27 +56,28 @@ STEPS, DT = 100, 0.05
 TARGETS = {"mesh": {"chamfer_m2": 0.005}, "splat": {"chamfer_m2": 0.008, "drift_mm": 5.0}}
 
 
-def write_beam_mesh(path: Path, edge: float = 0.02) -> None:
-    """The beam as a closed triangle mesh, metres: trimesh's box with its faces split to edges of at most ``edge``
-    (so the exported vertices sample the surface; a 12-triangle box would leave only its 8 corners to compare)."""
+def write_beam_mesh(path: Path, edge: float = 0.02, size=SIZE, centre=(SIZE[0] / 2, 0.0, 0.0)) -> None:
+    """The beam (or another box: ``size``, ``centre``, metres) as a closed triangle mesh: trimesh's box with its
+    faces split to edges of at most ``edge`` (so the exported vertices sample the surface; a 12-triangle box would
+    leave only its 8 corners to compare)."""
     import trimesh
 
-    box = trimesh.creation.box(extents=SIZE)
-    box.apply_translation([SIZE[0] / 2, 0.0, 0.0])
+    box = trimesh.creation.box(extents=size)
+    box.apply_translation(list(centre))
     v, f = trimesh.remesh.subdivide_to_size(box.vertices, box.faces, max_edge=edge)
     trimesh.Trimesh(v, f, process=True).export(str(path))
 
 
-def write_beam_splat(path: Path, n: int, seed: int) -> None:
-    """An INRIA PLY of n Gaussians at uniform random points of the beam's volume (isotropic, 5 mm, opaque, grey)."""
+def write_beam_splat(path: Path, n: int, seed: int, size=SIZE, lo=(0.0, -SIZE[1] / 2, -SIZE[2] / 2)) -> None:
+    """An INRIA PLY of n Gaussians at uniform random points of the beam's volume (or another box: ``size`` from
+    corner ``lo``, metres; isotropic, 5 mm, opaque, grey)."""
     import torch
 
     from physskin_gs.io import save_scene
     from physskin_gs.scene import GaussianScene
 
     rng = np.random.default_rng(seed)
-    lo = np.array([0.0, -SIZE[1] / 2, -SIZE[2] / 2])
-    means = lo + rng.random((n, 3)) * np.asarray(SIZE)
+    means = np.asarray(lo, np.float64) + rng.random((n, 3)) * np.asarray(size, np.float64)
     scene = GaussianScene(
         means=torch.from_numpy(means.astype(np.float32)),
         quats=torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1),
@@ -88,13 +89,16 @@ def write_beam_splat(path: Path, n: int, seed: int) -> None:
     save_scene(scene, str(path))
 
 
-def run_animate(src: Path, out: Path) -> float:
-    """The product's CLI on ``src`` with the cantilever setup as options; returns its wall-clock seconds.
+CANTILEVER_OPTIONS = ["--E", "1e5", "--floor", "off", "--up", "z", "--pin", "box:-1,-1,-1,0.02,1,1"]
+
+
+def run_animate(src: Path, out: Path, options=tuple(CANTILEVER_OPTIONS)) -> float:
+    """The product's CLI on ``src`` with a protocol's setup as options (default: the cantilever's; always dt 0.05,
+    nu 0.45, 500 kg/m^3, g 9.8, no damping or floor friction, scale 1, 101 frames); returns its wall-clock seconds.
     Raises RuntimeError with the CLI's output when it fails."""
     cmd = [sys.executable, "-m", "physskin_gs", "animate", str(src), "--headless", "--frames", str(STEPS + 1),
-           "--dt", str(DT), "--E", "1e5", "--nu", "0.45", "--density", "500", "--gravity", "9.8",
-           "--damping", "0", "--friction", "0", "--floor", "off", "--up", "z", "--scale", "1",
-           "--pin", "box:-1,-1,-1,0.02,1,1", "--export", str(out)]
+           "--dt", str(DT), "--nu", "0.45", "--density", "500", "--gravity", "9.8", "--damping", "0",
+           "--friction", "0", "--scale", "1", *options, "--export", str(out)]
     t0 = time.perf_counter()
     r = subprocess.run(cmd, capture_output=True, text=True, cwd=str(ROOT))
     if r.returncode != 0:

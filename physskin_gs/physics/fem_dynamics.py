@@ -143,6 +143,9 @@ class FullSpaceNeoHookean:
         max_newton: iteration cap per step.
         linear_solver: ``"splu"`` (direct, default) or ``"cg"`` (Jacobi-preconditioned conjugate gradients). A
             failed factorisation falls back to CG automatically.
+        floor_height: optional frictionless floor at this height along ``up`` (m), the reduced simulator's penalty
+            ``m k d^2`` per node (d = min(0, up . x - height), k = ``floor_k`` in 1/s^2); up must be a coordinate
+            axis then (its Hessian is diagonal).
     Raises ValueError for bad material, shapes or options.
 
     State: :attr:`x` (n, 3) positions and :attr:`v` (n, 3) velocities, float64; :attr:`time` (s).
@@ -152,7 +155,8 @@ class FullSpaceNeoHookean:
                  gravity: float = 9.8, up: Sequence[float] = (0.0, 0.0, 1.0), pinned: Optional[np.ndarray] = None,
                  pin_mode: str = "dirichlet", pin_stiffness: float = 1e6,
                  external_force: Optional[np.ndarray] = None, project_psd: bool = True, rtol: float = 1e-9,
-                 xtol: float = 1e-11, max_newton: int = 50, linear_solver: str = "splu") -> None:
+                 xtol: float = 1e-11, max_newton: int = 50, linear_solver: str = "splu",
+                 floor_height: Optional[float] = None, floor_k: float = 1e6) -> None:
         nodes = np.asarray(tm.nodes, np.float64)
         tets = np.asarray(tm.tets, np.int64)
         if nodes.ndim != 2 or nodes.shape[1] != 3 or tets.ndim != 2 or tets.shape[1] != 4 or tets.shape[0] == 0:
@@ -199,6 +203,13 @@ class FullSpaceNeoHookean:
         self.pin_targets = nodes[pinned].copy()
         dof_fixed = np.repeat(pinned, 3) if pin_mode == "dirichlet" else np.zeros(3 * n, bool)
         self.free = ~dof_fixed  # [3n]
+        self.floor_height = None if floor_height is None else float(floor_height)
+        self.floor_k = float(floor_k)
+        if self.floor_height is not None:
+            axis = np.flatnonzero(np.abs(self.up) > 1 - 1e-12)
+            if axis.size != 1 or not (math.isfinite(self.floor_height) and self.floor_k > 0):
+                raise ValueError("a floor needs up along a coordinate axis, a finite height and floor_k > 0")
+            self._floor_axis = int(axis[0])
         self._build_pattern()
         self.scale_len = float(np.linalg.norm(nodes.max(0) - nodes.min(0)))
         self.reset()
@@ -315,6 +326,10 @@ class FullSpaceNeoHookean:
             r = x[self.pinned] - self.pin_targets
             km = self.pin_stiffness * self.mass[self.pinned]
             val += 0.5 * float((km[:, None] * r * r).sum())
+        floor = self.floor_height is not None
+        if floor:  # the simulator's floor: m k d^2 per node, d = min(0, up . x - height) (frictionless)
+            dfl = np.minimum(x @ self.up - self.floor_height, 0.0)  # [n]
+            val += float((self.floor_k * self.mass) @ (dfl * dfl))
         if derivs == 0:
             return val
         grad = self._gradient_from_P(P) - self.f_ext
@@ -322,6 +337,8 @@ class FullSpaceNeoHookean:
             grad = grad + self.mass[:, None] * (x - y) / (h * h)
         if spring:
             grad[self.pinned] += km[:, None] * r
+        if floor:
+            grad += (2.0 * self.floor_k * self.mass * dfl)[:, None] * self.up[None, :]
         if derivs == 1:
             return val, grad.reshape(-1)
         Ke = self._tet_hessians(F)
@@ -331,6 +348,8 @@ class FullSpaceNeoHookean:
             diag += np.repeat(self.mass, 3) / (h * h)
         if spring:
             diag[np.repeat(self.pinned, 3)] += np.repeat(km, 3)
+        if floor:  # up is a coordinate axis: the floor's Hessian 2 m k up up^T is diagonal
+            diag[3 * np.arange(self.n) + self._floor_axis] += 2.0 * self.floor_k * self.mass * (dfl < 0)
         data[self._diag_slot] += diag[self.free]
         Hm = sp.csr_matrix((data, self._indices, self._indptr), shape=(self.nfree, self.nfree))
         return val, grad.reshape(-1), Hm
