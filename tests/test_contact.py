@@ -394,3 +394,18 @@ def test_negligible_correction_is_the_rms_sample_displacement():
     for stack in (sysm._gram_stack, None):
         sysm._gram_stack = stack
         assert sysm._negligible(0.999 * scale * delta) and not sysm._negligible(1.001 * scale * delta)
+
+
+def test_static_points_of_any_layout_are_accepted():
+    """Static collider points given as a transposed (Fortran-ordered) array step exactly like the same points in
+    C order (the C kernel needs contiguous rows; the system makes its own copy)."""
+    g = np.linspace(-0.3, 0.3, 13)
+    floor = np.stack(np.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
+    floor = np.c_[floor, np.full(len(floor), -SIZE / 2 - 0.3 * SPACING)]
+    runs = []
+    for pts in (floor, np.asfortranarray(floor)):
+        sysm = BodyContactSystem([_cube((0.0, 0.0, 0.0))], static_points=pts)
+        for _ in range(3):
+            sysm.step()
+        runs.append(sysm.bodies[0].positions())
+    assert torch.equal(runs[0], runs[1])

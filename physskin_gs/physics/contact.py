@@ -228,7 +228,7 @@ class BodyContactSystem:
         self._static = None
         self.static_radius = min(self.radii) if static_radius is None else float(static_radius)
         if static_points is not None:
-            sp = np.asarray(static_points, dtype=np.float64).reshape(-1, 3)
+            sp = np.ascontiguousarray(np.asarray(static_points, dtype=np.float64).reshape(-1, 3))  # (the C kernel)
             if not np.all(np.isfinite(sp)):
                 raise OptionError("static collider points must be finite")
             if sp.shape[0]:
