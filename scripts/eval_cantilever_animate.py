@@ -32,7 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -172,33 +172,82 @@ def fem_run(divisions, cache) -> dict:
     return fem
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def protocol_arguments(ap: argparse.ArgumentParser, divisions: str, divisions_help: str) -> None:
+    """The options both protocols share (inputs, splat, FEM divisions, outputs)."""
     ap.add_argument("--inputs", default="mesh,splat", help="comma-separated: mesh, splat")
     ap.add_argument("--splat-count", type=int, default=20000, help="Gaussians of the splat input (default 20000)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the splat's random points (default 0)")
-    ap.add_argument("--divisions", default="20,4,4", help="FEM cells per axis, y and z even (default 20,4,4)")
-    ap.add_argument("--fem-cache", default=None, help="an .npz to reuse the FEM run from, or store it in when it does "
-                                                      "not exist (one of other divisions is refused, not replaced)")
+    ap.add_argument("--divisions", default=divisions, help=f"FEM cells per axis, {divisions_help} (default {divisions})")
     ap.add_argument("--json", default=None, help="write the results here (refused if it exists)")
     ap.add_argument("--keep", default=None, help="keep the inputs and exported frames in this new folder")
-    args = ap.parse_args()
+
+
+def check_arguments(ap: argparse.ArgumentParser, args, even_axes, min_cells: int, divisions_help: str):
+    """(inputs, divisions) of the shared options, or ``ap.error`` (exit 2) before any work."""
     inputs = [s.strip() for s in args.inputs.split(",") if s.strip()]
-    bad = [s for s in inputs if s not in TARGETS]
-    if bad or not inputs:
+    if not inputs or any(s not in ("mesh", "splat") for s in inputs):
         ap.error(f"--inputs: choose from mesh, splat (got {args.inputs!r})")
     try:
         divisions = [int(v) for v in args.divisions.split(",")]
     except ValueError:
         divisions = []
-    if len(divisions) != 3 or min(divisions) < 1 or divisions[1] % 2 or divisions[2] % 2:
-        ap.error(f"--divisions: three positive integers, the last two even (got {args.divisions!r})")
+    if len(divisions) != 3 or min(divisions) < min_cells or any(divisions[a] % 2 for a in even_axes):
+        ap.error(f"--divisions: {divisions_help} (got {args.divisions!r})")
     if args.splat_count < 100:
         ap.error(f"--splat-count: at least 100 (got {args.splat_count})")
     if args.json and Path(args.json).exists():
         ap.error(f"--json {args.json} exists")
     if args.keep and Path(args.keep).exists():
         ap.error(f"--keep {args.keep} exists")
+    return inputs, divisions
+
+
+def run_inputs(args, inputs, prefix: str, write_input, options) -> dict:
+    """Each input written by ``write_input(kind, folder) -> path``, animated with ``options``: {kind: (exported
+    points (frames, N, 3), seconds)}; the work folder is ``--keep`` or a temporary one (removed afterwards)."""
+    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix=prefix))
+    work.mkdir(parents=True, exist_ok=not args.keep)
+    out = {}
+    try:
+        for kind in inputs:
+            secs = run_animate(write_input(kind, work), work / f"{kind}_frames", options)
+            out[kind] = (read_frames(work / f"{kind}_frames"), secs)
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    return out
+
+
+def report(args, header: str, rows, payload: dict) -> None:
+    """Print the markdown table (``header``: its column names joined by " | ") and write ``--json``."""
+    print()
+    print(f"| {header} |")
+    print("|" + "---|" * (header.count(" | ") + 1))
+    for row in rows:
+        print(f"| {row} |")
+    if args.json:
+        with open(args.json, "x", encoding="utf-8") as f:
+            json.dump(payload, f, indent=1)
+
+
+def _beam_input(args):
+    def write(kind: str, folder: Path) -> Path:
+        src = folder / ("beam.obj" if kind == "mesh" else "beam_splat.ply")
+        if kind == "mesh":
+            write_beam_mesh(src)
+        else:
+            write_beam_splat(src, args.splat_count, args.seed)
+        return src
+    return write
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    protocol_arguments(ap, "20,4,4", "y and z even")
+    ap.add_argument("--fem-cache", default=None, help="an .npz to reuse the FEM run from, or store it in when it does "
+                                                      "not exist (one of other divisions is refused, not replaced)")
+    args = ap.parse_args()
+    inputs, divisions = check_arguments(ap, args, (1, 2), 1, "three positive integers, the last two even")
     if args.fem_cache and Path(args.fem_cache).exists():
         try:
             read_fem_cache(Path(args.fem_cache), divisions)
@@ -207,39 +256,23 @@ def main() -> int:
     t0 = time.perf_counter()
     fem = fem_run(divisions, args.fem_cache)
     print(f"FEM {divisions}: {time.perf_counter() - t0:.1f} s")
-    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="cantilever_"))
-    work.mkdir(parents=True, exist_ok=bool(not args.keep))
     results = {}
-    for kind in inputs:
-        src = work / ("beam.obj" if kind == "mesh" else "beam_splat.ply")
-        if kind == "mesh":
-            write_beam_mesh(src)
-        else:
-            write_beam_splat(src, args.splat_count, args.seed)
-        secs = run_animate(src, work / f"{kind}_frames")
-        res = compare(read_frames(work / f"{kind}_frames"), fem)
+    for kind, (traj, secs) in run_inputs(args, inputs, "cantilever_", _beam_input(args), CANTILEVER_OPTIONS).items():
+        res = compare(traj, fem)
         res["animate_seconds"] = secs
         res["targets"] = TARGETS[kind]
         res["pass"] = bool(res["chamfer_m2"][str(STEPS)] <= TARGETS[kind]["chamfer_m2"]
                            and res["drift_mm"] <= TARGETS[kind].get("drift_mm", math.inf))
         results[kind] = res
-    print()
-    print("| input | points | Chamfer@1 (m^2) | Chamfer@100 (m^2) | RMS@100 (mm) | sag ratio | period ratio "
-          "| tip drift (mm) | animate (s) | target |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    rows = []
     for kind, r in results.items():
         t = r["targets"]
         tgt = f"Chamfer <= {t['chamfer_m2']}" + (f", drift <= {t['drift_mm']} mm" if "drift_mm" in t else "")
-        print(f"| {kind} | {r['points']} | {r['chamfer_m2']['1']:.2e} | {r['chamfer_m2'][str(STEPS)]:.2e} | "
-              f"{1e3 * r['rms_m']:.1f} | {r['sag_ratio']:.3f} | {r['period_ratio']:.3f} | {r['drift_mm']:.2f} | "
-              f"{r['animate_seconds']:.0f} | {tgt}: {'PASS' if r['pass'] else 'FAIL'} |")
-    if args.json:
-        with open(args.json, "x", encoding="utf-8") as f:
-            json.dump({"fem_divisions": divisions, "results": results}, f, indent=1)
-    if not args.keep:
-        import shutil
-
-        shutil.rmtree(work, ignore_errors=True)
+        rows.append(f"{kind} | {r['points']} | {r['chamfer_m2']['1']:.2e} | {r['chamfer_m2'][str(STEPS)]:.2e} | "
+                    f"{1e3 * r['rms_m']:.1f} | {r['sag_ratio']:.3f} | {r['period_ratio']:.3f} | {r['drift_mm']:.2f} | "
+                    f"{r['animate_seconds']:.0f} | {tgt}: {'PASS' if r['pass'] else 'FAIL'}")
+    report(args, "input | points | Chamfer@1 (m^2) | Chamfer@100 (m^2) | RMS@100 (mm) | sag ratio | period ratio | "
+           "tip drift (mm) | animate (s) | target", rows, {"fem_divisions": divisions, "results": results})
     return 0
 
 

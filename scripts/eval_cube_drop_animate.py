@@ -28,10 +28,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -41,7 +38,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from eval_cantilever_animate import STEPS, DT, read_frames, run_animate, write_beam_mesh, write_beam_splat  # noqa: E402
+from eval_cantilever_animate import (  # noqa: E402
+    DT,
+    STEPS,
+    check_arguments,
+    protocol_arguments,
+    report,
+    run_inputs,
+    write_beam_mesh,
+    write_beam_splat,
+)
 
 from physskin_gs.physics.fem_dynamics import (  # noqa: E402
     FullSpaceNeoHookean,
@@ -88,59 +94,34 @@ def compare(traj: np.ndarray, fem: dict) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--inputs", default="mesh,splat", help="comma-separated: mesh, splat")
-    ap.add_argument("--splat-count", type=int, default=20000, help="Gaussians of the splat input (default 20000)")
-    ap.add_argument("--seed", type=int, default=0, help="seed of the splat's random points (default 0)")
-    ap.add_argument("--divisions", default="8,8,8", help="FEM cells per axis, each even (default 8,8,8)")
-    ap.add_argument("--json", default=None, help="write the results here (refused if it exists)")
-    ap.add_argument("--keep", default=None, help="keep the inputs and exported frames in this new folder")
+    protocol_arguments(ap, "8,8,8", "each even")
     args = ap.parse_args()
-    inputs = [s.strip() for s in args.inputs.split(",") if s.strip()]
-    if not inputs or any(s not in ("mesh", "splat") for s in inputs):
-        ap.error(f"--inputs: choose from mesh, splat (got {args.inputs!r})")
-    try:
-        divisions = [int(v) for v in args.divisions.split(",")]
-    except ValueError:
-        divisions = []
-    if len(divisions) != 3 or min(divisions) < 2 or any(d % 2 for d in divisions):
-        ap.error(f"--divisions: three even integers >= 2 (got {args.divisions!r})")
-    if args.splat_count < 100:
-        ap.error(f"--splat-count: at least 100 (got {args.splat_count})")
-    if args.json and Path(args.json).exists():
-        ap.error(f"--json {args.json} exists")
-    if args.keep and Path(args.keep).exists():
-        ap.error(f"--keep {args.keep} exists")
+    inputs, divisions = check_arguments(ap, args, (0, 1, 2), 2, "three even integers >= 2")
     t0 = time.perf_counter()
     fem = fem_run(divisions)
     print(f"FEM {divisions}: {time.perf_counter() - t0:.1f} s")
-    work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="cube_drop_"))
-    work.mkdir(parents=True, exist_ok=not args.keep)
-    results = {}
-    for kind in inputs:
-        src = work / ("cube.obj" if kind == "mesh" else "cube_splat.ply")
+
+    def write(kind: str, folder: Path) -> Path:
+        src = folder / ("cube.obj" if kind == "mesh" else "cube_splat.ply")
         if kind == "mesh":
             write_beam_mesh(src, edge=0.05, size=SIZE, centre=(0.0, 0.0, 0.0))
         else:
             write_beam_splat(src, args.splat_count, args.seed, size=SIZE, lo=LO)
-        secs = run_animate(src, work / f"{kind}_frames", OPTIONS)
-        r = compare(read_frames(work / f"{kind}_frames"), fem)
+        return src
+
+    results, rows = {}, []
+    for kind, (traj, secs) in run_inputs(args, inputs, "cube_drop_", write, OPTIONS).items():
+        r = compare(traj, fem)
         r["animate_seconds"] = secs
         r["pass"] = bool(r["chamfer_m2"]["1"] < TOL * TOL and r["chamfer_m2"][str(STEPS)] < TOL)
         results[kind] = r
-    print()
-    print("| input | points | Chamfer@1 (m^2) | Chamfer@100 (m^2) | RMS@100 (mm) | bottom at the end (mm; FEM) | "
-          "deepest bottom (mm; FEM) | animate (s) | kaolin's tolerance |")
-    print("|---|---|---|---|---|---|---|---|---|")
-    for kind, r in results.items():
-        print(f"| {kind} | {r['points']} | {r['chamfer_m2']['1']:.2e} | {r['chamfer_m2'][str(STEPS)]:.2e} | "
-              f"{1e3 * r['rms_m']:.1f} | {r['rest_height_mm']:.1f} ({r['fem_rest_height_mm']:.1f}) | "
-              f"{r['deepest_mm']:.1f} ({r['fem_deepest_mm']:.1f}) | {r['animate_seconds']:.0f} | "
-              f"< {TOL:g}: {'PASS' if r['pass'] else 'FAIL'} |")
-    if args.json:
-        with open(args.json, "x", encoding="utf-8") as f:
-            json.dump({"fem_divisions": divisions, "results": results}, f, indent=1)
-    if not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
+        rows.append(f"{kind} | {r['points']} | {r['chamfer_m2']['1']:.2e} | {r['chamfer_m2'][str(STEPS)]:.2e} | "
+                    f"{1e3 * r['rms_m']:.1f} | {r['rest_height_mm']:.1f} ({r['fem_rest_height_mm']:.1f}) | "
+                    f"{r['deepest_mm']:.1f} ({r['fem_deepest_mm']:.1f}) | {r['animate_seconds']:.0f} | "
+                    f"< {TOL:g}: {'PASS' if r['pass'] else 'FAIL'}")
+    report(args, "input | points | Chamfer@1 (m^2) | Chamfer@100 (m^2) | RMS@100 (mm) | bottom at the end (mm; FEM) | "
+           "deepest bottom (mm; FEM) | animate (s) | kaolin's tolerance", rows,
+           {"fem_divisions": divisions, "results": results})
     return 0
 
 
