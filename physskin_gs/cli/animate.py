@@ -725,8 +725,9 @@ def run_headless(args) -> int:
               + f"; {col['static_points']} static points of the scene collide", file=sys.stderr)
     nh = anim.num_handles
     bodies = anim.info.get("bodies")
+    sources = [str(b.get("skinning", anim.skinning_source)) for b in bodies] if bodies else []
     hand = (f"{len(bodies)} bodies of {', '.join(str(b['handles']) for b in bodies)} handles (each with its constant "
-            f"one; {anim.skinning_source})"
+            f"one; {sources[0] if len(set(sources)) == 1 else ', '.join(sources)})"
             if bodies else f"{nh} handle{'s' if nh != 1 else ''} ({nh - 1} + constant; {anim.skinning_source})")
     asked = int(getattr(args, "num_handles", 16) or 16)
     learned = [b["handles"] - 1 for b in bodies] if bodies else [nh - 1]
