@@ -382,6 +382,7 @@ def sanitize_invalid_rows(scene: GaussianScene, center: torch.Tensor,
 #: support does not apply
 UP_AGREES_DEG = 5.0
 
+
 def up_off_support_deg(up, analysis) -> Optional[float]:
     """Degrees between an up vector (3,) (any length, scene axes) and the scene analysis' support normal, or None
     when the analysis found no support plane. Below :data:`UP_AGREES_DEG` an explicit ``--up`` keeps the support."""

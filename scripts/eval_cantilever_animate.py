@@ -56,7 +56,7 @@ STEPS, DT = 100, 0.05
 TARGETS = {"mesh": {"chamfer_m2": 0.005}, "splat": {"chamfer_m2": 0.008, "drift_mm": 5.0}}
 
 
-def write_beam_mesh(path: Path, edge: float = 0.02, size=SIZE, centre=(SIZE[0] / 2, 0.0, 0.0)) -> None:
+def write_box_mesh(path: Path, edge: float = 0.02, size=SIZE, centre=(SIZE[0] / 2, 0.0, 0.0)) -> None:
     """The beam (or another box: ``size``, ``centre``, metres) as a closed triangle mesh: trimesh's box with its
     faces split to edges of at most ``edge`` (so the exported vertices sample the surface; a 12-triangle box would
     leave only its 8 corners to compare)."""
@@ -68,7 +68,7 @@ def write_beam_mesh(path: Path, edge: float = 0.02, size=SIZE, centre=(SIZE[0] /
     trimesh.Trimesh(v, f, process=True).export(str(path))
 
 
-def write_beam_splat(path: Path, n: int, seed: int, size=SIZE, lo=(0.0, -SIZE[1] / 2, -SIZE[2] / 2)) -> None:
+def write_box_splat(path: Path, n: int, seed: int, size=SIZE, lo=(0.0, -SIZE[1] / 2, -SIZE[2] / 2)) -> None:
     """An INRIA PLY of n Gaussians at uniform random points of the beam's volume (or another box: ``size`` from
     corner ``lo``, metres; isotropic, 5 mm, opaque, grey)."""
     import torch
@@ -234,9 +234,9 @@ def _beam_input(args):
     def write(kind: str, folder: Path) -> Path:
         src = folder / ("beam.obj" if kind == "mesh" else "beam_splat.ply")
         if kind == "mesh":
-            write_beam_mesh(src)
+            write_box_mesh(src)
         else:
-            write_beam_splat(src, args.splat_count, args.seed)
+            write_box_splat(src, args.splat_count, args.seed)
         return src
     return write
 

@@ -45,8 +45,8 @@ from eval_cantilever_animate import (  # noqa: E402
     protocol_arguments,
     report,
     run_inputs,
-    write_beam_mesh,
-    write_beam_splat,
+    write_box_mesh,
+    write_box_splat,
 )
 
 from physskin_gs.physics.fem_dynamics import (  # noqa: E402
@@ -104,9 +104,9 @@ def main() -> int:
     def write(kind: str, folder: Path) -> Path:
         src = folder / ("cube.obj" if kind == "mesh" else "cube_splat.ply")
         if kind == "mesh":
-            write_beam_mesh(src, edge=0.05, size=SIZE, centre=(0.0, 0.0, 0.0))
+            write_box_mesh(src, edge=0.05, size=SIZE, centre=(0.0, 0.0, 0.0))
         else:
-            write_beam_splat(src, args.splat_count, args.seed, size=SIZE, lo=LO)
+            write_box_splat(src, args.splat_count, args.seed, size=SIZE, lo=LO)
         return src
 
     results, rows = {}, []

@@ -161,10 +161,19 @@ def _bounded(options: "SkinningOptions", natural: int) -> int:
     return natural if options.max_handles is None else max(0, min(int(natural), int(options.max_handles)))
 
 
-def _warn_reduced(name: str, requested: int, used: int) -> None:
+def _warn_reduced(name: str, requested: int, used: int, stacklevel: int = 4) -> None:
     warnings.warn(SkinningReducedWarning(
         f"{name} skinning: {used} learned handles instead of {requested} (the points support no more)",
-        requested, used), stacklevel=4)
+        requested, used), stacklevel=stacklevel)
+
+
+def _learned_handles(name: str, options: "SkinningOptions") -> int:
+    """The learned handles a basis that sets its own count builds: ``options.num_handles`` within
+    ``options.max_handles``, with a :class:`SkinningReducedWarning` when that is fewer."""
+    m = _bounded(options, options.num_handles)
+    if m < options.num_handles:
+        _warn_reduced(name, options.num_handles, m, stacklevel=5)
+    return m
 
 
 @dataclass
@@ -217,9 +226,7 @@ class EigenBasis(SkinningBasis):
     summary = "skinning eigenmodes on the object's volume points (RKPM, no tet mesh; about 1 s)"
 
     def build(self, surface, volume, options, progress=None):
-        m = _bounded(options, options.num_handles)
-        if m < options.num_handles:
-            _warn_reduced(self.name, options.num_handles, m)
+        m = _learned_handles(self.name, options)
         if m == 0:
             return ConstantSkinningField(), "eigen"
         _report(progress, "skinning: eigenmodes of the object's volume points", 0.35)
@@ -273,9 +280,7 @@ class FitBasis(SkinningBasis):
 
         if not options.fit_seconds > 0:
             raise OptionError(f"--fit-seconds must be positive, got {options.fit_seconds}")
-        m = _bounded(options, options.num_handles)
-        if m < options.num_handles:
-            _warn_reduced(self.name, options.num_handles, m)
+        m = _learned_handles(self.name, options)
         if m == 0:
             return ConstantSkinningField(), "fit"
         ck = Path(options.checkpoint) if options.checkpoint else pm.default_checkpoint_path()
@@ -294,9 +299,7 @@ class RBFBasis(SkinningBasis):
     def build(self, surface, volume, options, progress=None):
         from physskin_gs.geometry.sampling import farthest_point_sampling
 
-        m = _bounded(options, options.num_handles)
-        if m < options.num_handles:
-            _warn_reduced(self.name, options.num_handles, m)
+        m = _learned_handles(self.name, options)
         if m == 0:
             return ConstantSkinningField(), "rbf"
         volume = torch.as_tensor(volume).float()
@@ -364,9 +367,7 @@ class VoxelBasis(SkinningBasis):
         from physskin_gs.model.tet_field import TetSkinningField
         from physskin_gs.physics.fem import laplacian_eigenbasis
 
-        m = _bounded(options, options.num_handles)
-        if m < options.num_handles:
-            _warn_reduced(self.name, options.num_handles, m)
+        m = _learned_handles(self.name, options)
         if m == 0:
             return ConstantSkinningField(), "voxel"
         _report(progress, "skinning: voxel tet mesh of the volume points and its Laplacian eigenmodes", 0.35)

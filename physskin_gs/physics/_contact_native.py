@@ -260,14 +260,20 @@ def friction_pairs(x0: np.ndarray, i: np.ndarray, j: np.ndarray, s_i: np.ndarray
                    static_radius: float) -> dict:
     """The step's friction pairs, as :meth:`BodyContactSystem._friction_pairs` (the reference) computes them, flat:
     ``{"i", "j" (-1: the collider), "cv", "wc", "n", "Pb"}`` over the body-body pairs (i, j) then the body-static
-    pairs (s_i, s_j) at x0 (N, 3) float64 (metres). per_sample: ``(r, m, eta (N,) float64, body (N,) int64)``;
-    static_points: (S, 3) float64 or None. Raises RuntimeError without the kernel, ValueError for bad arrays."""
+    pairs (s_i, s_j) at x0 (N, 3) float64 (metres): ``cv`` (F,) viscous coefficients h eta m, ``wc`` (F,) Coulomb
+    weights h^2 mu N (N the pair's normal force, newtons), ``n`` (F, 3) unit friction normals (the patch's),
+    ``Pb`` the number of body-body rows. per_sample: ``(r (m), m (kg), eta (1/s) (N,) float64, body (N,) int64)``;
+    static_points: (S, 3) float64 or None (metres); h: step (s); mu: Coulomb coefficient; k: penalty stiffness per
+    unit mass (1/s^2); static_radius: the static points' radius (m). Raises RuntimeError without the kernel,
+    ValueError for mismatched shapes or arrays of the wrong dtype or layout."""
     fns = _loaded()[0]
     if fns is None:
         raise RuntimeError(unavailable_reason())
     N = x0.shape[0]
     r, m, eta, body = per_sample
     Pb, Ps = int(i.size), int(s_i.size)
+    if j.size != Pb or s_j.size != Ps or any(a.shape != (N,) for a in per_sample) or x0.shape != (N, 3):
+        raise ValueError("friction_pairs: mismatched pair or per-sample arrays")
     P = Pb + Ps
     out = {"i": np.empty(P, np.int64), "j": np.empty(P, np.int64), "cv": np.empty(P), "wc": np.empty(P),
            "n": np.empty((P, 3)), "Pb": Pb}
@@ -277,7 +283,5 @@ def friction_pairs(x0: np.ndarray, i: np.ndarray, j: np.ndarray, s_i: np.ndarray
                   _ptr(sp, _F64), _ptr(r, _F64), _ptr(m, _F64), _ptr(eta, _F64), _ptr(body, _I64), int(num_bodies),
                   _ptr(acc, _F64), _ptr(out["i"], _I64), _ptr(out["j"], _I64), _ptr(out["cv"], _F64),
                   _ptr(out["wc"], _F64), _ptr(out["n"], _F64)], dtype=np.int64)
-    if j.size != Pb or s_j.size != Ps or any(a.shape != (N,) for a in per_sample) or x0.shape != (N, 3):
-        raise ValueError("friction_pairs: mismatched pair or per-sample arrays")
     fns["friction"](_ptr(A, _I64), _ptr(np.array([h, mu, k, static_radius]), _F64))
     return out

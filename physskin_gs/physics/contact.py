@@ -220,12 +220,14 @@ class BodyContactSystem:
         self.sizes = [3 * b.K4 for b in self.bodies]  # unknowns per body
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)]).astype(int)
         counts = [b.n for b in self.bodies]
-        self._sample_body = np.repeat(np.arange(len(self.bodies)), counts)  # [N] body of each global sample
+        self._sample_body = np.repeat(np.arange(len(self.bodies), dtype=np.int64), counts)  # [N] body of each sample
         self._sample_local = np.concatenate([np.arange(c) for c in counts])  # [N] index in its body
         self._sample_r = np.repeat(self.radii, counts)  # [N]
         self.offsets_samples = np.concatenate([[0], np.cumsum(counts)]).astype(int)  # body b: samples [o_b, o_b+1)
         self._sample_m = np.concatenate([np.full(b.n, b.m_p) for b in self.bodies])  # [N] point mass (kg)
         self._static = None
+        self._static_pts = None  # (S, 3) float64 C-ordered static collider points, or None
+        self._per_sample_cache = None  # (frictions, arrays) of _per_sample
         self.static_radius = min(self.radii) if static_radius is None else float(static_radius)
         if static_points is not None:
             sp = np.ascontiguousarray(np.asarray(static_points, dtype=np.float64).reshape(-1, 3))  # (the C kernel)
@@ -423,11 +425,11 @@ class BodyContactSystem:
         (c, d) sub-blocks of one float32 GEMM ``[Phi_S w_cd]^T Phi_S``; an off-diagonal block (two touching bodies)
         sums W per pair (contact and friction of the same pair merged), the 9 sub-blocks of one GEMM likewise.
         :meth:`_contact_hessian_reference` is the plain per-pair version it is tested against."""
-        N, B = int(self.offsets_samples[-1]), self.num_bodies
+        N = int(self.offsets_samples[-1])
         iu = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))
         ends_s, ends_w, pi, pj, pw = [], [], [], [], []
         for kind, gi, gj, ci, cn, n in gn:
-            w = np.stack([cn * n[:, c] * n[:, d] for c, d in ((c, d) for c in range(3) for d in range(3))], 1)
+            w = (cn[:, None, None] * n[:, :, None] * n[:, None, :]).reshape(-1, 9)  # [P, 9] c_nn n n^T row-major
             if ci is not None:
                 w[:, [0, 4, 8]] += ci[:, None]  # [P, 9] W row-major
             ends_s.append(gi)
@@ -464,18 +466,13 @@ class BodyContactSystem:
         uk, inv = np.unique(key, return_inverse=True)  # contact and friction of one pair merged
         Wp = np.stack([np.bincount(inv, weights=w[:, c], minlength=uk.size) for c in range(9)], 1)  # [U, 9]
         ui, uj = uk // N, uk % N
-        ba, bb = self._sample_body[ui], self._sample_body[uj]
+        ba, bb = self._sample_body[ui], self._sample_body[uj]  # a < b: pairs run from a lower body's sample
         for a, b in set(zip(ba.tolist(), bb.tolist())):
             sel = (ba == a) & (bb == b)
-            if a < b:
-                wi, wj, wsel = ui[sel], uj[sel], Wp[sel]
-            else:  # the transposed block: W^T per pair
-                wi, wj, wsel = uj[sel], ui[sel], Wp[sel][:, [0, 3, 6, 1, 4, 7, 2, 5, 8]]
-            a, b = min(a, b), max(a, b)
-            Pa = torch.from_numpy(self._phi32[a][self._sample_local[wi]])  # [U, Ka]
-            Pb = torch.from_numpy(self._phi32[b][self._sample_local[wj]])  # [U, Kb]
+            Pa = torch.from_numpy(self._phi32[a][self._sample_local[ui[sel]]])  # [U, Ka]
+            Pb = torch.from_numpy(self._phi32[b][self._sample_local[uj[sel]]])  # [U, Kb]
             Ka, Kb = Pa.shape[1], Pb.shape[1]
-            wt = torch.from_numpy(wsel.astype(np.float32))  # [U, 9]
+            wt = torch.from_numpy(Wp[sel].astype(np.float32))  # [U, 9]
             blk9 = -((Pa[:, None, :] * wt[:, :, None]).reshape(-1, 9 * Ka).T @ Pb).view(3, 3, Ka, Kb)
             blk = blk9.permute(0, 2, 1, 3).reshape(3 * Ka, 3 * Kb).to(torch.float64)  # [(c, k), (d, l)]
             oa, ob = self.offsets[a], self.offsets[b]
@@ -544,7 +541,7 @@ class BodyContactSystem:
     def _native_terms(self, x: np.ndarray, fric: Optional[dict], with_derivs: bool, h2: float):
         """(E_contact, E_friction, pairs (with their deepest overlap), dE/dx (N, 3) or None) at x (N, 3)
         by the C kernel, from the current Verlet list or, when a sample has left its skin, a new one."""
-        flat = None if fric is None else self._friction_flat(fric)
+        flat = None if fric is None else fric["flat"]  # the native _friction_pairs' arrays
         v = self._verlet if self._verlet is not None and self._verlet["x"].shape == x.shape else None
         for _ in range(2):
             if v is None:
@@ -567,21 +564,6 @@ class BodyContactSystem:
             return self._native_terms(np.ascontiguousarray(x), None, False, 1.0)[2]
         return self._pairs_near(x)
 
-    @staticmethod
-    def _friction_flat(fric: dict) -> dict:
-        """The step's friction pairs as the C kernel takes them (one array each over all blocks, j = -1 against
-        the collider), built once per step."""
-        flat = fric.get("flat")
-        if flat is None:
-            cat = np.concatenate
-            bl = fric["blocks"]
-            j = [b[2] if b[2] is not None else np.full(b[1].size, -1, np.int64) for b in bl]
-            flat = fric["flat"] = {"i": cat([b[1] for b in bl]).astype(np.int64), "j": cat(j).astype(np.int64),
-                                   "cv": cat([b[3] for b in bl]), "wc": cat([b[4] for b in bl]),
-                                   "n": np.ascontiguousarray(cat([b[5] for b in bl])), "x0": fric["x0"],
-                                   "eps": fric["eps"]}
-        return flat
-
     def _friction_pairs(self, x0: np.ndarray, p: _Pairs, h: float) -> Optional[dict]:
         """The step's friction pairs from the positions x0 at its start and their overlapping pairs p: per pair the
         unit normal n (its tangential projector is P_T = I - n n^T), the viscous coefficient h eta m (eta: the mean
@@ -592,7 +574,7 @@ class BodyContactSystem:
             if not (p.i.size or p.s_i.size):
                 return None
             flat = _contact_native.friction_pairs(
-                np.ascontiguousarray(x0), p.i, p.j, p.s_i, p.s_j, getattr(self, "_static_pts", None),
+                np.ascontiguousarray(x0), p.i, p.j, p.s_i, p.s_j, self._static_pts,
                 self._per_sample(), self.num_bodies, h, self.mu, self.contact_k, self.static_radius)
             Pb = flat.pop("Pb")
             blocks = []  # the reference's blocks, as views of the flat arrays (for the Hessian entries)
@@ -630,12 +612,10 @@ class BodyContactSystem:
         """(radius, mass, viscous friction eta (the body's ``friction``, 1/s), body index) per contact sample, for
         the C kernel; rebuilt when a body's friction changed."""
         key = tuple(b.friction for b in self.bodies)
-        c = getattr(self, "_per_sample_cache", None)
+        c = self._per_sample_cache
         if c is None or c[0] != key:
             eta = np.repeat(np.asarray(key, dtype=np.float64), [b.n for b in self.bodies])
-            c = self._per_sample_cache = (key, (np.ascontiguousarray(self._sample_r, dtype=np.float64),
-                                                self._sample_m.astype(np.float64), eta,
-                                                self._sample_body.astype(np.int64)))
+            c = self._per_sample_cache = (key, (self._sample_r, self._sample_m, eta, self._sample_body))
         return c[1]
 
     @staticmethod
