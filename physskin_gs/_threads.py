@@ -14,6 +14,8 @@ from typing import Callable, Dict, Iterator, Optional, Sequence, Tuple, TypeVar
 
 import torch
 
+from physskin_gs import interrupts
+
 #: Most Python-level worker threads a block-parallel kernel uses.
 MAX_WORKERS = 8
 
@@ -66,7 +68,9 @@ def run_on_workers(name: str, fn: Callable[[int, _Item], None], items: Sequence[
     With one thread (or none needed) every item runs on the caller, slot 0, with torch's thread setting untouched.
     Otherwise, with ``torch_ops``, every thread's torch ops are single-threaded (torch releases the GIL inside
     ops) and the caller's thread count is restored after. All threads are waited for before returning or raising;
-    the first failing worker's exception (in slot order) propagates, else the caller's."""
+    the first failing worker's exception (in slot order) propagates, else the caller's. Ctrl-C / SIGTERM during the
+    run stop the hand-out of items and are raised once every thread has returned (:func:`interrupts.deferred`): no
+    worker is left running on the caller's arrays."""
     T = min(int(workers), len(items))
     if T <= 1:
         for it in items:
@@ -80,12 +84,12 @@ def run_on_workers(name: str, fn: Callable[[int, _Item], None], items: Sequence[
             torch.set_num_threads(1)  # this thread's OpenMP setting: its ops stay single-threaded
         while True:
             with lock:
-                it = next(queue, _END)
+                it = next(queue, _END) if interrupts.requested() is None else _END
             if it is _END:
                 return
             fn(slot, it)
 
-    with single_thread(1 if torch_ops else None):
+    with interrupts.deferred(), single_thread(1 if torch_ops else None):
         pool = worker_pool(name, T - 1)
         futs = [pool.submit(work, i) for i in range(1, T)]
         try:

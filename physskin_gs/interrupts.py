@@ -6,7 +6,9 @@ run goes on as if nothing happened, sometimes with a half-initialised C extensio
 interpreter. :func:`install` replaces the handler with one that *records* the signal and raises it at once, except
 inside an import, where it waits (a SIGALRM timer looks again every 50 ms) until the import is over; a swallowed
 interrupt is raised again at the next :func:`check` (every output commit and every loop of the commands calls it),
-and the command line still exits 130 (SIGINT) or 143 (SIGTERM).
+and the command line still exits 130 (SIGINT) or 143 (SIGTERM). Inside :func:`deferred` (a call that hands work to
+threads it must join, such as ``cKDTree.query(workers=-1)``) an interrupt is recorded and raised when the block ends,
+so that no thread is left running on memory the interpreter frees on its way out.
 
 Pure Python, no filesystem: any layer may call :func:`check`.
 """
@@ -15,9 +17,10 @@ from __future__ import annotations
 
 import signal
 import threading
-from typing import Callable, Optional
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional
 
-__all__ = ["Terminated", "install", "requested", "check", "reset"]
+__all__ = ["Terminated", "install", "requested", "check", "reset", "deferred"]
 
 
 class Terminated(KeyboardInterrupt):
@@ -48,7 +51,13 @@ def _importing(frame) -> bool:
     return False
 
 
+#: Depth of :func:`deferred` blocks the main thread is in (the handler only records while it is > 0).
+_deferred = 0
+
+
 def _raise_when_safe(signum, frame) -> None:
+    if _deferred > 0:  # raised when the block ends
+        return
     if _importing(frame):  # not now: once the import is done (a timer looks again)
         try:
             signal.setitimer(signal.ITIMER_REAL, _RETRY_S)
@@ -116,3 +125,47 @@ def reset() -> None:
     """Forget a recorded interrupt (a new command starts)."""
     global _requested
     _requested = None
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Run the block without being interrupted: SIGINT / SIGTERM arriving inside it are recorded and raised (as
+    :class:`KeyboardInterrupt` / :class:`Terminated`) when it ends. For calls that start threads and join them
+    (scipy's ``cKDTree.query(workers=-1)``, :func:`physskin_gs._threads.run_on_workers`): an exception in the middle
+    of the join would leave those threads running, and the interpreter's exit then frees memory under them (a
+    segmentation fault instead of exit 130). Keep such blocks short (they delay Ctrl-C).
+
+    Works with or without :func:`install` (without it, Python's default SIGINT handler is replaced by a recording
+    one for the block; other handlers are left alone). Nests. In other threads (signals only reach the main thread) the block just runs.
+    """
+    global _deferred, _requested
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    own = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            if signal.getsignal(sig) is signal.default_int_handler:  # Python's own: would raise mid-join
+                own[sig] = signal.signal(sig, _handler)
+        except (ValueError, OSError, TypeError):  # pragma: no cover - embedded interpreters
+            pass
+    saved = _requested
+    if own:  # not installed: the record of this block alone, the module's record left as it was
+        _requested = None
+    _deferred += 1
+    try:
+        yield
+    finally:
+        _deferred -= 1
+        for sig, h in own.items():
+            try:
+                signal.signal(sig, h)
+            except (ValueError, OSError, TypeError):  # pragma: no cover
+                pass
+        if own:
+            got, _requested = _requested, saved
+    if own:
+        if got is not None:
+            raise _exception(got)
+    elif _deferred == 0:
+        check()

@@ -721,6 +721,63 @@ def test_an_interrupt_during_an_import_waits_for_the_import(tmp_path, monkeypatc
         sys.modules.pop("slow_module_for_sigint", None)
 
 
+@pytest.mark.parametrize("installed", [True, False], ids=["installed", "python-default"])
+def test_an_interrupt_inside_deferred_is_raised_when_the_block_ends(installed):
+    """``interrupts.deferred()``: Ctrl-C inside the block is recorded, the block runs to its end, and the interrupt
+    is raised right after it, with the command line's handlers installed or with Python's own."""
+    from physskin_gs import interrupts
+
+    restore = interrupts.install() if installed else (lambda: None)
+    previous = signal.getsignal(signal.SIGINT)
+    finished = False
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with interrupts.deferred():
+                with interrupts.deferred():  # nested: only the outermost block raises
+                    os.kill(os.getpid(), signal.SIGINT)
+                    time.sleep(0.05)
+                time.sleep(0.05)
+                finished = True
+        assert finished
+        assert signal.getsignal(signal.SIGINT) is previous  # the handler the block found is back
+        assert interrupts.requested() == (signal.SIGINT if installed else None)
+    finally:
+        restore()
+        interrupts.reset()
+
+
+def test_an_interrupt_during_run_on_workers_waits_for_every_worker():
+    """Ctrl-C while worker threads run (scipy's threaded cKDTree queries crashed the interpreter at exit when the
+    interrupt left their join early): no item starts after the interrupt, every started item finishes before
+    KeyboardInterrupt leaves ``run_on_workers``."""
+    import threading
+
+    from physskin_gs import interrupts
+    from physskin_gs._threads import run_on_workers
+
+    restore = interrupts.install()
+    started, finished = [], []
+    lock = threading.Lock()
+
+    def fn(slot, item):
+        with lock:
+            started.append(item)
+        if item == 0:
+            os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(0.2)
+        with lock:
+            finished.append(item)
+
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            run_on_workers("test-interrupt", fn, list(range(12)), 3, torch_ops=False)
+        assert sorted(started) == sorted(finished)  # nobody is left running
+        assert len(started) < 12  # the hand-out stopped
+    finally:
+        restore()
+        interrupts.reset()
+
+
 # ------------------------------------------------------------------------------------------------ a user's walkthrough
 @pytest.mark.parametrize("argv", [
     ["skin", "{scene}", "-o", "{out}/w.npz", "--skinning", "rbf", "--points", ""],

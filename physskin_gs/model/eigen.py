@@ -118,6 +118,7 @@ import torch
 from scipy.sparse.linalg import ArpackError, ArpackNoConvergence, LinearOperator, eigsh, splu
 from scipy.spatial import cKDTree
 
+from physskin_gs import interrupts
 from physskin_gs.geometry.sampling import cell_centroids, farthest_point_sampling, grid_cells
 from physskin_gs.model import _rkpm_native
 from physskin_gs.model.field import SkinningField
@@ -549,7 +550,8 @@ def quadrature_weights(points: np.ndarray, rule: str = "uniform", k: int = QUADR
         if distances is not None and distances.shape[1] > kk:
             d = distances
         else:
-            d, _ = cKDTree(points).query(points, k=kk + 1, workers=-1)
+            with interrupts.deferred():  # its threads joined before an interrupt leaves (else: a crash at exit)
+                d, _ = cKDTree(points).query(points, k=kk + 1, workers=-1)
         w = np.maximum(d[:, kk], 1e-12) ** dim
         w = np.minimum(w, 8.0 * np.median(w))  # isolated points cannot take over
         return w / w.sum()
@@ -773,7 +775,9 @@ def build_eigen_field(volume: ArrayLike, num_handles: int = 16, *, seed: Optiona
                              f"distinct) are too few for {num_handles} handles")
         dn, _ = cKDTree(nd).query(nd, k=radius_k + 1)  # [n, k+1], column 0 is the node itself
         # [V, 17] (the knn quadrature's neighbours) or [V, 2]; column 1: the nearest other point
-        dp, _ = cKDTree(pts).query(pts, k=min(QUADRATURE_K, V - 1) + 1 if quadrature == "knn" else 2, workers=-1)
+        with interrupts.deferred():  # as in quadrature_weights
+            dp, _ = cKDTree(pts).query(pts, k=min(QUADRATURE_K, V - 1) + 1 if quadrature == "knn" else 2,
+                                       workers=-1)
         spacing = float(dp[:, 1].mean())
         rad = np.maximum(radius_factor * dn[:, radius_k], min_spacing_factor * spacing)
         rad = np.minimum(rad, radius_cap * float(np.median(rad)))
