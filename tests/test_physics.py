@@ -170,6 +170,39 @@ def test_gravity_drop_comes_to_rest_on_floor():
     assert st.rejected == 0
 
 
+def _dissipation_from_scratch(sim: SubspaceSimulator, q0: torch.Tensor, h: float) -> torch.Tensor:
+    """method.md's step dissipation, written out: beta h K0 + h eta m_p (P_T kron Phi_C^T Phi_C), C = the cubature
+    points within CONTACT_GAP of the floor at q0."""
+    x0 = sim.positions(q0)
+    touch = (x0 @ sim.up - sim.floor_height) < sim.CONTACT_GAP
+    Pc = sim.Phi[touch]
+    PT = torch.eye(3, dtype=torch.float64) - torch.outer(sim.up, sim.up)
+    D = (sim.damping * h * h) * sim._rest_stiffness()
+    return D + (h * sim.friction * sim.m_p) * torch.kron(PT, Pc.T @ Pc)
+
+
+def test_step_dissipation_kept_per_touching_set_equals_a_fresh_one():
+    """The floor-friction dissipation is kept while the same cubature points touch the floor (and the start
+    positions reused from the last step): it must equal the matrix built from scratch at every step, also after the
+    friction, the up direction or the touching set change."""
+    X, W, dW, V = _beam(256, seed=2, length=0.6, width=0.3)
+    sim = SubspaceSimulator(X, W, dW, V, E=2e4, nu=0.45, density=100, dt=0.03, up=(0, 0, 1),
+                            floor_height=-0.2, damping=0.05, friction=20.0)
+    h = sim.dt
+    touching = []
+    for k in range(40):
+        sim.step()
+        if k == 25:
+            sim.friction = 5.0  # the attribute itself (set_friction also renews the Hessian version)
+        D = sim._step_dissipation(sim.q, h)
+        ref = _dissipation_from_scratch(sim, sim.q, h)
+        assert torch.allclose(D, ref, rtol=1e-12, atol=1e-12 * float(ref.abs().max()))
+        touching.append(int(((sim.positions() @ sim.up - sim.floor_height) < sim.CONTACT_GAP).sum()))
+    assert touching[0] == 0 and touching[-1] > 0  # it fell onto the floor: no set, then several sets
+    sim.set_up((0, 0.6, 0.8))  # a tilted up: a new projector, same touching set or not
+    assert torch.allclose(sim._step_dissipation(sim.q, h), _dissipation_from_scratch(sim, sim.q, h), rtol=1e-12)
+
+
 def test_pinned_cantilever_sags_and_oscillation_decays():
     X, W, dW, V = _beam(256, m=6, seed=3)
     sim = SubspaceSimulator(X, W, dW, V, E=2e5, nu=0.3, density=100, dt=0.01, up=(0, 0, 1),

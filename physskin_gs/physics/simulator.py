@@ -301,6 +301,9 @@ class SubspaceSimulator:
         self.set_hessian_points(hessian_points)
         self._rayleigh: Optional[torch.Tensor] = None  # cached beta h K0 of _step_dissipation
         self._rayleigh_key = None
+        self._friction_D: Optional[torch.Tensor] = None  # cached D with the floor friction of one touching set
+        self._friction_D_key = None
+        self._x_cache = None  # (q, x (3, n) numpy) of the last accepted step: the next step's start positions
         self._blk: Optional[torch.Tensor] = None  # cached mass + spring block of _hessian
         self._blk_key = None
         # [Phi; G] with G's rows ordered (b, c): q @ PhiG^T gives displacements and F - I as contiguous rows
@@ -976,13 +979,21 @@ class SubspaceSimulator:
                 self._rayleigh_key = key
             D = self._rayleigh
         if self.floor_height is not None and self.friction > 0:
-            x0 = self.positions(q0) if x0 is None else x0
-            touch = (x0 @ self.up - self._floor_heights_t(x0)) < self.CONTACT_GAP
-            if bool(touch.any()):
-                Pc = self.Phi[touch]
-                PT = torch.eye(3, dtype=torch.float64) - torch.outer(self.up, self.up)
-                Kf = (h * self.friction * self.m_p) * torch.kron(PT, Pc.T @ Pc)
-                D = Kf if D is None else D + Kf
+            if x0 is None:
+                cached = self._x_cache
+                x0 = (torch.from_numpy(cached[1].T) if cached is not None and cached[0] is q0  # [n, 3]
+                      else self.positions(q0))
+            touch = ((x0 @ self.up - self._floor_heights_t(x0)) < self.CONTACT_GAP).numpy()  # [n] bool
+            if touch.any():
+                # a resting body touches the floor with the same points step after step: D is kept per touching set
+                key = (touch.tobytes(), h, self.friction, self.m_p, tuple(self.up.tolist()), self._rayleigh_key)
+                if self._friction_D_key != key:
+                    Pc = self.Phi[torch.from_numpy(touch)]  # [c, K4]
+                    PT = torch.eye(3, dtype=torch.float64) - torch.outer(self.up, self.up)
+                    Kf = (h * self.friction * self.m_p) * torch.kron(PT, Pc.T @ Pc)
+                    self._friction_D = Kf if D is None else D + Kf
+                    self._friction_D_key = key
+                D = self._friction_D
         return D
 
     def _sane(self, q: torch.Tensor, ev: Optional["_Eval"]) -> bool:
@@ -1001,6 +1012,7 @@ class SubspaceSimulator:
             self.qdot = (q - self.q) / h
             self.q = q
             self._pe_cache = (q, ev.pe)  # potential terms at the new state, for energies()
+            self._x_cache = (q, ev.x)
             self.time += h
             return True
         stats.rejected += 1
