@@ -392,3 +392,38 @@ def test_write_video_mp4(tmp_path):
     first = r.get_data(0)
     r.close()
     assert first.shape == (48, 64, 3)  # padded to multiples of 16, never resized
+
+
+def test_an_interrupt_while_ffmpeg_starts_leaves_no_ffmpeg_and_no_partial_file(tmp_path, monkeypatch):
+    """Ctrl-C right after the first frame's fork of ffmpeg (before imageio holds the process): the interrupt is
+    raised once the writer holds it, ffmpeg is closed and waited for, and neither the video nor its partial file
+    is left (before: an orphaned ffmpeg wrote an empty ``.v.partial.mp4`` after the command had exited)."""
+    import os
+    import signal
+    import subprocess
+
+    pytest.importorskip("imageio_ffmpeg")
+    from physskin_gs import interrupts
+    from physskin_gs.render.video import write_video
+
+    started = []
+    real_popen = subprocess.Popen
+
+    class InterruptedPopen(real_popen):
+        def __init__(self, *a, **k):
+            super().__init__(*a, **k)
+            started.append(self)
+            if len(started) == 1:
+                os.kill(os.getpid(), signal.SIGINT)  # arrives as soon as the fork returns
+
+    monkeypatch.setattr(subprocess, "Popen", InterruptedPopen)
+    restore = interrupts.install()
+    try:
+        frames = (np.full((32, 32, 3), 40 * k, np.uint8) for k in range(5))
+        with pytest.raises(KeyboardInterrupt):
+            write_video(frames, tmp_path / "v.mp4", fps=10)
+    finally:
+        restore()
+        interrupts.reset()
+    assert started and all(p.poll() is not None for p in started)  # ffmpeg has exited, none left running
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -15,6 +15,7 @@ from typing import Iterable, Optional, Union
 import numpy as np
 import torch
 
+from physskin_gs import interrupts
 from physskin_gs.errors import OptionError, PhysSkinError
 from physskin_gs.render.cameras import Camera
 from physskin_gs.render.rasterizer import RenderOutput, rasterize
@@ -151,7 +152,13 @@ def write_video(
                             str(partial), fps=fps, codec="libx264", quality=quality, macro_block_size=16,
                             pixelformat="yuv420p",
                         )
-                    writer.append_data(f)
+                        # the first frame starts ffmpeg: a Ctrl-C in the middle of that fork (or in its post-fork
+                        # hooks) would leave an ffmpeg the writer does not know of, writing an empty partial file
+                        # after we have gone; it is raised once the writer holds the process (and then closes it)
+                        with interrupts.deferred():
+                            writer.append_data(f)
+                    else:
+                        writer.append_data(f)
                 else:
                     imageio.imwrite(str(target / f"frame{count:04d}.png"), f)
             except (OSError, RuntimeError, ValueError) as exc:
@@ -175,8 +182,6 @@ def write_video(
     if count == 0:
         raise OptionError(f"no frames to write to {path}")
     if use_ffmpeg:
-        from physskin_gs import interrupts
-
         try:
             _check_video(partial, path, count)
             interrupts.check()  # an interrupt that ffmpeg's reader swallowed: no video replaces the old one
