@@ -188,7 +188,7 @@ class SceneBodies:
             cell = max(min(radii), span / 1024)
             region = floor_region_from_points(pts, up_np, cell=cell, depth=depth, ground=ground)
             for b in bodies:
-                b.sim.set_floor(b.sim.floor_height, replace(region, ground=ground + b.contact_offset))
+                b.sim.set_floor(b.sim.floor_height, replace(region, ground=ground))
             collider.update(support_region={"cells": int(region.mask.sum()), "cell_m": cell, "depth_m": depth},
                             ground_m=ground, ground=ground_src)
         # static point collider: static rows near the bodies, above the ground, thinned, not touching a body at rest

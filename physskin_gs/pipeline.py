@@ -622,14 +622,10 @@ class AnimatedScene:
         self.lowest_scene = lo_u
         #: the support plane's height along up (scene units) when the scene analysis found one, else None
         self.support_height = info.get("support_height")
-        # the floor acts on the cubature points, which lie inside the object: its bottom surface (the 0.5 % height
-        # quantile of the moving centres, robust to a stray row) is this far (m, >= 0) below the lowest of them, and
-        # the contact plane is raised by as much so the surface, not the interior samples, rests on the floor
-        heights = ext.double() @ up  # [K]
-        bottom = float(torch.kthvalue(heights, 1 + int(0.005 * (heights.shape[0] - 1))).values) \
-            if heights.shape[0] else lo_u  # (an O(K) selection: no sort of a 1M-row column at start-up)
-        self.contact_offset = max(0.0, float((X_sim @ up.double()).min()) - (bottom - float(self.center @ up))
-                                  * self.sim_scale)
+        # the floor acts on the cubature points, which lie inside the object; its surface reaches lower, by a
+        # different gap in each column (a base cut through its cells, a curved base): each point of the lowest
+        # layer meets the floor when the surface under it does (its lift, metres)
+        self.floor_lift = self._floor_lifts(cubature_scene.double(), ext.double(), up.double(), config.seed)
         floor_sim = self._floor_sim(config.floor, config.floor_height)
         _hessian_native.available()  # compile/load the Hessian kernel now, not inside the first step
         self.sim = SubspaceSimulator(
@@ -638,6 +634,7 @@ class AnimatedScene:
             up=up, floor_height=floor_sim, damping=config.damping, newton_iters=config.newton_iters,
             friction=config.friction, solver=config.solver,
             hessian_points=hessian_points_for(X_sim.shape[0], int(Wc.shape[1])))
+        self.sim.set_floor_lift(self.floor_lift)  # also for a floor set later (the viewer's floor toggle)
         lap("cubature_weights")
         # Gaussians: weights and scene-frame gradients once (directly or through the grid), then the deformer
         mov_means = scene.means[self._idx]  # only what the deformer needs (no copy of the SH of the moving rows)
@@ -668,6 +665,32 @@ class AnimatedScene:
         lap("handles_pins")
 
     # -------------------------------------------------------------------------------- frames / parameters
+    #: Most surface rows the floor lifts are computed from (a random subset beyond: the column bottoms are quantiles).
+    LIFT_ROWS = 262_144
+
+    def _floor_lifts(self, cubature_scene: torch.Tensor, ext: torch.Tensor, up: torch.Tensor, seed: int) -> np.ndarray:
+        """(n,) float64 metres (simulation frame): each cubature point's height above the body's surface in its
+        column, for the points of its lowest layer (:func:`~physskin_gs.geometry.bottom.lifts_above_bottom`,
+        spacing: the cubature points' median nearest-neighbour distance; no column's bottom below the body's 0.5 %
+        height quantile, as stray rows under a column would hold it off the floor); 0 for the others."""
+        from scipy.spatial import cKDTree
+
+        from physskin_gs.geometry.bottom import lifts_above_bottom
+
+        X = cubature_scene.numpy()
+        P = ext.numpy()
+        if P.shape[0] > self.LIFT_ROWS:
+            P = P[np.random.default_rng(seed).choice(P.shape[0], self.LIFT_ROWS, replace=False)]
+        if X.shape[0] < 2 or P.shape[0] == 0:
+            return np.zeros(X.shape[0])
+        d = cKDTree(X).query(X, k=2)[0][:, 1]
+        spacing = float(np.median(d))
+        if not spacing > 0:
+            return np.zeros(X.shape[0])
+        h = P @ up.numpy()
+        lowest = float(np.partition(h, int(0.005 * (h.shape[0] - 1)))[int(0.005 * (h.shape[0] - 1))])  # 0.5 % quantile
+        return lifts_above_bottom(X, P, up.numpy(), spacing, lowest=lowest) * self.sim_scale
+
     def _floor_sim(self, enabled: bool, height: Optional[float]) -> Optional[float]:
         if not enabled:
             return None
@@ -677,16 +700,15 @@ class AnimatedScene:
             h = float(self.support_height)
         else:
             h = self.lowest_scene - 0.25 * self.height_scene
-        return (h - float(self.center @ self.up_vector)) * self.sim_scale + self.contact_offset
+        return (h - float(self.center @ self.up_vector)) * self.sim_scale
 
     @property
     def floor_scene(self) -> Optional[float]:
-        """The floor's height along up (scene units), where the object's surface comes to rest (the simulator's
-        contact plane for the interior cubature points lies ``contact_offset`` metres above it); None without a
-        floor."""
+        """The floor's height along up (scene units), where the object's surface comes to rest (each cubature point
+        of the lowest layer meets it :attr:`floor_lift` above it); None without a floor."""
         if self.sim.floor_height is None:
             return None
-        return (self.sim.floor_height - self.contact_offset) / self.sim_scale + float(self.center @ self.up_vector)
+        return self.sim.floor_height / self.sim_scale + float(self.center @ self.up_vector)
 
     @property
     def dt(self) -> float:

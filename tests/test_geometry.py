@@ -322,3 +322,44 @@ def test_random_rotation_is_proper_and_seeded():
     assert np.isclose(np.linalg.det(R), 1.0)
     assert np.array_equal(R, random_rotation(np.random.default_rng(4)))
     assert not np.allclose(R, random_rotation(np.random.default_rng(5)))
+
+
+# ------------------------------------------------------------------------------------------------ floor lifts
+def test_lifts_above_bottom_follow_a_stepped_base_and_a_sphere():
+    """lifts_above_bottom: each low sample's height above the surface in its own column. A box whose base has a
+    step (bottom at y = 0 for x < 0, y = 0.1 for x > 0): the samples 0.05 above each part get 0.05; samples higher
+    than 1.5 spacings above their column get 0. A unit sphere's low samples: their height above the sphere's
+    lower surface in their column (a disc of radius spacing / 4 across up). One stray row far below is ignored
+    (the column's 2 % quantile)."""
+    from physskin_gs.geometry.bottom import lifts_above_bottom
+
+    rng = np.random.default_rng(0)
+    # stepped base: dense points on the two base levels (and some above)
+    xs = rng.uniform(-1, 1, 40000)
+    zs = rng.uniform(-1, 1, 40000)
+    base = np.where(xs < 0, 0.0, 0.1)
+    surf = np.stack([xs, base, zs], 1)
+    surf = np.concatenate([surf, np.stack([xs[:2000], base[:2000] + rng.uniform(0, 1, 2000), zs[:2000]], 1)])
+    surf = np.concatenate([surf, [[-0.5, -3.0, 0.5]]])  # a stray row far below one column
+    gx = np.linspace(-0.9, 0.9, 10)
+    S = np.array([[x, (0.0 if x < 0 else 0.1) + dy, z] for x in gx for z in gx for dy in (0.05, 0.5)])
+    lift = lifts_above_bottom(S, surf, (0, 1, 0), spacing=0.2)
+    low = np.isclose(S[:, 1] - np.where(S[:, 0] < 0, 0.0, 0.1), 0.05)
+    assert np.allclose(lift[low], 0.05, atol=1e-3)
+    assert np.all(lift[~low] == 0.0)  # 0.5 above their column: not the lowest layer (1.5 x 0.2 = 0.3)
+    # the same along another up (the lifts do not depend on the frame)
+    R = np.linalg.qr(rng.normal(size=(3, 3)))[0]
+    assert np.allclose(lifts_above_bottom(S @ R.T, surf @ R.T, R @ np.array([0, 1, 0]), spacing=0.2), lift,
+                       atol=1e-9)
+    # a sphere: surface points, samples of its lowest layer
+    v = rng.normal(size=(200000, 3))
+    sph = v / np.linalg.norm(v, axis=1, keepdims=True)
+    pts = np.array([[x, -0.75, z] for x in (-0.3, 0.0, 0.3) for z in (-0.3, 0.0, 0.3)])
+    lift = lifts_above_bottom(pts, sph, np.array([0.0, 2.0, 0.0]), spacing=0.2)
+    r = np.hypot(pts[:, 0], pts[:, 2])
+    expect = pts[:, 1] + np.sqrt(1 - np.maximum(r - 0.05, 0) ** 2)  # above the lowest sphere point in the column
+    assert np.allclose(lift, expect, atol=0.005)  # (the column: a disc of radius spacing / 4 = 0.05)
+    with pytest.raises(ValueError):
+        lifts_above_bottom(pts, sph, (0, 0, 0), spacing=0.2)
+    with pytest.raises(ValueError):
+        lifts_above_bottom(pts, sph, (0, 1, 0), spacing=0.0)

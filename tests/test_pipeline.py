@@ -269,12 +269,11 @@ def test_analysis_names_where_the_fallback_up_axis_comes_from():
 
 
 def test_the_bottom_surface_rests_on_the_floor():
-    """The floor acts on the interior cubature points; its contact plane sits ``contact_offset`` above the floor, the
-    gap between the lowest cubature point and the object's bottom surface at rest, so a hollow box (Gaussians on its
-    six faces only: the cubature points are centroids of the filled cells, above the bottom face) dropped on the
-    floor comes to rest with its bottom face on the floor (measured 1.1 % of its height below it: the soft face
-    sags between the cubature points; within 2 %), not that gap below it (without the offset: 7.5 %, the gap 6.3 %
-    plus the same sag)."""
+    """The floor acts on the interior cubature points; each point of the lowest layer meets it ``floor_lift`` above
+    it, its height over the object's bottom surface in its column, so a hollow box (Gaussians on its six faces
+    only: the cubature points are centroids of the filled cells, above the bottom face) dropped on the floor comes
+    to rest with its bottom face on the floor (within 2 % of its height), not that gap below it (without lifts:
+    7.5 %: the gap 6.3 % plus the sag)."""
     g = torch.Generator().manual_seed(4)
     n = 6000
     face = torch.randint(0, 6, (n,), generator=g)
@@ -286,9 +285,13 @@ def test_the_bottom_surface_rests_on_the_floor():
                        sh_dc=torch.zeros(n, 3), sh_rest=torch.zeros(n, 0, 3), source=None, format="synthetic")
     anim = _prepare(sc, select="all", skinning="eigen")
     up = anim.up_vector.double()
-    gap = float((anim.cubature_positions().double() @ up).min()) - float(torch.quantile(means.double() @ up, 0.005))
-    assert gap > 0.01 * anim.height_scene, gap  # the cubature points lie inside, above the bottom face
-    assert anim.contact_offset == pytest.approx(gap * anim.sim_scale, rel=1e-6)
+    h = anim.cubature_positions().double() @ up - float(torch.quantile(means.double() @ up, 0.005))  # [n]
+    lowest = h < h.min() + 0.02 * anim.height_scene  # the lowest layer of cubature points
+    assert float(h.min()) > 0.01 * anim.height_scene  # the cubature points lie inside, above the bottom face
+    # their lifts: their heights above the bottom face (the face is flat: within its Gaussians' 2 % quantile)
+    lift = torch.from_numpy(anim.floor_lift) / anim.sim_scale
+    assert torch.allclose(lift[lowest], h[lowest], atol=0.005 * anim.height_scene)
+    assert float(lift[h > 0.5 * anim.height_scene].abs().max()) == 0.0  # high points: none
     assert anim.floor_scene == pytest.approx(-0.25 * anim.height_scene, abs=1e-6)  # 25 % below the bottom face
     anim.step(60)
     now = anim.deformed_scene().means.double() @ up

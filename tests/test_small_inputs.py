@@ -148,7 +148,7 @@ def test_seventeen_usable_gaussians_keep_sixteen_handles(capsys, tmp_path):
 
 def test_a_rigid_body_lands_on_the_floor_and_rests():
     """H = 1 (the constant handle only): the simulator and the deformer move one affine body; it falls, stops on
-    the floor (its lowest cubature point at the floor) and the Gaussian keeps its shape."""
+    the floor (the body's bottom under its lowest cubature points at the floor) and the Gaussian keeps its shape."""
     from physskin_gs.pipeline import AnimationConfig, prepare_animation
 
     scene = _blob(1, seed=1)
@@ -165,7 +165,8 @@ def test_a_rigid_body_lands_on_the_floor_and_rests():
         anim.step()
     z = anim.handle_transforms_scene()
     assert torch.isfinite(z).all()
-    low = float((anim.cubature_positions().double() @ up).min())
+    # where the floor meets the body: each cubature point less its lift (the body's extent below it in its column)
+    low = float((anim.cubature_positions().double() @ up - torch.from_numpy(anim.floor_lift) / anim.sim_scale).min())
     h1 = float(anim.deformed_gaussians().means[0].double() @ up)
     assert h1 < h0 - 0.04 and abs(low - floor) < 0.01 * 0.2 + 0.005
     F = torch.eye(3, dtype=z.dtype) + z[0, :, :3]  # x' = x + Z [x; 1]: the body's deformation gradient

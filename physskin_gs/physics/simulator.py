@@ -304,6 +304,8 @@ class SubspaceSimulator:
         self._friction_D: Optional[torch.Tensor] = None  # cached D with the floor friction of one touching set
         self._friction_D_key = None
         self._x_cache = None  # (q, x (3, n) numpy) of the last accepted step: the next step's start positions
+        self._floor_lift: Optional[np.ndarray] = None  # (n,) per-point contact lift (set_floor_lift)
+        self._floor_lift_t: Optional[torch.Tensor] = None
         self._blk: Optional[torch.Tensor] = None  # cached mass + spring block of _hessian
         self._blk_key = None
         # [Phi; G] with G's rows ordered (b, c): q @ PhiG^T gives displacements and F - I as contiguous rows
@@ -466,21 +468,35 @@ class SubspaceSimulator:
         self.floor_region = region if height is not None else None
         self.invalidate_hessian()
 
+    def set_floor_lift(self, lift: Optional[np.ndarray]) -> None:
+        """Per cubature point lift (n,) metres, or None: point p meets the floor when it comes within lift[p] of it
+        (the body's surface lies that far below the point in its column:
+        :func:`~physskin_gs.geometry.bottom.lifts_above_bottom`; negative: the point lies below the body's surface
+        and meets the floor that far under it), so a base whose cubature points lie at different heights above it
+        rests on all of them. Raises ValueError for a wrong shape or a non-finite value."""
+        if lift is None:
+            self._floor_lift, self._floor_lift_t = None, None
+        else:
+            a = np.ascontiguousarray(lift, dtype=np.float64).reshape(-1)
+            if a.shape != (self.n,) or not np.all(np.isfinite(a)):
+                raise ValueError(f"floor lift must be ({self.n},) and finite, got shape {a.shape}")
+            self._floor_lift, self._floor_lift_t = a, torch.from_numpy(a)
+        self.invalidate_hessian()
+
     def _floor_heights(self, x: np.ndarray):
         """The floor height along up for points ``x`` (3, n), metres: ``floor_height`` (a float) for an unbounded
-        plane, else (n,) per point from :attr:`floor_region` (-inf where nothing holds a point)."""
+        plane, else (n,) per point from :attr:`floor_region` (-inf where nothing holds a point); plus each point's
+        lift (:meth:`set_floor_lift`) when there is one."""
         region = getattr(self, "floor_region", None)
-        if region is None:
-            return self.floor_height
-        return region.heights(x, self._up_np, self.floor_height)
+        h = self.floor_height if region is None else region.heights(x, self._up_np, self.floor_height)
+        return h if self._floor_lift is None else h + self._floor_lift
 
     def _floor_heights_t(self, x: torch.Tensor):
         """:meth:`_floor_heights` of points ``x`` (n, 3): a float, or a float64 tensor without gradient (the
         region's membership is piecewise constant)."""
         region = getattr(self, "floor_region", None)
-        if region is None:
-            return self.floor_height
-        return region.heights_torch(x, self.up, self.floor_height)
+        h = self.floor_height if region is None else region.heights_torch(x, self.up, self.floor_height)
+        return h if self._floor_lift_t is None else h + self._floor_lift_t
 
     def set_friction(self, eta: float) -> None:
         """Viscous floor friction eta >= 0 (1/s) on cubature points touching the floor. Raises OptionError."""
