@@ -39,9 +39,10 @@ def _plane_axes(up: np.ndarray) -> np.ndarray:
 
 def lifts_above_bottom(samples: ArrayLike, surface: ArrayLike, up: ArrayLike, spacing: float,
                        layer: float = 1.5, quantile: float = 0.02, lowest: Optional[float] = None) -> np.ndarray:
-    """Per-sample lift (K,) float64, in the samples' units: for a sample in the body's lowest layer, its height
-    along ``up`` above the bottom of the surface in its column (negative for a sample below ``lowest``); 0 for the
-    others.
+    """Per-sample lift (K,) float64, in the samples' units: for the lowest sample of each column (no other sample
+    within half a spacing across ``up`` lies more than a quarter spacing under it) within ``layer`` spacings of the
+    surface, its height along ``up`` above the bottom of the surface under it in its column (negative for a sample
+    below ``lowest``); 0 for the others.
 
     Args:
         samples: (K, 3) interior samples (cubature points).
@@ -55,7 +56,8 @@ def lifts_above_bottom(samples: ArrayLike, surface: ArrayLike, up: ArrayLike, sp
         lowest: optional height along ``up`` (the body's robust bottom, e.g. a low quantile of all its points) no
             column's bottom goes below: a few stray rows under one column cannot lift the body off the floor.
 
-    A sample whose wider disc holds no surface point either gets 0. Raises ValueError for bad shapes, a zero ``up`` or a non-positive ``spacing``.
+    A sample whose wider disc holds no surface point under it either gets 0. Raises ValueError for bad shapes, a
+    zero ``up`` or a non-positive ``spacing``.
     """
     X, P, u = _np(samples), _np(surface), _np(up).reshape(-1)
     if X.ndim != 2 or X.shape[1] != 3 or P.ndim != 2 or P.shape[1] != 3 or u.shape != (3,):
@@ -70,16 +72,25 @@ def lifts_above_bottom(samples: ArrayLike, surface: ArrayLike, up: ArrayLike, sp
     A = _plane_axes(u)
     tree = cKDTree(P @ A.T)  # the surface across up
     hp, hx = P @ u, X @ u
+    # only the lowest sample of each column meets the floor through its lift: one with another sample under it
+    # (within half a spacing across up, more than a quarter spacing lower) is carried by that one, and lifting it
+    # too would hold the layer between them rigid against the floor
+    flat = X @ A.T
+    lowest_in_column = np.ones(X.shape[0], bool)
+    for k, idx in enumerate(cKDTree(flat).query_ball_point(flat, 0.5 * float(spacing))):
+        lowest_in_column[k] = not bool((hx[idx] < hx[k] - 0.25 * float(spacing)).any())
     found = np.zeros(X.shape[0], bool)
     for radius in (0.25 * spacing, 0.5 * spacing):  # the column: a disc of radius spacing / 4; spacing / 2 if empty
-        todo = np.flatnonzero(~found)
+        todo = np.flatnonzero(~found & lowest_in_column)
         if todo.size == 0:
             break
-        for k, idx in zip(todo, tree.query_ball_point(X[todo] @ A.T, float(radius))):
-            if not idx:
+        for k, idx in zip(todo, tree.query_ball_point(flat[todo], float(radius))):
+            h = hp[idx]
+            h = h[h <= hx[k]]  # the surface under the sample (a sparse shell's disc may hold only its top)
+            if h.size == 0:
                 continue
             found[k] = True
-            bottom = float(np.quantile(hp[idx], quantile, method="lower"))
+            bottom = float(np.quantile(h, quantile, method="lower"))
             gap = hx[k] - (bottom if lowest is None else max(bottom, float(lowest)))
             if gap <= layer * float(spacing):  # negative below ``lowest``: it meets the floor that far under it
                 lift[k] = gap
