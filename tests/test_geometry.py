@@ -347,6 +347,10 @@ def test_lifts_above_bottom_follow_a_stepped_base_and_a_sphere():
     low = np.isclose(S[:, 1] - np.where(S[:, 0] < 0, 0.0, 0.1), 0.05)
     assert np.allclose(lift[low], 0.05, atol=1e-3)
     assert np.all(lift[~low] == 0.0)  # 0.5 above their column: not the lowest layer (1.5 x 0.2 = 0.3)
+    # two samples in one column, 0.05 and 0.15 above the base (both within 1.5 spacings): only the lower one is
+    # lifted (lifting both would hold the layer between them rigid against the floor)
+    pair = np.array([[-0.5, 0.05, -0.5], [-0.5, 0.15, -0.5]])
+    assert np.allclose(lifts_above_bottom(pair, surf, (0, 1, 0), spacing=0.2), [0.05, 0.0], atol=1e-3)
     # the same along another up (the lifts do not depend on the frame)
     R = np.linalg.qr(rng.normal(size=(3, 3)))[0]
     assert np.allclose(lifts_above_bottom(S @ R.T, surf @ R.T, R @ np.array([0, 1, 0]), spacing=0.2), lift,
