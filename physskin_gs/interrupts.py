@@ -136,7 +136,8 @@ def deferred() -> Iterator[None]:
     segmentation fault instead of exit 130). Keep such blocks short (they delay Ctrl-C).
 
     Works with or without :func:`install` (without it, Python's default SIGINT handler is replaced by a recording
-    one for the block; other handlers are left alone). Nests. In other threads (signals only reach the main thread) the block just runs.
+    one for the block; other handlers are left alone). Nests. In other threads (signals only reach the main
+    thread) the block just runs.
     """
     global _deferred, _requested
     if threading.current_thread() is not threading.main_thread():
