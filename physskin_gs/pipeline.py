@@ -666,7 +666,7 @@ class AnimatedScene:
 
     # -------------------------------------------------------------------------------- frames / parameters
     #: Most surface rows the floor lifts are computed from (a random subset beyond: the column bottoms are quantiles).
-    LIFT_ROWS = 262_144
+    LIFT_ROWS = 65_536
 
     def _floor_lifts(self, cubature_scene: torch.Tensor, ext: torch.Tensor, up: torch.Tensor, seed: int) -> np.ndarray:
         """(n,) float64 metres (simulation frame): each cubature point's height above the body's surface in its

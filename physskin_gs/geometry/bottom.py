@@ -70,7 +70,7 @@ def lifts_above_bottom(samples: ArrayLike, surface: ArrayLike, up: ArrayLike, sp
     if X.shape[0] == 0 or P.shape[0] == 0:
         return lift
     A = _plane_axes(u)
-    tree = cKDTree(P @ A.T)  # the surface across up
+    tree = cKDTree(P @ A.T, balanced_tree=False, compact_nodes=False)  # the surface across up (a quick build)
     hp, hx = P @ u, X @ u
     # only the lowest sample of each column meets the floor through its lift: one with another sample under it
     # (within half a spacing across up, more than a quarter spacing lower) is carried by that one, and lifting it
