@@ -95,6 +95,13 @@ def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opti
         anim = _pipeline.prepare_animation(scene, config, progress, analysis=analysis)
         anim.info["timings"]["scene_analysis"] = seconds
         return anim
+    if getattr(config, "regions", None):  # per-region materials are one object's: that object moves, not all
+        if progress is not None:
+            progress(f"note: --region applies to one object, so only the largest of the {len(masks)} objects on the "
+                     "support moves and the others stay static (without --region every object moves)", 0.0)
+        anim = _pipeline.prepare_animation(scene, config, progress, analysis=analysis)
+        anim.info["timings"]["scene_analysis"] = seconds
+        return anim
     return SceneBodies.build(scene, config, analysis, masks, progress, seconds)
 
 

@@ -202,6 +202,23 @@ def test_largest_moves_one_object_only(table_capture):
     assert anim.moving.numpy()[spot].mean() > 0.9 and (anim.moving.numpy() & ~spot).sum() < 0.02 * spot.sum()
 
 
+def test_a_region_moves_the_largest_object_with_its_region_and_says_so(table_capture):
+    """--region with several objects on the support: the regions are one object's, so the largest object moves
+    with them (not silently all three without them) and a note says the others stay static."""
+    from physskin_gs.bodies import prepare_bodies
+    from physskin_gs.cli.animate import parse_regions
+    from physskin_gs.pipeline import AnimatedScene, AnimationConfig
+
+    scene, truth = table_capture
+    notes = []
+    anim = prepare_bodies(scene, AnimationConfig(num_cubature=256, regions=parse_regions(["base=wood"])),
+                          progress=lambda stage, frac: notes.append(stage))
+    assert isinstance(anim, AnimatedScene) and [r["material"] for r in anim.regions] == ["wood"]
+    spot = _rows(truth, "object0", scene.num_gaussians)
+    assert anim.moving.numpy()[spot].mean() > 0.9 and (anim.moving.numpy() & ~spot).sum() < 0.02 * spot.sum()
+    assert any(n.startswith("note: --region applies to one object") for n in notes)
+
+
 def test_an_up_that_agrees_with_the_support_keeps_every_body(table_capture):
     """--up given as the capture's true up (-y) keeps the three bodies, resting on the table top as with --up auto;
     an --up 90 degrees off (+z) is not the support's normal: one object moves, as with any explicit up before
