@@ -898,6 +898,8 @@ def run_headless(args) -> int:
             raise OutputError(f"could not write {export / 'sequence.json'}: {exc.strerror or exc}") from None
         verify_written(export / "sequence.json", "sequence metadata")
         print(f"[physskin-gs] wrote {args.frames} frames to {export}/", file=sys.stderr)
+    if png_dir is not None:
+        print(f"[physskin-gs] wrote {args.frames} PNG frames to {png_dir}/", file=sys.stderr)
     if args.video:
         try:
             written = _write_video(args.video, frames_rgb, fps)
