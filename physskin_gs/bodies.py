@@ -1,5 +1,5 @@
 """Several objects of one capture animated together, in contact with each other and with the captured scene
-(issue 24; ``../shared/docs/several-bodies.md``).
+(issue 24; README, "Several objects, one scene").
 
 :func:`prepare_bodies` is what ``animate`` calls. With ``--select auto`` it runs the scene analysis once (an
 explicit ``--up`` must agree with the support's normal within :data:`physskin_gs.pipeline.UP_AGREES_DEG`, else

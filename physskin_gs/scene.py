@@ -1,6 +1,6 @@
 """The Gaussian scene type: raw (pre-activation) 3DGS parameters as torch tensors.
 
-Conventions follow the INRIA 3DGS PLY layout (see ``../shared/docs/formats.md`` section 1):
+Conventions follow the INRIA 3DGS PLY layout (the layout the original 3DGS training code writes):
 quaternions are wxyz and *not* normalised, scales are log standard deviations, opacities are logits,
 and SH coefficients are stored per coefficient with the 3 colour channels last.
 """

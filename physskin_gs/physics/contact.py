@@ -1,5 +1,5 @@
 """Several bodies stepped together: one implicit-Euler Newton solve over every body's handles, with penalty contact
-between the bodies and against a static collider (issue 24; ``../shared/docs/several-bodies.md``).
+between the bodies and against a static collider (issue 24; README, "Several objects, one scene").
 
 Each body is a :class:`~physskin_gs.physics.simulator.SubspaceSimulator` (its own skinning basis, handles, cubature
 points and material, all in one world frame: metres, the same up and gravity). One step minimises the sum of the

@@ -1,5 +1,5 @@
 """Rendering: one :func:`rasterize` for every caller (gsplat on CUDA, pure-torch EWA splatting on CPU),
-OpenCV cameras, SH evaluation and video writing. See ``../shared/docs/rendering.md``."""
+OpenCV cameras, SH evaluation and video writing. See ``docs/how-it-works.md``."""
 
 from physskin_gs.render.cameras import (
     Camera,
