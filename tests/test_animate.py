@@ -173,3 +173,17 @@ def test_a_log_gets_one_line_per_stage(splat_file, tmp_path, capsys):
     assert "[physskin-gs] animate: 5 frames\n" in err
     line = next(x for x in err.splitlines() if x.startswith(f"[physskin-gs] wrote {tmp_path / 'v.mp4'}"))
     assert "rendering the video on the CPU took" in line and "(--width / --height 64x48 set its size" in line
+
+
+def test_the_log_says_what_a_pin_holds_and_where_png_frames_went(splat_file, tmp_path, capsys):
+    """--pin prints how many cubature points it holds (the same count the simulator pins); a --png run ends with
+    the folder its frames went to."""
+    argv = ["animate", splat_file("spot_mesh2splat_10k.splat"), "--headless", "--frames", 2, *FAST, "--pin",
+            "below:0.2", "--png", tmp_path / "png", "--width", 32, "--height", 32]
+    assert _run(argv) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    pin = [ln for ln in err if ln.startswith("[physskin-gs] pin below:0.2: ")]
+    assert len(pin) == 1 and pin[0].endswith("of 64 cubature points held at their rest positions"), err
+    held = int(pin[0].split(": ")[1].split(" of ")[0])
+    assert 0 < held < 64
+    assert err[-1] == f"[physskin-gs] wrote 2 PNG frames to {tmp_path / 'png'}/"

@@ -741,6 +741,12 @@ def run_headless(args) -> int:
     for r in getattr(anim, "regions", []):
         print(f"[physskin-gs] region {r['spec']}: {r['material']} (E {r['E']:.3g} Pa, {r['density']:g} kg/m^3), "
               f"{r['cubature_points']} of {anim.info['num_cubature']} cubature points", file=sys.stderr)
+    if config.pin:
+        held = [(k, int(b.sim.pin.idx.numel()), b.sim.n) for k, b in enumerate(getattr(anim, "bodies", [anim]))
+                if b.sim.pin is not None]
+        where = (f"{held[0][1]} of {held[0][2]} cubature points" if len(held) == 1 and not hasattr(anim, "bodies")
+                 else ", ".join(f"body {k}: {m} of {n}" for k, m, n in held) + " cubature points")
+        print(f"[physskin-gs] pin {config.pin}: {where} held at their rest positions", file=sys.stderr)
 
     if script is not None:  # (after the log lists the bodies and handles its errors refer to)
         script.validate(anim)
