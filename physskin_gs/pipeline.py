@@ -625,6 +625,7 @@ class AnimatedScene:
         # the floor acts on the cubature points, which lie inside the object; its surface reaches lower, by a
         # different gap in each column (a base cut through its cells, a curved base): each point of the lowest
         # layer meets the floor when the surface under it does (its lift, metres)
+        #: (n,) float64 metres, simulation frame: each cubature point's lift (:meth:`_floor_lifts`)
         self.floor_lift = self._floor_lifts(cubature_scene.double(), ext.double(), up.double(), config.seed)
         floor_sim = self._floor_sim(config.floor, config.floor_height)
         _hessian_native.available()  # compile/load the Hessian kernel now, not inside the first step
@@ -688,7 +689,8 @@ class AnimatedScene:
         if not spacing > 0:
             return np.zeros(X.shape[0])
         h = P @ up.numpy()
-        lowest = float(np.partition(h, int(0.005 * (h.shape[0] - 1)))[int(0.005 * (h.shape[0] - 1))])  # 0.5 % quantile
+        k = int(0.005 * (h.shape[0] - 1))
+        lowest = float(np.partition(h, k)[k])  # the 0.5 % height quantile (a selection, no sort)
         return lifts_above_bottom(X, P, up.numpy(), spacing, lowest=lowest) * self.sim_scale
 
     def _floor_sim(self, enabled: bool, height: Optional[float]) -> Optional[float]:

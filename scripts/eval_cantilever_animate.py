@@ -177,7 +177,8 @@ def protocol_arguments(ap: argparse.ArgumentParser, divisions: str, divisions_he
     ap.add_argument("--inputs", default="mesh,splat", help="comma-separated: mesh, splat")
     ap.add_argument("--splat-count", type=int, default=20000, help="Gaussians of the splat input (default 20000)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the splat's random points (default 0)")
-    ap.add_argument("--divisions", default=divisions, help=f"FEM cells per axis, {divisions_help} (default {divisions})")
+    ap.add_argument("--divisions", default=divisions,
+                    help=f"FEM cells per axis, {divisions_help} (default {divisions})")
     ap.add_argument("--json", default=None, help="write the results here (refused if it exists)")
     ap.add_argument("--keep", default=None, help="keep the inputs and exported frames in this new folder")
 

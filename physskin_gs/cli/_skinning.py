@@ -14,7 +14,8 @@ SKINNING_HELP = ("skinning basis: auto (default: tet for a mesh input, eigen for
                  "pretrained), fit (per-object fit, --fit-seconds), rbf (random smooth bumps, a baseline), tet (mesh "
                  "inputs: Laplacian eigenmodes of the mesh's own tet mesh, coupled only where the material joins; "
                  "best on multi-part shapes) or voxel (splats and meshes: Laplacian eigenmodes of the cells the "
-                 "object's volume fills; lower frequency error than eigen where parts nearly touch, a stiffer tip there)")
+                 "object's volume fills; lower frequency error than eigen where parts nearly touch, a stiffer tip "
+                 "there)")
 
 
 #: ``--handles``: the learned handles m of the bases that build their own (the constant handle is added)

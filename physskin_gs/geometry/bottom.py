@@ -20,6 +20,8 @@ import numpy as np
 import torch
 from scipy.spatial import cKDTree
 
+from physskin_gs.geometry.support import plane_axes
+
 __all__ = ["lifts_above_bottom"]
 
 ArrayLike = Union[np.ndarray, torch.Tensor]
@@ -27,14 +29,6 @@ ArrayLike = Union[np.ndarray, torch.Tensor]
 
 def _np(a: ArrayLike) -> np.ndarray:
     return (a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)).astype(np.float64)
-
-
-def _plane_axes(up: np.ndarray) -> np.ndarray:
-    """(2, 3) orthonormal axes across the unit vector ``up``."""
-    a = np.eye(3)[int(np.argmin(np.abs(up)))]
-    e1 = np.cross(up, a)
-    e1 /= np.linalg.norm(e1)
-    return np.stack([e1, np.cross(up, e1)])
 
 
 def lifts_above_bottom(samples: ArrayLike, surface: ArrayLike, up: ArrayLike, spacing: float,
@@ -69,7 +63,7 @@ def lifts_above_bottom(samples: ArrayLike, surface: ArrayLike, up: ArrayLike, sp
     lift = np.zeros(X.shape[0])
     if X.shape[0] == 0 or P.shape[0] == 0:
         return lift
-    A = _plane_axes(u)
+    A = plane_axes(u)
     tree = cKDTree(P @ A.T, balanced_tree=False, compact_nodes=False)  # the surface across up (a quick build)
     hp, hx = P @ u, X @ u
     # only the lowest sample of each column meets the floor through its lift: one with another sample under it

@@ -60,7 +60,7 @@ import numpy as np
 from scipy import ndimage
 from scipy.spatial import ConvexHull, QhullError, cKDTree
 
-__all__ = ["SupportCandidate", "find_support", "standing_parts"]
+__all__ = ["SupportCandidate", "find_support", "standing_parts", "plane_axes"]
 
 #: a refined candidate plane replaces a close one found earlier when it holds this many times its inliers
 REPLACE_RATIO = 1.25
@@ -169,8 +169,9 @@ def _refine(p: np.ndarray, n: np.ndarray, d: float, band: float, iters: int = 3)
     return n, d
 
 
-def _basis(n: np.ndarray) -> np.ndarray:
-    """(2, 3) orthonormal in-plane axes for the unit normal ``n``."""
+def plane_axes(n: np.ndarray) -> np.ndarray:
+    """(2, 3) float64 orthonormal axes of the plane normal to the unit vector ``n`` (3,) (with ``n`` a right-handed
+    frame); used wherever points are seen across a normal (supports, stable bases, floor columns)."""
     a = np.eye(3)[int(np.argmin(np.abs(n)))]
     u = np.cross(n, a)
     u /= np.linalg.norm(u)
@@ -238,7 +239,7 @@ def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: 
     below_layer = np.flatnonzero((sd < -band - voxel) & (sd >= -band - 3.0 * voxel))
     if above.shape[0] == 0 or slab.shape[0] == 0:
         return [], float(w[above].sum()), "nothing above the plane", np.zeros(0, dtype=np.int64)
-    B = _basis(n)
+    B = plane_axes(n)
     pa = p[above]
     lo = pa.min(0)
     ijk = np.floor((pa - lo) / voxel).astype(np.int64)  # [A, 3]
@@ -428,7 +429,7 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
             cand.why = worst or "nothing stands on it"
             continue
         idx = np.concatenate([a for a, _ in parts])
-        B = _basis(n)
+        B = plane_axes(n)
         # the footprint of the bodies standing on it: their points clear of the surface layer (the support's own
         # noise and layers, which the contact test counts as touching, must not stretch it to the support's rim)
         high = idx[sd[idx] > band + voxel]

@@ -33,6 +33,8 @@ from typing import Dict, Optional
 import numpy as np
 from scipy.spatial import ConvexHull, QhullError
 
+from physskin_gs.geometry.support import plane_axes
+
 __all__ = ["AXES", "StableBase", "stability_margin", "stable_base_up"]
 
 #: The six candidate up directions, by name.
@@ -60,14 +62,6 @@ class StableBase:
     reason: str
 
 
-def _plane_basis(n: np.ndarray) -> np.ndarray:
-    """(2, 3) orthonormal axes of the plane normal to the unit vector ``n``."""
-    a = np.eye(3)[int(np.argmin(np.abs(n)))]
-    u = np.cross(n, a)
-    u /= np.linalg.norm(u)
-    return np.stack([u, np.cross(n, u)])
-
-
 def stability_margin(points: np.ndarray, weights: np.ndarray, up: np.ndarray, base_layer: float = 0.02,
                      tail: float = 0.002) -> float:
     """Stability margin of an object standing along ``up``: signed distance of the centre of mass's projection
@@ -82,7 +76,7 @@ def stability_margin(points: np.ndarray, weights: np.ndarray, up: np.ndarray, ba
     h = points @ up  # [M] heights
     lo, hi = np.quantile(h, [tail, 1.0 - tail])
     base = (h >= lo) & (h <= lo + base_layer * max(hi - lo, 1e-30))
-    B = _plane_basis(up)
+    B = plane_axes(up)
     p2 = points @ B.T  # [M, 2]
     com = B @ ((weights[:, None] * points).sum(0) / max(float(weights.sum()), 1e-30))  # [2]
     try:

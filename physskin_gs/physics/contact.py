@@ -876,7 +876,7 @@ class BodyContactSystem:
                 done[isl] = res
             x = np.empty((int(self.offsets_samples[-1]), 3))
             for isl, (_, _, xs, _) in done.items():
-                x[self._island_samples(isl) if len(isl) == 1 else self._subs[isl]._gidx] = xs
+                x[self._island_samples(isl)] = xs
             owner = {b: isl for isl in done for b in isl}
             island_of = np.array([min(owner[b]) for b in range(self.num_bodies)])[self._sample_body]  # [N]
             full = self._pairs_at(x)
