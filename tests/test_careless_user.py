@@ -561,6 +561,28 @@ def test_sigint_to_a_mesh_export_keeps_only_complete_frames(delay, inputs, tmp_p
         assert m.vertices.shape == (8, 3) and m.faces.shape == (12, 3)
 
 
+def test_sigint_right_after_a_mesh_frame_is_written_counts_it(inputs, tmp_path, capsys, monkeypatch):
+    """A Ctrl-C landing between a mesh frame's write and its count said one frame fewer than the folder held (the
+    CI's failure of stop 34): the write and the count now run under ``interrupts.deferred``."""
+    import physskin_gs.cli.animate as animate_cli
+
+    original = animate_cli._write_mesh_frame
+
+    def write_then_interrupt(anim, path):
+        out = original(anim, path)
+        if path.name == "frame0003.obj":
+            os.kill(os.getpid(), signal.SIGINT)  # delivered at once, inside the block
+        return out
+
+    monkeypatch.setattr(animate_cli, "_write_mesh_frame", write_then_interrupt)
+    out = tmp_path / "frames"
+    code, _, err = _run(["animate", inputs.mesh, "--headless", "--frames", "10", *FAST, "--mesh-gaussians", "500",
+                         "--export", out], capsys)
+    assert code == 130, err
+    assert sorted(p.name for p in out.glob("frame*.obj")) == ["frame0001.obj", "frame0002.obj", "frame0003.obj"]
+    assert "kept 3 frames" in err, err
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("cmd,delay", [("render", 1.0), ("train-out", 1.0), ("skin", 1.0)])
 def test_sigint_to_other_commands(cmd, delay, inputs, tmp_path):

@@ -802,8 +802,9 @@ def run_headless(args) -> int:
             elif script is not None:
                 script.apply(anim, f)
             if export is not None:
-                if is_mesh:
-                    mesh_frames.append(_write_mesh_frame(anim, export / f"{FRAME_PATTERN % f}.obj"))
+                if is_mesh:  # written and counted together: a Ctrl-C between the two miscounted the frames kept
+                    with interrupts.deferred():
+                        mesh_frames.append(_write_mesh_frame(anim, export / f"{FRAME_PATTERN % f}.obj"))
                 else:
                     if exporter is None:
                         exporter = open_sequence_exporter(anim, export, fmt, fps)
