@@ -4,7 +4,7 @@
 #   On this (CPU) machine, once:   bash scripts/train_gpu.sh prepare
 #       writes gpu_bundle/ (ignored by git): the training shapes as sample files (no mesh libraries needed),
 #       the held-out evaluation meshes, and Python wheels the CUDA image lacks (trimesh, tetgen, plyfile,
-#       conflictfree, manifold3d; for CPython 3.12, manylinux x86-64).
+#       conflictfree, manifold3d, libigl; for CPython 3.12, manylinux x86-64).
 #   On the CUDA machine:            bash scripts/train_gpu.sh run [MINUTES] [OUT]
 #       installs the wheels into /tmp/site, trains for MINUTES (default 8) on the GPU from
 #       data/physskin_m16.safetensors with the eigen-subspace recipe of docs/training.md, then evaluates the
@@ -28,7 +28,7 @@ prepare() {
   for m in c3d_spot.obj pyvista_ant.ply pybullet_torus.obj kaolin_beam_surf.obj robosuite_lemon.stl; do
     [ -f "$shared/meshes/$m" ] && cp "$shared/meshes/$m" "$BUNDLE/held_out/"
   done
-  for pkg in trimesh tetgen plyfile conflictfree manifold3d; do
+  for pkg in trimesh tetgen plyfile conflictfree manifold3d libigl; do
     ver=$(python -c "import importlib.metadata as m; print(m.version('$pkg'))")
     python -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
       --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
