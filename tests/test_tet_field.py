@@ -129,3 +129,28 @@ def test_a_detailed_surface_is_simplified_before_tetgen_for_the_tet_basis(monkey
     field, source = build_skinning("tet", pts, pts, SkinningOptions(num_handles=8, mesh=(v, f)))
     assert source.startswith("tet (qslim+tetgen, "), source
     assert field.weights(pts).shape == (500, 9)
+
+
+def test_tetgen_failing_on_the_simplified_surface_meshes_the_exact_one(monkeypatch):
+    """TetGen can fail or stall on a simplified surface (a simplified union of two overlapping boxes stalled):
+    then the exact surface is meshed as without the limit, and the info says why."""
+    import trimesh
+
+    import physskin_gs.geometry.tetmesh as tetmesh
+
+    s = trimesh.creation.icosphere(subdivisions=4)  # 5120 faces
+    real = tetmesh.tetrahedralize_surface
+    seen = []
+
+    def failing_when_simplified(v, f, **kw):
+        seen.append((len(f), kw.get("timeout")))
+        if len(f) <= 1000:
+            raise tetmesh.TetrahedralizationError("TetGen did not finish within 20 s")
+        return real(v, f, **kw)
+
+    monkeypatch.setattr(tetmesh, "tetrahedralize_surface", failing_when_simplified)
+    tm = tetmesh.tetmesh_for_shape(np.asarray(s.vertices), np.asarray(s.faces), target_nodes=600,
+                                   max_surface_faces=1000)
+    assert tm.info["path"] == "tetgen" and tm.num_nodes > 2562  # the exact surface's every vertex
+    assert tm.info["qslim"]["tetgen_error"] == "TetGen did not finish within 20 s"
+    assert seen[0][0] <= 1000 and seen[0][1] == tetmesh.SIMPLIFIED_TETGEN_TIMEOUT and seen[1][0] == 5120

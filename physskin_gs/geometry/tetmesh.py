@@ -792,7 +792,8 @@ def tetmesh_for_shape(vertices: np.ndarray, faces: np.ndarray, *, target_nodes: 
     watertight surface with more faces is first simplified to that many (libigl's QSlim edge collapses, blocked where
     they would make the surface intersect itself; path 'qslim+tetgen' or 'qslim+union+tetgen', ``info['qslim']``
     has the face counts and the volume change): the statue at 6000 faces gives 18k nodes in 6 s. If TetGen fails
-    on the simplified surface, the voxel path meshes the original. The FEM reference leaves it unset (the exact
+    on the simplified surface (or takes more than ``SIMPLIFIED_TETGEN_TIMEOUT``), the exact surface is meshed as
+    without the limit (``info['qslim']['tetgen_error']`` says why). The FEM reference leaves it unset (the exact
     surface, however fine).
 
     Args:
@@ -815,6 +816,11 @@ def tetmesh_for_shape(vertices: np.ndarray, faces: np.ndarray, *, target_nodes: 
 
     ms = trimesh.Trimesh(st.forward(np.asarray(m.vertices)), np.asarray(m.faces), process=False)
     return _unstretch(_tetmesh_for_clean(ms, target_nodes, max_surface_faces), st)
+
+
+#: seconds TetGen may take on a simplified surface before the exact one is meshed instead (it finishes in 1-8 s
+#: at 6000 faces; on a simplified union of two overlapping boxes it stalled)
+SIMPLIFIED_TETGEN_TIMEOUT = 20.0
 
 
 def _simplified(surface, max_faces: int):
@@ -856,20 +862,21 @@ def _tetmesh_for_clean(m, target_nodes: int, max_surface_faces: Optional[int] = 
                 candidate = None
                 reason = (f"boolean union of {len(parts)} bodies leaves {n_out} disjoint bodies"
                           if u.is_watertight else "boolean union is not watertight")
+    attempts = []  # (surface, path, TetGen timeout): the simplified surface first, then the exact one
     if candidate is not None and max_surface_faces is not None and len(candidate.faces) > max_surface_faces:
         simple, extra["qslim"] = _simplified(candidate, max_surface_faces)
-        if simple is None:
-            reason, candidate = f"a {len(candidate.faces)}-face surface, and its simplification is not watertight", None
-        else:
-            candidate, path = simple, "qslim+" + path
+        if simple is not None:
+            attempts.append((simple, "qslim+" + path, SIMPLIFIED_TETGEN_TIMEOUT))
     if candidate is not None:
+        attempts.append((candidate, path, 120.0))
+    for surface, path, timeout in attempts:
         try:
-            tm = tetrahedralize_surface(np.asarray(candidate.vertices), np.asarray(candidate.faces),
-                                        target_nodes=target_nodes)
+            tm = tetrahedralize_surface(np.asarray(surface.vertices), np.asarray(surface.faces),
+                                        target_nodes=target_nodes, timeout=timeout)
             if tm.info["kept_volume_fraction"] >= GLUE_MIN_FRACTION:
                 why = ("one watertight body" if "union" not in path else
                        f"boolean union of {len(parts)} bodies is one watertight body")
-                if "qslim" in extra:
+                if path.startswith("qslim"):
                     why += f", simplified from {extra['qslim']['faces_in']} to {extra['qslim']['faces_out']} faces"
                 tm.info.update(extra, path=path, path_reason=why)
                 return tm
@@ -877,8 +884,8 @@ def _tetmesh_for_clean(m, target_nodes: int, max_surface_faces: Optional[int] = 
                       f"{tm.info['kept_volume_fraction']:.1%} of the volume")
         except TetrahedralizationError as e:
             reason = str(e) if "union" not in path else f"union meshed, but {e}"
-            if "qslim" in extra:
-                reason = f"simplified surface: {reason}"
+        if path.startswith("qslim"):  # TetGen can fail (or stall) on a simplified surface: the exact one next
+            extra["qslim"]["tetgen_error"] = reason
     # ---- voxel path
     v, f = _check_not_flat(surf)
     method = "flood" if surf.is_watertight else "auto"
