@@ -154,3 +154,23 @@ def test_tetgen_failing_on_the_simplified_surface_meshes_the_exact_one(monkeypat
     assert tm.info["path"] == "tetgen" and tm.num_nodes > 2562  # the exact surface's every vertex
     assert tm.info["qslim"]["tetgen_error"] == "TetGen did not finish within 20 s"
     assert seen[0][0] <= 1000 and seen[0][1] == tetmesh.SIMPLIFIED_TETGEN_TIMEOUT and seen[1][0] == 5120
+
+
+def test_evaluate_says_when_the_fem_reference_covers_part_of_the_shape(tmp_path, capsys):
+    """Two boxes 0.5 m apart (the PartNet armchair of the corpus is two side frames 0.85 m apart, no seat): the FEM
+    mesh holds the larger one only, and the scores are of that part: evaluate says so and records the share."""
+    import trimesh
+
+    from physskin_gs.cli import main
+
+    a = trimesh.creation.box(extents=(1.0, 0.3, 0.2))
+    b = trimesh.creation.box(extents=(0.8, 0.3, 0.2))
+    b.apply_translation((0.0, 0.8, 0.0))
+    obj = tmp_path / "two.obj"
+    trimesh.util.concatenate([a, b]).export(obj)
+    out = tmp_path / "fem.json"
+    assert main(["evaluate", "--reference", "fem", "--bases", "rbf", "--data", str(obj), "--nodes", "600",
+                 "--modes", "4", "--json", str(out)]) == 0
+    shape = json.loads(out.read_text())["shapes"][0]
+    assert shape["fem_covers"] == pytest.approx(1.0 / 1.8, abs=0.08)  # the larger box's share of the volume
+    assert f"the FEM reference covers {shape['fem_covers']:.0%} of the shape's volume" in capsys.readouterr().out

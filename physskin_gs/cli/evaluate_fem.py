@@ -96,6 +96,11 @@ def evaluate_shape(path: Path, bases: List[str], args, progress=print) -> Dict:
                                            "seconds": round(t_mesh, 3), "info": _jsonable(tm.info)},
            "fem_seconds": {k: round(v, 3) for k, v in ref.seconds.items()},
            "fem_eigvals": [float(x) for x in ref.eigvals], "bases": {}}
+    covered = (tm.info.get("glue") or {}).get("original_covered_fraction")
+    if covered is not None and covered < 0.99:  # parts too far apart to join: the FEM has the largest only
+        row["fem_covers"] = round(float(covered), 4)
+        progress(f"  note: {obj.name}: the FEM reference covers {covered:.0%} of the shape's volume (parts too far "
+                 "apart to join; the largest is meshed): every basis is scored on that part only")
     from physskin_gs.model.bases import SkinningReducedWarning, reduced_handles_note
 
     opts = skinning_options(args)
