@@ -174,3 +174,32 @@ def test_evaluate_says_when_the_fem_reference_covers_part_of_the_shape(tmp_path,
     shape = json.loads(out.read_text())["shapes"][0]
     assert shape["fem_covers"] == pytest.approx(1.0 / 1.8, abs=0.08)  # the larger box's share of the volume
     assert f"the FEM reference covers {shape['fem_covers']:.0%} of the shape's volume" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_surface_simplification_at_once(tmp_path):
+    """QSlim of a 328k-face surface takes about 12 s in C++; in this process Ctrl-C waited for it (a fresh user's
+    find). It runs in a child process: the interrupt ends the wait (and the child) within a second or two."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    code = ("import sys, numpy as np, trimesh\n"
+            "from physskin_gs.geometry.tetmesh import _simplified\n"
+            "s = trimesh.creation.icosphere(subdivisions=7)\n"
+            "print('start', flush=True)\n"
+            "try:\n"
+            "    _simplified(s, 6000)\n"
+            "except KeyboardInterrupt:\n"
+            "    print('interrupted', flush=True); sys.exit(130)\n"
+            "print('finished', flush=True)\n")
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert p.stdout.readline().strip() == "start"
+    time.sleep(1.5)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    out, _ = p.communicate(timeout=60)
+    waited = time.monotonic() - t0
+    assert p.returncode == 130 and out.strip() == "interrupted", out
+    assert waited < 4.0, waited

@@ -225,10 +225,11 @@ def _tetgen_worker(conn, v, f, kwargs, workdir) -> None:
         conn.close()
 
 
-def _run_tetgen(v: np.ndarray, f: np.ndarray, kwargs: dict, timeout: float) -> Tuple[np.ndarray, np.ndarray]:
-    """TetGen in a child process: on self-intersecting input TetGen can corrupt the heap and abort the whole
-    interpreter (seen with tetgen 0.8.4 on two overlapping spheres), and quality refinement can run away, so the
-    parent survives both and raises TetrahedralizationError instead."""
+def _in_child(worker, args: tuple, timeout: float, what: str):
+    """Run ``worker(conn, *args, workdir)`` in a child process and return what it sends, (status, a, b). The parent
+    waits in a poll that Ctrl-C interrupts (a long C++ call in this process would hold the interrupt until it
+    returns: QSlim of a 328k-face mesh, 12 s) and ends the child on the way out. Raises TetrahedralizationError
+    when the child takes more than ``timeout`` s or dies."""
     import multiprocessing as mp
     import shutil
     import tempfile
@@ -237,24 +238,31 @@ def _run_tetgen(v: np.ndarray, f: np.ndarray, kwargs: dict, timeout: float) -> T
     ctx = mp.get_context("fork" if "fork" in methods else "spawn")
     workdir = tempfile.mkdtemp(prefix="physskin_tetgen_")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_tetgen_worker, args=(child, v, f, kwargs, workdir), daemon=True)
-    with warnings.catch_warnings():  # Python >= 3.12 warns about fork() with threads; the child only runs TetGen
+    proc = ctx.Process(target=worker, args=(child, *args, workdir), daemon=True)
+    with warnings.catch_warnings():  # Python >= 3.12 warns about fork() with threads; the child only runs C++
         warnings.simplefilter("ignore", DeprecationWarning)
         proc.start()
     child.close()
     try:
         if not parent.poll(timeout):
-            raise TetrahedralizationError(f"TetGen did not finish within {timeout:.0f} s")
-        status, a, b = parent.recv()
+            raise TetrahedralizationError(f"{what} did not finish within {timeout:.0f} s")
+        return parent.recv()
     except EOFError:
         proc.join(5)
-        raise TetrahedralizationError(f"TetGen crashed (exit code {proc.exitcode})") from None
+        raise TetrahedralizationError(f"{what} crashed (exit code {proc.exitcode})") from None
     finally:
         if proc.is_alive():
             proc.terminate()
         proc.join(5)
         parent.close()
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run_tetgen(v: np.ndarray, f: np.ndarray, kwargs: dict, timeout: float) -> Tuple[np.ndarray, np.ndarray]:
+    """TetGen in a child process: on self-intersecting input TetGen can corrupt the heap and abort the whole
+    interpreter (seen with tetgen 0.8.4 on two overlapping spheres), and quality refinement can run away, so the
+    parent survives both and raises TetrahedralizationError instead."""
+    status, a, b = _in_child(_tetgen_worker, (v, f, kwargs), timeout, "TetGen")
     if status != "ok":
         raise TetrahedralizationError(f"TetGen failed: {a}")
     return a, b
@@ -823,20 +831,43 @@ def tetmesh_for_shape(vertices: np.ndarray, faces: np.ndarray, *, target_nodes: 
 SIMPLIFIED_TETGEN_TIMEOUT = 20.0
 
 
+def _qslim_worker(conn, v, f, max_faces, workdir) -> None:
+    """Child-process body of :func:`_simplified`: libigl's QSlim, (vertices, faces) or an error string sent back."""
+    try:
+        import igl
+
+        out = igl.qslim(np.asfortranarray(v), np.asfortranarray(f), int(max_faces), True)
+        conn.send(("ok", np.asarray(out[0], np.float64), np.asarray(out[1], np.int64)))
+    except BaseException as e:  # noqa: BLE001 - everything must reach the parent
+        conn.send(("error", f"{type(e).__name__}: {e}", None))
+    finally:
+        conn.close()
+
+
+#: seconds QSlim may take (a 328k-face surface: about 12 s) before the exact surface is meshed instead
+QSLIM_TIMEOUT = 60.0
+
+
 def _simplified(surface, max_faces: int):
     """(simplified trimesh, facts) of a watertight surface with more than ``max_faces`` faces: libigl's QSlim
-    down to ``max_faces`` with self-intersections blocked; None when the result is not watertight."""
-    import igl
+    down to ``max_faces`` with self-intersections blocked, in a child process (Ctrl-C stops it; at most
+    ``QSLIM_TIMEOUT`` s); None (and the reason in the facts) when it fails or the result is not watertight."""
     import trimesh
 
-    v = np.asfortranarray(np.asarray(surface.vertices, dtype=np.float64))
-    f = np.asfortranarray(np.asarray(surface.faces, dtype=np.int32))
-    out = igl.qslim(v, f, int(max_faces), True)
-    s = trimesh.Trimesh(np.asarray(out[0]), np.asarray(out[1]), process=False)
+    v = np.asarray(surface.vertices, dtype=np.float64)
+    f = np.asarray(surface.faces, dtype=np.int32)
+    facts = {"faces_in": int(f.shape[0])}
+    try:
+        status, a, b = _in_child(_qslim_worker, (v, f, int(max_faces)), QSLIM_TIMEOUT, "QSlim")
+    except TetrahedralizationError as e:
+        return None, dict(facts, error=str(e))
+    if status != "ok":
+        return None, dict(facts, error=f"QSlim failed: {a}")
+    s = trimesh.Trimesh(a, b, process=False)
     if not s.is_watertight or s.faces.shape[0] == 0:
-        return None, {"faces_in": int(f.shape[0]), "error": "simplified surface is not watertight"}
-    return s, {"faces_in": int(f.shape[0]), "faces_out": int(s.faces.shape[0]),
-               "volume_ratio": float(abs(s.volume) / max(abs(float(surface.volume)), 1e-300))}
+        return None, dict(facts, error="simplified surface is not watertight")
+    return s, dict(facts, faces_out=int(s.faces.shape[0]),
+                   volume_ratio=float(abs(s.volume) / max(abs(float(surface.volume)), 1e-300)))
 
 
 def _tetmesh_for_clean(m, target_nodes: int, max_surface_faces: Optional[int] = None) -> TetMesh:
