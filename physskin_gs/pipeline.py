@@ -212,7 +212,8 @@ def resolve_up(up: str, scene: Optional[GaussianScene] = None) -> torch.Tensor:
     :func:`prepare_animation` and ``render`` use when the scene analysis finds no support plane): meshes +y (OBJ
     convention), antimatter15 .splat and PlayCanvas compressed PLY -y (COLMAP-style captures; both spot and
     plant files are -y up), INRIA PLY +z (Blender / NeRF-synthetic exports such as lego), glTF +y (the glTF
-    convention), unless the file records its up axis (``scene.up_hint``: the frames physskin_gs exports). A capture
+    convention), unless the file records its up axis (``scene.up_hint``: the frames physskin_gs exports, and +y for
+    a glTF mesh, whose specification fixes it). A capture
     that stands
     on a support gets its up axis from the support plane instead, whatever its format.
 
@@ -349,6 +350,10 @@ def load_for_animation(path, num_mesh_gaussians: int = 20000, seed: int = 0) -> 
         means=pts_t, quats=rotmat_to_quat(R), log_scales=log_scales,
         opacity_logits=torch.full((N,), 4.0), sh_dc=torch.full((N, 3), grey), sh_rest=torch.zeros(N, 0, 3),
         source=os.path.abspath(path), format="mesh",
+        # glTF fixes +y as up in its specification ("glTF uses a right-handed coordinate system ... +Y is up"): a
+        # recorded fact, not a guess to weigh against the stable-base evidence (which lays tall or reclining
+        # objects down: a Kenney desk chair came out on its back)
+        up_hint=(0.0, 1.0, 0.0) if path.lower().endswith((".glb", ".gltf")) else None,
     )
     scene.mesh = mesh  # type: ignore[attr-defined]
     return scene
@@ -416,7 +421,8 @@ def analyze_for_animation(scene: GaussianScene):
     ``SceneAnalysis`` whose masks are (N,) over the scene's rows. Raises DegenerateGeometryError when no valid
     opaque row is left."""
     prior = resolve_up("auto", scene).numpy()
-    name = ("the up axis recorded in the file" if scene.up_hint is not None
+    name = ("glTF's +y up (fixed by the format)" if scene.up_hint is not None and scene.format == "mesh"
+            else "the up axis recorded in the file" if scene.up_hint is not None
             else f"the up-axis convention of {scene.format} files" if scene.format else "the format prior")
     # an up axis recorded in the file (our own exports) is the truth; a format's convention is only a guess, and
     # the axis the object stands on most stably is evidence against it

@@ -32,7 +32,8 @@ class GaussianScene:
         source: path or description of where the scene came from (informational).
         format: detected input format (``"inria-ply"``, ``"splat"``, ``"compressed-ply"``, ...).
         up_hint: (3,) up vector recorded in the file (``comment physskin_gs up_axis X Y Z`` in the PLYs that
-            physskin_gs exports), or None; the ``auto`` up rule uses it before the format's convention.
+            physskin_gs exports; +y for a glTF mesh, whose specification fixes it), or None; the ``auto`` up
+            rule uses it before the format's convention.
     """
 
     means: torch.Tensor

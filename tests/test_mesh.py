@@ -119,3 +119,31 @@ def test_mesh_validates_shapes():
         Mesh(np.zeros((3, 2)), np.zeros((1, 3)))
     with pytest.raises(ValueError):
         Mesh(np.zeros((3, 3)), np.array([[0, 1, 5]]))
+
+
+def test_a_gltf_mesh_is_up_along_y_by_its_specification(tmp_path):
+    """glTF fixes +y as up; the stable-base evidence (which lays a reclining or tall object on its back: a Kenney
+    desk chair came out +z up, a fresh user's find) must not override it. The same shape as OBJ (no convention)
+    may still be judged by its stable base; the glTF one is +y, and the log says why."""
+    import trimesh
+
+    from physskin_gs.pipeline import analyze_for_animation, load_for_animation
+
+    # an L-shaped "reclining chair" standing along +y: a seat slab and a tall back, most stable lying on the back
+    seat = trimesh.creation.box(extents=(1.0, 0.15, 1.0))
+    seat.apply_translation((0.0, 0.4, 0.0))
+    back = trimesh.creation.box(extents=(1.0, 1.6, 0.15))
+    back.apply_translation((0.0, 0.8, -0.45))
+    legs = [trimesh.creation.box(extents=(0.08, 0.4, 0.08)) for _ in range(4)]
+    for leg, (x, z) in zip(legs, [(-0.45, -0.45), (0.45, -0.45), (-0.45, 0.45), (0.45, 0.45)]):
+        leg.apply_translation((x, 0.2, z))
+    chair = trimesh.util.concatenate([seat, back, *legs])
+    glb = tmp_path / "chair.glb"
+    chair.export(glb)
+    scene = load_for_animation(glb, num_mesh_gaussians=4000)
+    assert scene.up_hint == (0.0, 1.0, 0.0)
+    a = analyze_for_animation(scene)
+    assert np.allclose(np.asarray(a.up, dtype=float), [0.0, 1.0, 0.0], atol=1e-6)
+    obj = tmp_path / "chair.obj"
+    chair.export(obj)
+    assert load_for_animation(obj, num_mesh_gaussians=4000).up_hint is None
