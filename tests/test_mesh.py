@@ -147,3 +147,42 @@ def test_a_gltf_mesh_is_up_along_y_by_its_specification(tmp_path):
     obj = tmp_path / "chair.obj"
     chair.export(obj)
     assert load_for_animation(obj, num_mesh_gaussians=4000).up_hint is None
+
+
+def test_triangle_strips_keep_their_winding_and_restart_at_minus_one():
+    from physskin_gs.io.mesh import strips_to_triangles
+
+    # a ribbon: top vertices 0, 2, 4, ... at y = 1, bottom 1, 3, 5, ... at y = 0, x = k // 2
+    n = 10
+    v = np.array([[k // 2, 1 - k % 2, 0.0] for k in range(n)])
+    t = strips_to_triangles([np.arange(n)])
+    assert t.shape == (n - 2, 3)
+    normals = np.cross(v[t[:, 1]] - v[t[:, 0]], v[t[:, 2]] - v[t[:, 0]])
+    assert np.all(normals[:, 2] == normals[0, 2]) and normals[0, 2] != 0  # one winding throughout
+    # -1 starts a new strip; a repeated index (a stripper's join) gives no triangle
+    t2 = strips_to_triangles([np.array([0, 1, 2, 3, -1, 4, 5, 6, 6, 7])])
+    assert [tuple(x) for x in t2] == [(0, 1, 2), (2, 1, 3), (4, 5, 6)]
+    assert strips_to_triangles([np.array([0, 1, -1])]).shape == (0, 3)
+
+
+def test_a_tristrips_ply_loads_as_its_closed_surface(tmp_path):
+    """A PLY with a ``tristrips`` element (Stanford-style scans such as igea; trimesh reads no faces from it, and
+    the load said "a point cloud") gives the same closed, outward surface as its faces."""
+    import trimesh
+    from plyfile import PlyData, PlyElement
+
+    from physskin_gs.io.mesh import load_mesh
+
+    box = trimesh.creation.box(extents=(1.0, 2.0, 3.0))
+    f = np.asarray(box.faces)
+    # one strip list: every triangle of the box, each its own strip, separated by -1
+    strips = np.empty(1, dtype=[("vertex_indices", "O")])
+    strips["vertex_indices"][0] = np.array([int(i) for tri in f for i in list(tri) + [-1]], np.int32)
+    verts = np.array([tuple(p) for p in box.vertices], dtype=[("x", "f4"), ("y", "f4"), ("z", "f4")])
+    path = tmp_path / "box_strips.ply"
+    PlyData([PlyElement.describe(verts, "vertex"),
+             PlyElement.describe(strips, "tristrips", val_types={"vertex_indices": "i4"})]).write(str(path))
+    m = load_mesh(str(path))
+    assert m.faces.shape == (12, 3)
+    back = trimesh.Trimesh(m.vertices, m.faces, process=False)
+    assert back.is_watertight and back.volume == pytest.approx(6.0, rel=1e-5)  # outward: positive volume

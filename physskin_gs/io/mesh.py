@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
-from typing import Optional
+from typing import Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -140,6 +140,9 @@ def load_mesh(path: str, *, weld: bool = True) -> Mesh:
                     f"{path}: is a 3D Gaussian Splatting PLY (has {', '.join(p for p in _GAUSSIAN_PLY_PROPS if p in props)}),"
                     " not a mesh; use physskin_gs.io.load_scene"
                 )
+            if "face" not in elements and "tristrips" in elements:  # Stanford-style strips (igea, dragon scans)
+                vertices, faces = _read_ply_tristrips(path)
+                return _finish(path, vertices, faces, weld)
             if "face" not in elements:
                 raise SceneFormatError(f"{path}: PLY has no 'face' element: a point cloud, not a triangle mesh")
 
@@ -172,6 +175,11 @@ def load_mesh(path: str, *, weld: bool = True) -> Mesh:
         raise SceneFormatError(f"{path}: mesh has {vertices.shape[0]} vertices but no faces (a point cloud, not a "
                                "triangle mesh)")
 
+    return _finish(path, vertices, faces, weld)
+
+
+def _finish(path: str, vertices: np.ndarray, faces: np.ndarray, weld: bool) -> Mesh:
+    """:func:`load_mesh`'s last stage: clean (and weld) the arrays and check that a surface is left."""
     vertices, faces = _clean(vertices, faces, weld=weld)
     if vertices.shape[0] == 0 or faces.shape[0] == 0:
         raise SceneFormatError(f"{path}: no valid faces left after dropping non-finite vertices and degenerate faces")
@@ -179,6 +187,56 @@ def load_mesh(path: str, *, weld: bool = True) -> Mesh:
         raise SceneFormatError(f"{path}: all {faces.shape[0]} faces have zero area (their corners are collinear); "
                                "there is no surface to sample")
     return Mesh(vertices=vertices.astype(np.float32), faces=faces, source=path)
+
+
+def strips_to_triangles(strips: Sequence[np.ndarray]) -> np.ndarray:
+    """(F, 3) int64 triangles of triangle strips: each strip a sequence of vertex indices in which ``-1`` starts a
+    new strip (the PLY ``tristrips`` convention); triangle k of a strip is (s[k], s[k+1], s[k+2]) with the first two
+    swapped for odd k, so every triangle keeps the strip's winding. Triangles with a repeated index (the joins
+    strippers make on purpose) are dropped. Raises nothing."""
+    tris = []
+    for strip in strips:
+        a = np.asarray(strip, dtype=np.int64).reshape(-1)
+        cuts = np.flatnonzero(a < 0)
+        for run in np.split(a, cuts):
+            run = run[run >= 0]
+            if run.size < 3:
+                continue
+            k = np.arange(run.size - 2)
+            t = np.stack([run[k], run[k + 1], run[k + 2]], 1)  # [n - 2, 3]
+            odd = (k % 2) == 1
+            t[odd, 0], t[odd, 1] = t[odd, 1], t[odd, 0].copy()
+            tris.append(t)
+    if not tris:
+        return np.zeros((0, 3), np.int64)
+    t = np.concatenate(tris)
+    ok = (t[:, 0] != t[:, 1]) & (t[:, 1] != t[:, 2]) & (t[:, 0] != t[:, 2])
+    return t[ok]
+
+
+def _read_ply_tristrips(path: str) -> Tuple[np.ndarray, np.ndarray]:
+    """(vertices (V, 3) float64, faces (F, 3) int64) of a PLY whose faces are a ``tristrips`` element (plyfile reads
+    it; trimesh reads no faces from it). Raises SceneFormatError for an unreadable file or indices out of range."""
+    from plyfile import PlyData
+
+    try:
+        ply = PlyData.read(path)
+        v = ply["vertex"]
+        vertices = np.stack([np.asarray(v[c], dtype=np.float64) for c in ("x", "y", "z")], 1)
+        el = ply["tristrips"]
+        name = "vertex_indices" if "vertex_indices" in el.data.dtype.names else el.data.dtype.names[0]
+        faces = strips_to_triangles(list(el[name]))
+    except SceneFormatError:
+        raise
+    except Exception as exc:  # plyfile raises several types on malformed files
+        raise SceneFormatError(f"{path}: could not read its triangle strips ({type(exc).__name__}: {exc})") from exc
+    if faces.size and (faces.max() >= vertices.shape[0]):
+        raise SceneFormatError(f"{path}: a triangle strip refers to vertex {int(faces.max())}, but the file has "
+                               f"{vertices.shape[0]} vertices")
+    if faces.shape[0] == 0:
+        raise SceneFormatError(f"{path}: mesh has {vertices.shape[0]} vertices but its triangle strips hold no "
+                               "triangle (a point cloud, not a triangle mesh)")
+    return vertices, faces
 
 
 #: A face has positive area when twice its area exceeds this fraction of the squared bounding-box diagonal.
