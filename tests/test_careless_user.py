@@ -561,6 +561,24 @@ def test_sigint_to_a_mesh_export_keeps_only_complete_frames(delay, inputs, tmp_p
         assert m.vertices.shape == (8, 3) and m.faces.shape == (12, 3)
 
 
+def test_an_interrupted_run_leaves_no_empty_folders_it_made(inputs, tmp_path, capsys, monkeypatch):
+    """Ctrl-C before anything was written: the output folders the run created (and their parents it created) go
+    again; a folder that existed before stays (a fresh user's find: interrupted runs left empty folders)."""
+    import physskin_gs.bodies as bodies
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bodies, "prepare_bodies", interrupted)
+    kept = tmp_path / "existing"
+    kept.mkdir()
+    code, _, err = _run(["animate", inputs.mesh, "--headless", "--frames", "3", *FAST, "--png",
+                         tmp_path / "new" / "deep" / "png", "--export", kept / "frames"], capsys)
+    assert code == 130 and err.strip().endswith("interrupted"), err
+    assert not (tmp_path / "new").exists() and not (kept / "frames").exists()
+    assert kept.is_dir() and list(kept.iterdir()) == []
+
+
 def test_sigint_right_after_a_mesh_frame_is_written_counts_it(inputs, tmp_path, capsys, monkeypatch):
     """A Ctrl-C landing between a mesh frame's write and its count said one frame fewer than the folder held (the
     CI's failure of stop 34): the write and the count now run under ``interrupts.deferred``."""

@@ -121,22 +121,33 @@ def main(argv: Optional[List[str]] = None) -> int:
             if isinstance(exc, FileNotFoundError) and exc.filename and str(exc.filename) not in msg:
                 msg = f"{msg}: {exc.filename}"
             print(f"error: {msg}", file=sys.stderr)
+            _discard_created_folders()  # an output folder this run made and left empty goes again
             return 2
         except BaseException:
             interrupts.check()
             raise
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, interrupts.Terminated) or interrupts.requested() == signal.SIGTERM
+        _discard_created_folders()  # (a fresh user's find: interrupted runs left empty output folders)
         print("terminated" if terminated else "interrupted", file=sys.stderr)
         return 143 if terminated else 130
     finally:
-        from physskin_gs.cli._outputs import release_all
+        from physskin_gs.cli._outputs import keep_created_folders, release_all
 
         release_all()
+        keep_created_folders()
         restore()
         if argv is None:  # the process ends now: a late second signal must not turn exit 130 into a signal death
             _ignore_signals()
     return int(code or 0)
+
+
+def _discard_created_folders() -> None:
+    """Release the run's locks and remove the output folders it created and left empty (it failed or was
+    interrupted before writing there)."""
+    from physskin_gs.cli._outputs import discard_created_folders
+
+    discard_created_folders()
 
 
 def _ignore_signals() -> None:

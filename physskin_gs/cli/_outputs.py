@@ -238,9 +238,13 @@ def claim_outputs(outputs: Sequence[Output], inputs: Iterable = ()) -> None:
     for out in outputs:
         if out.folder:
             try:
-                if not os.path.isdir(out.path):
-                    _CREATED.append(os.path.abspath(out.path))
+                missing = []  # the folder and its missing parents, outermost first (removed innermost first)
+                d = os.path.abspath(out.path)
+                while not os.path.isdir(d) and os.path.dirname(d) != d:
+                    missing.insert(0, d)
+                    d = os.path.dirname(d)
                 Path(out.path).mkdir(parents=True, exist_ok=True)
+                _CREATED.extend(missing)
             except OSError as exc:
                 raise OutputError(f"{out.option} {out.path}: cannot create the folder ({exc.strerror or exc})") from None
         else:
@@ -266,6 +270,12 @@ def release_all() -> None:
                 os.unlink(lock)
             except OSError:
                 pass
+
+
+def keep_created_folders() -> None:
+    """The run is over (succeeded): the folders it created are its outputs, forget them (the next command run in
+    this process must not remove them)."""
+    _CREATED.clear()
 
 
 def discard_created_folders() -> List[str]:

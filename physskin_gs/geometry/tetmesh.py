@@ -201,20 +201,29 @@ def voxel_tetmesh(occupancy: np.ndarray, origin: Sequence[float], voxel: float) 
 
 
 # ------------------------------------------------------------------------------------ TetGen
-def _tetgen_worker(conn, v, f, kwargs, workdir) -> None:
-    """Child-process body: run TetGen and send (nodes, elems) or an error string through ``conn``. The child's
-    stderr goes to /dev/null and faulthandler is off, so an abort inside TetGen does not spill a C-level
-    traceback into the parent's terminal (the parent reports the crash instead); it works in ``workdir`` (a
-    temporary directory the parent removes), which takes the debug files TetGen writes on self-intersections
-    (``_skipped.node/.face``)."""
+def _child_prologue(workdir) -> None:
+    """First lines of a worker child process: the parent handles Ctrl-C (a terminal sends it to the child too) and
+    ends the child with SIGTERM, so the child ignores SIGINT and dies on SIGTERM without Python's handlers (no
+    traceback); its stderr goes to /dev/null and faulthandler is off, so an abort in C++ spills no C-level
+    traceback into the terminal (the parent reports the crash); it works in ``workdir``."""
     import faulthandler
     import os
+    import signal
 
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    faulthandler.disable()
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.chdir(workdir)
+
+
+def _tetgen_worker(conn, v, f, kwargs, workdir) -> None:
+    """Child-process body: run TetGen and send (nodes, elems) or an error string through ``conn``
+    (:func:`_child_prologue`); ``workdir`` (a temporary directory the parent removes) takes the debug files TetGen
+    writes on self-intersections (``_skipped.node/.face``)."""
     try:
-        faulthandler.disable()
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, 2)
-        os.chdir(workdir)
+        _child_prologue(workdir)
         import tetgen
 
         out = tetgen.TetGen(v, f).tetrahedralize(**kwargs)
@@ -834,6 +843,7 @@ SIMPLIFIED_TETGEN_TIMEOUT = 20.0
 def _qslim_worker(conn, v, f, max_faces, workdir) -> None:
     """Child-process body of :func:`_simplified`: libigl's QSlim, (vertices, faces) or an error string sent back."""
     try:
+        _child_prologue(workdir)
         import igl
 
         out = igl.qslim(np.asfortranarray(v), np.asfortranarray(f), int(max_faces), True)
