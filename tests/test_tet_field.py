@@ -102,7 +102,8 @@ def test_evaluate_and_animate_take_the_tet_basis(tmp_path, capsys):
 def test_a_detailed_surface_is_simplified_before_tetgen_for_the_tet_basis(monkeypatch):
     """TetGen keeps every surface vertex (a 52k-face statue became 126k nodes and a 29 s build): past
     ``max_surface_faces`` the surface is simplified (QSlim) first, so the mesh has far fewer nodes and the same
-    solid; the tet basis sets the limit (``TET_MAX_SURFACE_FACES``), the FEM reference does not."""
+    solid; the tet basis sets the limit (``TET_MAX_SURFACE_FACES`` above ``TET_SIMPLIFY_ABOVE`` faces), the FEM
+    reference does not."""
     import trimesh
 
     import physskin_gs.model.bases as bases
@@ -125,6 +126,7 @@ def test_a_detailed_surface_is_simplified_before_tetgen_for_the_tet_basis(monkey
     assert abs(volume(tm) / volume(exact) - 1) < 0.02  # the same solid
     monkeypatch.setattr(bases, "TET_NODES", 600)
     monkeypatch.setattr(bases, "TET_MAX_SURFACE_FACES", 1000)
+    monkeypatch.setattr(bases, "TET_SIMPLIFY_ABOVE", 1000)
     pts = torch.from_numpy(s.sample(500, seed=0)).float()
     field, source = build_skinning("tet", pts, pts, SkinningOptions(num_handles=8, mesh=(v, f)))
     assert source.startswith("tet (qslim+tetgen, "), source
@@ -132,7 +134,8 @@ def test_a_detailed_surface_is_simplified_before_tetgen_for_the_tet_basis(monkey
 
 
 def test_tetgen_failing_on_the_simplified_surface_meshes_the_exact_one(monkeypatch):
-    """TetGen can fail or stall on a simplified surface (a simplified union of two overlapping boxes stalled):
+    """TetGen can fail or stall on a simplified surface (a simplified union of two overlapping boxes stalled; a
+    normalised PartNet chair at 6000 faces self-intersected): then the surface simplified to twice as many faces,
     then the exact surface is meshed as without the limit, and the info says why."""
     import trimesh
 
@@ -144,7 +147,7 @@ def test_tetgen_failing_on_the_simplified_surface_meshes_the_exact_one(monkeypat
 
     def failing_when_simplified(v, f, **kw):
         seen.append((len(f), kw.get("timeout")))
-        if len(f) <= 1000:
+        if len(f) < 5120:
             raise tetmesh.TetrahedralizationError("TetGen did not finish within 20 s")
         return real(v, f, **kw)
 
@@ -152,8 +155,19 @@ def test_tetgen_failing_on_the_simplified_surface_meshes_the_exact_one(monkeypat
     tm = tetmesh.tetmesh_for_shape(np.asarray(s.vertices), np.asarray(s.faces), target_nodes=600,
                                    max_surface_faces=1000)
     assert tm.info["path"] == "tetgen" and tm.num_nodes > 2562  # the exact surface's every vertex
-    assert tm.info["qslim"]["tetgen_error"] == "TetGen did not finish within 20 s"
-    assert seen[0][0] <= 1000 and seen[0][1] == tetmesh.SIMPLIFIED_TETGEN_TIMEOUT and seen[1][0] == 5120
+    q = tm.info["qslim"]
+    assert q["tetgen_error"] == q["retry"]["tetgen_error"] == "TetGen did not finish within 20 s"
+    # 1000 faces, then twice as many, then the exact 5120
+    assert [n <= 1000 for n, _ in seen] == [True, False, False] and seen[1][0] <= 2000 and seen[2][0] == 5120
+    assert seen[0][1] == seen[1][1] == tetmesh.SIMPLIFIED_TETGEN_TIMEOUT
+    # and where only the first simplification fails, the second is meshed
+    seen.clear()
+    monkeypatch.setattr(tetmesh, "tetrahedralize_surface",
+                        lambda v, f, **kw: (_ for _ in ()).throw(tetmesh.TetrahedralizationError("self-intersections"))
+                        if len(f) <= 1000 else real(v, f, **kw))
+    tm = tetmesh.tetmesh_for_shape(np.asarray(s.vertices), np.asarray(s.faces), target_nodes=600,
+                                   max_surface_faces=1000)
+    assert tm.info["path"] == "qslim+tetgen" and "to 2000 faces" in tm.info["path_reason"]
 
 
 def test_evaluate_says_when_the_fem_reference_covers_part_of_the_shape(tmp_path, capsys):

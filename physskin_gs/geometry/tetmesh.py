@@ -809,8 +809,9 @@ def tetmesh_for_shape(vertices: np.ndarray, faces: np.ndarray, *, target_nodes: 
     watertight surface with more faces is first simplified to that many (libigl's QSlim edge collapses, blocked where
     they would make the surface intersect itself; path 'qslim+tetgen' or 'qslim+union+tetgen', ``info['qslim']``
     has the face counts and the volume change): the statue at 6000 faces gives 18k nodes in 6 s. If TetGen fails
-    on the simplified surface (or takes more than ``SIMPLIFIED_TETGEN_TIMEOUT``), the exact surface is meshed as
-    without the limit (``info['qslim']['tetgen_error']`` says why). The FEM reference leaves it unset (the exact
+    on the simplified surface (or takes more than ``SIMPLIFIED_TETGEN_TIMEOUT``), it is simplified to twice as many
+    faces (``info['qslim']['retry']``) and, failing that too, the exact surface is meshed as without the limit
+    (each ``tetgen_error`` says why). The FEM reference leaves it unset (the exact
     surface, however fine).
 
     Args:
@@ -835,9 +836,9 @@ def tetmesh_for_shape(vertices: np.ndarray, faces: np.ndarray, *, target_nodes: 
     return _unstretch(_tetmesh_for_clean(ms, target_nodes, max_surface_faces), st)
 
 
-#: seconds TetGen may take on a simplified surface before the exact one is meshed instead (it finishes in 1-8 s
-#: at 6000 faces; on a simplified union of two overlapping boxes it stalled)
-SIMPLIFIED_TETGEN_TIMEOUT = 20.0
+#: seconds TetGen may take on a simplified surface before the next attempt (it finishes in 1-5 s at 6000 faces;
+#: on a simplified union of two overlapping boxes and on a normalised PartNet chair it stalled)
+SIMPLIFIED_TETGEN_TIMEOUT = 10.0
 
 
 def _qslim_worker(conn, v, f, max_faces, workdir) -> None:
@@ -903,30 +904,39 @@ def _tetmesh_for_clean(m, target_nodes: int, max_surface_faces: Optional[int] = 
                 candidate = None
                 reason = (f"boolean union of {len(parts)} bodies leaves {n_out} disjoint bodies"
                           if u.is_watertight else "boolean union is not watertight")
-    attempts = []  # (surface, path, TetGen timeout): the simplified surface first, then the exact one
-    if candidate is not None and max_surface_faces is not None and len(candidate.faces) > max_surface_faces:
-        simple, extra["qslim"] = _simplified(candidate, max_surface_faces)
-        if simple is not None:
-            attempts.append((simple, "qslim+" + path, SIMPLIFIED_TETGEN_TIMEOUT))
-    if candidate is not None:
-        attempts.append((candidate, path, 120.0))
-    for surface, path, timeout in attempts:
+    def attempts():
+        """(surface, path, TetGen timeout): the surface simplified to max_surface_faces, then to twice as many
+        (TetGen may find the first self-intersecting or fail on it; a PartNet chair meshed at 12000 faces), then
+        the exact surface; each simplification only when the one before failed."""
+        if candidate is None:
+            return
+        if max_surface_faces is not None:
+            for k, faces in enumerate((max_surface_faces, 2 * max_surface_faces)):
+                if len(candidate.faces) <= faces:
+                    break
+                simple, facts = _simplified(candidate, faces)
+                extra.setdefault("qslim", facts) if k == 0 else extra["qslim"].setdefault("retry", facts)
+                if simple is not None:
+                    yield simple, "qslim+" + path, SIMPLIFIED_TETGEN_TIMEOUT, facts
+        yield candidate, path, 120.0, None
+
+    for surface, how, timeout, facts in attempts():
         try:
             tm = tetrahedralize_surface(np.asarray(surface.vertices), np.asarray(surface.faces),
                                         target_nodes=target_nodes, timeout=timeout)
             if tm.info["kept_volume_fraction"] >= GLUE_MIN_FRACTION:
-                why = ("one watertight body" if "union" not in path else
+                why = ("one watertight body" if "union" not in how else
                        f"boolean union of {len(parts)} bodies is one watertight body")
-                if path.startswith("qslim"):
-                    why += f", simplified from {extra['qslim']['faces_in']} to {extra['qslim']['faces_out']} faces"
-                tm.info.update(extra, path=path, path_reason=why)
+                if facts is not None:
+                    why += f", simplified from {facts['faces_in']} to {facts['faces_out']} faces"
+                tm.info.update(extra, path=how, path_reason=why)
                 return tm
             reason = (f"TetGen mesh has {tm.info['components']} pieces, the largest holds "
                       f"{tm.info['kept_volume_fraction']:.1%} of the volume")
         except TetrahedralizationError as e:
-            reason = str(e) if "union" not in path else f"union meshed, but {e}"
-        if path.startswith("qslim"):  # TetGen can fail (or stall) on a simplified surface: the exact one next
-            extra["qslim"]["tetgen_error"] = reason
+            reason = str(e) if "union" not in how else f"union meshed, but {e}"
+        if facts is not None:  # TetGen can fail (or stall) on a simplified surface: the next attempt
+            facts["tetgen_error"] = reason
     # ---- voxel path
     v, f = _check_not_flat(surf)
     method = "flood" if surf.is_watertight else "auto"

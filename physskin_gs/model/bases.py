@@ -327,8 +327,9 @@ class TetBasis(SkinningBasis):
         _report(progress, "skinning: tet mesh of the input mesh and its Laplacian eigenmodes", 0.35)
         v, f = options.mesh
         try:
+            simplify = TET_MAX_SURFACE_FACES if len(f) > TET_SIMPLIFY_ABOVE else None
             tm = tetmesh_for_shape(np.asarray(v, np.float64), np.asarray(f), target_nodes=TET_NODES,
-                                   max_surface_faces=TET_MAX_SURFACE_FACES)
+                                   max_surface_faces=simplify)
         except ValueError as exc:
             raise OptionError(f"--skinning tet: cannot tetrahedralise the mesh ({exc})") from None
         m = min(m, tm.num_nodes - 2)
@@ -395,8 +396,11 @@ class AutoBasis(SkinningBasis):
 
 #: Tet-mesh nodes of the ``tet`` basis (the FEM reference of ``evaluate --reference fem`` uses 3000 by default).
 TET_NODES = 3000
-#: Surfaces with more faces are simplified to this many before TetGen for the ``tet`` basis (TetGen keeps every
-#: surface vertex: a 52k-face statue became 126k nodes and a 29 s build; at 6000 faces 18k nodes, about 6 s).
+#: Surfaces of more than ``TET_SIMPLIFY_ABOVE`` faces are simplified to ``TET_MAX_SURFACE_FACES`` before TetGen for
+#: the ``tet`` basis. TetGen keeps every surface vertex: a 52k-face statue became 126k nodes and a 29 s build (at
+#: 6000 faces 18k nodes, 4 s), while up to ~40k faces the exact surface takes at most ~6 s on 2 cores, and TetGen
+#: can stall or fail on a simplified surface (a normalised 38k-face PartNet chair: 20 s lost before the exact one).
+TET_SIMPLIFY_ABOVE = 40000
 TET_MAX_SURFACE_FACES = 2 * TET_NODES
 
 #: Every skinning source by name (the one place where names map to implementations).
