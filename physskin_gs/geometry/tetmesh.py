@@ -915,7 +915,10 @@ def _tetmesh_for_clean(m, target_nodes: int, max_surface_faces: Optional[int] = 
                 if len(candidate.faces) <= faces:
                     break
                 simple, facts = _simplified(candidate, faces)
-                extra.setdefault("qslim", facts) if k == 0 else extra["qslim"].setdefault("retry", facts)
+                if k == 0:
+                    extra["qslim"] = facts
+                else:
+                    extra["qslim"]["retry"] = facts
                 if simple is not None:
                     yield simple, "qslim+" + path, SIMPLIFIED_TETGEN_TIMEOUT, facts
         yield candidate, path, 120.0, None
