@@ -427,7 +427,8 @@ def analyze_for_animation(scene: GaussianScene):
     # an up axis recorded in the file (our own exports) is the truth; a format's convention is only a guess, and
     # the axis the object stands on most stably is evidence against it
     return analyze_scene(scene.means, scene.opacities, scene.log_scales, format_prior_up=prior, prior_name=name,
-                         stable_base=scene.up_hint is None,
+                         stable_base=scene.up_hint is None, prior_if_it_stands=scene.format == "mesh",
+                         prior_recorded=scene.up_hint is not None,
                          seed=0)
 
 

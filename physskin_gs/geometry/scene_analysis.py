@@ -339,6 +339,15 @@ def _components(grid: _Grid, flat: np.ndarray, mass: np.ndarray, min_count: int)
     return labels, cmass, k
 
 
+def _margin_along(base, up: np.ndarray) -> float:
+    """The stability margin of ``base`` (a :class:`physskin_gs.geometry.upright.StableBase`) for the file axis
+    closest to ``up`` (3,) unit; -1.0 when ``up`` is not within 30 degrees of a file axis."""
+    from physskin_gs.geometry.upright import AXES
+
+    name = max(AXES, key=lambda k: float(AXES[k] @ up))
+    return float(base.margins.get(name, -1.0)) if float(AXES[name] @ up) > np.cos(np.deg2rad(30.0)) else -1.0
+
+
 # ----------------------------------------------------------------------------------------------- analysis
 def analyze_scene(
     means: ArrayLike,
@@ -365,6 +374,8 @@ def analyze_scene(
     object_clearance: float = 0.015,
     small_scene_rows: int = SMALL_SCENE_ROWS,
     stable_base: bool = True,
+    prior_if_it_stands: bool = False,
+    prior_recorded: bool = False,
 ) -> SceneAnalysis:
     """Classify the rows of a Gaussian capture and find its support plane and up axis (see module doc).
 
@@ -399,6 +410,14 @@ def analyze_scene(
             object (module docstring, *small scenes*).
         stable_base: without a support, take the axis of the file the object stands on most stably when that
             evidence is clear (:func:`physskin_gs.geometry.upright.stable_base_up`), before ``format_prior_up``.
+        prior_if_it_stands: with ``stable_base``, keep ``format_prior_up`` whenever the object can stand that way
+            (its centre of mass over its base there: stability margin > 0), and take the most stable axis only
+            when it cannot. For meshes, whose +y convention is usually right: a cup, a bowl or a table stands more
+            stably upside down, a chair on its back and a figure lying down, yet were modelled standing; a
+            z-up file seen +y up lies on its side or stands on an edge (a horse -0.49, a goblet -0.43). The
+            answer is sure when the most stable axis is the convention's too.
+        prior_recorded: ``format_prior_up`` is recorded in the file or fixed by its format (a physskin_gs export,
+            glTF): without a support, the analysis is sure of it.
 
     Returns:
         A :class:`SceneAnalysis`.
@@ -516,6 +535,7 @@ def analyze_scene(
     plane = None
     base = None
     cos30 = np.cos(np.deg2rad(30.0))
+    prior_sure = prior_recorded and prior is not None  # without a support, the prior is sure only when recorded
     if found is None and stable_base and plane_idx.shape[0] >= 16:  # which of the file's axes it stands on
         from physskin_gs.geometry.upright import stable_base_up
 
@@ -551,6 +571,16 @@ def analyze_scene(
         above = cand & (sd > max(object_clearance * scale, band))
         up, source = nrm, "support-plane"
         reason = why
+    elif (base is not None and base.up is not None and prior_if_it_stands and prior is not None
+          and _margin_along(base, prior) > 0.0):  # modelled standing as the file has it: keep the convention
+        up, source = prior, "format-prior"
+        why = why.replace("; using the file's up-axis convention instead", "")
+        prior_sure = _margin_along(base, prior) >= max(base.margins.values())  # the evidence's best axis too
+        reason = (f"no support plane found ({why}); using {prior_name}: the object can stand that way (stability "
+                  f"margin {_margin_along(base, prior):+.2f}" + (")" if prior_sure else
+                  f"; it would rest more stably with {base.axis} up, as a cup upside down or a chair on its back "
+                  "does)"))
+        unsure = not prior_sure
     elif base is not None and base.up is not None:
         up, source = base.up, "stable-base"
         why = why.replace("; using the file's up-axis convention instead", "")  # (the evidence is used instead)
@@ -560,6 +590,7 @@ def analyze_scene(
         unsure = not agrees  # sure only when the evidence and the file's convention agree
     elif prior is not None:
         up, source = prior, "format-prior"
+        unsure = unsure and not prior_sure  # a recorded up axis (our exports, glTF) is not a guess
         reason = f"no support plane found ({why}); using {prior_name}" + (f" ({base.reason})" if base else "")
     else:
         up, source = DEFAULT_UP.copy(), "default"
@@ -673,7 +704,7 @@ def analyze_scene(
         voxel_size=grid.h,
         grid_shape=grid.shape,
         timings=timings,
-        unsure=bool(unsure or (plane is None and source != "stable-base")),
+        unsure=bool(unsure or (plane is None and source != "stable-base" and not prior_sure)),
         other_objects=int(others),
         other_bodies=more_bodies,
     )
