@@ -428,7 +428,7 @@ def analyze_for_animation(scene: GaussianScene):
     # the axis the object stands on most stably is evidence against it
     return analyze_scene(scene.means, scene.opacities, scene.log_scales, format_prior_up=prior, prior_name=name,
                          stable_base=scene.up_hint is None, prior_if_it_stands=scene.format == "mesh",
-                         prior_recorded=scene.up_hint is not None,
+                         prior_recorded=scene.up_hint is not None, support_search=scene.format != "mesh",
                          seed=0)
 
 

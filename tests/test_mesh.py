@@ -217,3 +217,22 @@ def test_a_mesh_keeps_its_plus_y_when_it_can_stand_that_way(tmp_path):
     cone.export(path)
     a = analyze_for_animation(load_for_animation(path, num_mesh_gaussians=4000))
     assert np.allclose(np.asarray(a.up, float), [0, 0, 1], atol=1e-6), (a.up, a.reason)
+
+
+def test_a_mesh_is_the_object_no_part_of_it_is_a_support(tmp_path):
+    """A mesh is one object: a flat part of it is not a floor to keep static (a chair's base, a scorpion's feet and
+    a hand's palm were, and half of each mesh stood still). A post on a wide base plate: every row moves."""
+    import trimesh
+
+    from physskin_gs.pipeline import analyze_for_animation, load_for_animation
+
+    plate = trimesh.creation.box(extents=(2.0, 0.05, 2.0))
+    post = trimesh.creation.box(extents=(0.3, 1.0, 0.3))
+    post.apply_translation((0.0, 0.525, 0.0))
+    path = tmp_path / "post_on_plate.obj"
+    trimesh.util.concatenate([plate, post]).export(path)
+    scene = load_for_animation(path, num_mesh_gaussians=4000)
+    a = analyze_for_animation(scene)
+    assert a.up_source != "support-plane" and not np.asarray(a.support).any()
+    assert np.asarray(a.object).all(), int(np.asarray(a.object).sum())
+    assert np.allclose(np.asarray(a.up, float), [0, 1, 0], atol=1e-6)

@@ -376,6 +376,7 @@ def analyze_scene(
     stable_base: bool = True,
     prior_if_it_stands: bool = False,
     prior_recorded: bool = False,
+    support_search: bool = True,
 ) -> SceneAnalysis:
     """Classify the rows of a Gaussian capture and find its support plane and up axis (see module doc).
 
@@ -418,6 +419,8 @@ def analyze_scene(
             answer is sure when the most stable axis is the convention's too.
         prior_recorded: ``format_prior_up`` is recorded in the file or fixed by its format (a physskin_gs export,
             glTF): without a support, the analysis is sure of it.
+        support_search: look for a support plane (False for a mesh: a mesh is the object, and a flat part of it,
+            a chair's base or a scorpion's feet, was taken as a support and kept half of it static).
 
     Returns:
         A :class:`SceneAnalysis`.
@@ -529,9 +532,12 @@ def analyze_scene(
     band = plane_band * scale
     from physskin_gs.geometry.support import find_support
 
-    found, why, unsure, _ = find_support(pts[plane_idx].astype(np.float64), op[plane_idx].astype(np.float64), rng,
-                                         band=band, voxel=scale / support_voxels, hypotheses=plane_hypotheses,
-                                         min_beyond=min_beyond, prior=prior)
+    if support_search:
+        found, why, unsure, _ = find_support(pts[plane_idx].astype(np.float64), op[plane_idx].astype(np.float64),
+                                             rng, band=band, voxel=scale / support_voxels,
+                                             hypotheses=plane_hypotheses, min_beyond=min_beyond, prior=prior)
+    else:
+        found, why, unsure = None, "a mesh is the object: no support searched", True
     plane = None
     base = None
     cos30 = np.cos(np.deg2rad(30.0))
