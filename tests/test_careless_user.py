@@ -573,9 +573,11 @@ def test_an_interrupted_run_leaves_no_empty_folders_it_made(inputs, tmp_path, ca
     kept = tmp_path / "existing"
     kept.mkdir()
     code, _, err = _run(["animate", inputs.mesh, "--headless", "--frames", "3", *FAST, "--png",
-                         tmp_path / "new" / "deep" / "png", "--export", kept / "frames"], capsys)
+                         tmp_path / "new" / "deep" / "png", "--export", kept / "frames",
+                         "--video", tmp_path / "vid" / "sub" / "v.mp4"], capsys)
     assert code == 130 and err.strip().endswith("interrupted"), err
     assert not (tmp_path / "new").exists() and not (kept / "frames").exists()
+    assert not (tmp_path / "vid").exists()  # a file output's folders it made (a fresh user's find)
     assert kept.is_dir() and list(kept.iterdir()) == []
 
 
@@ -595,10 +597,13 @@ def test_sigint_right_after_a_mesh_frame_is_written_counts_it(inputs, tmp_path, 
     monkeypatch.setattr(animate_cli, "_write_mesh_frame", write_then_interrupt)
     out = tmp_path / "frames"
     code, _, err = _run(["animate", inputs.mesh, "--headless", "--frames", "10", *FAST, "--mesh-gaussians", "500",
-                         "--export", out], capsys)
+                         "--export", out, "--png", tmp_path / "png", "--width", "32", "--height", "32"], capsys)
     assert code == 130, err
     assert sorted(p.name for p in out.glob("frame*.obj")) == ["frame0001.obj", "frame0002.obj", "frame0003.obj"]
     assert "kept 3 frames" in err, err
+    # the PNG of frame 3 comes after its OBJ: two whole PNG frames, and the message says so (a fresh user's find)
+    assert sorted(p.name for p in (tmp_path / "png").glob("*.png")) == ["frame0001.png", "frame0002.png"]
+    assert f"kept 2 PNG frames in {tmp_path / 'png'}/" in err, err
 
 
 @pytest.mark.slow

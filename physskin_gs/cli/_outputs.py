@@ -238,21 +238,30 @@ def claim_outputs(outputs: Sequence[Output], inputs: Iterable = ()) -> None:
     for out in outputs:
         if out.folder:
             try:
-                missing = []  # the folder and its missing parents, outermost first (removed innermost first)
-                d = os.path.abspath(out.path)
-                while not os.path.isdir(d) and os.path.dirname(d) != d:
-                    missing.insert(0, d)
-                    d = os.path.dirname(d)
+                missing = _missing_folders(out.path)
                 Path(out.path).mkdir(parents=True, exist_ok=True)
                 _CREATED.extend(missing)
             except OSError as exc:
                 raise OutputError(f"{out.option} {out.path}: cannot create the folder ({exc.strerror or exc})") from None
         else:
+            missing = _missing_folders(os.path.dirname(os.path.abspath(out.path)))
             check_output_folder(out.path, out.option, create=True)
+            _CREATED.extend(missing)
         _acquire(out)
     for out in outputs:  # another run may have finished writing it between the check and the lock
         if not out.folder:
             refuse_existing(out.path, out.replace, out.flag)
+
+
+def _missing_folders(path) -> List[str]:
+    """The folder ``path`` and its parents that do not exist yet, outermost first (absolute paths): what making it
+    creates, to be removed again innermost first if the run leaves them empty."""
+    missing = []
+    d = os.path.abspath(path)
+    while not os.path.isdir(d) and os.path.dirname(d) != d:
+        missing.insert(0, d)
+        d = os.path.dirname(d)
+    return missing
 
 
 def held_locks() -> List[str]:

@@ -19,8 +19,8 @@ SKINNING_HELP = ("skinning basis: auto (default: tet for a mesh input, eigen for
 
 
 #: ``--handles``: the learned handles m of the bases that build their own (the constant handle is added)
-HANDLES_HELP = ("learned handles m of the skinning basis, 1-64 (default 16; the constant handle is added: m + 1 in "
-                "all; the eigen basis may keep one to three fewer so as not to split a cluster of nearly equal "
+HANDLES_HELP = ("handles m of the skinning basis besides the constant one, 1-64 (default 16; m + 1 in all; "
+                "the eigen basis may keep one to three fewer so as not to split a cluster of nearly equal "
                 "eigenvalues, and says so). "
                 "More handles follow a shape's motion more closely (32: about a tenth lower frequency ratio) and "
                 "cost a slower step; the network's checkpoint fixes its own (16)")

@@ -388,13 +388,19 @@ class OrbitVideo:
         self.orbit = orbit_deg
         up = anim.up_vector
         m = anim.scene.means[anim.moving].double()
-        lo, hi = m.min(0).values, m.max(0).values
-        center = 0.5 * (lo + hi)
-        radius = 0.5 * float((hi - lo).norm())
         floor_h = None
         if anim.floor_scene is not None and not hasattr(anim, "bodies"):  # (several bodies: the captured support
             # is finite, an endless checker floor at its height would hide a body falling past its edge)
             floor_h = anim.floor_scene
+            # frame the object where it starts and where it lands: a mesh starts a quarter of its height above the
+            # floor, and framing the start alone cut its bottom off once it fell (a fresh user's find)
+            drop = float((m @ up.to(m)).min()) - float(floor_h)
+            if drop > 0:
+                m = torch.cat([m, m - drop * up.to(m)])
+        lo, hi = m.min(0).values, m.max(0).values
+        center = 0.5 * (lo + hi)
+        radius = 0.5 * float((hi - lo).norm())
+        if floor_h is not None:
             # look a bit lower so the floor contact stays in view
             center = center - 0.5 * (float(center @ up) - floor_h) * up * 0.5
         self.target = center
@@ -835,6 +841,9 @@ def run_headless(args) -> int:
         if export is not None and kept is not None:
             print(f"[physskin-gs] interrupted: kept {kept} frames in {export}/ (every one complete; no sequence.json)",
                   file=sys.stderr)
+        if png_dir is not None:  # each PNG is written whole (a temporary name, then renamed): the folder's count
+            pngs = len(_existing_frames(png_dir, _PNG_FILE))
+            print(f"[physskin-gs] interrupted: kept {pngs} PNG frames in {png_dir}/", file=sys.stderr)
         raise
     except BaseException:
         if exporter is not None:  # a failed run keeps its PLY frames; a partial USD file is removed

@@ -24,7 +24,14 @@ from physskin_gs.errors import OptionError
 
 def register(sub) -> None:
     p = sub.add_parser("evaluate", help="skinning bases against a finite-element reference (--reference fem), or "
-                                        "the network against the per-object fit by orthogonality and energy")
+                                        "the network against the per-object fit by orthogonality and energy",
+                       description="Score skinning bases. --reference fem: every basis against a tet-mesh "
+                                   "finite-element model of each shape (frequency ratio of the lowest modes, static "
+                                   "tip deflection), with the tet-mesh Laplacian basis as a row of its own; "
+                                   "--reference orth (the default): the paper's orthogonality metrics and energy, "
+                                   "network against the per-object fit. Shapes: --data files or folders (meshes or "
+                                   "splats; default: the five held-out meshes in $PHYSSKIN_SHARED_DATA/meshes, "
+                                   "by default ../shared/data beside the repository).")
     p.add_argument("--reference", choices=["fem", "orth"], default="orth",
                    help="fem: every basis against tet FEM ground truth (frequencies, mode capture, static "
                         "deflection); orth (default): the paper's orthogonality metrics and energy, network vs fit")

@@ -584,8 +584,8 @@ def analyze_scene(
         prior_sure = _margin_along(base, prior) >= max(base.margins.values())  # the evidence's best axis too
         reason = (f"no support plane found ({why}); using {prior_name}: the object can stand that way (stability "
                   f"margin {_margin_along(base, prior):+.2f}" + (")" if prior_sure else
-                  f"; it would rest more stably with {base.axis} up, as a cup upside down or a chair on its back "
-                  "does)"))
+                  f"; it would rest more stably with {base.axis} up, as objects modelled standing often do: a cup "
+                  "upside down, a chair on its back)"))
         unsure = not prior_sure
     elif base is not None and base.up is not None:
         up, source = base.up, "stable-base"
