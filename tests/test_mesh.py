@@ -121,15 +121,11 @@ def test_mesh_validates_shapes():
         Mesh(np.zeros((3, 3)), np.array([[0, 1, 5]]))
 
 
-def test_a_gltf_mesh_is_up_along_y_by_its_specification(tmp_path):
-    """glTF fixes +y as up; the stable-base evidence (which lays a reclining or tall object on its back: a Kenney
-    desk chair came out +z up, a fresh user's find) must not override it. The same shape as OBJ (no convention)
-    may still be judged by its stable base; the glTF one is +y, and the log says why."""
+def _reclining_chair():
+    """An L-shaped chair standing along +y (a seat slab on four legs and a tall back): it rests more stably lying on
+    its back (+z up) than on its legs."""
     import trimesh
 
-    from physskin_gs.pipeline import analyze_for_animation, load_for_animation
-
-    # an L-shaped "reclining chair" standing along +y: a seat slab and a tall back, most stable lying on the back
     seat = trimesh.creation.box(extents=(1.0, 0.15, 1.0))
     seat.apply_translation((0.0, 0.4, 0.0))
     back = trimesh.creation.box(extents=(1.0, 1.6, 0.15))
@@ -137,7 +133,16 @@ def test_a_gltf_mesh_is_up_along_y_by_its_specification(tmp_path):
     legs = [trimesh.creation.box(extents=(0.08, 0.4, 0.08)) for _ in range(4)]
     for leg, (x, z) in zip(legs, [(-0.45, -0.45), (0.45, -0.45), (-0.45, 0.45), (0.45, 0.45)]):
         leg.apply_translation((x, 0.2, z))
-    chair = trimesh.util.concatenate([seat, back, *legs])
+    return trimesh.util.concatenate([seat, back, *legs])
+
+
+def test_a_gltf_mesh_is_up_along_y_by_its_specification(tmp_path):
+    """glTF fixes +y as up; the stable-base evidence (which lays a reclining or tall object on its back: a Kenney
+    desk chair came out +z up, a fresh user's find) must not override it. The same shape as OBJ (no convention)
+    may still be judged by its stable base; the glTF one is +y, and the log says why."""
+    from physskin_gs.pipeline import analyze_for_animation, load_for_animation
+
+    chair = _reclining_chair()
     glb = tmp_path / "chair.glb"
     chair.export(glb)
     scene = load_for_animation(glb, num_mesh_gaussians=4000)
@@ -198,16 +203,9 @@ def test_a_mesh_keeps_its_plus_y_when_it_can_stand_that_way(tmp_path):
 
     from physskin_gs.pipeline import analyze_for_animation, load_for_animation
 
-    # the reclining chair of the glTF test as an OBJ: it rests more stably on its back (+z), stands on its legs (+y)
-    seat = trimesh.creation.box(extents=(1.0, 0.15, 1.0))
-    seat.apply_translation((0.0, 0.4, 0.0))
-    back = trimesh.creation.box(extents=(1.0, 1.6, 0.15))
-    back.apply_translation((0.0, 0.8, -0.45))
-    legs = [trimesh.creation.box(extents=(0.08, 0.4, 0.08)) for _ in range(4)]
-    for leg, (x, z) in zip(legs, [(-0.45, -0.45), (0.45, -0.45), (-0.45, 0.45), (0.45, 0.45)]):
-        leg.apply_translation((x, 0.2, z))
+    # the reclining chair as an OBJ: it rests more stably on its back (+z), stands on its legs (+y)
     path = tmp_path / "chair.obj"
-    trimesh.util.concatenate([seat, back, *legs]).export(path)
+    _reclining_chair().export(path)
     a = analyze_for_animation(load_for_animation(path, num_mesh_gaussians=4000))
     assert np.allclose(np.asarray(a.up, float), [0, 1, 0], atol=1e-6), (a.up, a.reason)
     assert a.unsure and "can stand that way" in a.reason and "+z up" in a.reason
