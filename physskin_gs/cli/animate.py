@@ -394,9 +394,10 @@ class OrbitVideo:
             floor_h = anim.floor_scene
             # frame the object where it starts and where it lands: a mesh starts a quarter of its height above the
             # floor, and framing the start alone cut its bottom off once it fell (a fresh user's find)
-            drop = float((m @ up.to(m)).min()) - float(floor_h)
+            u = up.to(m)
+            drop = float((m @ u).min()) - float(floor_h)
             if drop > 0:
-                m = torch.cat([m, m - drop * up.to(m)])
+                m = torch.cat([m, m - drop * u])
         lo, hi = m.min(0).values, m.max(0).values
         center = 0.5 * (lo + hi)
         radius = 0.5 * float((hi - lo).norm())

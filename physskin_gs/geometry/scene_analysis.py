@@ -339,13 +339,13 @@ def _components(grid: _Grid, flat: np.ndarray, mass: np.ndarray, min_count: int)
     return labels, cmass, k
 
 
-def _margin_along(base, up: np.ndarray) -> float:
+def _margin_along(base, up: np.ndarray, min_cos: float) -> float:
     """The stability margin of ``base`` (a :class:`physskin_gs.geometry.upright.StableBase`) for the file axis
-    closest to ``up`` (3,) unit; -1.0 when ``up`` is not within 30 degrees of a file axis."""
+    closest to ``up`` (3,) unit; -1.0 when no file axis has a cosine above ``min_cos`` with it."""
     from physskin_gs.geometry.upright import AXES
 
     name = max(AXES, key=lambda k: float(AXES[k] @ up))
-    return float(base.margins.get(name, -1.0)) if float(AXES[name] @ up) > np.cos(np.deg2rad(30.0)) else -1.0
+    return float(base.margins.get(name, -1.0)) if float(AXES[name] @ up) > min_cos else -1.0
 
 
 # ----------------------------------------------------------------------------------------------- analysis
@@ -542,10 +542,13 @@ def analyze_scene(
     base = None
     cos30 = np.cos(np.deg2rad(30.0))
     prior_sure = prior_recorded and prior is not None  # without a support, the prior is sure only when recorded
+    prior_margin = -1.0  # the stability margin of the file's convention (prior_if_it_stands)
     if found is None and stable_base and plane_idx.shape[0] >= 16:  # which of the file's axes it stands on
         from physskin_gs.geometry.upright import stable_base_up
 
         base = stable_base_up(pts[plane_idx], op[plane_idx], seed=seed)
+        if prior is not None:
+            prior_margin = _margin_along(base, prior, cos30)
     if found is not None:
         plane = {"normal": found.normal / np.linalg.norm(found.normal), "offset": found.offset,
                  "inlier_fraction": found.inlier_fraction, "minority": found.minority, "width": found.width_ratio,
@@ -577,13 +580,13 @@ def analyze_scene(
         above = cand & (sd > max(object_clearance * scale, band))
         up, source = nrm, "support-plane"
         reason = why
-    elif (base is not None and base.up is not None and prior_if_it_stands and prior is not None
-          and _margin_along(base, prior) > 0.0):  # modelled standing as the file has it: keep the convention
+    elif base is not None and base.up is not None and prior_if_it_stands and prior_margin > 0.0:
+        # modelled standing as the file has it: keep the convention
         up, source = prior, "format-prior"
         why = why.replace("; using the file's up-axis convention instead", "")
-        prior_sure = _margin_along(base, prior) >= max(base.margins.values())  # the evidence's best axis too
+        prior_sure = prior_margin >= max(base.margins.values())  # the evidence's best axis too
         reason = (f"no support plane found ({why}); using {prior_name}: the object can stand that way (stability "
-                  f"margin {_margin_along(base, prior):+.2f}" + (")" if prior_sure else
+                  f"margin {prior_margin:+.2f}" + (")" if prior_sure else
                   f"; it would rest more stably with {base.axis} up, as objects modelled standing often do: a cup "
                   "upside down, a chair on its back)"))
         unsure = not prior_sure

@@ -245,7 +245,7 @@ def _in_child(worker, args: tuple, timeout: float, what: str):
 
     methods = mp.get_all_start_methods()
     ctx = mp.get_context("fork" if "fork" in methods else "spawn")
-    workdir = tempfile.mkdtemp(prefix="physskin_tetgen_")
+    workdir = tempfile.mkdtemp(prefix="physskin_child_")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=worker, args=(child, *args, workdir), daemon=True)
     with warnings.catch_warnings():  # Python >= 3.12 warns about fork() with threads; the child only runs C++

@@ -226,8 +226,6 @@ def _read_ply_tristrips(path: str) -> Tuple[np.ndarray, np.ndarray]:
         el = ply["tristrips"]
         name = "vertex_indices" if "vertex_indices" in el.data.dtype.names else el.data.dtype.names[0]
         faces = strips_to_triangles(list(el[name]))
-    except SceneFormatError:
-        raise
     except Exception as exc:  # plyfile raises several types on malformed files
         raise SceneFormatError(f"{path}: could not read its triangle strips ({type(exc).__name__}: {exc})") from exc
     if faces.size and (faces.max() >= vertices.shape[0]):
