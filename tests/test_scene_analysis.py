@@ -282,3 +282,23 @@ def test_weighted_quantiles_values():
     # two values with weights 3:1 -> midpoints at 0.375 and 0.875, the median interpolates to 0.25
     q = weighted_quantiles(np.array([[0.0], [1.0]]), np.array([3.0, 1.0]), [0.5, 0.1, 0.95])
     assert q[:, 0] == pytest.approx([0.25, 0.0, 1.0])
+
+
+def test_a_recorded_up_axis_is_not_overruled_by_a_flat_part():
+    """An up axis recorded in the file (a physskin_gs export) is known: a support is looked for only within 30
+    degrees of it. The tarot capture's support (paper on a table, up -y) is found when -y is recorded; recorded
+    +x (as a flat face of a bent, exported object would stand to the real up), the paper is no support and the
+    recorded axis is the up, sure (before: the paper's plane won, and an exported frame rendered 65 deg tilted)."""
+    from pathlib import Path
+
+    from physskin_gs.io import load_scene
+
+    scene = load_scene(Path(__file__).resolve().parents[1] / "data" / "captures" / "tarot_box_on_paper_padilla.splat")
+    args = (scene.means, scene.opacities, scene.log_scales)
+    a = analyze_scene(*args, format_prior_up=MINUS_Y, prior_recorded=True)
+    assert a.up_source == "support-plane" and angle_deg(a.up, MINUS_Y) < 3.0, a.summary()
+    b = analyze_scene(*args, format_prior_up=(1.0, 0.0, 0.0), prior_recorded=True, stable_base=False)
+    assert b.up_source == "format-prior" and not b.unsure and b.plane is None, b.summary()
+    assert b.up.tolist() == [1.0, 0.0, 0.0]
+    c = analyze_scene(*args, format_prior_up=(1.0, 0.0, 0.0))  # a convention, not a record: the plane wins
+    assert c.up_source == "support-plane" and angle_deg(c.up, MINUS_Y) < 3.0, c.summary()

@@ -418,7 +418,8 @@ def analyze_scene(
             z-up file seen +y up lies on its side or stands on an edge (a horse -0.49, a goblet -0.43). The
             answer is sure when the most stable axis is the convention's too.
         prior_recorded: ``format_prior_up`` is recorded in the file or fixed by its format (a physskin_gs export,
-            glTF): without a support, the analysis is sure of it.
+            glTF): without a support, the analysis is sure of it, and a support plane is looked for only within 30
+            degrees of it (a flat part of an exported, deformed frame is not a support).
         support_search: look for a support plane (False for a mesh: a mesh is the object, and a flat part of it,
             a chair's base or a scorpion's feet, was taken as a support and kept half of it static).
 
@@ -535,7 +536,8 @@ def analyze_scene(
     if support_search:
         found, why, unsure, _ = find_support(pts[plane_idx].astype(np.float64), op[plane_idx].astype(np.float64),
                                              rng, band=band, voxel=scale / support_voxels,
-                                             hypotheses=plane_hypotheses, min_beyond=min_beyond, prior=prior)
+                                             hypotheses=plane_hypotheses, min_beyond=min_beyond, prior=prior,
+                                             prior_fixed=prior_recorded)
     else:
         found, why, unsure = None, "a mesh is the object: no support searched", True
     plane = None

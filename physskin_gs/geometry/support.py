@@ -378,7 +378,8 @@ def _candidates(p: np.ndarray, rng: np.random.Generator, band: float, hypotheses
 def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band: float, voxel: float,
                  hypotheses: int = 1024, max_planes: int = 10, min_beyond: float = 0.05,
                  min_share: float = 1.0, unsure_ratio: float = 0.7, prior: Optional[np.ndarray] = None,
-                 min_wide: float = 0.15, min_width: float = 1.0, min_standing: float = 0.1):
+                 min_wide: float = 0.15, min_width: float = 1.0, min_standing: float = 0.1,
+                 prior_fixed: bool = False):
     """The support plane of the subsample p (M, 3) float64 (scene units) with opacity weights w (M,).
 
     ``band``: slab half-thickness; ``voxel``: occupancy voxel edge of the standing test; ``min_beyond``: least
@@ -390,6 +391,8 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
     it is trusted only when it agrees with the prior (else None is returned, unsure). ``min_width``: least area of
     a support's carrying surface (the widest of its parallel layers) over the footprint of what stands on it.
     ``min_standing``: least share of the subsample's mass that stands on a support.
+    ``prior_fixed``: the prior is the known up (recorded in the file): only planes within 30 degrees of it are
+    examined (a flat part of a deformed or tipped object is not the support of a scene whose up is known).
 
     Returns (best accepted :class:`SupportCandidate` or None, reason (one sentence), unsure (bool), every
     candidate examined).
@@ -414,8 +417,12 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
             orientations.append((float(w[sd > band].sum()) * cand.inlier_fraction, cand, sd, n_ab))
     best_score = 0.0
     cos15 = np.cos(np.deg2rad(15.0))
+    cos30 = np.cos(np.deg2rad(30.0))
     for bound, cand, sd, n_ab in sorted(orientations, key=lambda t: -t[0]):
         n, d = cand.normal, cand.offset
+        if prior_fixed and prior is not None and float(n @ prior) < cos30:
+            cand.why = "more than 30 degrees from the up recorded in the file"
+            continue
         # (half the rival threshold: the best so far may still give way to a nearer support, and the rival test
         # is then made against that one)
         if bound < 0.5 * unsure_ratio * best_score and not any(a.accepted and a.normal @ n > cos15 for a in examined):
