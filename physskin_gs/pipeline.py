@@ -217,15 +217,25 @@ def resolve_up(up: str, scene: Optional[GaussianScene] = None) -> torch.Tensor:
     that stands
     on a support gets its up axis from the support plane instead, whatever its format.
 
-    Raises OptionError for an unknown name."""
+    A vector ``'ux,uy,uz'`` (any length, not zero) is normalised.
+
+    Raises OptionError for an unknown name or a vector that is not three finite numbers, or zero."""
     key = str(up).strip().lower().lstrip("+")
+    if "," in key:
+        try:
+            v = torch.tensor([float(c) for c in key.split(",")], dtype=torch.float64)
+        except ValueError:
+            v = None
+        if v is None or v.shape != (3,) or not bool(torch.isfinite(v).all()) or float(v.norm()) == 0.0:
+            raise OptionError(f"--up {up!r}: expected an axis name or three finite numbers 'ux,uy,uz', not all 0")
+        return v / v.norm()
     if key == "auto":
         if scene is not None and scene.up_hint is not None:  # recorded in the file (a physskin_gs export)
             return torch.tensor(scene.up_hint, dtype=torch.float64)
         fmt = (scene.format or "") if scene is not None else ""
         key = {"mesh": "y", "splat": "-y", "compressed-ply": "-y", "gltf-gaussian-splatting": "y"}.get(fmt, "z")
     if key not in _UP:
-        raise OptionError(f"unknown up axis {up!r}; use auto, y, -y, z, -z, x or -x")
+        raise OptionError(f"unknown up axis {up!r}; use auto, y, -y, z, -z, x, -x or 'ux,uy,uz'")
     return torch.tensor(_UP[key], dtype=torch.float64)
 
 

@@ -82,6 +82,8 @@ def test_headless_sh_ply_rotates_sh(inria_sh3, tmp_path):
         (["--pin", "left:1"], "--pin"),
         (["--floor", "low"], "--floor"),
         (["--up", "w"], "up axis"),
+        (["--up", "0,0,0"], "'ux,uy,uz'"),
+        (["--up", "0,1"], "'ux,uy,uz'"),
         (["--frames", "0"], "--frames"),
         (["--nu", "0.7"], "Poisson"),
         (["--width", "50"], "multiples of 16"),
@@ -94,6 +96,17 @@ def test_bad_options_exit_2(splat_file, tmp_path, capsys, extra, message):
         argv += ["--video", tmp_path / "v.mp4"]
     assert _run(argv) == 2
     assert message in capsys.readouterr().err
+
+
+def test_up_as_a_vector_and_material_warnings(splat_file, tmp_path, capsys):
+    """--up takes 'ux,uy,uz' as the unsure note says (normalised: spot is -y up); a material whose E is far from
+    the default (plastic, 2 GPa) warns about nothing the user did not pass, an explicit --E 2e9 does."""
+    argv = ["animate", splat_file("spot_mesh2splat_10k.splat"), "--headless", "--frames", 1, *FAST, "--cubature", 32]
+    assert _run([*argv, "--up", "0,-2,0", "--material", "plastic", "--export", tmp_path / "a"]) == 0
+    assert json.loads((tmp_path / "a" / "sequence.json").read_text())["up_axis"] == [0.0, -1.0, 0.0]
+    assert "extremely stiff" not in capsys.readouterr().err
+    assert _run([*argv, "--E", "2e9", "--export", tmp_path / "b"]) == 0
+    assert "--E 2e+09 Pa is extremely stiff" in capsys.readouterr().err
 
 
 def test_missing_file_and_refuse_overwrite(splat_file, inria_sh3, tmp_path, capsys):

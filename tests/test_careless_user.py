@@ -292,6 +292,7 @@ def test_a_read_only_folder_is_refused_before_any_work(cmd, inputs, tmp_path, ca
         assert code == 2, err
         line = _one_line_error(err)
         assert "cannot" in line and str(ro) in line, line
+        assert ".physskin-gs.lock" not in line, line  # the output is named, not our lock file (a fresh user's find)
         # refused before any work: nothing but the error (and option warnings) was printed
         assert stdout == "" and all(ln.startswith(("error:", "[physskin-gs] warning")) for ln in err.splitlines()), err
         assert inputs.unchanged() and os.listdir(ro) == []
@@ -597,13 +598,16 @@ def test_sigint_right_after_a_mesh_frame_is_written_counts_it(inputs, tmp_path, 
     monkeypatch.setattr(animate_cli, "_write_mesh_frame", write_then_interrupt)
     out = tmp_path / "frames"
     code, _, err = _run(["animate", inputs.mesh, "--headless", "--frames", "10", *FAST, "--mesh-gaussians", "500",
-                         "--export", out, "--png", tmp_path / "png", "--width", "32", "--height", "32"], capsys)
+                         "--export", out, "--png", tmp_path / "png", "--width", "32", "--height", "32",
+                         "--video", tmp_path / "v.mp4"], capsys)
     assert code == 130, err
     assert sorted(p.name for p in out.glob("frame*.obj")) == ["frame0001.obj", "frame0002.obj", "frame0003.obj"]
     assert "kept 3 frames" in err, err
     # the PNG of frame 3 comes after its OBJ: two whole PNG frames, and the message says so (a fresh user's find)
     assert sorted(p.name for p in (tmp_path / "png").glob("*.png")) == ["frame0001.png", "frame0002.png"]
     assert f"kept 2 PNG frames in {tmp_path / 'png'}/" in err, err
+    # the video is encoded at the end: not written, and said (it went unmentioned)
+    assert not (tmp_path / "v.mp4").exists() and f"the video {tmp_path / 'v.mp4'} was not written" in err, err
 
 
 @pytest.mark.slow

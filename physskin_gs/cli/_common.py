@@ -173,14 +173,15 @@ def refuse_existing(path, allowed: bool, flag: str = "--force") -> None:
         raise OptionError(f"{p}: exists; refusing to replace it (use {flag} to overwrite)")
 
 
-def check_output_folder(path, option: str = "", create: bool = False) -> Path:
+def check_output_folder(path, option: str = "", create: bool = False, shown=None) -> Path:
     """Check, before any work, that a file can be written at ``path``: the nearest existing folder above it is a
-    folder (not a file) that this process may write. With ``create``, missing folders are made.
+    folder (not a file) that this process may write. With ``create``, missing folders are made. ``shown``: what
+    the messages call the output (default ``path``; a folder output is checked through a file in it).
 
     Returns the output's folder. Raises OutputError naming ``option`` and the folder.
     """
     p = Path(path)
-    lead = f"{option} {p}" if option else str(p)
+    lead = f"{option} {shown if shown is not None else p}" if option else str(shown if shown is not None else p)
     if p.is_dir():
         raise OutputError(f"{lead}: is a folder, expected a file name")
     folder = p.parent if str(p.parent) else Path(".")

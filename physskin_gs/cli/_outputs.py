@@ -229,7 +229,7 @@ def claim_outputs(outputs: Sequence[Output], inputs: Iterable = ()) -> None:
         if out.folder:
             if os.path.exists(out.path) and not os.path.isdir(out.path):
                 raise OptionError(f"{out.option} {out.path}: exists and is not a folder")
-            check_output_folder(os.path.join(out.path, FOLDER_LOCK), out.option)
+            check_output_folder(os.path.join(out.path, FOLDER_LOCK), out.option, shown=out.path)
         else:
             if os.path.isdir(out.path):
                 raise OutputError(f"{out.option} {out.path}: is a folder, expected a file name")

@@ -104,7 +104,7 @@ def register(sub) -> None:
     p.add_argument("--up", default="auto",
                    help="up axis: auto (default: the support plane's normal; without one the file "
                    "axis the object stands on most stably when that is clear, else the format's convention: "
-                   ".splat/compressed -y, INRIA PLY +z, meshes +y), y, -y, z, -z, x, -x")
+                   ".splat/compressed -y, INRIA PLY +z, meshes +y), y, -y, z, -z, x, -x or 'ux,uy,uz'")
     p.add_argument("--scale", type=float, help="metres per scene unit (default: the object is 1 m across)")
     p.add_argument("--select", default="auto",
                    help="moving part: auto (default: every object the scene analysis finds standing on the support, "
@@ -458,8 +458,6 @@ class OrbitVideo:
 
 
 # ------------------------------------------------------------------------------------------------ run
-#: Up-axis names accepted by --up (checked before loading; the pipeline resolves them).
-_UP_NAMES = ("auto", "y", "-y", "z", "-z", "x", "-x")
 
 
 def resolve_material(args) -> None:
@@ -484,6 +482,7 @@ def validate_args(args) -> None:
     in the message); legal but unusual values print a warning. Raises OptionError."""
     from physskin_gs.elastic import lame_parameters
 
+    e_given = getattr(args, "E", None) is not None  # (a material's own E, e.g. plastic's 2e9, is no surprise)
     resolve_material(args)
     E = check_number("--E (Young's modulus)", args.E, 0.0, 1e12, lo_open=True, unit="Pa")
     nu = check_number("--nu (Poisson ratio)", args.nu, -1.0, 0.5, lo_open=True, hi_open=True)
@@ -511,8 +510,9 @@ def validate_args(args) -> None:
     from physskin_gs.pipeline import parse_selection_spec
 
     parse_selection_spec(getattr(args, "select", None))  # syntax only; the rows are counted after loading
-    if str(args.up).strip().lower().lstrip("+") not in _UP_NAMES:
-        raise OptionError(f"unknown up axis {args.up!r}; use auto, y, -y, z, -z, x or -x")
+    from physskin_gs.pipeline import resolve_up
+
+    resolve_up(args.up)  # an axis name or 'ux,uy,uz'
     if getattr(args, "headless", False) and (args.video or args.png):
         w, h = args.width, args.height
         if isinstance(w, bool) or isinstance(h, bool) or w <= 0 or h <= 0 or w % 16 or h % 16 \
@@ -543,7 +543,7 @@ def validate_args(args) -> None:
                     "will look nearly frozen (raise --steps-per-frame or --dt)")
     if g < 0:
         warn_option(f"--gravity {g:g} is negative: gravity pulls along +up")
-    if E < 1e2 or E > 1e9:
+    if e_given and (E < 1e2 or E > 1e9):
         warn_option(f"--E {E:g} Pa is {'extremely soft' if E < 1e2 else 'extremely stiff'} (default 1e5): "
                     + ("the object may collapse" if E < 1e2 else "the object will barely deform"))
 
@@ -845,6 +845,10 @@ def run_headless(args) -> int:
         if png_dir is not None:  # each PNG is written whole (a temporary name, then renamed): the folder's count
             pngs = len(_existing_frames(png_dir, _PNG_FILE))
             print(f"[physskin-gs] interrupted: kept {pngs} PNG frames in {png_dir}/", file=sys.stderr)
+        if video is not None and args.video:  # encoded once every frame is rendered (a fresh user's find: it went
+            # unmentioned)
+            print(f"[physskin-gs] interrupted: the video {args.video} was not written (it is encoded after the last "
+                  "frame; --png keeps each frame as it is made)", file=sys.stderr)
         raise
     except BaseException:
         if exporter is not None:  # a failed run keeps its PLY frames; a partial USD file is removed
