@@ -389,9 +389,12 @@ class OrbitVideo:
         up = anim.up_vector
         m = anim.scene.means[anim.moving].double()
         floor_h = None
+        counts = (getattr(anim, "info", None) or {}).get("scene_analysis", {}).get("counts", {})
+        captured = counts.get("support", 0) > 0 and not bool(anim.moving.all())  # the support is in the picture
         if anim.floor_scene is not None and not hasattr(anim, "bodies"):  # (several bodies: the captured support
             # is finite, an endless checker floor at its height would hide a body falling past its edge)
             floor_h = anim.floor_scene
+        if floor_h is not None:
             # frame the object where it starts and where it lands: a mesh starts a quarter of its height above the
             # floor, and framing the start alone cut its bottom off once it fell (a fresh user's find)
             u = up.to(m)
@@ -408,7 +411,10 @@ class OrbitVideo:
         self.distance = 3.4 * radius
         self._orbit_camera = orbit_camera
         self.up = up
-        self.floor = self._floor_gaussians(center, radius, floor_h, up) if floor_h is not None else None
+        # the checker stands in for a floor nobody captured: a captured support is drawn as it is (a checker at its
+        # top hid the seal's pavement and its plate's sides: a fresh user's find)
+        self.floor = self._floor_gaussians(center, radius, floor_h, up) if floor_h is not None and not captured \
+            else None
         self.torch = torch
 
     def _floor_gaussians(self, center, radius, h, up):
