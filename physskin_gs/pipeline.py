@@ -322,7 +322,9 @@ def parse_selection(spec: Optional[str], scene: GaussianScene) -> torch.Tensor:
 
 def load_for_animation(path, num_mesh_gaussians: int = 20000, seed: int = 0) -> GaussianScene:
     """A scene to animate: a Gaussian splat via :func:`physskin_gs.io.load_scene`, or a mesh (obj/ply/stl/glb...)
-    converted to small flat Gaussians on its surface (area-uniform samples, oriented by the face normal, light grey).
+    converted to small flat Gaussians on its surface (area-uniform samples, oriented by the face normal), coloured
+    by the file's base colour where it has one (vertex or face colours, a texture, a material; a light clay without)
+    and shaded once, at rest, by a light from above (:func:`mesh_shading`: a flat colour hides the shape).
 
     For a mesh the returned scene has ``format == "mesh"`` and an extra attribute ``mesh``
     (:class:`physskin_gs.io.mesh.Mesh`) so a mesh sequence can be exported. Raises FileNotFoundError or
@@ -339,10 +341,10 @@ def load_for_animation(path, num_mesh_gaussians: int = 20000, seed: int = 0) -> 
     if fmt not in ("mesh", "mesh-ply"):
         return pio.load_scene(path)
     mesh = pio.load_mesh(path)
-    from physskin_gs.geometry.sampling import sample_surface
+    from physskin_gs.geometry.sampling import sample_surface_faces
     from physskin_gs.scene import rotmat_to_quat
 
-    pts, nrm = sample_surface(mesh.vertices, mesh.faces, num_mesh_gaussians, seed=seed)
+    pts, nrm, face, bary = sample_surface_faces(mesh.vertices, mesh.faces, num_mesh_gaussians, seed=seed)
     pts_t = torch.from_numpy(pts)
     n = torch.from_numpy(nrm)
     n = torch.where(n.norm(dim=1, keepdim=True) > 0.5, n, torch.tensor([0.0, 0.0, 1.0]))
@@ -355,18 +357,41 @@ def load_for_animation(path, num_mesh_gaussians: int = 20000, seed: int = 0) -> 
     r = math.sqrt(max(area, 1e-30) / num_mesh_gaussians)
     N = pts_t.shape[0]
     log_scales = torch.log(torch.tensor([r, r, 0.1 * r])).expand(N, 3).clone()
-    grey = (0.75 - 0.5) / C0  # SH DC giving rgb 0.75
+    rgb = mesh.colours.at(face, bary) if mesh.colours is not None else np.tile(MESH_CLAY, (N, 1))  # [N, 3]
+    gltf = path.lower().endswith((".glb", ".gltf"))
+    rgb = rgb * mesh_shading(nrm, mesh.vertices, mesh.faces)[:, None]
     scene = GaussianScene(
         means=pts_t, quats=rotmat_to_quat(R), log_scales=log_scales,
-        opacity_logits=torch.full((N,), 4.0), sh_dc=torch.full((N, 3), grey), sh_rest=torch.zeros(N, 0, 3),
+        opacity_logits=torch.full((N,), 4.0), sh_dc=torch.from_numpy(((rgb - 0.5) / C0).astype(np.float32)),
+        sh_rest=torch.zeros(N, 0, 3),
         source=os.path.abspath(path), format="mesh",
         # glTF fixes +y as up in its specification ("glTF uses a right-handed coordinate system ... +Y is up"): a
         # recorded fact, not a guess to weigh against the stable-base evidence (which lays tall or reclining
         # objects down: a Kenney desk chair came out on its back)
-        up_hint=(0.0, 1.0, 0.0) if path.lower().endswith((".glb", ".gltf")) else None,
+        up_hint=(0.0, 1.0, 0.0) if gltf else None,
     )
     scene.mesh = mesh  # type: ignore[attr-defined]
     return scene
+
+
+#: RGB of a mesh whose file gives no colour: a light clay (a grey one vanished against the video's grey floor).
+MESH_CLAY = np.array([0.80, 0.72, 0.62], dtype=np.float32)
+#: Direction the light of :func:`mesh_shading` comes from, in the file's frame (meshes are +y up by convention).
+MESH_LIGHT = (0.3, 1.0, 0.5)
+
+
+def mesh_shading(normals: np.ndarray, vertices: np.ndarray, faces: np.ndarray, ambient: float = 0.4) -> np.ndarray:
+    """(n,) float32 Lambert factor ``ambient + (1 - ambient) max(0, n . l)`` of surface samples with face normals
+    ``normals`` (n, 3) (the mesh's winding; turned outward first when the mesh's signed volume is negative, i.e.
+    its faces wind inward), ``l`` the unit :data:`MESH_LIGHT`. Baked into a mesh's Gaussians at rest: the light
+    turns with the object as it moves, which is enough to read its shape. Raises nothing."""
+    v = np.asarray(vertices, dtype=np.float64)
+    tri = v[np.asarray(faces, dtype=np.int64)]  # [F, 3, 3]
+    signed_volume = float(np.einsum("fi,fi->", tri[:, 0], np.cross(tri[:, 1], tri[:, 2]))) / 6.0
+    light = np.asarray(MESH_LIGHT, dtype=np.float64)
+    light /= np.linalg.norm(light)
+    ndl = np.asarray(normals, dtype=np.float64) @ light * (-1.0 if signed_volume < 0 else 1.0)  # [n]
+    return (ambient + (1.0 - ambient) * np.maximum(ndl, 0.0)).astype(np.float32)
 
 
 def sanitize_invalid_rows(scene: GaussianScene, center: torch.Tensor,

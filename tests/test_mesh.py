@@ -234,3 +234,92 @@ def test_a_mesh_is_the_object_no_part_of_it_is_a_support(tmp_path):
     assert a.up_source != "support-plane" and not np.asarray(a.support).any()
     assert np.asarray(a.object).all(), int(np.asarray(a.object).sum())
     assert np.allclose(np.asarray(a.up, float), [0, 1, 0], atol=1e-6)
+
+
+# ------------------------------------------------------------------------------------------ colour
+def _box_with_vertex_colours(inverted: bool = False, uniform: bool = False) -> trimesh.Trimesh:
+    box = trimesh.creation.box(extents=(1.0, 1.0, 1.0))
+    if inverted:
+        box.invert()
+    # corners on +x red, on -x blue (an exact, checkable colour field), or every corner red
+    vc = np.where((box.vertices[:, :1] > 0) | uniform, [255, 0, 0, 255], [0, 0, 255, 255]).astype(np.uint8)
+    box.visual = trimesh.visual.ColorVisuals(box, vertex_colors=vc)
+    return box
+
+
+def test_vertex_colours_survive_welding_and_cleaning(tmp_path):
+    """A PLY with vertex colours keeps them per face through the weld (a degenerate face added first is dropped,
+    so the colours must follow the kept faces); interpolated at barycentric points they are exact."""
+    box = _box_with_vertex_colours()
+    faces = np.concatenate([[[0, 0, 1]], box.faces])  # a degenerate face first: dropped by the cleaning
+    m0 = trimesh.Trimesh(box.vertices, faces, vertex_colors=box.visual.vertex_colors, process=False)
+    path = tmp_path / "box.ply"
+    m0.export(path)
+    m = load_mesh(path)
+    assert m.num_faces == 12 and m.colours is not None and m.colours.corner_rgb.shape == (12, 3, 3)
+    x = m.vertices[m.faces].mean(axis=1)[:, 0]  # [F] face centre's x
+    rgb = m.colours.at(np.arange(12), np.full((12, 3), 1.0 / 3.0))
+    corners_x = m.vertices[m.faces][:, :, 0]  # [F, 3]
+    expect_red = (corners_x > 0).mean(axis=1)  # the share of red corners
+    np.testing.assert_allclose(rgb[:, 0], expect_red, atol=1e-6)
+    np.testing.assert_allclose(rgb[:, 2], 1.0 - expect_red, atol=1e-6)
+    assert np.all(rgb[x > 0.49, 0] == 1.0)  # the +x face is all red
+
+
+def test_texture_colours_of_a_gltf(tmp_path):
+    """A glTF quad textured with a 2 x 1 image (left texel red, right blue) and a base colour factor of 0.5: points
+    on the left half of the UV square are half red, on the right half blue (the factor multiplies the texture,
+    as glTF specifies)."""
+    from PIL import Image
+
+    img = Image.fromarray(np.array([[[255, 0, 0], [0, 0, 255]]], dtype=np.uint8))
+    v = np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0]], dtype=np.float64)
+    f = np.array([[0, 1, 2], [0, 2, 3]])
+    uv = v[:, :2].copy()
+    mat = trimesh.visual.material.PBRMaterial(baseColorTexture=img, baseColorFactor=[0.5, 0.5, 0.5, 1.0])
+    quad = trimesh.Trimesh(v, f, visual=trimesh.visual.TextureVisuals(uv=uv, material=mat), process=False)
+    path = tmp_path / "quad.glb"
+    quad.export(path)
+    m = load_mesh(path)
+    assert m.colours is not None and m.colours.corner_uv is not None
+    np.testing.assert_allclose(m.colours.factor, 0.5, atol=1e-2)
+    # sample points at known x: x < 0.5 reads the red texel, x > 0.5 the blue one
+    from physskin_gs.geometry.sampling import sample_surface_faces
+
+    pts, _, face, bary = sample_surface_faces(m.vertices, m.faces, 400, seed=1)
+    rgb = m.colours.at(face, bary)
+    left, right = pts[:, 0] < 0.45, pts[:, 0] > 0.55
+    assert left.sum() > 100 and right.sum() > 100
+    assert np.abs(rgb[left] - [0.5, 0.0, 0.0]).max() < 1e-2 and np.abs(rgb[right] - [0.0, 0.0, 0.5]).max() < 1e-2
+
+
+def test_an_obj_whose_material_file_is_missing_has_no_colour(tmp_path):
+    """trimesh stands in a default grey for a missing .mtl: that is not the model's colour (the animation then
+    uses its own clay colour)."""
+    path = tmp_path / "tri.obj"
+    path.write_text("mtllib gone.mtl\nv 0 0 0\nv 1 0 0\nv 0 1 0\nusemtl skin\nf 1 2 3\n")
+    assert load_mesh(path).colours is None
+
+
+@pytest.mark.parametrize("inverted", [False, True], ids=["outward", "inward"])
+def test_mesh_gaussians_carry_the_colour_shaded_from_above(tmp_path, inverted):
+    """load_for_animation colours a mesh's Gaussians with the file's colour times the Lambert factor of a light
+    from above (MESH_LIGHT, +y mostly): on the colour box, the top face's Gaussians are brighter than the
+    bottom's (ambient only), exactly by the formula; a box wound inward is shaded the same (its normals are
+    turned outward first)."""
+    from physskin_gs.pipeline import MESH_LIGHT, load_for_animation
+
+    path = tmp_path / "box.ply"
+    _box_with_vertex_colours(inverted, uniform=True).export(path)
+    scene = load_for_animation(path, num_mesh_gaussians=3000)
+    rgb = (scene.sh_dc * 0.28209479177387814 + 0.5).numpy()  # [N, 3] SH degree 0 -> RGB
+    from physskin_gs.scene import quat_to_rotmat
+
+    ny = np.abs(quat_to_rotmat(scene.quats)[:, 1, 2].numpy())  # [N] |y| of each flat Gaussian's normal (its z)
+    y = scene.means[:, 1].numpy()
+    light = np.asarray(MESH_LIGHT) / np.linalg.norm(MESH_LIGHT)
+    top, bottom = (y > 0.499) & (ny > 0.99), (y < -0.499) & (ny > 0.99)  # on the top / bottom faces
+    assert top.sum() > 100 and bottom.sum() > 100
+    np.testing.assert_allclose(rgb[bottom, 0], 0.4, atol=1e-4)  # ambient alone
+    np.testing.assert_allclose(rgb[top, 0], 0.4 + 0.6 * light[1], atol=1e-4)
+    assert np.all(rgb[top | bottom, 1] < 1e-4)  # pure red stays red

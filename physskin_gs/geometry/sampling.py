@@ -47,6 +47,16 @@ def sample_surface(
     Raises:
         ValueError: the mesh has zero total area.
     """
+    pts, nrm, _, _ = sample_surface_faces(vertices, faces, n, seed=seed, rng=rng)
+    return pts, nrm
+
+
+def sample_surface_faces(
+    vertices: np.ndarray, faces: np.ndarray, n: int, seed: Optional[int] = 0, rng: Optional[np.random.Generator] = None
+) -> Tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`sample_surface` (the same points for the same seed) with where each point lies: returns points (n, 3)
+    float32, normals (n, 3) float32, face (n,) int64 (the face index) and bary (n, 3) float64 (its barycentric
+    coordinates on that face's corners, summing to 1). Raises ValueError for a mesh of zero total area."""
     rng = rng if rng is not None else np.random.default_rng(seed)
     areas, normals = triangle_areas_normals(vertices, faces)
     total = areas.sum()
@@ -57,9 +67,10 @@ def sample_surface(
     face = np.minimum(face, len(areas) - 1)
     r1 = np.sqrt(rng.random(n))[:, None]
     r2 = rng.random(n)[:, None]
+    bary = np.concatenate([1.0 - r1, r1 * (1.0 - r2), r1 * r2], axis=1)  # [n, 3]
     tri = np.asarray(vertices, dtype=np.float64)[np.asarray(faces, dtype=np.int64)[face]]  # [n, 3, 3]
-    pts = (1.0 - r1) * tri[:, 0] + r1 * (1.0 - r2) * tri[:, 1] + r1 * r2 * tri[:, 2]
-    return pts.astype(np.float32), normals[face].astype(np.float32)
+    pts = bary[:, 0:1] * tri[:, 0] + bary[:, 1:2] * tri[:, 1] + bary[:, 2:3] * tri[:, 2]
+    return pts.astype(np.float32), normals[face].astype(np.float32), face.astype(np.int64), bary
 
 
 def farthest_point_sampling(

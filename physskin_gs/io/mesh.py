@@ -28,6 +28,89 @@ _GAUSSIAN_PLY_PROPS = ("f_dc_0", "opacity", "scale_0", "rot_0")
 
 
 @dataclass
+class MeshColours:
+    """The base colour of a mesh's surface, per face (the faces of the :class:`Mesh` it belongs to).
+
+    Either ``corner_rgb`` (F, 3, 3) float32 in [0, 1] (vertex or face colours: each face's three corners), or
+    ``corner_uv`` (F, 3, 2) float32 texture coordinates into ``texture`` (a PIL image); both times ``factor``
+    (3,) float32 in [0, 1] (a material's colour: glTF's baseColorFactor, an OBJ material's Kd without a map).
+    """
+
+    factor: np.ndarray
+    corner_rgb: Optional[np.ndarray] = None
+    corner_uv: Optional[np.ndarray] = None
+    texture: object = None
+
+    def select(self, keep: np.ndarray) -> "MeshColours":
+        """The colours of the faces ``keep`` (int indices), in that order."""
+        return MeshColours(factor=self.factor,
+                           corner_rgb=None if self.corner_rgb is None else self.corner_rgb[keep],
+                           corner_uv=None if self.corner_uv is None else self.corner_uv[keep], texture=self.texture)
+
+    def at(self, face: np.ndarray, bary: np.ndarray) -> np.ndarray:
+        """(n, 3) float32 RGB in [0, 1] at points of the faces ``face`` (n,) with barycentric coordinates ``bary``
+        (n, 3): corner colours interpolated, or the texture looked up (``trimesh.visual.uv_to_color``, nearest
+        texel, wrapping) at the interpolated texture coordinates; times ``factor``."""
+        face = np.asarray(face, dtype=np.int64)
+        b = np.asarray(bary, dtype=np.float64)[:, :, None]  # [n, 3, 1]
+        if self.corner_rgb is not None:
+            rgb = (b * self.corner_rgb[face]).sum(1)  # [n, 3]
+        elif self.corner_uv is not None and self.texture is not None:
+            from trimesh.visual import uv_to_color
+
+            uv = (b * self.corner_uv[face]).sum(1)  # [n, 2]
+            rgb = np.asarray(uv_to_color(uv, self.texture), dtype=np.float64)[:, :3] / 255.0
+        else:
+            rgb = np.ones((face.shape[0], 3))
+        return np.clip(rgb * self.factor[None, :], 0.0, 1.0).astype(np.float32)
+
+
+def _rgb(c) -> Optional[np.ndarray]:
+    """(3,) float32 in [0, 1] from a trimesh colour (RGB(A), uint8 or float in [0, 1]), or None."""
+    if c is None:
+        return None
+    a = np.asarray(c, dtype=np.float64).reshape(-1)
+    if a.shape[0] < 3 or not np.all(np.isfinite(a[:3])):
+        return None
+    if a.max() > 1.0 or np.issubdtype(np.asarray(c).dtype, np.integer):
+        a = a / 255.0
+    return np.clip(a[:3], 0.0, 1.0).astype(np.float32)
+
+
+def _colours_of(loaded) -> Optional[MeshColours]:
+    """:class:`MeshColours` of a ``trimesh.Trimesh`` as loaded (its own faces), or None: vertex or face colours,
+    a material's texture at the vertices' UVs (glTF PBR: baseColorTexture times baseColorFactor; OBJ: map_Kd, or
+    Kd alone), or a material's plain colour. Never raises (a colour is a nicety: an odd visual gives None)."""
+    try:
+        v = loaded.visual
+        faces = np.asarray(loaded.faces, dtype=np.int64)
+        one = np.ones(3, dtype=np.float32)
+        if v.kind == "vertex":
+            vc = np.asarray(v.vertex_colors, dtype=np.float32)[:, :3] / 255.0
+            return MeshColours(factor=one, corner_rgb=vc[faces])
+        if v.kind == "face":
+            fc = np.asarray(v.face_colors, dtype=np.float32)[:, :3] / 255.0
+            return MeshColours(factor=one, corner_rgb=np.repeat(fc[:, None, :], 3, axis=1))
+        if v.kind == "texture":
+            mat = v.material
+            img = getattr(mat, "baseColorTexture", None)
+            factor = _rgb(getattr(mat, "baseColorFactor", None))
+            if img is None:
+                img = getattr(mat, "image", None)
+                if factor is None:
+                    factor = None if img is not None else _rgb(getattr(mat, "diffuse", None))
+            factor = one if factor is None else factor
+            uv = getattr(v, "uv", None)
+            if img is not None and uv is not None and len(uv) == len(loaded.vertices):
+                return MeshColours(factor=factor, corner_uv=np.asarray(uv, dtype=np.float32)[faces], texture=img)
+            if not np.allclose(factor, 1.0):
+                return MeshColours(factor=factor)
+        return None
+    except Exception:  # noqa: BLE001 - trimesh visuals come in many shapes; no colour is the safe answer
+        return None
+
+
+@dataclass
 class Mesh:
     """An indexed triangle mesh.
 
@@ -35,11 +118,14 @@ class Mesh:
         vertices: (V, 3) float32 np.ndarray, file units.
         faces: (F, 3) int64 np.ndarray, indices into ``vertices``; F >= 1.
         source: the file it was read from (informational), or None.
+        colours: the surface's base colour (:class:`MeshColours`: vertex or face colours, a texture, a material's
+            colour), one entry per face; None when the file gives none.
     """
 
     vertices: np.ndarray
     faces: np.ndarray
     source: Optional[str] = None
+    colours: Optional["MeshColours"] = None
 
     def __post_init__(self) -> None:
         self.vertices = np.ascontiguousarray(self.vertices, dtype=np.float32)
@@ -175,18 +261,37 @@ def load_mesh(path: str, *, weld: bool = True) -> Mesh:
         raise SceneFormatError(f"{path}: mesh has {vertices.shape[0]} vertices but no faces (a point cloud, not a "
                                "triangle mesh)")
 
-    return _finish(path, vertices, faces, weld)
+    colours = None if ext == ".obj" and _missing_mtl(path) else _colours_of(loaded)  # (trimesh's stand-in grey)
+    return _finish(path, vertices, faces, weld, colours)
 
 
-def _finish(path: str, vertices: np.ndarray, faces: np.ndarray, weld: bool) -> Mesh:
+def _missing_mtl(path: str) -> bool:
+    """True when an OBJ names a material library (``mtllib``) that is not beside it: trimesh then stands in a
+    default grey material, which is not the model's colour. Raises nothing."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        with open(path, "rb") as f:
+            for line in f:
+                if line.startswith(b"mtllib"):
+                    name = line[6:].strip().decode("utf-8", "replace")
+                    if name and not os.path.isfile(os.path.join(folder, name)):
+                        return True
+    except OSError:
+        return True
+    return False
+
+
+def _finish(path: str, vertices: np.ndarray, faces: np.ndarray, weld: bool,
+            colours: Optional[MeshColours] = None) -> Mesh:
     """:func:`load_mesh`'s last stage: clean (and weld) the arrays and check that a surface is left."""
-    vertices, faces = _clean(vertices, faces, weld=weld)
+    vertices, faces, kept = _clean(vertices, faces, weld=weld)
     if vertices.shape[0] == 0 or faces.shape[0] == 0:
         raise SceneFormatError(f"{path}: no valid faces left after dropping non-finite vertices and degenerate faces")
     if not has_positive_area(vertices, faces):
         raise SceneFormatError(f"{path}: all {faces.shape[0]} faces have zero area (their corners are collinear); "
                                "there is no surface to sample")
-    return Mesh(vertices=vertices.astype(np.float32), faces=faces, source=path)
+    return Mesh(vertices=vertices.astype(np.float32), faces=faces, source=path,
+                colours=None if colours is None else colours.select(kept))
 
 
 def strips_to_triangles(strips: Sequence[np.ndarray]) -> np.ndarray:
@@ -275,16 +380,21 @@ def _unforced_vertex_count(path: str) -> int:
 
 def _clean(vertices: np.ndarray, faces: np.ndarray, *, weld: bool) -> tuple:
     """Drop non-finite vertices (and their faces), optionally weld identical positions, drop repeated-index
-    faces, and remove unreferenced vertices. Returns (vertices (V', 3) float64, faces (F', 3) int64)."""
+    faces, and remove unreferenced vertices. Returns (vertices (V', 3) float64, faces (F', 3) int64, kept (F',)
+    int64: the input face each output face is)."""
     ok = np.isfinite(vertices).all(axis=1)  # [V]
-    faces = faces[(faces >= 0).all(axis=1) & (faces < vertices.shape[0]).all(axis=1)]
-    faces = faces[ok[faces].all(axis=1)]
+    kept = np.arange(faces.shape[0], dtype=np.int64)
+    inside = (faces >= 0).all(axis=1) & (faces < vertices.shape[0]).all(axis=1)
+    faces, kept = faces[inside], kept[inside]
+    fine = ok[faces].all(axis=1)
+    faces, kept = faces[fine], kept[fine]
     if weld:
         # Merge exactly coincident positions (UV/normal seams, STL soups). Non-finite rows are unreferenced.
         v = np.where(ok[:, None], vertices, 0.0)
         _, inverse = np.unique(v, axis=0, return_inverse=True)
         faces = inverse.reshape(-1)[faces]
-    faces = faces[(faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 0] != faces[:, 2])]
+    proper = (faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 0] != faces[:, 2])
+    faces, kept = faces[proper], kept[proper]
     used = np.unique(faces.reshape(-1))
     remap = np.full(vertices.shape[0], -1, dtype=np.int64)
     remap[used] = np.arange(used.shape[0])
@@ -292,5 +402,5 @@ def _clean(vertices: np.ndarray, faces: np.ndarray, *, weld: bool) -> tuple:
         # Representative position for each welded id: any vertex mapped to it (all are identical).
         rep = np.zeros((int(inverse.max()) + 1 if inverse.size else 0, 3))
         rep[inverse.reshape(-1)] = np.where(ok[:, None], vertices, 0.0)
-        return rep[used], remap[faces]
-    return vertices[used], remap[faces]
+        return rep[used], remap[faces], kept
+    return vertices[used], remap[faces], kept
