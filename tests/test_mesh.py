@@ -323,3 +323,24 @@ def test_mesh_gaussians_carry_the_colour_shaded_from_above(tmp_path, inverted):
     np.testing.assert_allclose(rgb[bottom, 0], 0.4, atol=1e-4)  # ambient alone
     np.testing.assert_allclose(rgb[top, 0], 0.4 + 0.6 * light[1], atol=1e-4)
     assert np.all(rgb[top | bottom, 1] < 1e-4)  # pure red stays red
+
+
+def test_obj_frames_carry_vertex_colours_and_outward_normals(tmp_path):
+    """write_obj writes the file's colours as ``v x y z r g b`` (read back by trimesh) and unit vertex normals
+    pointing out of a closed, outward-wound box; Mesh.vertex_rgb gives a vertex the colour of its corners."""
+    from physskin_gs.cli.animate import write_obj
+
+    path = tmp_path / "box.ply"
+    _box_with_vertex_colours().export(path)
+    m = load_mesh(path)
+    rgb = m.vertex_rgb()
+    np.testing.assert_allclose(rgb, np.where(m.vertices[:, :1] > 0, [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]), atol=1e-6)
+    out = tmp_path / "frame0001.obj"
+    write_obj(out, m.vertices, m.faces, rgb)
+    back = trimesh.load(str(out), process=False)
+    assert back.visual.kind == "vertex"
+    np.testing.assert_array_equal(np.asarray(back.visual.vertex_colors)[:, :3], np.round(rgb * 255).astype(np.uint8))
+    vn = np.array([[float(t) for t in ln.split()[1:]] for ln in out.read_text().splitlines() if ln.startswith("vn ")])
+    assert vn.shape == (8, 3)
+    np.testing.assert_allclose(np.linalg.norm(vn, axis=1), 1.0, atol=1e-5)
+    assert np.all(np.einsum("ij,ij->i", vn, m.vertices) > 0)  # outward at every corner

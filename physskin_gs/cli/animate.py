@@ -954,12 +954,15 @@ def _axis_name(u) -> str:
     return "[" + ", ".join(f"{c:+.3f}" for c in v) + "]"
 
 
-def write_obj(path, vertices, faces) -> int:
-    """Write a triangle mesh as a Wavefront OBJ (``v`` and ``f`` lines only), atomically; returns its size in bytes.
+def write_obj(path, vertices, faces, rgb=None) -> int:
+    """Write a triangle mesh as a Wavefront OBJ, atomically; returns its size in bytes. ``v`` lines (with the
+    common ``v x y z r g b`` vertex-colour extension when ``rgb`` is given: MeshLab, Blender, trimesh read it),
+    ``vn`` per-vertex normals (area-weighted face normals of these positions) and ``f v//vn`` faces.
 
     ``vertices``: (V, 3) float32 or float64, scene units; each value is written with as many significant digits
     as its type needs to read back exactly (9 for float32, 17 for float64), whatever the object's size.
-    ``faces``: (F, 3) integer vertex indices, 0-based (written 1-based). Raises OSError when it cannot be written.
+    ``faces``: (F, 3) integer vertex indices, 0-based (written 1-based). ``rgb``: optional (V, 3) colours in
+    [0, 1]. Raises OSError when it cannot be written.
     """
     import numpy as np
 
@@ -967,12 +970,24 @@ def write_obj(path, vertices, faces) -> int:
 
     V = np.asarray(vertices)
     digits = 9 if V.dtype == np.float32 else 17
-    F = np.asarray(faces, dtype=np.int64) + 1
+    F0 = np.asarray(faces, dtype=np.int64)
+    t = V.astype(np.float64)[F0]  # [F, 3, 3]
+    fn = np.cross(t[:, 1] - t[:, 0], t[:, 2] - t[:, 0])  # [F, 3] area-weighted face normals
+    vn = np.zeros((V.shape[0], 3))
+    for k in range(3):
+        np.add.at(vn, F0[:, k], fn)
+    vn /= np.maximum(np.linalg.norm(vn, axis=1, keepdims=True), 1e-30)
+    F = F0 + 1
     with atomic_output(path) as tmp:
         with open(tmp, "w", encoding="ascii") as fh:
             fh.write("# physskin_gs mesh frame\n")
-            np.savetxt(fh, V, fmt=f"v %.{digits}g %.{digits}g %.{digits}g")
-            np.savetxt(fh, F, fmt="f %d %d %d")
+            if rgb is None:
+                np.savetxt(fh, V, fmt=f"v %.{digits}g %.{digits}g %.{digits}g")
+            else:
+                vc = np.concatenate([V.astype(np.float64), np.clip(np.asarray(rgb, np.float64), 0.0, 1.0)], axis=1)
+                np.savetxt(fh, vc, fmt=f"v %.{digits}g %.{digits}g %.{digits}g %.4f %.4f %.4f")
+            np.savetxt(fh, vn, fmt="vn %.6f %.6f %.6f")
+            np.savetxt(fh, np.repeat(F, 2, axis=1), fmt="f %d//%d %d//%d %d//%d")
     return os.path.getsize(path)
 
 
@@ -980,7 +995,10 @@ def _write_mesh_frame(anim, path: Path) -> Path:
     """One frame of a mesh sequence (:func:`write_obj` of the deformed source mesh); returns its path. Raises
     OutputError when it cannot be written (what was there before stays)."""
     try:
-        write_obj(path, anim.deformed_mesh_vertices(), anim.scene.mesh.faces)
+        mesh = anim.scene.mesh
+        if not hasattr(mesh, "_rgb_cache"):  # the file's colours at the vertices, once per sequence
+            mesh._rgb_cache = mesh.vertex_rgb()
+        write_obj(path, anim.deformed_mesh_vertices(), mesh.faces, mesh._rgb_cache)
     except OSError as exc:
         raise OutputError(f"could not write frame {path}: {exc.strerror or exc}") from None
     verify_written(path, "frame")

@@ -164,6 +164,20 @@ class Mesh:
         """(F, 3) int64 tensor copy of the faces."""
         return torch.from_numpy(self.faces.copy())
 
+    def vertex_rgb(self) -> Optional[np.ndarray]:
+        """(V, 3) float32 RGB in [0, 1] per vertex: the mean of the :attr:`colours` at the corners that meet there
+        (exact for vertex colours; face colours and textures are averaged around the vertex), or None without
+        colours."""
+        if self.colours is None:
+            return None
+        F = self.num_faces
+        corner = np.concatenate([self.colours.at(np.arange(F), np.tile(e, (F, 1))) for e in np.eye(3)])  # [3F, 3]
+        idx = self.faces.T.reshape(-1)  # [3F] vertex of each corner, in the same (corner, face) order
+        out = np.zeros((self.num_vertices, 3))
+        np.add.at(out, idx, corner)
+        count = np.bincount(idx, minlength=self.num_vertices)[:, None]
+        return (out / np.maximum(count, 1)).astype(np.float32)
+
     def to_trimesh(self):
         """A ``trimesh.Trimesh`` view (no processing)."""
         import trimesh
