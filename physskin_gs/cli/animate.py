@@ -471,6 +471,9 @@ def resolve_material(args) -> None:
     :data:`physskin_gs.materials.DEFAULT_MATERIAL`); an explicit value wins. Sets ``args.material`` to the
     preset's name. Raises OptionError for an unknown or empty name."""
     name = getattr(args, "material", None)
+    if not hasattr(args, "material_chosen"):  # the first call sees what the user gave (later ones see the preset)
+        args.material_chosen = name is not None or any(getattr(args, f, None) is not None
+                                                       for f in ("E", "nu", "density"))
     if name is not None and not str(name).strip():
         raise OptionError("--material is empty; give a name (" + ", ".join(MATERIALS) + ")")
     try:
@@ -795,6 +798,7 @@ def run_headless(args) -> int:
     stats_log = []
     from physskin_gs.cli._common import progress_bar
 
+    rest_height = 0.0 if getattr(args, "material_chosen", True) else _moving_height(anim, anim.scene.means[anim.moving])
     bar = progress_bar(range(1, args.frames + 1), "animate", "frame", dynamic_ncols=True)
     video_seconds = 0.0
     t_loop = time.perf_counter()
@@ -941,7 +945,37 @@ def run_headless(args) -> int:
               f"{args.width}x{args.height} set its size and cost)", file=sys.stderr)
     if not all(bool(torch.isfinite(b.sim.q).all()) for b in getattr(anim, "bodies", [anim])):  # pragma: no cover
         raise PhysSkinError("simulation state became non-finite")
+    _note_collapse(anim, args, rest_height)
     return 0
+
+
+#: A headless run whose object ends below this share of its rest height in the default material says so.
+COLLAPSE_NOTE = 0.75
+
+
+def _moving_height(anim, means) -> float:
+    """Height (scene units) of the moving rows ``means`` (M, 3) along the up axis: 0.5-99.5 % quantile span."""
+    import torch
+
+    h = means.double() @ anim.up_vector.double()
+    if h.numel() < 2:
+        return 0.0
+    q = torch.quantile(h[torch.randperm(h.numel(), generator=torch.Generator().manual_seed(0))[:200_000]],
+                       torch.tensor([0.005, 0.995], dtype=torch.float64))
+    return float(q[1] - q[0])
+
+
+def _note_collapse(anim, args, rest_height: float) -> None:
+    """One line when the object lost more than a quarter of its height in the default material (not chosen by
+    the user): what a newcomer sees first on a tall capture is it folding, and the fix is one option. Raises
+    nothing."""
+    if getattr(args, "material_chosen", True) or not rest_height > 0:
+        return
+    now = _moving_height(anim, anim.deformed_gaussians(view_rotations=False).means[anim.moving])
+    if now < COLLAPSE_NOTE * rest_height:
+        print(f"[physskin-gs] note: the object ended at {now / rest_height:.0%} of its height (it sagged or fell "
+              f"over) in the default material, a soft toy (E {args.E:g} Pa); for something stiffer pass --material "
+              "rubber, plastic or wood, or --region base=wood to keep a tall object standing", file=sys.stderr)
 
 
 def _axis_name(u) -> str:
