@@ -344,3 +344,65 @@ def test_obj_frames_carry_vertex_colours_and_outward_normals(tmp_path):
     assert vn.shape == (8, 3)
     np.testing.assert_allclose(np.linalg.norm(vn, axis=1), 1.0, atol=1e-5)
     assert np.all(np.einsum("ij,ij->i", vn, m.vertices) > 0)  # outward at every corner
+
+
+def test_exported_frames_keep_the_files_vertices_colours_and_hard_edges(tmp_path, capsys):
+    """A flat-shaded box whose top is red (36 vertices, three per face, as low-poly exports are): loading welds
+    it to 8 vertices for the physics, but the exported frames keep the file's 36 vertices in file order, so no
+    colour bleeds across the top's edges (the red top and grey sides meet at shared positions) and every normal
+    is its face's (flat, not averaged): a fresh user's find on glTF models."""
+    from physskin_gs.cli import main
+
+    box = trimesh.creation.box(extents=(1.0, 1.0, 1.0))
+    tri = box.vertices[box.faces]  # [12, 3, 3]
+    V = tri.reshape(-1, 3)
+    F = np.arange(36).reshape(12, 3)
+    top = box.face_normals[:, 1] > 0.5  # [12]
+    vc = np.repeat(np.where(top[:, None], [230, 20, 20, 255], [128, 128, 128, 255]), 3, axis=0).astype(np.uint8)
+    src = tmp_path / "box.ply"
+    trimesh.Trimesh(V, F, vertex_colors=vc, process=False).export(src)
+    m = load_mesh(src)
+    assert m.num_vertices == 8 and m.export_layout()[0].shape == (36,)
+    np.testing.assert_array_equal(m.vertices[m.export_layout()[0]], V.astype(np.float32))  # file order
+    out = tmp_path / "frames"
+    assert main(["animate", str(src), "--headless", "--frames", "1", "--export", str(out), "--cubature", "64",
+                 "--mesh-gaussians", "2000"]) == 0
+    capsys.readouterr()
+    lines = (out / "frame0001.obj").read_text().splitlines()
+    v = np.array([[float(t) for t in ln.split()[1:]] for ln in lines if ln.startswith("v ")])
+    vn = np.array([[float(t) for t in ln.split()[1:]] for ln in lines if ln.startswith("vn ")])
+    assert v.shape == (36, 6) and vn.shape == (36, 3)
+    np.testing.assert_allclose(v[:, 3:], vc[:, :3] / 255.0, atol=1e-4)  # no colour bleeds across the edges
+    frame = v[:, :3][F]  # [12, 3, 3] the frame's faces
+    fn = np.cross(frame[:, 1] - frame[:, 0], frame[:, 2] - frame[:, 0])
+    fn /= np.linalg.norm(fn, axis=1, keepdims=True)
+    np.testing.assert_allclose(vn.reshape(12, 3, 3), np.repeat(fn[:, None], 3, axis=1), atol=1e-5)  # flat
+
+
+def test_exported_normals_stay_smooth_across_uv_seams(tmp_path):
+    """A smooth sphere cut along a UV seam (its file vertices doubled on the seam): the exported normals are the
+    welded mesh's smooth ones on both sides of the seam (within a degree of the radial direction), not the hard
+    edge a normal from each side's faces alone would draw there."""
+    sphere = trimesh.creation.uv_sphere(radius=1.0, count=[24, 24])
+    V, F = sphere.vertices.copy(), sphere.faces.copy()
+    seam = np.flatnonzero((np.abs(V[:, 1]) < 1e-9) & (V[:, 0] > 0))  # the meridian at +x
+    dup = np.arange(V.shape[0], V.shape[0] + seam.shape[0])
+    V = np.concatenate([V, V[seam]])
+    cent = V[F].mean(axis=1)  # faces on the -y side of the seam take the duplicated copies
+    side = cent[:, 1] < 0
+    lookup = dict(zip(seam.tolist(), dup.tolist()))
+    F = np.where(side[:, None], np.vectorize(lambda i: lookup.get(i, i))(F), F)
+    path = tmp_path / "sphere.ply"
+    trimesh.Trimesh(V, F, process=False).export(path)
+    m = load_mesh(path)
+    vertex, faces = m.export_layout()
+    assert vertex.shape[0] == V.shape[0] > m.num_vertices
+    n = m.export_normals(m.vertices)  # [S, 3] in file order (every file vertex is used)
+    np.testing.assert_allclose(n[seam], n[dup], atol=1e-9)  # one normal on both sides of the seam
+    from physskin_gs.io.mesh import _area_normals
+
+    one_sided = _area_normals(m.vertices[vertex], faces)  # each side's own faces: a crease at the seam
+    angle = lambda a, b: np.degrees(np.arccos(np.clip(np.einsum("sc,sc->s", a, b), -1.0, 1.0)))  # noqa: E731
+    ring = seam[np.abs(V[seam, 2]) < 0.9]  # away from the poles
+    radial = V[ring] / np.linalg.norm(V[ring], axis=1, keepdims=True)
+    assert angle(n[ring], radial).max() < 0.5 and angle(one_sided[ring], radial).mean() > 3.0

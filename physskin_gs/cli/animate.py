@@ -988,10 +988,11 @@ def _axis_name(u) -> str:
     return "[" + ", ".join(f"{c:+.3f}" for c in v) + "]"
 
 
-def write_obj(path, vertices, faces, rgb=None) -> int:
+def write_obj(path, vertices, faces, rgb=None, normals=None) -> int:
     """Write a triangle mesh as a Wavefront OBJ, atomically; returns its size in bytes. ``v`` lines (with the
     common ``v x y z r g b`` vertex-colour extension when ``rgb`` is given: MeshLab, Blender, trimesh read it),
-    ``vn`` per-vertex normals (area-weighted face normals of these positions) and ``f v//vn`` faces.
+    ``vn`` per-vertex normals (``normals`` (V, 3), default the area-weighted face normals of these positions) and
+    ``f v//vn`` faces.
 
     ``vertices``: (V, 3) float32 or float64, scene units; each value is written with as many significant digits
     as its type needs to read back exactly (9 for float32, 17 for float64), whatever the object's size.
@@ -1005,12 +1006,11 @@ def write_obj(path, vertices, faces, rgb=None) -> int:
     V = np.asarray(vertices)
     digits = 9 if V.dtype == np.float32 else 17
     F0 = np.asarray(faces, dtype=np.int64)
-    t = V.astype(np.float64)[F0]  # [F, 3, 3]
-    fn = np.cross(t[:, 1] - t[:, 0], t[:, 2] - t[:, 0])  # [F, 3] area-weighted face normals
-    vn = np.zeros((V.shape[0], 3))
-    for k in range(3):
-        np.add.at(vn, F0[:, k], fn)
-    vn /= np.maximum(np.linalg.norm(vn, axis=1, keepdims=True), 1e-30)
+    if normals is None:
+        from physskin_gs.io.mesh import _area_normals
+
+        normals = _area_normals(V, F0)
+    vn = np.asarray(normals, dtype=np.float64)
     F = F0 + 1
     with atomic_output(path) as tmp:
         with open(tmp, "w", encoding="ascii") as fh:
@@ -1030,9 +1030,11 @@ def _write_mesh_frame(anim, path: Path) -> Path:
     OutputError when it cannot be written (what was there before stays)."""
     try:
         mesh = anim.scene.mesh
-        if not hasattr(mesh, "_rgb_cache"):  # the file's colours at the vertices, once per sequence
+        vertex, faces = mesh.export_layout()  # the file's own vertices (order, seams, hard edges)
+        if not hasattr(mesh, "_rgb_cache"):  # the file's colours at those vertices, once per sequence
             mesh._rgb_cache = mesh.vertex_rgb()
-        write_obj(path, anim.deformed_mesh_vertices(), mesh.faces, mesh._rgb_cache)
+        deformed = anim.deformed_mesh_vertices()  # [V, 3] the welded mesh, as simulated
+        write_obj(path, deformed[vertex], faces, mesh._rgb_cache, mesh.export_normals(deformed))
     except OSError as exc:
         raise OutputError(f"could not write frame {path}: {exc.strerror or exc}") from None
     verify_written(path, "frame")

@@ -65,6 +65,17 @@ class MeshColours:
         return np.clip(rgb * self.factor[None, :], 0.0, 1.0).astype(np.float32)
 
 
+def _area_normals(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
+    """(V, 3) float64 unit vertex normals: the area-weighted normals of the faces (F, 3) at each vertex (a vertex
+    no face uses, or whose faces cancel, gets 0)."""
+    t = np.asarray(vertices, dtype=np.float64)[np.asarray(faces, dtype=np.int64)]  # [F, 3, 3]
+    fn = np.cross(t[:, 1] - t[:, 0], t[:, 2] - t[:, 0])  # [F, 3] twice the area times the unit normal
+    vn = np.zeros((np.asarray(vertices).shape[0], 3))
+    for k in range(3):
+        np.add.at(vn, faces[:, k], fn)
+    return vn / np.maximum(np.linalg.norm(vn, axis=1, keepdims=True), 1e-30)
+
+
 def _rgb(c) -> Optional[np.ndarray]:
     """(3,) float32 in [0, 1] from a trimesh colour (RGB(A), uint8 or float in [0, 1]), or None."""
     if c is None:
@@ -120,12 +131,17 @@ class Mesh:
         source: the file it was read from (informational), or None.
         colours: the surface's base colour (:class:`MeshColours`: vertex or face colours, a texture, a material's
             colour), one entry per face; None when the file gives none.
+        source_vertex, source_faces: the file's own vertex layout before welding, when it differs: (S,) int64, the
+            welded vertex of each file vertex (those the faces use, in file order), and (F, 3) int64 faces into
+            them (the same faces, same order, as ``faces``). Exported frames use it (:meth:`export_layout`).
     """
 
     vertices: np.ndarray
     faces: np.ndarray
     source: Optional[str] = None
     colours: Optional["MeshColours"] = None
+    source_vertex: Optional[np.ndarray] = None
+    source_faces: Optional[np.ndarray] = None
 
     def __post_init__(self) -> None:
         self.vertices = np.ascontiguousarray(self.vertices, dtype=np.float32)
@@ -136,6 +152,13 @@ class Mesh:
             raise ValueError(f"Mesh.faces has shape {self.faces.shape}, expected (F, 3)")
         if self.faces.size and (self.faces.min() < 0 or self.faces.max() >= self.vertices.shape[0]):
             raise ValueError("Mesh.faces index outside the vertex array")
+        if (self.source_vertex is None) != (self.source_faces is None):
+            raise ValueError("Mesh.source_vertex and Mesh.source_faces come together")
+        if self.source_faces is not None and (self.source_faces.shape != self.faces.shape
+                                              or self.source_faces.max() >= self.source_vertex.shape[0]
+                                              or self.source_vertex.min() < 0
+                                              or self.source_vertex.max() >= self.vertices.shape[0]):
+            raise ValueError("Mesh.source_vertex / source_faces do not match the mesh")
 
     @property
     def num_vertices(self) -> int:
@@ -164,18 +187,45 @@ class Mesh:
         """(F, 3) int64 tensor copy of the faces."""
         return torch.from_numpy(self.faces.copy())
 
+    def export_layout(self) -> Tuple[np.ndarray, np.ndarray]:
+        """(vertex (S,) int64, faces (F, 3) int64): the vertices a frame writes, as indices into :attr:`vertices`,
+        and its faces into them: the file's own layout (its vertex order, UV seams and hard edges, so a flat-shaded
+        model stays flat and frames match the file point for point) when welding changed it, else the welded
+        mesh."""
+        if self.source_vertex is not None and self.source_faces is not None:
+            return self.source_vertex, self.source_faces
+        return np.arange(self.num_vertices, dtype=np.int64), self.faces
+
+    def export_normals(self, vertices: np.ndarray) -> np.ndarray:
+        """(S, 3) float64 unit normals of :meth:`export_layout`'s vertices for the welded mesh's vertex positions
+        ``vertices`` (V, 3) (e.g. a deformed frame): area-weighted face normals averaged over the welded mesh (smooth
+        across UV seams), except at the file's hard edges, where a vertex takes the average over its own faces in
+        the file's layout (a flat-shaded model stays flat). A hard edge is where, at rest, the two differ by more
+        than 30 degrees (decided once per mesh). Raises nothing."""
+        vertex, faces = self.export_layout()
+        smooth = _area_normals(vertices, self.faces)[vertex]  # [S, 3]
+        if self.source_faces is None:
+            return smooth
+        own = _area_normals(np.asarray(vertices)[vertex], faces)  # [S, 3]
+        if getattr(self, "_hard", None) is None:  # at rest: the file's hard edges
+            rest_s = _area_normals(self.vertices, self.faces)[vertex]
+            rest_o = _area_normals(self.vertices[vertex], faces)
+            self._hard = np.einsum("sc,sc->s", rest_s, rest_o) < np.cos(np.deg2rad(30.0))
+        return np.where(self._hard[:, None], own, smooth)
+
     def vertex_rgb(self) -> Optional[np.ndarray]:
-        """(V, 3) float32 RGB in [0, 1] per vertex: the mean of the :attr:`colours` at the corners that meet there
-        (exact for vertex colours; face colours and textures are averaged around the vertex), or None without
-        colours."""
+        """(S, 3) float32 RGB in [0, 1] per vertex of :meth:`export_layout`: the mean of the :attr:`colours` at the
+        corners that meet there (exact where the file's vertices carry one colour: vertex colours, palette
+        textures; a texture varying across a face is averaged), or None without colours."""
         if self.colours is None:
             return None
-        F = self.num_faces
+        vertex, faces = self.export_layout()
+        F, S = faces.shape[0], vertex.shape[0]
         corner = np.concatenate([self.colours.at(np.arange(F), np.tile(e, (F, 1))) for e in np.eye(3)])  # [3F, 3]
-        idx = self.faces.T.reshape(-1)  # [3F] vertex of each corner, in the same (corner, face) order
-        out = np.zeros((self.num_vertices, 3))
+        idx = faces.T.reshape(-1)  # [3F] vertex of each corner, in the same (corner, face) order
+        out = np.zeros((S, 3))
         np.add.at(out, idx, corner)
-        count = np.bincount(idx, minlength=self.num_vertices)[:, None]
+        count = np.bincount(idx, minlength=S)[:, None]
         return (out / np.maximum(count, 1)).astype(np.float32)
 
     def to_trimesh(self):
@@ -298,14 +348,22 @@ def _missing_mtl(path: str) -> bool:
 def _finish(path: str, vertices: np.ndarray, faces: np.ndarray, weld: bool,
             colours: Optional[MeshColours] = None) -> Mesh:
     """:func:`load_mesh`'s last stage: clean (and weld) the arrays and check that a surface is left."""
-    vertices, faces, kept = _clean(vertices, faces, weld=weld)
+    original = np.asarray(faces, dtype=np.int64)
+    vertices, faces, kept, to_out = _clean(vertices, faces, weld=weld)
     if vertices.shape[0] == 0 or faces.shape[0] == 0:
         raise SceneFormatError(f"{path}: no valid faces left after dropping non-finite vertices and degenerate faces")
     if not has_positive_area(vertices, faces):
         raise SceneFormatError(f"{path}: all {faces.shape[0]} faces have zero area (their corners are collinear); "
                                "there is no surface to sample")
+    # the file's own vertex layout (before welding): exported frames keep its vertex order, UV seams and hard edges
+    used_src, src_faces = np.unique(original[kept], return_inverse=True)
+    layout = None
+    if used_src.shape[0] != vertices.shape[0]:
+        layout = (to_out[used_src], src_faces.reshape(-1, 3).astype(np.int64))
     return Mesh(vertices=vertices.astype(np.float32), faces=faces, source=path,
-                colours=None if colours is None else colours.select(kept))
+                colours=None if colours is None else colours.select(kept),
+                source_vertex=None if layout is None else layout[0],
+                source_faces=None if layout is None else layout[1])
 
 
 def strips_to_triangles(strips: Sequence[np.ndarray]) -> np.ndarray:
@@ -395,7 +453,8 @@ def _unforced_vertex_count(path: str) -> int:
 def _clean(vertices: np.ndarray, faces: np.ndarray, *, weld: bool) -> tuple:
     """Drop non-finite vertices (and their faces), optionally weld identical positions, drop repeated-index
     faces, and remove unreferenced vertices. Returns (vertices (V', 3) float64, faces (F', 3) int64, kept (F',)
-    int64: the input face each output face is)."""
+    int64: the input face each output face is, to_out (V,) int64: the output vertex of each input vertex, -1 for
+    none)."""
     ok = np.isfinite(vertices).all(axis=1)  # [V]
     kept = np.arange(faces.shape[0], dtype=np.int64)
     inside = (faces >= 0).all(axis=1) & (faces < vertices.shape[0]).all(axis=1)
@@ -416,5 +475,5 @@ def _clean(vertices: np.ndarray, faces: np.ndarray, *, weld: bool) -> tuple:
         # Representative position for each welded id: any vertex mapped to it (all are identical).
         rep = np.zeros((int(inverse.max()) + 1 if inverse.size else 0, 3))
         rep[inverse.reshape(-1)] = np.where(ok[:, None], vertices, 0.0)
-        return rep[used], remap[faces], kept
-    return vertices[used], remap[faces], kept
+        return rep[used], remap[faces], kept, remap[inverse.reshape(-1)]
+    return vertices[used], remap[faces], kept, remap
