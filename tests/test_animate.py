@@ -206,26 +206,33 @@ def test_the_log_says_what_a_pin_holds_and_where_png_frames_went(splat_file, tmp
     assert err[-1] == f"[physskin-gs] wrote 2 PNG frames to {tmp_path / 'png'}/"
 
 
-def test_a_collapse_in_the_default_material_names_the_fix(tmp_path, capsys):
-    """A 1 m column 0.1 m thick buckles under its own weight in the default soft material (its self-buckling
-    height is about 0.8 m at E 1e5, 100 kg/m^3): the run ends with one note naming the materials that hold it up;
-    in wood it stands (no note), and a material the user chose is not second-guessed."""
+def test_closing_notes_say_when_the_object_bent_or_tipped_over(splat_file, tmp_path, capsys):
+    """A 1 m beam 0.1 m thick, pinned at one end, sags far in the default soft material (Euler-Bernoulli: a tip
+    deflection of about 1.5 m at E 1e5, 100 kg/m^3, so its shape leaves any rigid motion): the run ends with a note
+    naming the stiffer materials; in wood it holds (no note); a soft E the user gave is not second-guessed. Spot
+    stood upside down (--up y) rolls over as a rigid body: a note says it tipped over and names --up."""
     from physskin_gs.io import save_scene
     from physskin_gs.scene import GaussianScene
 
     g = torch.Generator().manual_seed(0)
     n = 4000
-    means = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor([0.1, 0.1, 1.0])
-    col = tmp_path / "column.ply"
+    means = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor([1.0, 0.1, 0.1])
+    beam = tmp_path / "beam.ply"
     save_scene(GaussianScene(means=means, quats=torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1),
                              log_scales=torch.full((n, 3), math.log(0.01)), opacity_logits=torch.full((n,), 4.0),
                              sh_dc=torch.zeros(n, 3), sh_rest=torch.zeros(n, 0, 3), source=None, format="inria-ply"),
-               col)
-    argv = ["animate", col, "--headless", "--frames", 60, "--up", "z", "--cubature", 128]
+               beam)
+    argv = ["animate", beam, "--headless", "--frames", 30, "--up", "z", "--floor", "off", "--cubature", 128,
+            "--pin", "box:-1,-1,-1,-0.45,1,1"]
     assert _run([*argv, "--export", tmp_path / "a"]) == 0
     err = capsys.readouterr().err
-    assert "note: the object ended at" in err and "--material rubber, plastic or wood" in err, err
+    assert "note: the object bent" in err and "--material rubber, plastic or wood" in err, err
+    assert "tipped over" not in err  # pinned, and bent rather than turned
     assert _run([*argv, "--export", tmp_path / "b", "--material", "wood"]) == 0
-    assert "note: the object ended" not in capsys.readouterr().err
+    assert "note:" not in capsys.readouterr().err
     assert _run([*argv, "--export", tmp_path / "c", "--E", "1e5"]) == 0  # the same soft E, given: no note
-    assert "note: the object ended" not in capsys.readouterr().err
+    assert "note: the object bent" not in capsys.readouterr().err
+    assert _run(["animate", splat_file("spot_mesh2splat_10k.splat"), "--headless", "--frames", 60, "--up", "y",
+                 "--cubature", 128, "--export", tmp_path / "d"]) == 0
+    err = capsys.readouterr().err
+    assert "(it tipped over); if it should stand, check the up axis (--up)" in err and "bent" not in err, err

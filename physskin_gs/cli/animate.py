@@ -798,7 +798,7 @@ def run_headless(args) -> int:
     stats_log = []
     from physskin_gs.cli._common import progress_bar
 
-    rest_height = 0.0 if getattr(args, "material_chosen", True) else _moving_height(anim, anim.scene.means[anim.moving])
+    rest_sample = _moving_sample(anim, anim.scene.means)  # [k, 3] for the closing notes (_note_motion)
     bar = progress_bar(range(1, args.frames + 1), "animate", "frame", dynamic_ncols=True)
     video_seconds = 0.0
     t_loop = time.perf_counter()
@@ -945,37 +945,63 @@ def run_headless(args) -> int:
               f"{args.width}x{args.height} set its size and cost)", file=sys.stderr)
     if not all(bool(torch.isfinite(b.sim.q).all()) for b in getattr(anim, "bodies", [anim])):  # pragma: no cover
         raise PhysSkinError("simulation state became non-finite")
-    _note_collapse(anim, args, rest_height)
+    _note_motion(anim, args, rest_sample)
     return 0
 
 
-#: A headless run whose object ends below this share of its rest height in the default material says so.
-COLLAPSE_NOTE = 0.75
+#: A headless run whose object's shape moved more than this share of its size (largest extent) from any rigid
+#: motion (the RMS residual of the best rigid fit of its Gaussians) in the default material says so: a bent guitar
+#: neck 0.042, a cow landing 0.005, statues and a box at rest 0.001-0.002.
+BEND_NOTE = 0.02
+#: ... and one that turned more than this (degrees, the best rigid fit's rotation) as a rigid body, unpinned, says it
+#: tipped over (a bust on its plinth 0.002 of its size from rigid, half its height lost).
+TIP_NOTE = 30.0
 
 
-def _moving_height(anim, means) -> float:
-    """Height (scene units) of the moving rows ``means`` (M, 3) along the up axis: 0.5-99.5 % quantile span."""
-    import torch
+def _moving_sample(anim, means):
+    """(k, 3) float64 numpy: a fixed subsample (at most 20000) of the moving rows of ``means`` (N, 3)."""
+    import numpy as np
 
-    h = means.double() @ anim.up_vector.double()
-    if h.numel() < 2:
-        return 0.0
-    q = torch.quantile(h[torch.randperm(h.numel(), generator=torch.Generator().manual_seed(0))[:200_000]],
-                       torch.tensor([0.005, 0.995], dtype=torch.float64))
-    return float(q[1] - q[0])
+    idx = np.flatnonzero(anim.moving.numpy())
+    if idx.size > 20000:
+        idx = np.sort(np.random.default_rng(0).choice(idx, 20000, replace=False))
+    return means[idx].double().numpy()
 
 
-def _note_collapse(anim, args, rest_height: float) -> None:
-    """One line when the object lost more than a quarter of its height in the default material (not chosen by
-    the user): what a newcomer sees first on a tall capture is it folding, and the fix is one option. Raises
-    nothing."""
-    if getattr(args, "material_chosen", True) or not rest_height > 0:
+def _rigid_fit(X, Y):
+    """Best rigid motion of the points X (k, 3) onto Y (k, 3) (Kabsch): (rotation angle in degrees, RMS
+    residual)."""
+    import numpy as np
+
+    Xc, Yc = X - X.mean(0), Y - Y.mean(0)
+    U, _, Vt = np.linalg.svd(Xc.T @ Yc)
+    R = U @ np.diag([1.0, 1.0, np.sign(np.linalg.det(U @ Vt))]) @ Vt  # X R ~ Y
+    angle = float(np.degrees(np.arccos(np.clip((np.trace(R) - 1.0) / 2.0, -1.0, 1.0))))
+    return angle, float(np.sqrt(((Xc @ R - Yc) ** 2).sum(1).mean()))
+
+
+def _note_motion(anim, args, rest) -> None:
+    """At the end of a headless run, one line when the object bent a lot in the default material (not chosen by
+    the user: the fix is one option), and one when it tipped over (whatever the material: a wrong up axis, or a
+    base that cannot hold it). ``rest``: :func:`_moving_sample` of the rest means, or None. Raises nothing."""
+    import numpy as np
+
+    if rest is None or rest.shape[0] < 4:
         return
-    now = _moving_height(anim, anim.deformed_gaussians(view_rotations=False).means[anim.moving])
-    if now < COLLAPSE_NOTE * rest_height:
-        print(f"[physskin-gs] note: the object ended at {now / rest_height:.0%} of its height (it sagged or fell "
-              f"over) in the default material, a soft toy (E {args.E:g} Pa); for something stiffer pass --material "
-              "rubber, plastic or wood, or --region base=wood to keep a tall object standing", file=sys.stderr)
+    size = float(np.ptp(rest, axis=0).max())
+    if not size > 0:
+        return
+    now = _moving_sample(anim, anim.deformed_gaussians(view_rotations=False).means)
+    angle, resid = _rigid_fit(rest, now)
+    bent = resid > BEND_NOTE * size
+    if bent and not getattr(args, "material_chosen", True):
+        print(f"[physskin-gs] note: the object bent (its shape moved {resid / size:.0%} of its size, RMS, from "
+              f"any rigid motion) in the default material, a soft toy (E {args.E:g} Pa); for something stiffer pass "
+              "--material rubber, plastic or wood, or --region base=wood to keep a tall object standing",
+              file=sys.stderr)
+    if angle > TIP_NOTE and not bent and not getattr(args, "pin", None):
+        print(f"[physskin-gs] note: the object turned {angle:.0f} degrees (it tipped over); if it should stand, "
+              "check the up axis (--up) or hold its base (--pin below:0.1)", file=sys.stderr)
 
 
 def _axis_name(u) -> str:
