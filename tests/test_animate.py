@@ -236,3 +236,4 @@ def test_closing_notes_say_when_the_object_bent_or_tipped_over(splat_file, tmp_p
                  "--cubature", 128, "--export", tmp_path / "d"]) == 0
     err = capsys.readouterr().err
     assert "(it tipped over); if it should stand, check the up axis (--up)" in err and "bent" not in err, err
+    assert "--material rubber, plastic or wood" in err  # (the default material: stiffening may be the answer)

@@ -954,7 +954,8 @@ def run_headless(args) -> int:
 #: neck 0.042, a cow landing 0.005, statues and a box at rest 0.001-0.002.
 BEND_NOTE = 0.02
 #: ... and one that turned more than this (degrees, the best rigid fit's rotation) as a rigid body, unpinned, says it
-#: tipped over (a bust on its plinth 0.002 of its size from rigid, half its height lost).
+#: tipped over (a bust on its plinth in the soft default: it sags at its base, then topples; 0.002 of its size from
+#: rigid at the end; in wood it stands).
 TIP_NOTE = 30.0
 
 
@@ -1000,8 +1001,11 @@ def _note_motion(anim, args, rest) -> None:
               "--material rubber, plastic or wood, or --region base=wood to keep a tall object standing",
               file=sys.stderr)
     if angle > TIP_NOTE and not bent and not getattr(args, "pin", None):
+        soft = "" if getattr(args, "material_chosen", True) else (
+            ", or stiffen it (the default soft material lets a tall object sag and topple: --material rubber, "
+            "plastic or wood)")
         print(f"[physskin-gs] note: the object turned {angle:.0f} degrees (it tipped over); if it should stand, "
-              "check the up axis (--up) or hold its base (--pin below:0.1)", file=sys.stderr)
+              f"check the up axis (--up) or hold its base (--pin below:0.1){soft}", file=sys.stderr)
 
 
 def _axis_name(u) -> str:
