@@ -124,7 +124,11 @@ def resolve_up_option(value) -> Tuple[bool, Any]:
     from physskin_gs.render import up_vector
 
     up = parse_up(value)
-    up_vector(up)  # validate early
+    try:
+        up_vector(up)  # validate early
+    except (OptionError, ValueError) as exc:
+        msg = str(exc)
+        raise OptionError(msg if msg.startswith("--up") else f"--up {value!r}: {msg}") from None
     return False, up
 
 
