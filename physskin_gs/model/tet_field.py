@@ -27,7 +27,9 @@ from physskin_gs.model.field import SkinningField
 
 __all__ = ["TetSkinningField"]
 
-#: Candidate tets per query point (nearest centroids).
+#: Tets with the nearest centres looked at first (:meth:`TetSkinningField.locate`).
+FIRST_CANDIDATES = 6
+#: Candidate tets per query point (nearest centroids) for the points none of the first ones holds.
 CANDIDATES = 16
 
 
@@ -72,7 +74,16 @@ class TetSkinningField(SkinningField):
         """(tet index (N,), barycentric coordinates (N, 4) in it (negative ones outside), inside (N,) bool) of
         points x (N, 3), normalised frame."""
         x = np.asarray(x, np.float64)
-        k = min(CANDIDATES, self.tets.shape[0])
+        # the few nearest tet centres hold most points; only the points none of them holds look further (the
+        # same answer as looking at CANDIDATES for all: a point lies in one tet, up to shared faces, where W agrees)
+        tet, b, inside = self._locate_among(x, min(FIRST_CANDIDATES, self.tets.shape[0]))
+        if self.tets.shape[0] > FIRST_CANDIDATES and not inside.all():
+            out = np.flatnonzero(~inside)
+            tet[out], b[out], inside[out] = self._locate_among(x[out], min(CANDIDATES, self.tets.shape[0]))
+        return tet, b, inside
+
+    def _locate_among(self, x: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`locate` among the k tets with the nearest centres (the best of them for a point in none)."""
         _, cand = self._tree.query(x, k=k)
         cand = cand.reshape(x.shape[0], k)
         rel = x[:, None, :] - self._P0[cand]  # [N, k, 3]
@@ -81,10 +92,7 @@ class TetSkinningField(SkinningField):
         worst = bary.min(-1)  # [N, k]: >= 0 inside
         best = worst.argmax(1)
         rows = np.arange(x.shape[0])
-        tet = cand[rows, best]
-        b = bary[rows, best]
-        inside = worst[rows, best] >= -1e-9
-        return tet, b, inside
+        return cand[rows, best], bary[rows, best], worst[rows, best] >= -1e-9
 
     def _eval(self, x: torch.Tensor, grads: bool):
         xn = x.detach().cpu().numpy().astype(np.float64)
