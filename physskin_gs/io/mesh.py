@@ -50,7 +50,8 @@ class MeshColours:
     def at(self, face: np.ndarray, bary: np.ndarray) -> np.ndarray:
         """(n, 3) float32 RGB in [0, 1] at points of the faces ``face`` (n,) with barycentric coordinates ``bary``
         (n, 3): corner colours interpolated, or the texture looked up (``trimesh.visual.uv_to_color``, nearest
-        texel, wrapping) at the interpolated texture coordinates; times ``factor``."""
+        texel, wrapping) at the interpolated texture coordinates (white where trimesh cannot sample the image);
+        times ``factor``. Raises nothing for a texture."""
         face = np.asarray(face, dtype=np.int64)
         b = np.asarray(bary, dtype=np.float64)[:, :, None]  # [n, 3, 1]
         if self.corner_rgb is not None:
@@ -59,7 +60,10 @@ class MeshColours:
             from trimesh.visual import uv_to_color
 
             uv = (b * self.corner_uv[face]).sum(1)  # [n, 2]
-            rgb = np.asarray(uv_to_color(uv, self.texture), dtype=np.float64)[:, :3] / 255.0
+            try:
+                rgb = np.asarray(uv_to_color(uv, self.texture), dtype=np.float64)[:, :3] / 255.0
+            except Exception:  # noqa: BLE001 - an image trimesh cannot sample: the material's colour alone
+                rgb = np.ones((face.shape[0], 3))
         else:
             rgb = np.ones((face.shape[0], 3))
         return np.clip(rgb * self.factor[None, :], 0.0, 1.0).astype(np.float32)
