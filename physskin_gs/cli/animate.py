@@ -102,9 +102,10 @@ def register(sub) -> None:
                         "one of " + ", ".join(MATERIALS) + ". The region takes the material's E and density, the "
                         "Poisson ratio stays the object's. Repeatable; later regions win where they overlap")
     p.add_argument("--up", default="auto",
-                   help="up axis: auto (default: the support plane's normal; without one the file "
+                   help="up axis: auto (default: the support plane's normal (within 30 degrees of the up axis a "
+                   "file records, which wins without one); without one the file "
                    "axis the object stands on most stably when that is clear, else the format's convention: "
-                   ".splat/compressed -y, INRIA PLY +z, meshes +y), y, -y, z, -z, x, -x or 'ux,uy,uz'")
+                   ".splat/compressed -y, INRIA PLY +z, meshes +y, glTF +y), y, -y, z, -z, x, -x or 'ux,uy,uz'")
     p.add_argument("--scale", type=float, help="metres per scene unit (default: the object is 1 m across)")
     p.add_argument("--select", default="auto",
                    help="moving part: auto (default: every object the scene analysis finds standing on the support, "

@@ -46,8 +46,9 @@ def register(sub) -> None:
     p.add_argument("--fov", type=float, default=40.0, help="vertical field of view in degrees (default 40)")
     p.add_argument(
         "--up", default="auto",
-        help="up axis: auto (default: the normal of the support plane the object stands on, else the axis it "
-             "stands on most stably or the format's convention, as in animate), y, -y, z, -z, x, -x or 'ux,uy,uz'",
+        help="up axis: auto (default: the up axis recorded in the file (our exported frames), else the normal of "
+             "the support plane the object stands on, else the axis it stands on most stably or the format's "
+             "convention, as in animate), y, -y, z, -z, x, -x or 'ux,uy,uz'",
     )
     p.add_argument("--backend", choices=["auto", "gsplat", "torch"], default="auto", help="rasteriser (default auto)")
     p.add_argument("--background", default="white", help="white, black or 'r,g,b' in [0, 1] (default white)")
