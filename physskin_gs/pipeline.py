@@ -358,7 +358,6 @@ def load_for_animation(path, num_mesh_gaussians: int = 20000, seed: int = 0) -> 
     N = pts_t.shape[0]
     log_scales = torch.log(torch.tensor([r, r, 0.1 * r])).expand(N, 3).clone()
     rgb = mesh.colours.at(face, bary) if mesh.colours is not None else np.tile(MESH_CLAY, (N, 1))  # [N, 3]
-    gltf = path.lower().endswith((".glb", ".gltf"))
     rgb = rgb * mesh_shading(nrm, mesh.vertices, mesh.faces)[:, None]
     scene = GaussianScene(
         means=pts_t, quats=rotmat_to_quat(R), log_scales=log_scales,
@@ -368,7 +367,7 @@ def load_for_animation(path, num_mesh_gaussians: int = 20000, seed: int = 0) -> 
         # glTF fixes +y as up in its specification ("glTF uses a right-handed coordinate system ... +Y is up"): a
         # recorded fact, not a guess to weigh against the stable-base evidence (which lays tall or reclining
         # objects down: a Kenney desk chair came out on its back)
-        up_hint=(0.0, 1.0, 0.0) if gltf else None,
+        up_hint=(0.0, 1.0, 0.0) if path.lower().endswith((".glb", ".gltf")) else None,
     )
     scene.mesh = mesh  # type: ignore[attr-defined]
     return scene
@@ -384,10 +383,11 @@ def mesh_shading(normals: np.ndarray, vertices: np.ndarray, faces: np.ndarray, a
     """(n,) float32 Lambert factor ``ambient + (1 - ambient) max(0, n . l)`` of surface samples with face normals
     ``normals`` (n, 3) (the mesh's winding; turned outward first when the mesh's signed volume is negative, i.e.
     its faces wind inward), ``l`` the unit :data:`MESH_LIGHT`. Baked into a mesh's Gaussians at rest: the light
-    turns with the object as it moves, which is enough to read its shape. Raises nothing."""
-    v = np.asarray(vertices, dtype=np.float64)
-    tri = v[np.asarray(faces, dtype=np.int64)]  # [F, 3, 3]
-    signed_volume = float(np.einsum("fi,fi->", tri[:, 0], np.cross(tri[:, 1], tri[:, 2]))) / 6.0
+    turns with the object as it moves, which is enough to read its shape. ``vertices`` (V, 3), ``faces`` (F, 3):
+    the mesh, for its signed volume (trimesh's). Raises nothing."""
+    import trimesh
+
+    signed_volume = float(trimesh.Trimesh(np.asarray(vertices, np.float64), np.asarray(faces), process=False).volume)
     light = np.asarray(MESH_LIGHT, dtype=np.float64)
     light /= np.linalg.norm(light)
     ndl = np.asarray(normals, dtype=np.float64) @ light * (-1.0 if signed_volume < 0 else 1.0)  # [n]

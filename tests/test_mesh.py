@@ -399,9 +399,9 @@ def test_exported_normals_stay_smooth_across_uv_seams(tmp_path):
     assert vertex.shape[0] == V.shape[0] > m.num_vertices
     n = m.export_normals(m.vertices)  # [S, 3] in file order (every file vertex is used)
     np.testing.assert_allclose(n[seam], n[dup], atol=1e-9)  # one normal on both sides of the seam
-    from physskin_gs.io.mesh import _area_normals
+    from physskin_gs.io.mesh import area_weighted_normals
 
-    one_sided = _area_normals(m.vertices[vertex], faces)  # each side's own faces: a crease at the seam
+    one_sided = area_weighted_normals(m.vertices[vertex], faces)  # each side's own faces: a crease at the seam
     angle = lambda a, b: np.degrees(np.arccos(np.clip(np.einsum("sc,sc->s", a, b), -1.0, 1.0)))  # noqa: E731
     ring = seam[np.abs(V[seam, 2]) < 0.9]  # away from the poles
     radial = V[ring] / np.linalg.norm(V[ring], axis=1, keepdims=True)

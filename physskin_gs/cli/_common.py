@@ -185,7 +185,8 @@ def check_output_folder(path, option: str = "", create: bool = False, shown=None
     Returns the output's folder. Raises OutputError naming ``option`` and the folder.
     """
     p = Path(path)
-    lead = f"{option} {shown if shown is not None else p}" if option else str(shown if shown is not None else p)
+    name = p if shown is None else shown
+    lead = f"{option} {name}" if option else str(name)
     if p.is_dir():
         raise OutputError(f"{lead}: is a folder, expected a file name")
     folder = p.parent if str(p.parent) else Path(".")

@@ -395,7 +395,6 @@ class OrbitVideo:
         if anim.floor_scene is not None and not hasattr(anim, "bodies"):  # (several bodies: the captured support
             # is finite, an endless checker floor at its height would hide a body falling past its edge)
             floor_h = anim.floor_scene
-        if floor_h is not None:
             # frame the object where it starts and where it lands: a mesh starts a quarter of its height above the
             # floor, and framing the start alone cut its bottom off once it fell (a fresh user's find)
             u = up.to(m)
@@ -971,15 +970,13 @@ def _moving_sample(anim, means):
 
 
 def _rigid_fit(X, Y):
-    """Best rigid motion of the points X (k, 3) onto Y (k, 3) (Kabsch): (rotation angle in degrees, RMS
-    residual)."""
+    """Best rigid motion of the points X (k, 3) onto Y (k, 3), same units (scipy's ``Rotation.align_vectors`` of
+    the centred points, a Kabsch fit): (rotation angle in degrees, RMS residual in the points' units)."""
     import numpy as np
+    from scipy.spatial.transform import Rotation
 
-    Xc, Yc = X - X.mean(0), Y - Y.mean(0)
-    U, _, Vt = np.linalg.svd(Xc.T @ Yc)
-    R = U @ np.diag([1.0, 1.0, np.sign(np.linalg.det(U @ Vt))]) @ Vt  # X R ~ Y
-    angle = float(np.degrees(np.arccos(np.clip((np.trace(R) - 1.0) / 2.0, -1.0, 1.0))))
-    return angle, float(np.sqrt(((Xc @ R - Yc) ** 2).sum(1).mean()))
+    rot, rssd = Rotation.align_vectors(Y - Y.mean(0), X - X.mean(0))  # rssd: root of the summed squares
+    return float(np.degrees(rot.magnitude())), float(rssd) / np.sqrt(X.shape[0])
 
 
 def _note_motion(anim, args, rest) -> None:
@@ -1038,9 +1035,9 @@ def write_obj(path, vertices, faces, rgb=None, normals=None) -> int:
     digits = 9 if V.dtype == np.float32 else 17
     F0 = np.asarray(faces, dtype=np.int64)
     if normals is None:
-        from physskin_gs.io.mesh import _area_normals
+        from physskin_gs.io.mesh import area_weighted_normals
 
-        normals = _area_normals(V, F0)
+        normals = area_weighted_normals(V, F0)
     vn = np.asarray(normals, dtype=np.float64)
     F = F0 + 1
     with atomic_output(path) as tmp:
@@ -1062,10 +1059,8 @@ def _write_mesh_frame(anim, path: Path) -> Path:
     try:
         mesh = anim.scene.mesh
         vertex, faces = mesh.export_layout()  # the file's own vertices (order, seams, hard edges)
-        if not hasattr(mesh, "_rgb_cache"):  # the file's colours at those vertices, once per sequence
-            mesh._rgb_cache = mesh.vertex_rgb()
         deformed = anim.deformed_mesh_vertices()  # [V, 3] the welded mesh, as simulated
-        write_obj(path, deformed[vertex], faces, mesh._rgb_cache, mesh.export_normals(deformed))
+        write_obj(path, deformed[vertex], faces, mesh.vertex_rgb(), mesh.export_normals(deformed))
     except OSError as exc:
         raise OutputError(f"could not write frame {path}: {exc.strerror or exc}") from None
     verify_written(path, "frame")

@@ -296,8 +296,12 @@ def _clean_surface(vertices: np.ndarray, faces: np.ndarray):
     return m
 
 
+#: seconds TetGen may take on a surface before it counts as failed (quality refinement can run away)
+TETGEN_TIMEOUT = 120.0
+
+
 def tetrahedralize_surface(vertices: np.ndarray, faces: np.ndarray, *, target_nodes: int = 3000, quality: bool = True,
-                           timeout: float = 120.0) -> TetMesh:
+                           timeout: float = TETGEN_TIMEOUT) -> TetMesh:
     """Quality tet mesh of the solid bounded by a closed triangle surface, with TetGen (method.md 13).
 
     The surface is welded and cleaned (trimesh), checked to be watertight, and meshed with a maximum tet volume
@@ -904,6 +908,7 @@ def _tetmesh_for_clean(m, target_nodes: int, max_surface_faces: Optional[int] = 
                 candidate = None
                 reason = (f"boolean union of {len(parts)} bodies leaves {n_out} disjoint bodies"
                           if u.is_watertight else "boolean union is not watertight")
+
     def attempts():
         """(surface, path, TetGen timeout): the surface simplified to max_surface_faces, then to twice as many
         (TetGen may find the first self-intersecting or fail on it; a PartNet chair meshed at 12000 faces), then
@@ -921,7 +926,7 @@ def _tetmesh_for_clean(m, target_nodes: int, max_surface_faces: Optional[int] = 
                     extra["qslim"]["retry"] = facts
                 if simple is not None:
                     yield simple, "qslim+" + path, SIMPLIFIED_TETGEN_TIMEOUT, facts
-        yield candidate, path, 120.0, None
+        yield candidate, path, TETGEN_TIMEOUT, None
 
     for surface, how, timeout, facts in attempts():
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional, Sequence, Tuple
 
 import numpy as np
@@ -69,9 +69,10 @@ class MeshColours:
         return np.clip(rgb * self.factor[None, :], 0.0, 1.0).astype(np.float32)
 
 
-def _area_normals(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
-    """(V, 3) float64 unit vertex normals: the area-weighted normals of the faces (F, 3) at each vertex (a vertex
-    no face uses, or whose faces cancel, gets 0)."""
+def area_weighted_normals(vertices: np.ndarray, faces: np.ndarray) -> np.ndarray:
+    """(V, 3) float64 unit vertex normals of vertices (V, 3) float (any units) and faces (F, 3) int: at each vertex
+    the sum of its faces' normals weighted by their areas, normalised (a vertex no face uses, or whose faces
+    cancel, gets 0). Raises IndexError for a face index outside 0..V-1."""
     t = np.asarray(vertices, dtype=np.float64)[np.asarray(faces, dtype=np.int64)]  # [F, 3, 3]
     fn = np.cross(t[:, 1] - t[:, 0], t[:, 2] - t[:, 0])  # [F, 3] twice the area times the unit normal
     vn = np.zeros((np.asarray(vertices).shape[0], 3))
@@ -107,13 +108,12 @@ def _colours_of(loaded) -> Optional[MeshColours]:
             fc = np.asarray(v.face_colors, dtype=np.float32)[:, :3] / 255.0
             return MeshColours(factor=one, corner_rgb=np.repeat(fc[:, None, :], 3, axis=1))
         if v.kind == "texture":
-            mat = v.material
+            mat = v.material  # glTF: PBRMaterial (baseColorTexture x baseColorFactor); OBJ: SimpleMaterial
             img = getattr(mat, "baseColorTexture", None)
+            img = getattr(mat, "image", None) if img is None else img
             factor = _rgb(getattr(mat, "baseColorFactor", None))
-            if img is None:
-                img = getattr(mat, "image", None)
-                if factor is None:
-                    factor = None if img is not None else _rgb(getattr(mat, "diffuse", None))
+            if factor is None and img is None:  # a plain material: its diffuse colour
+                factor = _rgb(getattr(mat, "diffuse", None))
             factor = one if factor is None else factor
             uv = getattr(v, "uv", None)
             if img is not None and uv is not None and len(uv) == len(loaded.vertices):
@@ -146,6 +146,9 @@ class Mesh:
     colours: Optional["MeshColours"] = None
     source_vertex: Optional[np.ndarray] = None
     source_faces: Optional[np.ndarray] = None
+    # caches of export_normals (the file's hard edges, decided at rest) and vertex_rgb (computed once)
+    _hard: Optional[np.ndarray] = field(default=None, init=False, repr=False, compare=False)
+    _rgb: Optional[np.ndarray] = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.vertices = np.ascontiguousarray(self.vertices, dtype=np.float32)
@@ -207,22 +210,22 @@ class Mesh:
         the file's layout (a flat-shaded model stays flat). A hard edge is where, at rest, the two differ by more
         than 30 degrees (decided once per mesh). Raises nothing."""
         vertex, faces = self.export_layout()
-        smooth = _area_normals(vertices, self.faces)[vertex]  # [S, 3]
+        smooth = area_weighted_normals(vertices, self.faces)[vertex]  # [S, 3]
         if self.source_faces is None:
             return smooth
-        own = _area_normals(np.asarray(vertices)[vertex], faces)  # [S, 3]
-        if getattr(self, "_hard", None) is None:  # at rest: the file's hard edges
-            rest_s = _area_normals(self.vertices, self.faces)[vertex]
-            rest_o = _area_normals(self.vertices[vertex], faces)
+        own = area_weighted_normals(np.asarray(vertices)[vertex], faces)  # [S, 3]
+        if self._hard is None:  # at rest: the file's hard edges
+            rest_s = area_weighted_normals(self.vertices, self.faces)[vertex]
+            rest_o = area_weighted_normals(self.vertices[vertex], faces)
             self._hard = np.einsum("sc,sc->s", rest_s, rest_o) < np.cos(np.deg2rad(30.0))
         return np.where(self._hard[:, None], own, smooth)
 
     def vertex_rgb(self) -> Optional[np.ndarray]:
         """(S, 3) float32 RGB in [0, 1] per vertex of :meth:`export_layout`: the mean of the :attr:`colours` at the
         corners that meet there (exact where the file's vertices carry one colour: vertex colours, palette
-        textures; a texture varying across a face is averaged), or None without colours."""
-        if self.colours is None:
-            return None
+        textures; a texture varying across a face is averaged), or None without colours. Computed once."""
+        if self.colours is None or self._rgb is not None:
+            return self._rgb
         vertex, faces = self.export_layout()
         F, S = faces.shape[0], vertex.shape[0]
         corner = np.concatenate([self.colours.at(np.arange(F), np.tile(e, (F, 1))) for e in np.eye(3)])  # [3F, 3]
@@ -230,7 +233,8 @@ class Mesh:
         out = np.zeros((S, 3))
         np.add.at(out, idx, corner)
         count = np.bincount(idx, minlength=S)[:, None]
-        return (out / np.maximum(count, 1)).astype(np.float32)
+        self._rgb = (out / np.maximum(count, 1)).astype(np.float32)
+        return self._rgb
 
     def to_trimesh(self):
         """A ``trimesh.Trimesh`` view (no processing)."""
@@ -391,8 +395,12 @@ def strips_to_triangles(strips: Sequence[np.ndarray]) -> np.ndarray:
     if not tris:
         return np.zeros((0, 3), np.int64)
     t = np.concatenate(tris)
-    ok = (t[:, 0] != t[:, 1]) & (t[:, 1] != t[:, 2]) & (t[:, 0] != t[:, 2])
-    return t[ok]
+    return t[_distinct_corners(t)]
+
+
+def _distinct_corners(faces: np.ndarray) -> np.ndarray:
+    """(F,) bool: the faces (F, 3) whose three vertex indices differ."""
+    return (faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 0] != faces[:, 2])
 
 
 def _read_ply_tristrips(path: str) -> Tuple[np.ndarray, np.ndarray]:
@@ -470,7 +478,7 @@ def _clean(vertices: np.ndarray, faces: np.ndarray, *, weld: bool) -> tuple:
         v = np.where(ok[:, None], vertices, 0.0)
         _, inverse = np.unique(v, axis=0, return_inverse=True)
         faces = inverse.reshape(-1)[faces]
-    proper = (faces[:, 0] != faces[:, 1]) & (faces[:, 1] != faces[:, 2]) & (faces[:, 0] != faces[:, 2])
+    proper = _distinct_corners(faces)
     faces, kept = faces[proper], kept[proper]
     used = np.unique(faces.reshape(-1))
     remap = np.full(vertices.shape[0], -1, dtype=np.int64)
