@@ -222,3 +222,34 @@ def test_ctrl_c_stops_the_surface_simplification_at_once(tmp_path):
     assert p.returncode == 130 and out.strip() == "interrupted", out + err
     assert waited < 4.0, waited
     assert "Traceback" not in err, err  # the child ignores the Ctrl-C (the parent ends it) and prints nothing
+
+
+def test_lattice_point_location_matches_the_nearest_centres_path():
+    """On a voxel mesh (Kuhn tets of one grid) points are located by arithmetic (Freudenthal's rule); the tet found
+    holds the point, W equals the nearest-centres path's (the plain reference) everywhere, grad W wherever both
+    pick the same tet (all but points on shared faces), and points outside every voxel fall back to it."""
+    from physskin_gs.geometry.tetmesh import voxel_tetmesh
+
+    g = np.random.default_rng(3)
+    occ = g.random((7, 5, 6)) < 0.6
+    occ[:, 2, :] = True  # one face-connected body through the middle
+    tm = voxel_tetmesh(occ, origin=(-0.4, -0.3, 0.1), voxel=0.13)
+    W = np.column_stack([g.standard_normal((tm.num_nodes, 4)), np.ones(tm.num_nodes)])
+    f = TetSkinningField(tm.nodes, tm.tets, W)
+    assert f._lattice is not None and f._lattice[1] == pytest.approx(0.13)
+    assert TetSkinningField(tm.nodes + 1e-3 * g.standard_normal(tm.nodes.shape), tm.tets, W)._lattice is None
+    lo, hi = tm.nodes.min(0), tm.nodes.max(0)
+    x = g.uniform(lo - 0.05, hi + 0.05, (20000, 3))
+    tet, b, inside = f.locate(x)
+    tet_r, b_r, inside_r = f._locate_by_centres(x)
+    np.testing.assert_array_equal(inside, inside_r)
+    assert 0.3 < inside.mean() < 0.9  # both paths exercised (voxels and the empty space around them)
+    lat = f._locate_on_lattice(x)[2]
+    assert lat[inside].all() and not lat[~inside].any()  # the lattice finds every point inside, and only those
+    Wx = np.einsum("nk,nkh->nh", b, W[tm.tets[tet]])
+    Wr = np.einsum("nk,nkh->nh", b_r, W[tm.tets[tet_r]])
+    np.testing.assert_allclose(Wx, Wr, atol=1e-10)
+    assert np.all(b[inside] >= -1e-9)
+    same = tet == tet_r
+    assert same[inside].mean() > 0.999  # the same tet (so the same grad W) but for points on a shared face:
+    assert np.all(b_r[inside & ~same].min(-1) >= -1e-9)  # those lie in both

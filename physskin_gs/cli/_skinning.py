@@ -7,7 +7,7 @@ are spelled out here so that ``--help`` does not load torch.
 from __future__ import annotations
 
 #: Accepted ``--skinning`` values: the bases, then the alias 'pretrained' (= network).
-SKINNING_CHOICES = ("eigen", "network", "fit", "rbf", "tet", "voxel", "auto", "pretrained")
+SKINNING_CHOICES = ("eigen", "network", "fit", "rbf", "tet", "voxel", "modes", "auto", "pretrained")
 
 SKINNING_HELP = ("skinning basis: auto (default: tet for a mesh input, eigen for a splat), eigen (skinning "
                  "eigenmodes of the object's volume points), network (the shipped feed-forward PhysSkin network; alias "

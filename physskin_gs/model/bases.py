@@ -142,7 +142,7 @@ def handle_capacity(name: Optional[str], volume) -> int:
     v = torch.as_tensor(volume).float().reshape(-1, 3)
     v = v[torch.isfinite(v).all(1)]
     distinct = int(torch.unique(v, dim=0).shape[0]) if v.shape[0] else 0
-    if key in ("eigen", "auto"):  # auto: eigen's bound (a splat, or the fallback of a mesh)
+    if key in ("eigen", "auto"):  # auto: eigen's bound (its fallback's)
         return distinct - 2 if distinct >= 5 else 0
     return max(distinct - 1, 0)
 
@@ -182,7 +182,7 @@ class SkinningOptions:
     network checkpoint path (None = the shipped one); fit_seconds: time budget of ``fit`` (s); seed: sampling seed;
     max_handles: upper bound on the learned handles from the points (None = none; 0 = one rigid body), e.g.
     ``usable Gaussians - 1`` (module docstring, *few points*); mesh: the input's surface mesh in the normalised frame
-    (mesh inputs only; the ``tet`` basis needs it)."""
+    (mesh inputs only; the ``tet`` and ``modes`` bases mesh it)."""
 
     num_handles: int = 16
     checkpoint: Optional[str] = None
@@ -308,33 +308,49 @@ class RBFBasis(SkinningBasis):
         return RBFSkinningField(centers, radius=0.45), "rbf"
 
 
+def input_tetmesh(options: "SkinningOptions"):
+    """(tet mesh, path description) of a mesh input's own surface (``options.mesh``, normalised frame), as the
+    ``tet`` and ``modes`` bases mesh it: :func:`physskin_gs.geometry.tetmesh.tetmesh_for_shape` with
+    :data:`TET_NODES` nodes, a surface of more than :data:`TET_SIMPLIFY_ABOVE` faces simplified first. The path is
+    e.g. 'tetgen', 'union+tetgen', 'qslim+tetgen' or 'voxel'. Raises OptionError when there is no mesh or it cannot
+    be tetrahedralised."""
+    from physskin_gs.geometry.tetmesh import tetmesh_for_shape
+
+    if options.mesh is None:
+        raise OptionError("this skinning basis needs a mesh input (its surface is tetrahedralised); for a splat use "
+                          "eigen, voxel or modes")
+    v, f = options.mesh
+    try:
+        simplify = TET_MAX_SURFACE_FACES if len(f) > TET_SIMPLIFY_ABOVE else None
+        tm = tetmesh_for_shape(np.asarray(v, np.float64), np.asarray(f), target_nodes=TET_NODES,
+                               max_surface_faces=simplify)
+    except ValueError as exc:
+        raise OptionError(f"cannot tetrahedralise the mesh ({exc})") from None
+    return tm, tm.info.get("path", tm.method)
+
+
 class TetBasis(SkinningBasis):
     name = "tet"
     summary = ("Laplacian eigenmodes of the input mesh's own tet mesh (mesh inputs only: coupling follows the "
                "material's connectivity; about 1-8 s)")
 
     def build(self, surface, volume, options, progress=None):
-        from physskin_gs.geometry.tetmesh import tetmesh_for_shape
         from physskin_gs.model.tet_field import TetSkinningField
         from physskin_gs.physics.fem import laplacian_eigenbasis
 
         if options.mesh is None:
             raise OptionError("--skinning tet needs a mesh input (its surface is tetrahedralised); for a splat use "
-                              "eigen")
+                              "eigen, voxel or modes")
         m = _bounded(options, options.num_handles)
         if m == 0:
             return ConstantSkinningField(), "tet"
         _report(progress, "skinning: tet mesh of the input mesh and its Laplacian eigenmodes", 0.35)
-        v, f = options.mesh
         try:
-            simplify = TET_MAX_SURFACE_FACES if len(f) > TET_SIMPLIFY_ABOVE else None
-            tm = tetmesh_for_shape(np.asarray(v, np.float64), np.asarray(f), target_nodes=TET_NODES,
-                                   max_surface_faces=simplify)
-        except ValueError as exc:
-            raise OptionError(f"--skinning tet: cannot tetrahedralise the mesh ({exc})") from None
+            tm, path = input_tetmesh(options)
+        except OptionError as exc:
+            raise OptionError(f"--skinning tet: {exc}") from None
         m = min(m, tm.num_nodes - 2)
         W = laplacian_eigenbasis(tm, m=m)
-        path = tm.info.get("path", tm.method)  # tetgen, union+tetgen, qslim+tetgen, voxel, ...
         return TetSkinningField(tm.nodes, tm.tets, W), f"tet ({path}, {tm.num_nodes} nodes)"
 
 
@@ -380,20 +396,60 @@ class VoxelBasis(SkinningBasis):
         return TetSkinningField(tm.nodes, tm.tets, W), f"voxel ({tm.num_nodes} nodes)"
 
 
-class AutoBasis(SkinningBasis):
-    name = "auto"
-    summary = ("the default: tet for a mesh input (eigen when its surface cannot be tetrahedralised), eigen for a "
-               "splat")
+class ModesBasis(SkinningBasis):
+    """Weights from the displacement fields of the object's lowest linear-elastic vibration modes
+    (:func:`physskin_gs.physics.fem.elastic_mode_weights`, Poisson ratio :data:`MODES_NU`) on its tet mesh: the input
+    mesh's own (``tet``'s mesh) for a mesh, the occupied voxels of its volume points (``voxel``'s mesh) for a splat
+    or a surface that cannot be tetrahedralised."""
+
+    name = "modes"
+    summary = ("linear-elastic vibration modes of the object's tet mesh (the input mesh's own, or the voxels its "
+               "volume points fill; about 1-10 s)")
 
     def build(self, surface, volume, options, progress=None):
+        from physskin_gs.model.tet_field import TetSkinningField
+        from physskin_gs.physics.fem import elastic_mode_weights
+
+        m = _learned_handles(self.name, options)
+        if m == 0:
+            return ConstantSkinningField(), "modes"
+        tm = None
         if options.mesh is not None:
+            _report(progress, "skinning: tet mesh of the input mesh and its elastic modes", 0.35)
             try:
-                return TetBasis().build(surface, volume, options, progress)
+                tm, path = input_tetmesh(options)
             except OptionError as exc:
-                warnings.warn(f"tet skinning unavailable ({exc}); using eigen", SkinningFallbackWarning, stacklevel=2)
+                warnings.warn(f"modes skinning: {exc}; using the voxels the volume points fill",
+                              SkinningFallbackWarning, stacklevel=3)
+        if tm is None:
+            _report(progress, "skinning: voxel tet mesh of the volume points and its elastic modes", 0.35)
+            tm = voxel_tetmesh_of_points(torch.as_tensor(volume).numpy(), TET_NODES)
+            path = "voxel"
+        m = min(m, tm.num_nodes - 3)
+        W = elastic_mode_weights(tm, m=m, nu=MODES_NU)
+        return TetSkinningField(tm.nodes, tm.tets, W), f"modes ({path}, {tm.num_nodes} nodes)"
+
+
+class AutoBasis(SkinningBasis):
+    """The default: ``modes`` (the elastic modes of the input mesh's own tet mesh, or of a splat's occupied voxels;
+    the lowest frequency error on every shape of both evaluation sets, docs/skinning.md); ``eigen`` when no tet
+    mesh can be made at all (with a warning)."""
+
+    name = "auto"
+    summary = ("the default: modes (the elastic modes of the input mesh's own tet mesh, or of the voxels a splat "
+               "fills)")
+
+    def build(self, surface, volume, options, progress=None):
+        try:
+            return ModesBasis().build(surface, volume, options, progress)
+        except (OptionError, ValueError) as exc:
+            warnings.warn(f"modes skinning unavailable ({exc}); using eigen", SkinningFallbackWarning, stacklevel=2)
         return EigenBasis().build(surface, volume, options, progress)
 
 
+#: Poisson ratio of the ``modes`` basis's mode shapes (the default material's; shapes barely move with it, and the
+#: field does not change when the material is changed in the viewer).
+MODES_NU = 0.45
 #: Tet-mesh nodes of the ``tet`` basis (the FEM reference of ``evaluate --reference fem`` uses 3000 by default).
 TET_NODES = 3000
 #: Surfaces of more than ``TET_SIMPLIFY_ABOVE`` faces are simplified to ``TET_MAX_SURFACE_FACES`` before TetGen for
@@ -405,7 +461,8 @@ TET_MAX_SURFACE_FACES = 2 * TET_NODES
 
 #: Every skinning source by name (the one place where names map to implementations).
 SKINNING_BASES: Dict[str, SkinningBasis] = {b.name: b for b in (EigenBasis(), NetworkBasis(), FitBasis(), RBFBasis(),
-                                                                  TetBasis(), VoxelBasis(), AutoBasis())}
+                                                                  TetBasis(), VoxelBasis(), ModesBasis(),
+                                                                  AutoBasis())}
 
 
 def skinning_names(aliases: bool = True) -> List[str]:

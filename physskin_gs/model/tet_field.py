@@ -8,8 +8,11 @@ only where the material joins them, exactly as in the FEM reference of ``evaluat
 :func:`physskin_gs.physics.fem.laplacian_eigenbasis` (``L w = lambda V w``, the first m non-constant modes, unit
 volume-weighted RMS, then the constant column).
 
-Evaluation at any point: the tet that holds it (barycentric coordinates >= -1e-9), found among the 16 tets whose
-centroids are nearest; a point outside every candidate (a Gaussian slightly off the surface) takes the linear
+Evaluation at any point: the tet that holds it (barycentric coordinates >= -1e-9). On a mesh of Kuhn-split cubes of
+one grid (the ``voxel`` and ``modes`` bases' voxel meshes, :func:`physskin_gs.geometry.tetmesh.voxel_tetmesh`) it is
+found by arithmetic: the cube from the point's grid index, the tet from the order of its coordinates inside the cube
+(Freudenthal's rule: the Kuhn tet of the path 000 -> 111 that steps along the largest coordinate first). Otherwise,
+and for points in no occupied cube, it is found among the 6, then 16 tets whose centroids are nearest; a point outside every candidate (a Gaussian slightly off the surface) takes the linear
 extension of the candidate it is least outside of (its barycentric coordinates, some negative, still sum to 1, so
 the constant handle stays 1). W is continuous inside the mesh; grad W is constant per tet (the P1 gradient;
 outside, that of the tet extended, so a Gaussian a little off the surface deforms like its neighbours inside).
@@ -64,6 +67,7 @@ class TetSkinningField(SkinningField):
         g = self._Ainv  # [t, 3 (bary 1..3), 3 (x)]
         self._gbar = np.concatenate([-g.sum(1, keepdims=True), g], 1)  # [t, 4, 3]
         self._gradW = np.einsum("tka,tkh->tha", self._gbar, self.W_nodes[self.tets])  # [t, H, 3]
+        self._lattice = _kuhn_lattice(self.nodes, self.tets)
 
     @property
     def num_handles(self) -> int:
@@ -74,6 +78,36 @@ class TetSkinningField(SkinningField):
         """(tet index (N,), barycentric coordinates (N, 4) in it (negative ones outside), inside (N,) bool) of
         points x (N, 3), normalised frame."""
         x = np.asarray(x, np.float64)
+        if self._lattice is not None:
+            tet, b, inside = self._locate_on_lattice(x)
+            if not inside.all():
+                out = np.flatnonzero(~inside)
+                tet[out], b[out], inside[out] = self._locate_by_centres(x[out])
+            return tet, b, inside
+        return self._locate_by_centres(x)
+
+    def _locate_on_lattice(self, x: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`locate` by Freudenthal's rule on a Kuhn lattice (module docstring); inside is False for points in
+        no occupied cube (their tet index 0 and coordinates are placeholders)."""
+        origin, h, table = self._lattice
+        u = (x - origin) / h  # [N, 3] grid coordinates
+        c = np.floor(u).astype(np.int64)
+        f = u - c
+        order = np.argsort(-f, axis=1, kind="stable")  # the path steps along the largest coordinate first
+        code = _PERM_CODE[order[:, 0] * 3 + order[:, 1]]
+        ok = np.all((c >= 0) & (c < np.asarray(table.shape[:3])), axis=1)
+        tet = np.full(x.shape[0], -1, np.int64)
+        cc = c[ok]
+        tet[ok] = table[cc[:, 0], cc[:, 1], cc[:, 2], code[ok]]
+        found = tet >= 0
+        tet[~found] = 0
+        b123 = np.einsum("nab,nb->na", self._Ainv[tet], x - self._P0[tet])  # [N, 3]
+        bary = np.concatenate([1.0 - b123.sum(-1, keepdims=True), b123], -1)  # [N, 4]
+        return tet, bary, found & (bary.min(-1) >= -1e-9)
+
+    def _locate_by_centres(self, x: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """:meth:`locate` among the tets with the nearest centres (any mesh; the plain reference of the lattice
+        path)."""
         # the few nearest tet centres hold most points; only the points none of them holds look further (the
         # same answer as looking at CANDIDATES for all: a point lies in one tet, up to shared faces, where W agrees)
         tet, b, inside = self._locate_among(x, min(FIRST_CANDIDATES, self.tets.shape[0]))
@@ -122,3 +156,44 @@ class TetSkinningField(SkinningField):
         """The field of :meth:`state`'s tensors (nodes (n, 3), tets (t, 4), weights (n, H)). Raises ValueError as
         the constructor."""
         return cls(tensors["nodes"].numpy(), tensors["tets"].numpy(), tensors["weights"].numpy())
+
+
+# the 6 orders of the axes (first, second step of the path 000 -> 111) -> 0..5; code = first * 3 + second
+_PERM_CODE = np.full(9, -1, np.int64)
+for _i, (_a, _b) in enumerate([(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]):
+    _PERM_CODE[_a * 3 + _b] = _i
+
+
+def _kuhn_lattice(nodes: np.ndarray, tets: np.ndarray):
+    """(origin (3,), cell size h, table (R0, R1, R2, 6) int64: the tet of each cube and path order, -1 for none)
+    when every tet is a Kuhn tet of one cubic grid (a path 000 -> 111 along the edges of one cube; the meshes of
+    :func:`physskin_gs.geometry.tetmesh.voxel_tetmesh` and ``box_tetmesh``), else None. Two tets claiming the same
+    cube and order (overlapping meshes) also give None."""
+    if tets.shape[0] == 0:
+        return None
+    P = nodes[tets]  # [t, 4, 3]
+    lo = P.min(1)  # [t, 3] each tet's cube corner
+    ext = P.max(1) - lo
+    h = float(ext.max())
+    if not h > 0 or np.abs(ext - h).max() > 1e-9 * h:
+        return None  # not all tets span one cube of one size
+    origin = nodes.min(0)
+    loc = (P - lo[:, None]) / h  # [t, 4, 3] corners of the unit cube
+    bits = np.rint(loc)
+    grid = (lo - origin) / h
+    if np.abs(loc - bits).max() > 1e-6 or np.abs(grid - np.rint(grid)).max() > 1e-6:
+        return None
+    level = bits.sum(-1).astype(np.int64)  # [t, 4] 0..3 along the path
+    if np.any(np.sort(level, axis=1) != np.arange(4)):
+        return None
+    path = np.take_along_axis(bits, np.argsort(level, axis=1)[:, :, None], axis=1)  # [t, 4, 3] 000 .. 111
+    step = np.argmax(np.diff(path, axis=1), axis=-1)  # [t, 3] the axis of each step
+    if np.any(np.sort(step, axis=1) != np.arange(3)):
+        return None
+    cube = np.rint(grid).astype(np.int64)  # [t, 3]
+    table = np.full(tuple(cube.max(0) + 1) + (6,), -1, np.int64)
+    code = _PERM_CODE[step[:, 0] * 3 + step[:, 1]]
+    table[cube[:, 0], cube[:, 1], cube[:, 2], code] = np.arange(tets.shape[0])
+    if np.unique(np.ravel_multi_index((cube[:, 0], cube[:, 1], cube[:, 2], code), table.shape)).size != tets.shape[0]:
+        return None  # two tets of the same cube and order: not one conforming lattice
+    return origin, h, table

@@ -13,6 +13,8 @@ eigenvalues of K phi = lambda M phi in (rad/s)^2.
   (:func:`spd_factor`: sparse LU with a symmetric ordering).
 * :func:`laplacian_eigenbasis` - the classical skinning-weight baseline (equals skinning eigenmodes for a
   homogeneous material).
+* :func:`elastic_mode_weights` - skinning weights from the displacement fields of the lowest linear-elastic
+  vibration modes (modal analysis; the ``modes`` basis).
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ __all__ = [
     "static_deflection",
     "spd_factor",
     "laplacian_eigenbasis",
+    "elastic_mode_weights",
+    "MODE_CLUSTER_RTOL",
 ]
 
 _CHUNK = 40_000  # tets assembled at once (144 entries each): bounds the COO temporaries to ~140 MB
@@ -217,3 +221,87 @@ def laplacian_eigenbasis(tm: TetMesh, m: int = 16) -> np.ndarray:
     _, vecs = _gen_eig_lowest(L, vol, int(m) + 1, None)  # V-normalised; the first is the constant
     W = vecs[:, 1:] * np.sqrt(vol.sum())
     return np.concatenate([W, np.ones((tm.num_nodes, 1))], axis=1)
+
+
+#: Modes whose eigenvalues lie within this fraction of each other are one cluster in :func:`elastic_mode_weights`
+#: (a square beam's two bendings, any symmetric shape's pairs): their fields are taken together, never split.
+MODE_CLUSTER_RTOL = 0.03
+
+
+def _add_mode_fields(lam: np.ndarray, phi: np.ndarray, sq: np.ndarray, Q: np.ndarray, total: int) -> np.ndarray:
+    """Q (n, q) with the scalar fields of modes (lam (k,), phi (3n, k)) appended, cluster by cluster, until it has
+    ``total`` columns (:func:`elastic_mode_weights`); columns are sqrt(V)-scaled, so orthonormal."""
+    n = sq.shape[0]
+    count = lam.shape[0]
+    j = 0
+    while j < count and Q.shape[1] < total:
+        e = j + 1  # the cluster [j, e): eigenvalues within MODE_CLUSTER_RTOL of the first
+        while e < count and lam[e] <= lam[j] * (1.0 + MODE_CLUSTER_RTOL):
+            e += 1
+        S = sq[:, None] * phi[:, j:e].reshape(n, 3 * (e - j))  # [n, 3c] node-major: columns are (mode, axis)
+        S = S - Q @ (Q.T @ S)
+        S = S - Q @ (Q.T @ S)  # twice: Gram-Schmidt against the kept fields to round-off
+        U, s, _ = np.linalg.svd(S, full_matrices=False)
+        live = int((s > 1e-6 * max(float(s[0]) if s.size else 0.0, 1e-300)).sum())
+        take = min(live, total - Q.shape[1])
+        while 0 < take < live and s[take] >= s[take - 1] * (1.0 - MODE_CLUSTER_RTOL):
+            take -= 1  # the cut would split fields of equal strength (a symmetry's pair): stop before them
+        if take == 0 and Q.shape[1] == 1:
+            take = min(live, total - 1)  # nothing kept yet: better a pair cut than no field
+        if take:
+            Q = np.concatenate([Q, U[:, :take]], 1)
+        if take < live:
+            break
+        j = e
+    return Q
+
+
+def elastic_mode_weights(tm: TetMesh, m: int = 16, nu: float = 0.45, extra_modes: int = 4) -> np.ndarray:
+    """(n, H) skinning weights, H <= m + 1: the displacement fields of the object's lowest linear-elastic vibration
+    modes, as scalar fields, then a column of ones last (modal analysis, Pentland & Williams 1989; the ``modes``
+    basis, issue 23).
+
+    Why: a handle i moves the points by W_i(x) (A_i x + b_i), so a translation-only handle already carries the
+    displacement W_i(x) b_i; when the three components of a mode's displacement phi(x) lie in span(W), that mode is
+    exactly in the LBS subspace (and its frequency exact in Rayleigh-Ritz on this mesh); the affine part of every
+    handle adds more. The Laplacian's eigenvectors (:func:`laplacian_eigenbasis`) are smooth regions, blind to how a
+    shape bends and twists.
+
+    Construction: K (unit Young's modulus, Poisson ratio ``nu``; mode shapes do not depend on E or density) and the
+    lumped mass give the lowest ceil(m / 3) + ``extra_modes`` non-rigid free-free modes (:func:`fem_modes`). In
+    ascending frequency, each cluster of modes within :data:`MODE_CLUSTER_RTOL` (taken whole: a pair of equal
+    bendings has no preferred axis) contributes its displacement components (n, 3 per mode), minus their
+    volume-weighted projection onto the constant and the fields already kept; the residual's principal fields
+    (volume-weighted SVD: independent of the frame's axes and of a cluster's internal mixing) are kept in order of
+    strength while above 1e-6 of the strongest; where the next field would split fields of equal strength (within
+    :data:`MODE_CLUSTER_RTOL`: a symmetry's pair), it stops before them.
+
+    Limitation: free-free modes of a shape with free appendages are mostly those appendages swinging (a chair's
+    legs: its 5 lowest modes), which say little about the shape held at its feet; there a static deflection with the
+    feet pinned can be stiffer than with the Laplacian's regions (docs/skinning.md). Holding the base for a share of
+    the fields fixed some such shapes and broke others (measured; not done).
+
+    Every kept field has unit volume-weighted RMS over the mesh (sum_v V_v w_v^2 = total volume) and is
+    V-orthogonal to the constant and the others; signs make each field's largest-magnitude node positive.
+
+    Args: tm: the tet mesh (normalised frame). m: learned handles asked for (>= 1). nu: Poisson ratio of the mode
+    shapes (-1 < nu < 0.5). extra_modes: modes computed beyond ceil(m / 3).
+    Returns: W (n, k + 1) float64 with k <= m (fewer where a pair would be split, or the modes computed hold fewer
+    independent fields).
+    Raises ValueError for m < 1, a bad nu, inverted tets, or a mesh too small for the modes."""
+    if int(m) < 1:
+        raise ValueError(f"elastic_mode_weights needs m >= 1, got {m}")
+    m = int(m)
+    n = tm.num_nodes
+    vol = lumped_volume(tm)
+    sq = np.sqrt(vol)
+    count = min(-(-m // 3) + int(extra_modes), 3 * n - 7)
+    lam, phi = fem_modes(stiffness_matrix(tm, 1.0, nu), np.repeat(vol, 3), k=count)  # unit density: masses = volumes
+    Q = (sq / np.sqrt(vol.sum()))[:, None]  # [n, 1]: the constant, sqrt(V)-scaled (unit norm)
+    Q = _add_mode_fields(lam, phi, sq, Q, 1 + m)  # [n, 1 + k]
+    if Q.shape[1] == 1:
+        raise ValueError("elastic_mode_weights: the modes hold no field beyond the constant")
+    W = Q[:, 1:] / sq[:, None] * np.sqrt(vol.sum())  # [n, k] unit V-weighted RMS
+    big = np.abs(W).argmax(0)
+    W = W * np.sign(W[big, np.arange(W.shape[1])])[None]
+    return np.concatenate([W, np.ones((n, 1))], axis=1)
