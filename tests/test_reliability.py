@@ -464,7 +464,7 @@ def test_few_points_build_a_field_not_an_error(capsys, tmp_path):
     code, _, err = _run(capsys, ["animate", path, "--headless", "--frames", 2, "--export", tmp_path / "seq",
                                  "--cubature", "32", "--select", "all"])
     assert code == 0, err
-    assert "handles instead of" not in err and "17 handles (16 + constant; eigen)" in err  # 17 usable carry 16
+    assert "handles instead of" not in err and "17 handles (16 + constant; modes (voxel, " in err  # 17 usable carry 16
     # a sparse splat (fewer than 64 usable Gaussians) is the solid hull of its Gaussians' ellipsoids: enough
     # distinct volume points for 16 eigenmodes + the constant from 40 and from 17 Gaussians alike
     for n in (40, 17):

@@ -121,7 +121,7 @@ def test_one_and_two_gaussian_scenes_fall(capsys, tmp_path, n, note, handles):
     path = _save(_blob(n, seed=1), tmp_path / f"g{n}.ply")
     err, meta, means = _animate(capsys, path, tmp_path / "seq")
     assert _notes(err) == [f"[physskin-gs] note: {note}"]
-    assert handles in err and meta["skinning"] == f"eigen [{note}]"
+    assert handles + "modes" in err and meta["skinning"].startswith("modes") and meta["skinning"].endswith(f" [{note}]")
     assert meta["num_moving"] == n
     assert _fell(meta, means) == pytest.approx(FREE_FALL, rel=1e-3)  # a rigid body in free fall
 
@@ -143,7 +143,8 @@ def test_lod_tile_with_twelve_opaque_rows(capsys, tmp_path):
 def test_seventeen_usable_gaussians_keep_sixteen_handles(capsys, tmp_path):
     path = _save(_blob(17), tmp_path / "g17.ply")
     err, meta, _ = _animate(capsys, path, tmp_path / "seq")
-    assert _notes(err) == [] and meta["skinning"] == "eigen" and "17 handles (16 + constant; eigen)" in err
+    assert _notes(err) == [] and meta["skinning"].startswith("modes (voxel, ")
+    assert "17 handles (16 + constant; modes (voxel, " in err
 
 
 def test_a_rigid_body_lands_on_the_floor_and_rests():
