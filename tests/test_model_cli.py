@@ -81,12 +81,12 @@ def test_evaluate_against_fem_prints_every_basis_side_by_side(tmp_path, torus, c
     the constant handle gives exactly 6 zero eigenvalues, a Galerkin subspace is never more compliant than the FEM."""
     js = tmp_path / "fem.json"
     assert main(["evaluate", "--reference", "fem", "--data", str(torus), "--bases",
-                 "eigen,rbf", "--fit-seconds", "0", "--nodes", "500", "--json", str(js)]) == 0
+                 "eigen,rbf,modes", "--fit-seconds", "0", "--nodes", "500", "--json", str(js)]) == 0
     out = capsys.readouterr().out
     assert "laplacian-fem" in out and "eigen" in out and "over shapes" in out
     r = json.loads(js.read_text())
     row = r["shapes"][0]
-    assert set(row["bases"]) == {"eigen", "rbf", "laplacian-fem"}
+    assert set(row["bases"]) == {"eigen", "rbf", "modes", "laplacian-fem"}
     for name, b in row["bases"].items():
         assert b["near_zero"] == 6, name
         assert min(b["freq_ratios"]) >= 1 - 1e-9 and b["freq_ratio_geomean"] < 3, name

@@ -9,19 +9,19 @@ from __future__ import annotations
 #: Accepted ``--skinning`` values: the bases, then the alias 'pretrained' (= network).
 SKINNING_CHOICES = ("eigen", "network", "fit", "rbf", "tet", "voxel", "modes", "auto", "pretrained")
 
-SKINNING_HELP = ("skinning basis: auto (default: tet for a mesh input, eigen for a splat), eigen (skinning "
-                 "eigenmodes of the object's volume points), network (the shipped feed-forward PhysSkin network; alias "
-                 "pretrained), fit (per-object fit, --fit-seconds), rbf (random smooth bumps, a baseline), tet (mesh "
-                 "inputs: Laplacian eigenmodes of the mesh's own tet mesh, coupled only where the material joins; "
-                 "best on multi-part shapes) or voxel (splats and meshes: Laplacian eigenmodes of the cells the "
-                 "object's volume fills; lower frequency error than eigen where parts nearly touch, a stiffer tip "
-                 "there)")
+SKINNING_HELP = ("skinning basis: auto (default: modes), modes (the displacement fields of the object's lowest "
+                 "elastic vibration modes, on the tet mesh of a mesh input's own surface or of the cells a splat's "
+                 "volume fills; the lowest frequency error), eigen (skinning eigenmodes of the object's volume "
+                 "points, no mesh), network (the shipped feed-forward PhysSkin network; alias pretrained), fit "
+                 "(per-object fit, --fit-seconds), rbf (random smooth bumps, a baseline), tet (mesh inputs: Laplacian "
+                 "eigenmodes of the mesh's own tet mesh) or voxel (Laplacian eigenmodes of the cells the object's "
+                 "volume fills)")
 
 
 #: ``--handles``: the learned handles m of the bases that build their own (the constant handle is added)
 HANDLES_HELP = ("handles m of the skinning basis besides the constant one, 1-64 (default 16; m + 1 in all; "
-                "the eigen basis may keep one to three fewer so as not to split a cluster of nearly equal "
-                "eigenvalues, and says so). "
+                "the eigen and modes bases may keep one to three fewer so as not to split a cluster of nearly equal "
+                "eigenvalues or modes). "
                 "More handles follow a shape's motion more closely (32: about a tenth lower frequency ratio) and "
                 "cost a slower step; the network's checkpoint fixes its own (16)")
 MAX_HANDLES = 64

@@ -36,7 +36,7 @@ def register(sub) -> None:
                    help="fem: every basis against tet FEM ground truth (frequencies, mode capture, static "
                         "deflection); orth (default): the paper's orthogonality metrics and energy, network vs fit")
     p.add_argument("--bases", default=None,
-                   help="--reference fem: comma-separated bases (default eigen,network,rbf, plus fit when "
+                   help="--reference fem: comma-separated bases (default modes,eigen,network,rbf, plus fit when "
                         "--fit-seconds > 0); a laplacian-fem row (tet-mesh Laplacian eigenbasis) is always added")
     p.add_argument("--nodes", type=int, default=3000, help="--reference fem: tet-mesh nodes per shape (default 3000)")
     from physskin_gs.cli._skinning import add_handles_argument

@@ -33,7 +33,7 @@ import numpy as np
 from physskin_gs.errors import OptionError, PhysSkinError
 
 #: Bases scored by default (``fit`` joins when --fit-seconds > 0).
-DEFAULT_BASES = ("eigen", "network", "rbf")
+DEFAULT_BASES = ("modes", "eigen", "network", "rbf")
 
 
 def tetmesh_for_object(path: Path, obj, target_nodes: int):
