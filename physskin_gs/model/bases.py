@@ -421,19 +421,22 @@ class ModesBasis(SkinningBasis):
             except OptionError as exc:
                 warnings.warn(f"modes skinning: {exc}; using the voxels the volume points fill",
                               SkinningFallbackWarning, stacklevel=3)
-        if tm is None:
-            _report(progress, "skinning: voxel tet mesh of the volume points and its elastic modes", 0.35)
-            tm = voxel_tetmesh_of_points(torch.as_tensor(volume).numpy(), TET_NODES)
-            path = "voxel"
-        m = min(m, tm.num_nodes - 3)
-        W = elastic_mode_weights(tm, m=m, nu=MODES_NU)
+        try:
+            if tm is None:
+                _report(progress, "skinning: voxel tet mesh of the volume points and its elastic modes", 0.35)
+                tm = voxel_tetmesh_of_points(torch.as_tensor(volume).numpy(), TET_NODES)
+                path = "voxel"
+            m = min(m, tm.num_nodes - 3)
+            W = elastic_mode_weights(tm, m=m, nu=MODES_NU)
+        except ValueError as exc:  # too few points for a voxel mesh, or modes that hold no field
+            raise OptionError(f"--skinning modes: {exc}") from None
         return TetSkinningField(tm.nodes, tm.tets, W), f"modes ({path}, {tm.num_nodes} nodes)"
 
 
 class AutoBasis(SkinningBasis):
     """The default: ``modes`` (the elastic modes of the input mesh's own tet mesh, or of a splat's occupied voxels;
-    the lowest frequency error on every shape of both evaluation sets, docs/skinning.md); ``eigen`` when no tet
-    mesh can be made at all (with a warning)."""
+    the lowest frequency error on all 36 evaluation meshes and on average on the splat captures, docs/skinning.md);
+    ``eigen`` when no tet mesh can be made at all (with a warning)."""
 
     name = "auto"
     summary = ("the default: modes (the elastic modes of the input mesh's own tet mesh, or of the voxels a splat "
@@ -442,7 +445,7 @@ class AutoBasis(SkinningBasis):
     def build(self, surface, volume, options, progress=None):
         try:
             return ModesBasis().build(surface, volume, options, progress)
-        except (OptionError, ValueError) as exc:
+        except OptionError as exc:
             warnings.warn(f"modes skinning unavailable ({exc}); using eigen", SkinningFallbackWarning, stacklevel=2)
         return EigenBasis().build(surface, volume, options, progress)
 
