@@ -170,3 +170,20 @@ def test_modes_basis_of_a_splat_is_the_elastic_modes_of_its_voxels():
                               SkinningOptions(num_handles=9))
     rv = evaluate_basis(ref, voxel.weights(torch.from_numpy(tm.nodes).float()).double().numpy())
     assert rv["freq_ratios"][0] > 1.001 and rv["freq_ratio_geomean"] > r["freq_ratio_geomean"]
+
+
+def test_default_above_32_handles_is_the_laplacian_of_the_same_mesh():
+    """The modes' finest fields tear an object between cubature points above MODES_MAX_HANDLES (a koala at 64): the
+    default takes the Laplacian eigenmodes of the same mesh there (voxel for points), and says so."""
+    from physskin_gs.model.bases import MODES_MAX_HANDLES, SkinningFallbackWarning
+
+    rng = np.random.default_rng(2)
+    pts = torch.from_numpy(rng.uniform([-1.0, -0.3, -0.3], [1.0, 0.3, 0.3], (6000, 3))).float()
+    with pytest.warns(SkinningFallbackWarning, match="Laplacian eigenmodes of the same mesh"):
+        field, source = build_skinning("auto", pts[:300], pts, SkinningOptions(num_handles=MODES_MAX_HANDLES + 8))
+    assert source.startswith("voxel (") and field.num_handles == MODES_MAX_HANDLES + 9
+    with pytest.warns(SkinningFallbackWarning, match="can tear"):
+        _, source = build_skinning("modes", pts[:300], pts, SkinningOptions(num_handles=MODES_MAX_HANDLES + 1))
+    assert source.startswith("modes (voxel, ")
+    _, source = build_skinning("auto", pts[:300], pts, SkinningOptions(num_handles=MODES_MAX_HANDLES))
+    assert source.startswith("modes (voxel, ")

@@ -9,7 +9,7 @@ from __future__ import annotations
 #: Accepted ``--skinning`` values: the bases, then the alias 'pretrained' (= network).
 SKINNING_CHOICES = ("eigen", "network", "fit", "rbf", "tet", "voxel", "modes", "auto", "pretrained")
 
-SKINNING_HELP = ("skinning basis: auto (default: modes), modes (the displacement fields of the object's lowest "
+SKINNING_HELP = ("skinning basis: auto (default: modes; above 32 handles tet or voxel), modes (the displacement fields of the object's lowest "
                  "elastic vibration modes, on the tet mesh of a mesh input's own surface or of the cells a splat's "
                  "volume fills; the lowest frequency error), eigen (skinning eigenmodes of the object's volume "
                  "points, no mesh), network (the shipped feed-forward PhysSkin network; alias pretrained), fit "

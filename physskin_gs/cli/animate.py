@@ -998,8 +998,9 @@ def _note_motion(anim, args, rest) -> None:
               f"any rigid motion) in the default material, a soft toy (E {args.E:g} Pa); for something stiffer pass "
               "--material rubber, plastic or wood, or --region base=wood to keep a tall object standing",
               file=sys.stderr)
-    if angle > TIP_NOTE and not bent and not getattr(args, "pin", None):
-        soft = "" if getattr(args, "material_chosen", True) else (
+    if angle > TIP_NOTE and not getattr(args, "pin", None):  # bent or not: a chair can bend and fall on its back
+        said = bent and not getattr(args, "material_chosen", True)  # the bent note named the materials already
+        soft = "" if getattr(args, "material_chosen", True) or said else (
             ", or stiffen it (the default soft material lets a tall object sag and topple: --material rubber, "
             "plastic or wood)")
         print(f"[physskin-gs] note: the object turned {angle:.0f} degrees (it tipped over); if it should stand, "

@@ -413,6 +413,11 @@ class ModesBasis(SkinningBasis):
         m = _learned_handles(self.name, options)
         if m == 0:
             return ConstantSkinningField(), "modes"
+        if m > MODES_MAX_HANDLES:
+            warnings.warn(f"modes skinning with {m} handles: above {MODES_MAX_HANDLES} the finest mode fields vary "
+                          "faster than the cubature points resolve, and the object can tear (a koala did at 64); "
+                          "--skinning tet or voxel (the Laplacian's smooth fields) is safe there",
+                          SkinningFallbackWarning, stacklevel=3)
         tm = None
         if options.mesh is not None:
             _report(progress, "skinning: tet mesh of the input mesh and its elastic modes", 0.35)
@@ -436,13 +441,24 @@ class ModesBasis(SkinningBasis):
 class AutoBasis(SkinningBasis):
     """The default: ``modes`` (the elastic modes of the input mesh's own tet mesh, or of a splat's occupied voxels;
     the lowest frequency error on all 36 evaluation meshes and on average on the splat captures, docs/skinning.md);
-    ``eigen`` when no tet mesh can be made at all (with a warning)."""
+    above :data:`MODES_MAX_HANDLES` learned handles the Laplacian eigenmodes of the same mesh (``tet``, or ``voxel``
+    for a splat); ``eigen`` when no tet mesh can be made at all (with a warning each time)."""
 
     name = "auto"
     summary = ("the default: modes (the elastic modes of the input mesh's own tet mesh, or of the voxels a splat "
                "fills)")
 
     def build(self, surface, volume, options, progress=None):
+        if _bounded(options, options.num_handles) > MODES_MAX_HANDLES:  # modes tear there: the Laplacian's fields
+            warnings.warn(f"{options.num_handles} handles: the default skinning is the Laplacian eigenmodes of the "
+                          f"same mesh above {MODES_MAX_HANDLES} (the elastic modes' finest fields would tear the "
+                          "object between cubature points)", SkinningFallbackWarning, stacklevel=2)
+            if options.mesh is not None:
+                try:
+                    return TetBasis().build(surface, volume, options, progress)
+                except OptionError:
+                    pass
+            return VoxelBasis().build(surface, volume, options, progress)
         try:
             return ModesBasis().build(surface, volume, options, progress)
         except OptionError as exc:
@@ -450,6 +466,9 @@ class AutoBasis(SkinningBasis):
         return EigenBasis().build(surface, volume, options, progress)
 
 
+#: Most learned handles of the ``modes`` basis the product trusts: at 64 the finest mode fields vary between the ~1000
+#: cubature points and a koala tore (a fresh user's run, 2026-12-05); 32 was measured stable (docs/skinning.md).
+MODES_MAX_HANDLES = 32
 #: Poisson ratio of the ``modes`` basis's mode shapes (the default material's; shapes barely move with it, and the
 #: field does not change when the material is changed in the viewer).
 MODES_NU = 0.45
