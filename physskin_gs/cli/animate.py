@@ -747,12 +747,15 @@ def run_headless(args) -> int:
             if bodies else f"{nh} handle{'s' if nh != 1 else ''} ({nh - 1} + constant; {anim.skinning_source})")
     asked = int(getattr(args, "num_handles", 16) or 16)
     learned = [b["handles"] - 1 for b in bodies] if bodies else [nh - 1]
-    # fewer than asked with no note (a note says when too few usable Gaussians bound them): the eigen cluster rule
-    if not anim.info.get("handles", {}).get("note") and any(m < asked for m in learned) \
-            and "eigen" in str(anim.skinning_source):
-        hand += (f" (--handles {asked}: the eigen basis keeps {', '.join(str(m) for m in learned)}, so as not to split "
-                 "a cluster of nearly equal eigenvalues)")
-    print(f"[physskin-gs] {anim.info['num_moving']} moving Gaussians, {hand}, {anim.info['num_cubature']} cubature points, up {up_name}, "
+    # fewer than asked with no note (a note says when too few usable Gaussians bound them): the cluster rules
+    src = str(anim.skinning_source)
+    kind = "eigen" if "eigen" in src else "modes" if src.startswith("modes") else None
+    if not anim.info.get("handles", {}).get("note") and any(m < asked for m in learned) and kind:
+        why = "a cluster of nearly equal eigenvalues" if kind == "eigen" else "a pair of equal mode fields"
+        hand += (f" (--handles {asked}: the {kind} basis keeps {', '.join(str(m) for m in learned)}, so as not to "
+                 f"split {why})")
+    nm = anim.info["num_moving"]
+    print(f"[physskin-gs] {nm} moving Gaussian{'s' if nm != 1 else ''}, {hand}, {anim.info['num_cubature']} cubature points, up {up_name}, "
           f"scale {anim.sim_scale:.4g} m/unit, prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     for r in getattr(anim, "regions", []):
         print(f"[physskin-gs] region {r['spec']}: {r['material']} (E {r['E']:.3g} Pa, {r['density']:g} kg/m^3), "
