@@ -187,3 +187,16 @@ def test_default_above_32_handles_is_the_laplacian_of_the_same_mesh():
     assert source.startswith("modes (voxel, ")
     _, source = build_skinning("auto", pts[:300], pts, SkinningOptions(num_handles=MODES_MAX_HANDLES))
     assert source.startswith("modes (voxel, ")
+
+
+def test_skinning_option_ignores_case():
+    import argparse
+
+    from physskin_gs.cli._skinning import add_skinning_arguments
+
+    p = argparse.ArgumentParser()
+    add_skinning_arguments(p)
+    assert p.parse_args(["--skinning", "Modes"]).skinning == "modes"
+    assert p.parse_args([]).skinning == "auto"
+    with pytest.raises(SystemExit):
+        p.parse_args(["--skinning", "bogus"])

@@ -42,12 +42,12 @@ def check_handles(args) -> None:
     check_int("--handles", m, 1, MAX_HANDLES)
     if int(m) != 16 and str(getattr(args, "skinning", "") or "").lower() in ("network", "pretrained"):
         raise OptionError(f"--handles {m} with --skinning network: the network's checkpoint fixes its handles (16); "
-                          "use --skinning eigen or tet for another count")
+                          "use --skinning modes, eigen or tet for another count")
 
 
 def add_skinning_arguments(p, default: str = "auto") -> None:
     """Add --skinning, --handles, --checkpoint and --fit-seconds to an argparse parser."""
-    p.add_argument("--skinning", choices=SKINNING_CHOICES, default=default, help=SKINNING_HELP)
+    p.add_argument("--skinning", type=str.lower, choices=SKINNING_CHOICES, default=default, help=SKINNING_HELP)
     add_handles_argument(p)
     p.add_argument("--checkpoint", help="network checkpoint (.safetensors) for --skinning network (default: the "
                                         "shipped data/physskin_m16.safetensors)")
