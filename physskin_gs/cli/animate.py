@@ -748,8 +748,8 @@ def run_headless(args) -> int:
     asked = int(getattr(args, "num_handles", 16) or 16)
     learned = [b["handles"] - 1 for b in bodies] if bodies else [nh - 1]
     # fewer than asked with no note (a note says when too few usable Gaussians bound them): the cluster rules
-    src = str(anim.skinning_source)
-    kind = "eigen" if "eigen" in src else "modes" if src.startswith("modes") else None
+    basis = str(anim.skinning_source)
+    kind = "eigen" if "eigen" in basis else "modes" if basis.startswith("modes") else None
     if not anim.info.get("handles", {}).get("note") and any(m < asked for m in learned) and kind:
         why = "a cluster of nearly equal eigenvalues" if kind == "eigen" else "a pair of equal mode fields"
         hand += (f" (--handles {asked}: the {kind} basis keeps {', '.join(str(m) for m in learned)}, so as not to "
