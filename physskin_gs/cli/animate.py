@@ -755,7 +755,8 @@ def run_headless(args) -> int:
         hand += (f" (--handles {asked}: the {kind} basis keeps {', '.join(str(m) for m in learned)}, so as not to "
                  f"split {why})")
     nm = anim.info["num_moving"]
-    print(f"[physskin-gs] {nm} moving Gaussian{'s' if nm != 1 else ''}, {hand}, {anim.info['num_cubature']} cubature points, up {up_name}, "
+    print(f"[physskin-gs] {nm} moving Gaussian{'s' if nm != 1 else ''}, {hand}, {anim.info['num_cubature']} "
+          f"cubature points, up {up_name}, "
           f"scale {anim.sim_scale:.4g} m/unit, prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     for r in getattr(anim, "regions", []):
         print(f"[physskin-gs] region {r['spec']}: {r['material']} (E {r['E']:.3g} Pa, {r['density']:g} kg/m^3), "

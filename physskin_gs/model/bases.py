@@ -309,11 +309,11 @@ class RBFBasis(SkinningBasis):
 
 
 def input_tetmesh(options: "SkinningOptions"):
-    """(tet mesh, path description) of a mesh input's own surface (``options.mesh``, normalised frame), as the
-    ``tet`` and ``modes`` bases mesh it: :func:`physskin_gs.geometry.tetmesh.tetmesh_for_shape` with
-    :data:`TET_NODES` nodes, a surface of more than :data:`TET_SIMPLIFY_ABOVE` faces simplified first. The path is
-    e.g. 'tetgen', 'union+tetgen', 'qslim+tetgen' or 'voxel'. Raises OptionError when there is no mesh or it cannot
-    be tetrahedralised."""
+    """(TetMesh with nodes (n, 3) in the normalised frame, path description) of a mesh input's own surface
+    (``options.mesh``: vertices (V, 3) normalised frame, faces (F, 3)), as the ``tet`` and ``modes`` bases mesh
+    it: :func:`physskin_gs.geometry.tetmesh.tetmesh_for_shape` with :data:`TET_NODES` nodes, a surface of more than
+    :data:`TET_SIMPLIFY_ABOVE` faces simplified first. The path is e.g. 'tetgen', 'union+tetgen', 'qslim+tetgen'
+    or 'voxel'. Raises OptionError when there is no mesh or it cannot be tetrahedralised."""
     from physskin_gs.geometry.tetmesh import tetmesh_for_shape
 
     if options.mesh is None:

@@ -1,21 +1,23 @@
-"""Skinning fields on a tetrahedral mesh: the scalar Laplacian's lowest eigenmodes of the object's own tet mesh,
-piecewise linear (P1) over its tets (issue 23: a basis whose coupling follows the material's connectivity).
+"""Skinning fields on a tetrahedral mesh: weights at the nodes of the object's own tet mesh (the scalar Laplacian's
+lowest eigenmodes for ``tet`` / ``voxel``, the displacement fields of its elastic modes for ``modes``), piecewise
+linear (P1) over its tets (issue 23: a basis whose coupling follows the material's connectivity).
 
 For a mesh input the tet mesh comes from its surface (:func:`physskin_gs.geometry.tetmesh.tetmesh_for_shape`:
 TetGen, a boolean union of touching bodies, or a glued voxel fill, whichever holds the whole object in one
 face-connected piece), so two parts that nearly touch in space (a chair's legs and seat, an ant's legs) are coupled
 only where the material joins them, exactly as in the FEM reference of ``evaluate --reference fem``. The weights are
 :func:`physskin_gs.physics.fem.laplacian_eigenbasis` (``L w = lambda V w``, the first m non-constant modes, unit
-volume-weighted RMS, then the constant column).
+volume-weighted RMS, then the constant column) or :func:`physskin_gs.physics.fem.elastic_mode_weights`.
 
 Evaluation at any point: the tet that holds it (barycentric coordinates >= -1e-9). On a mesh of Kuhn-split cubes of
 one grid (the ``voxel`` and ``modes`` bases' voxel meshes, :func:`physskin_gs.geometry.tetmesh.voxel_tetmesh`) it is
 found by arithmetic: the cube from the point's grid index, the tet from the order of its coordinates inside the cube
 (Freudenthal's rule: the Kuhn tet of the path 000 -> 111 that steps along the largest coordinate first). Otherwise,
-and for points in no occupied cube, it is found among the 6, then 16 tets whose centroids are nearest; a point outside every candidate (a Gaussian slightly off the surface) takes the linear
-extension of the candidate it is least outside of (its barycentric coordinates, some negative, still sum to 1, so
-the constant handle stays 1). W is continuous inside the mesh; grad W is constant per tet (the P1 gradient;
-outside, that of the tet extended, so a Gaussian a little off the surface deforms like its neighbours inside).
+and for points in no occupied cube, it is found among the 6, then 16 tets whose centroids are nearest; a point
+outside every candidate (a Gaussian slightly off the surface) takes the linear extension of the candidate it is
+least outside of (its barycentric coordinates, some negative, still sum to 1, so the constant handle stays 1). W is
+continuous inside the mesh; grad W is constant per tet (the P1 gradient; outside, that of the tet extended, so a
+Gaussian a little off the surface deforms like its neighbours inside).
 """
 
 from __future__ import annotations
@@ -160,8 +162,7 @@ class TetSkinningField(SkinningField):
 
 # the 6 orders of the axes (first, second step of the path 000 -> 111) -> 0..5; code = first * 3 + second
 _PERM_CODE = np.full(9, -1, np.int64)
-for _i, (_a, _b) in enumerate([(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)]):
-    _PERM_CODE[_a * 3 + _b] = _i
+_PERM_CODE[[1, 2, 3, 5, 6, 7]] = np.arange(6)  # (0,1) (0,2) (1,0) (1,2) (2,0) (2,1)
 
 
 def _kuhn_lattice(nodes: np.ndarray, tets: np.ndarray):
