@@ -102,6 +102,8 @@ BASE_REGION_FRACTION = 0.15
 GRID_REPORT_POINTS = 2000
 #: Cubature points are farthest points of at most this many random volume points (the whole set when smaller).
 CUBATURE_POOL = 65536
+#: Cubature points sampled from the volume when the basis has no voxel cells (``--cubature`` not given).
+DEFAULT_CUBATURE = 1024
 #: The skinning basis gets at most this many random shell points as its surface (the network's encoder input is
 #: 2048 farthest points of them).
 ENCODER_POOL = 65536
@@ -184,7 +186,7 @@ class AnimationConfig:
     floor: bool = True
     floor_height: Optional[float] = None
     damping: float = 0.02
-    num_cubature: int = 1024
+    num_cubature: Optional[int] = None  # None: the voxel cells of a voxel-mesh basis, else DEFAULT_CUBATURE samples
     newton_iters: int = 5
     skinning: str = DEFAULT_SKINNING  # a name of physskin_gs.model.bases.SKINNING_BASES
     checkpoint: Optional[str] = None
@@ -487,17 +489,19 @@ def scene_analysis_facts(analysis) -> Dict:
 
 
 def _build_field(config: AnimationConfig, surface_norm: torch.Tensor, volume_norm: torch.Tensor,
-                 progress: ProgressFn, max_handles: Optional[int] = None, mesh_norm=None):
+                 progress: ProgressFn, max_handles: Optional[int] = None, mesh_norm=None, bounds_norm=None):
     """SkinningField in the normalised frame from the basis named by ``config.skinning``
     (:func:`physskin_gs.model.bases.build_skinning`), with at most ``max_handles`` learned handles (None: no
-    bound); ``mesh_norm`` the input's surface mesh (vertices, faces) in the normalised frame, for ``tet``. Returns
+    bound); ``mesh_norm`` the input's surface mesh (vertices, faces) in the normalised frame, for ``tet``;
+    ``bounds_norm`` (lo (3,), hi (3,)) the object's box in the normalised frame, for the voxel meshes. Returns
     (field, source string, the :class:`~physskin_gs.model.bases.SkinningReducedWarning` of a
     reduced handle count or None)."""
     from physskin_gs.model.bases import (SkinningFallbackWarning, SkinningOptions, SkinningReducedWarning,
                                          build_skinning)
 
     opts = SkinningOptions(num_handles=config.num_handles, checkpoint=config.checkpoint,
-                           fit_seconds=config.fit_seconds, seed=config.seed, max_handles=max_handles, mesh=mesh_norm)
+                           fit_seconds=config.fit_seconds, seed=config.seed, max_handles=max_handles, mesh=mesh_norm,
+                           bounds=bounds_norm)
     reduced = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkinningFallbackWarning)
@@ -531,6 +535,30 @@ def _weights_chunked(field, x_norm: torch.Tensor, chunk: int = 65536):
         Ws.append(W.float())
         Gs.append(G.float())
     return torch.cat(Ws), torch.cat(Gs)
+
+
+#: Most voxel cells taken as cubature points (:func:`voxel_cubature`); a finer voxel mesh samples instead.
+MAX_CELL_CUBATURE = 16384
+
+
+def voxel_cubature(field, norm, num_cubature: Optional[int]):
+    """The cubature of a basis on a voxel mesh (the ``voxel`` and ``modes`` bases of a splat, a glued voxel fill):
+    one point per occupied voxel, at its centre, with W there and the voxel's mean grad W
+    (:meth:`physskin_gs.model.tet_field.TetSkinningField.voxel_cells`), all of one volume. This integrates the basis
+    the way its mesh does: a mirror-symmetric body keeps a mirror-symmetric reduced model, where points sampled from
+    random Gaussians integrate a cross-section's bending stiffness only to about 1 % near a clamped root, enough to
+    split a square beam's two equal bendings and swing it sideways by 10-35 mm (docs/skinning.md).
+
+    Returns (centres (C, 3) float64 scene units, W (C, H) float32, grad W (C, H, 3) float32 normalised frame), or
+    None when ``num_cubature`` is given (the user's count of sampled points wins), the field has no voxel cells,
+    or they are fewer than 16 or more than :data:`MAX_CELL_CUBATURE`."""
+    if num_cubature is not None or not hasattr(field, "voxel_cells"):
+        return None
+    cells = field.voxel_cells()
+    if cells is None or not 16 <= cells[0].shape[0] <= MAX_CELL_CUBATURE:
+        return None
+    centres, _, W, G = cells
+    return norm.to_world(torch.from_numpy(centres)).double(), W, G
 
 
 def _gaussian_weights(field, x_norm: torch.Tensor, mode: str, seed: int = 0):
@@ -634,7 +662,8 @@ class AnimatedScene:
     def __init__(self, scene: GaussianScene, moving: torch.Tensor, config: AnimationConfig, field, norm,
                  up: torch.Tensor, sim_scale: float, center: torch.Tensor, cubature_scene: torch.Tensor,
                  volume_scene: float, skinning_source: str, info: Dict,
-                 extent_points: Optional[torch.Tensor] = None) -> None:
+                 extent_points: Optional[torch.Tensor] = None,
+                 cubature_fields: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> None:
         self.scene = scene
         self.moving = moving
         self.config = config
@@ -651,7 +680,10 @@ class AnimatedScene:
         lap = _stage_clock(info.setdefault("timings", {}))
 
         # cubature points: weights in the normalised frame, gradients chain-ruled to the simulation frame
-        Wc, Gc = _weights_chunked(field, norm.to_normalized(cubature_scene.double()).float())
+        if cubature_fields is None:
+            Wc, Gc = _weights_chunked(field, norm.to_normalized(cubature_scene.double()).float())
+        else:
+            Wc, Gc = (t.float() for t in cubature_fields)
         self.num_handles = int(Wc.shape[1])
         X_sim = (cubature_scene.double() - self.center) * self.sim_scale
         self._cub_rest_scene = cubature_scene.double()
@@ -1126,7 +1158,7 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     """
     if not isinstance(config, AnimationConfig):
         raise OptionError("config must be an AnimationConfig")
-    if config.num_cubature < 16:
+    if config.num_cubature is not None and config.num_cubature < 16:
         raise OptionError(f"num_cubature must be >= 16, got {config.num_cubature}")
     if config.scale is not None and not (config.scale > 0 and math.isfinite(config.scale)):
         raise OptionError(f"--scale must be positive, got {config.scale}")
@@ -1221,12 +1253,6 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
         if vol.fallback or not volume > 0:
             # shell only: approximate the solid by half its bounding box
             volume = 0.5 * float(torch.prod((hi - lo).clamp_min(extent * 1e-3)))
-    _report(progress, "sampling cubature points", 0.25)
-    cub_pool = pts
-    if pts.shape[0] > CUBATURE_POOL:  # bounds the grid search on a huge fallback (the centres themselves)
-        g = torch.Generator().manual_seed(config.seed)
-        cub_pool = pts[torch.randperm(pts.shape[0], generator=g)[:CUBATURE_POOL]]
-    cub = sample_cubature(cub_pool, n=config.num_cubature, seed=config.seed).double()
     if body is not None:
         shell = body.surface
     else:
@@ -1245,9 +1271,23 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     if mesh is not None:  # a mesh input: its own surface for the tet basis
         mesh_norm = (norm.to_normalized(torch.from_numpy(np.asarray(mesh.vertices, np.float64))).numpy(),
                      np.asarray(mesh.faces))
+    bounds_norm = tuple(norm.to_normalized(b).numpy() for b in (lo, hi))  # the object's box (its centres')
     field, source, reduced = _build_field(config, surface_norm, volume_norm, progress, max_handles=num_usable - 1,
-                                          mesh_norm=mesh_norm)
+                                          mesh_norm=mesh_norm, bounds_norm=bounds_norm)
     lap("field_build")
+    _report(progress, "choosing cubature points", 0.75)
+    cells = voxel_cubature(field, norm, config.num_cubature)
+    if cells is not None:
+        cub, cub_fields, cub_rule = cells[0], cells[1:], "voxel cells"
+    else:
+        cub_pool = pts
+        if pts.shape[0] > CUBATURE_POOL:  # bounds the grid search on a huge fallback (the centres themselves)
+            g = torch.Generator().manual_seed(config.seed)
+            cub_pool = pts[torch.randperm(pts.shape[0], generator=g)[:CUBATURE_POOL]]
+        n_cub = DEFAULT_CUBATURE if config.num_cubature is None else config.num_cubature
+        cub = sample_cubature(cub_pool, n=n_cub, seed=config.seed).double()
+        cub_fields, cub_rule = None, "samples"
+    lap("cubature_points")
     handles = {"requested": int(config.num_handles), "learned": int(field.num_handles) - 1, "usable": num_usable,
                "note": None}
     if reduced is not None:  # fewer handles than the basis builds: said once, through progress, and recorded
@@ -1258,6 +1298,7 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     _report(progress, "precomputing the simulator and the deformer", 0.8)
     info = {"volume_scene_units3": volume, "fill_fallback": fill_fallback, "fill_messages": fill_msgs,
             "num_moving": int(idx.numel()), "num_usable": num_usable, "num_cubature": int(cub.shape[0]),
+            "cubature": cub_rule,
             "sim_scale_m_per_unit": sim_scale, "skinning": source, "handles": handles,
             "sparse_body": None if body is None else {"gaussians": body.num_gaussians, "volume_scene_units3":
                                                        body.measure, "rule": "convex hull of the 2-sigma ellipsoids"},
@@ -1276,7 +1317,7 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
                 c = mov_means.double().mean(0).numpy()  # the support's height under the object, along the given up
                 info["support_height"] = float(u @ (c - (float(n_up @ c) - float(analysis.plane.offset)) * n_up))
     anim = AnimatedScene(scene, moving, config, field, norm, up, sim_scale, center, cub.float(), volume, source, info,
-                         extent_points=extent_pts if body is not None else None)
+                         extent_points=extent_pts if body is not None else None, cubature_fields=cub_fields)
     _report(progress, "ready", 1.0)
     return anim
 

@@ -224,16 +224,18 @@ def test_ctrl_c_stops_the_surface_simplification_at_once(tmp_path):
     assert "Traceback" not in err, err  # the child ignores the Ctrl-C (the parent ends it) and prints nothing
 
 
-def test_lattice_point_location_matches_the_nearest_centres_path():
-    """On a voxel mesh (Kuhn tets of one grid) points are located by arithmetic (Freudenthal's rule); the tet found
-    holds the point, W equals the nearest-centres path's (the plain reference) everywhere, grad W wherever both
-    pick the same tet (all but points on shared faces), and points outside every voxel fall back to it."""
+@pytest.mark.parametrize("mirrored", [False, True])
+def test_lattice_point_location_matches_the_nearest_centres_path(mirrored):
+    """On a voxel mesh (Kuhn tets of one grid, plain or mirrored per cube) points are located by arithmetic
+    (Freudenthal's rule from the cube's start corner); the tet found holds the point, W equals the nearest-centres
+    path's (the plain reference) everywhere, grad W wherever both pick the same tet (all but points on shared
+    faces), and points outside every voxel fall back to it."""
     from physskin_gs.geometry.tetmesh import voxel_tetmesh
 
     g = np.random.default_rng(3)
     occ = g.random((7, 5, 6)) < 0.6
     occ[:, 2, :] = True  # one face-connected body through the middle
-    tm = voxel_tetmesh(occ, origin=(-0.4, -0.3, 0.1), voxel=0.13)
+    tm = voxel_tetmesh(occ, origin=(-0.4, -0.3, 0.1), voxel=0.13, mirrored=mirrored)
     W = np.column_stack([g.standard_normal((tm.num_nodes, 4)), np.ones(tm.num_nodes)])
     f = TetSkinningField(tm.nodes, tm.tets, W)
     assert f._lattice is not None and f._lattice[1] == pytest.approx(0.13)
@@ -253,3 +255,109 @@ def test_lattice_point_location_matches_the_nearest_centres_path():
     same = tet == tet_r
     assert same[inside].mean() > 0.999  # the same tet (so the same grad W) but for points on a shared face:
     assert np.all(b_r[inside & ~same].min(-1) >= -1e-9)  # those lie in both
+
+
+def test_mirrored_voxel_mesh_is_conforming_and_mirror_symmetric():
+    """The mirrored Kuhn split is conforming (every interior triangle shared by exactly two tets, the rest on the
+    boundary of the voxels) and, with an even number of cells along an axis, maps onto itself under the mirror
+    across the grid's mid-plane; the plain split does not (its diagonals all point along (1, 1, 1))."""
+    from physskin_gs.geometry.tetmesh import voxel_tetmesh
+
+    occ = np.ones((6, 4, 4), bool)
+
+    def faces_and_tets(tm, M):
+        x = np.rint((tm.nodes - tm.nodes.min(0)) / 0.1).astype(np.int64)  # integer grid corners
+        top = x.max(0)
+        xm = np.where(np.diag(M) < 0, top - x, x)
+        tets = {tuple(sorted(map(tuple, x[t]))) for t in tm.tets}
+        mirrored = {tuple(sorted(map(tuple, xm[t]))) for t in tm.tets}
+        return tets, mirrored
+
+    for mirrored in (False, True):
+        tm = voxel_tetmesh(occ, origin=(0, 0, 0), voxel=0.1, mirrored=mirrored)
+        tri = np.sort(tm.tets[:, [[0, 1, 2], [0, 1, 3], [0, 2, 3], [1, 2, 3]]].reshape(-1, 3), axis=1)
+        _, counts = np.unique(tri, axis=0, return_counts=True)
+        assert counts.max() == 2  # conforming: no triangle in three tets, no hanging faces
+        assert (counts == 1).sum() == 2 * 2 * (6 * 4 + 6 * 4 + 4 * 4)  # boundary: 2 triangles per outer square
+        for M in (np.diag([1, -1, 1]), np.diag([1, 1, -1]), np.diag([-1, 1, 1])):
+            tets, image = faces_and_tets(tm, M)
+            assert (tets == image) == mirrored
+
+
+def test_voxel_cells_are_a_one_point_quadrature_of_the_cubes():
+    """``voxel_cells``: one point per occupied cube at its centre, the cube's volume, W there and the mean of its 6
+    P1 gradients; for node values of a linear field these are the field's value and gradient exactly. A mesh that is
+    not a voxel lattice has none."""
+    from physskin_gs.geometry.tetmesh import voxel_tetmesh
+
+    g = np.random.default_rng(5)
+    occ = g.random((5, 4, 3)) < 0.7
+    occ[:, 1, :] = True
+    tm = voxel_tetmesh(occ, origin=(0.1, -0.2, 0.3), voxel=0.05, mirrored=True)
+    A = np.array([[1.0, -2.0, 0.5], [0.3, 3.0, 1.0]])
+    W = np.column_stack([tm.nodes @ A.T + np.array([0.2, -0.1]), np.ones(tm.num_nodes)])
+    centres, vol, Wc, Gc = TetSkinningField(tm.nodes, tm.tets, W).voxel_cells()
+    assert centres.shape == (tm.tets.shape[0] // 6, 3) and vol == pytest.approx(0.05 ** 3)
+    assert np.abs((centres - np.array([0.1, -0.2, 0.3])) / 0.05 % 1 - 0.5).max() < 1e-9  # cube centres
+    np.testing.assert_allclose(Wc.numpy()[:, :2], centres @ A.T + np.array([0.2, -0.1]), atol=1e-6)
+    np.testing.assert_allclose(Gc.numpy()[:, :2], np.broadcast_to(A, (len(centres), 2, 3)), atol=1e-5)
+    np.testing.assert_allclose(Gc.numpy()[:, 2], 0.0, atol=1e-6)
+    assert TetSkinningField(*_tetra_box(), np.ones((8, 1))).voxel_cells() is None
+
+
+def _tetra_box():
+    """A unit cube split into 5 tets (not a Kuhn lattice): nodes (8, 3), tets (5, 4)."""
+    n = np.array([[x, y, z] for z in (0, 1) for y in (0, 1) for x in (0, 1)], float)
+    return n, np.array([[0, 1, 2, 4], [1, 3, 2, 7], [1, 4, 5, 7], [2, 4, 6, 7], [1, 2, 4, 7]])
+
+
+def test_voxel_mesh_of_random_samples_of_a_box_is_the_box():
+    """Uniform random samples of a box give the box's own cells (the grid fitted to the samples' bounding box: no
+    sliver cells along its faces occupied by chance), so the mesh is mirror-symmetric although the samples are not."""
+    from physskin_gs.model.bases import voxel_tetmesh_of_points
+
+    for seed in range(3):
+        pts = np.random.default_rng(seed).uniform((-1.0, -0.2, -0.2), (1.0, 0.2, 0.2), (20000, 3))
+        tm = voxel_tetmesh_of_points(pts, 3000)
+        lo, hi = tm.nodes.min(0), tm.nodes.max(0)
+        np.testing.assert_allclose(hi, (1.0, 0.2, 0.2), atol=0.01)  # the box, up to its samples' reach
+        np.testing.assert_allclose(lo, (-1.0, -0.2, -0.2), atol=0.01)
+        h = tm.info["voxel"]
+        n = np.rint((hi - lo) / h).astype(int)
+        assert np.all(n % 2 == 0) and tm.info["occupied_voxels"] == np.prod(n)  # every cell of the box, no other
+        key = {tuple(np.rint((p - 0.5 * (lo + hi)) / (h / 2)).astype(int)) for p in tm.nodes}
+        for M in (np.array([1, -1, 1]), np.array([1, 1, -1]), np.array([-1, 1, 1])):
+            assert {tuple(np.array(k) * M) for k in key} == key
+
+
+def test_a_random_splat_beam_keeps_its_symmetry_through_animate():
+    """Kaolin's cantilever as random Gaussians (issue 23): the default basis's voxel cells are the cubature, so the
+    reduced model is mirror-symmetric and gravity bends the beam straight down. With cubature points sampled from
+    the random Gaussians (``num_cubature`` given) the two equal bendings split and the tip swings sideways."""
+    from physskin_gs.pipeline import AnimationConfig, prepare_animation
+    from physskin_gs.scene import GaussianScene
+
+    g = np.random.default_rng(0)
+    n = 20000  # every boundary cell of the voxel mesh holds a sample (8000 can leave one empty)
+    means = torch.from_numpy(g.uniform((0.0, -0.1, -0.1), (1.0, 0.1, 0.1), (n, 3))).float()
+    scene = GaussianScene(means=means, quats=torch.tensor([[1.0, 0, 0, 0]]).repeat(n, 1),
+                          log_scales=torch.full((n, 3), float(np.log(0.005))), opacity_logits=torch.full((n,), 5.0),
+                          sh_dc=torch.full((n, 3), 0.2), sh_rest=torch.zeros(n, 0, 3))
+    tip = scene.means[:, 0] >= 0.98
+
+    def swing(**kw):
+        cfg = AnimationConfig(dt=0.05, E=1e5, nu=0.45, density=500, damping=0, friction=0, floor=False, up="z",
+                              scale=1.0, pin="box:-1,-1,-1,0.02,1,1", select="all", **kw)
+        anim = prepare_animation(scene, cfg)
+        y, z = [], []
+        for _ in range(25):
+            anim.step()
+            d = anim.deformed_rows()["means"].double()[tip].mean(0) - scene.means.double()[tip].mean(0)
+            y.append(abs(float(d[1])))
+            z.append(float(d[2]))
+        return anim.info["cubature"], max(y), min(z)
+
+    rule, y, z = swing()
+    assert rule == "voxel cells" and z < -0.5 and y < 2e-4  # sags 0.5+ m, sideways < 0.2 mm
+    rule, y_s, z_s = swing(num_cubature=1024)
+    assert rule == "samples" and z_s < -0.5 and y_s > 10 * y

@@ -113,8 +113,10 @@ def register(sub) -> None:
                         "background and floaters stay static but are rendered and exported), largest (only the "
                         "heaviest object), all, a box "
                         "'xmin,ymin,zmin,xmax,ymax,zmax' (scene units) or a rule like 'opacity>0.1'")
-    p.add_argument("--cubature", dest="num_cubature", type=int, default=1024,
-                   help="about this many cubature points (one per cell of a grid over the object; default 1024)")
+    p.add_argument("--cubature", dest="num_cubature", type=int, default=None,
+                   help="about this many cubature points sampled from the object's volume (one per cell of a grid "
+                        "over it). Default: one per voxel of the skinning basis' voxel mesh (a splat's modes or "
+                        "voxel basis: about 1000-2000, so a mirror-symmetric object stays symmetric), else 1024")
     p.add_argument("--field-eval", dest="field_eval", choices=("auto", "grid", "direct"), default="auto",
                    help="skinning weights and gradients at the moving Gaussians: evaluated at every centre (direct), "
                         "or interpolated from a sparse grid built from the field (grid; max error against direct "
@@ -505,7 +507,8 @@ def validate_args(args) -> None:
     check_number("--damping", args.damping, 0.0, 100.0)
     check_number("--friction", args.friction, 0.0, 1000.0, unit="1/s")
     check_int("--newton-iters", args.newton_iters, 1, 100)
-    check_int("--cubature", args.num_cubature, 16, 100_000)
+    if args.num_cubature is not None:
+        check_int("--cubature", args.num_cubature, 16, 100_000)
     check_handles(args)
     check_int("--frames", args.frames, 1, 100_000)
     check_int("--steps-per-frame", args.steps_per_frame, 1, 1000)

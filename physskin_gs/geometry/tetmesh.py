@@ -171,12 +171,19 @@ def clean_tetmesh(nodes: np.ndarray, tets: np.ndarray, method: str, info: dict |
 
 
 # ------------------------------------------------------------------------------------ voxel tets
-def voxel_tetmesh(occupancy: np.ndarray, origin: Sequence[float], voxel: float) -> TetMesh:
+def voxel_tetmesh(occupancy: np.ndarray, origin: Sequence[float], voxel: float, mirrored: bool = False) -> TetMesh:
     """Tet mesh of the occupied voxels of a (R0, R1, R2) bool grid; voxel (i, j, k) spans
     origin + voxel * [i, i+1] x [j, j+1] x [k, k+1]. Each voxel is split into the 6 Kuhn tets of
     :func:`box_tetmesh` (conforming across voxels); shared corner nodes are merged; only the largest
     face-connected component is kept (voxels touching by an edge or a corner only are not connected).
     The total volume is exactly (kept voxels) * voxel^3. method='voxel'.
+
+    ``mirrored``: voxel (i, j, k) takes the Kuhn split mirrored along each axis whose index is odd (the diagonal of
+    its 6 tets runs from corner (i mod 2, j mod 2, k mod 2) to the opposite one; still conforming). The plain split's
+    diagonals all point along (1, 1, 1), which couples the axes (a square beam's two bending directions become one
+    stiff and one soft diagonal direction); the mirrored one maps onto itself under a mirror across a plane between
+    cells when the grid has an even number of cells along that axis, so a mirror-symmetric occupancy gives a
+    mirror-symmetric mesh.
 
     Raises ValueError for a grid that is not 3-D, a non-positive voxel size or no occupied voxel."""
     occ = np.asarray(occupancy, dtype=bool)
@@ -195,9 +202,14 @@ def voxel_tetmesh(occupancy: np.ndarray, origin: Sequence[float], voxel: float) 
     corners = inv.reshape(-1, 8)
     gi, gj, gk = np.unravel_index(uniq, tuple(dims))
     nodes = np.asarray(origin, np.float64)[None] + float(voxel) * np.stack([gi, gj, gk], 1).astype(np.float64)
-    tets = corners[:, _KUHN].reshape(-1, 4)
+    if mirrored:  # corner code c = bx + 2 by + 4 bz; mirroring along an axis flips its bit
+        mask = (ijk[:, 0] & 1) | ((ijk[:, 1] & 1) << 1) | ((ijk[:, 2] & 1) << 2)  # [c]
+        local = _KUHN[None] ^ mask[:, None, None]  # [c, 6, 4]
+        tets = np.take_along_axis(corners, local.reshape(-1, 24), axis=1).reshape(-1, 4)
+    else:
+        tets = corners[:, _KUHN].reshape(-1, 4)
     return clean_tetmesh(nodes, tets, "voxel", {"voxel": float(voxel), "grid": list(occ.shape),
-                                                "occupied_voxels": int(ijk.shape[0])})
+                                                "occupied_voxels": int(ijk.shape[0]), "mirrored": bool(mirrored)})
 
 
 # ------------------------------------------------------------------------------------ TetGen

@@ -182,7 +182,7 @@ class SkinningOptions:
     network checkpoint path (None = the shipped one); fit_seconds: time budget of ``fit`` (s); seed: sampling seed;
     max_handles: upper bound on the learned handles from the points (None = none; 0 = one rigid body), e.g.
     ``usable Gaussians - 1`` (module docstring, *few points*); mesh: the input's surface mesh in the normalised frame
-    (mesh inputs only; the ``tet`` and ``modes`` bases mesh it)."""
+    (mesh inputs only; the ``tet`` and ``modes`` bases mesh it); bounds: the object's box for the voxel meshes."""
 
     num_handles: int = 16
     checkpoint: Optional[str] = None
@@ -190,6 +190,9 @@ class SkinningOptions:
     seed: int = 0
     max_handles: Optional[int] = None
     mesh: Optional[Tuple[np.ndarray, np.ndarray]] = None  # (vertices (V, 3) normalised frame, faces (F, 3)): ``tet``
+    #: (lo (3,), hi (3,)) normalised frame: the object's box (its moving centres'), which the voxel meshes of
+    #: ``voxel`` and ``modes`` are fitted to (:func:`voxel_tetmesh_of_points`); None: the surface points' box
+    bounds: Optional[Tuple[np.ndarray, np.ndarray]] = None
 
 
 class SkinningBasis:
@@ -354,13 +357,26 @@ class TetBasis(SkinningBasis):
         return TetSkinningField(tm.nodes, tm.tets, W), f"tet ({path}, {tm.num_nodes} nodes)"
 
 
-def voxel_tetmesh_of_points(volume: np.ndarray, target_nodes: int):
+#: Cell sizes :func:`voxel_tetmesh_of_points` tries around the count-matching one (relative range, steps).
+VOXEL_FIT_RANGE = (0.85, 1.15, 61)
+
+
+def voxel_tetmesh_of_points(volume: np.ndarray, target_nodes: int, bounds=None):
     """The tet mesh of a point set's occupied voxels: about ``target_nodes`` nodes' worth of cells of a cubic grid
-    whose faces lie on the points' bounding-box mid-planes (:func:`physskin_gs.geometry.sampling.grid_cells`, so a
-    mirror-symmetric point set gives a mirror-symmetric occupancy), joined where parts nearly touch and cut to one
-    face-connected body (:func:`physskin_gs.geometry.tetmesh.glue_occupancy`), each voxel split into Kuhn tets
-    (:func:`physskin_gs.geometry.tetmesh.voxel_tetmesh`). volume: (V, 3) float, normalised frame. Returns a
-    TetMesh (method 'voxel'). Raises ValueError for fewer than 4 finite points."""
+    fitted to the points' bounding box, joined where parts nearly touch and cut to one face-connected body
+    (:func:`physskin_gs.geometry.tetmesh.glue_occupancy`), each voxel split into mirrored Kuhn tets
+    (:func:`physskin_gs.geometry.tetmesh.voxel_tetmesh` ``mirrored``).
+
+    The grid: the cell size that gives about 0.6 ``target_nodes`` occupied cells
+    (:func:`physskin_gs.geometry.sampling.grid_cells`), then, within :data:`VOXEL_FIT_RANGE` of it, the size at
+    which an even number of cells along each axis overhangs the box least, the cells centred on the box. A grid cut
+    anywhere else leaves slivers of cells along the box's faces, each occupied or not by chance (whether a sample
+    falls in it), so a box-like body got a ragged, lopsided skin; with the even count and the mirrored split, a
+    mirror-symmetric point set gives a mirror-symmetric mesh. volume: (V, 3) float, normalised frame. bounds:
+    None or (lo (3,), hi (3,)), the box to fit instead of the points' own (the object's centres: a splat's interior
+    fill samples voxels of its own grid, up to one of them beyond the centres, and unevenly); points outside it
+    fall into its outer cells. Returns a TetMesh (method 'voxel'). Raises ValueError for fewer than 4 finite
+    points."""
     from physskin_gs.geometry.sampling import grid_cells
     from physskin_gs.geometry.tetmesh import GLUE_MAX_DILATIONS, glue_occupancy, voxel_tetmesh
 
@@ -368,13 +384,37 @@ def voxel_tetmesh_of_points(volume: np.ndarray, target_nodes: int):
     pts = pts[np.isfinite(pts).all(1)]
     if pts.shape[0] < 4:
         raise ValueError(f"a voxel tet mesh needs at least 4 points, got {pts.shape[0]}")
-    g = grid_cells(pts, max(8, int(target_nodes * 0.6)))  # a solid's voxel count is ~0.6x its corner nodes
-    pad = GLUE_MAX_DILATIONS + 1  # empty layers for the glue's dilations
-    occ = np.zeros(tuple(int(d) + 2 * pad for d in g.dims), bool)
-    k = g.key + pad
+    h0 = grid_cells(pts, max(8, int(target_nodes * 0.6))).size  # a solid's voxel count is ~0.6x its corner nodes
+    lo, hi = pts.min(0), pts.max(0)
+    if bounds is not None:
+        lo, hi = (np.asarray(b, np.float64).reshape(3) for b in bounds)
+    ext = np.maximum(hi - lo, 1e-9 * max(float((hi - lo).max()), 1e-300))
+
+    def cells(h: float) -> np.ndarray:  # even counts covering the box (a 2 % overhang of a sample is clipped in)
+        n = np.maximum(np.ceil(ext / h - 0.02), 1).astype(np.int64)
+        return n + (n % 2)
+
+    sizes = h0 * np.linspace(*VOXEL_FIT_RANGE)
+    h = float(min(sizes, key=lambda s: (float(np.sum(cells(s) - ext / s)), abs(s - h0))))
+    n = cells(h)
+    origin = 0.5 * (lo + hi) - 0.5 * n * h
+    key = np.clip(np.floor((pts - origin) / h).astype(np.int64), 0, n - 1)
+    pad = 2 * ((GLUE_MAX_DILATIONS + 2) // 2)  # empty layers for the glue's dilations; even keeps the mirroring
+    occ = np.zeros(tuple(int(d) + 2 * pad for d in n), bool)
+    k = key + pad
     occ[k[:, 0], k[:, 1], k[:, 2]] = True
     occ, _ = glue_occupancy(occ)
-    return voxel_tetmesh(occ, g.origin - pad * g.size, g.size)
+    return voxel_tetmesh(occ, origin - pad * h, h, mirrored=True)
+
+
+def _voxel_bounds(surface, options: SkinningOptions):
+    """The box a voxel mesh is fitted to (:func:`voxel_tetmesh_of_points`): ``options.bounds``, else the surface
+    points' (a splat's Gaussian centres, a mesh's surface samples), else None (the volume points')."""
+    if options.bounds is not None:
+        return options.bounds
+    s = torch.as_tensor(surface).double().numpy().reshape(-1, 3)
+    s = s[np.isfinite(s).all(1)]
+    return (s.min(0), s.max(0)) if s.shape[0] >= 4 else None
 
 
 class VoxelBasis(SkinningBasis):
@@ -390,7 +430,7 @@ class VoxelBasis(SkinningBasis):
         if m == 0:
             return ConstantSkinningField(), "voxel"
         _report(progress, "skinning: voxel tet mesh of the volume points and its Laplacian eigenmodes", 0.35)
-        tm = voxel_tetmesh_of_points(torch.as_tensor(volume).numpy(), TET_NODES)
+        tm = voxel_tetmesh_of_points(torch.as_tensor(volume).numpy(), TET_NODES, _voxel_bounds(surface, options))
         m = min(m, tm.num_nodes - 2)
         W = laplacian_eigenbasis(tm, m=m)
         return TetSkinningField(tm.nodes, tm.tets, W), f"voxel ({tm.num_nodes} nodes)"
@@ -429,7 +469,8 @@ class ModesBasis(SkinningBasis):
         try:
             if tm is None:
                 _report(progress, "skinning: voxel tet mesh of the volume points and its elastic modes", 0.35)
-                tm = voxel_tetmesh_of_points(torch.as_tensor(volume).numpy(), TET_NODES)
+                tm = voxel_tetmesh_of_points(torch.as_tensor(volume).numpy(), TET_NODES,
+                                             _voxel_bounds(surface, options))
                 path = "voxel"
             m = min(m, tm.num_nodes - 3)
             W = elastic_mode_weights(tm, m=m, nu=MODES_NU)

@@ -22,7 +22,7 @@ Gaussian a little off the surface deforms like its neighbours inside).
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import numpy as np
 import torch
@@ -91,15 +91,19 @@ class TetSkinningField(SkinningField):
     def _locate_on_lattice(self, x: np.ndarray) -> Tuple[np.ndarray, np.ndarray, np.ndarray]:
         """:meth:`locate` by Freudenthal's rule on a Kuhn lattice (module docstring); inside is False for points in
         no occupied cube (their tet index 0 and coordinates are placeholders)."""
-        origin, h, table = self._lattice
+        origin, h, table, start = self._lattice
         u = (x - origin) / h  # [N, 3] grid coordinates
         c = np.floor(u).astype(np.int64)
         f = u - c
+        ok = np.all((c >= 0) & (c < np.asarray(table.shape[:3])), axis=1)
+        cc = c[ok]
+        s = np.zeros(x.shape[0], np.int64)
+        s[ok] = start[cc[:, 0], cc[:, 1], cc[:, 2]]  # the cube's path start corner (0 for a plain Kuhn split)
+        flip = ((s[:, None] >> np.arange(3)[None]) & 1).astype(bool)  # [N, 3]
+        f = np.where(flip, 1.0 - f, f)  # coordinates from the start corner
         order = np.argsort(-f, axis=1, kind="stable")  # the path steps along the largest coordinate first
         code = _PERM_CODE[order[:, 0] * 3 + order[:, 1]]
-        ok = np.all((c >= 0) & (c < np.asarray(table.shape[:3])), axis=1)
         tet = np.full(x.shape[0], -1, np.int64)
-        cc = c[ok]
         tet[ok] = table[cc[:, 0], cc[:, 1], cc[:, 2], code[ok]]
         found = tet >= 0
         tet[~found] = 0
@@ -140,6 +144,24 @@ class TetSkinningField(SkinningField):
         dW = self._gradW[tet]  # [N, H, 3] the (nearest) tet's P1 gradient
         return out_W, torch.from_numpy(dW).to(torch.float32)
 
+    def voxel_cells(self) -> Optional[Tuple[np.ndarray, float, torch.Tensor, torch.Tensor]]:
+        """A one-point-per-cube quadrature of a voxel mesh (every tet a Kuhn tet of one grid, all 6 tets of each
+        occupied cube present), else None: (centres (C, 3) float64 normalised frame, cube volume h^3 (normalised
+        units^3), W at the centres (C, H) float32, grad W (C, H, 3) float32: the mean of the cube's 6 P1 gradients,
+        which is its exact average over the cube as the 6 tets have equal volume). The centres of a mirror-symmetric
+        mesh (:func:`physskin_gs.geometry.tetmesh.voxel_tetmesh` ``mirrored``) are mirror-symmetric, and so are
+        these gradients: the cubature points of the ``voxel`` and ``modes`` bases on a splat."""
+        if self._lattice is None:
+            return None
+        origin, h, table, _ = self._lattice
+        occupied = (table >= 0).any(-1)
+        cubes = table[occupied]  # [C, 6]
+        if cubes.shape[0] == 0 or np.any(cubes < 0):
+            return None
+        centres = origin + h * (np.argwhere(occupied) + 0.5)  # [C, 3]
+        grad = self._gradW[cubes].mean(1)  # [C, H, 3]
+        return centres, h ** 3, self.weights(torch.from_numpy(centres)), torch.from_numpy(grad).to(torch.float32)
+
     def weights(self, x: torch.Tensor) -> torch.Tensor:
         """x (N, 3) normalised -> W (N, H) float32 (P1 interpolation; continuous)."""
         return self._eval(x, False)
@@ -166,10 +188,13 @@ _PERM_CODE[[1, 2, 3, 5, 6, 7]] = np.arange(6)  # (0,1) (0,2) (1,0) (1,2) (2,0) (
 
 
 def _kuhn_lattice(nodes: np.ndarray, tets: np.ndarray):
-    """(origin (3,), cell size h, table (R0, R1, R2, 6) int64: the tet of each cube and path order, -1 for none)
-    when every tet is a Kuhn tet of one cubic grid (a path 000 -> 111 along the edges of one cube; the meshes of
-    :func:`physskin_gs.geometry.tetmesh.voxel_tetmesh` and ``box_tetmesh``), else None. Two tets claiming the same
-    cube and order (overlapping meshes) also give None."""
+    """(origin (3,), cell size h, table (R0, R1, R2, 6) int64: the tet of each cube and path order, -1 for none,
+    start (R0, R1, R2) int64: the corner code bx + 2 by + 4 bz each cube's paths start from) when every tet is a
+    Kuhn tet of one cubic grid (a path from a corner to the opposite one along the edges of one cube: the meshes of
+    :func:`physskin_gs.geometry.tetmesh.voxel_tetmesh`, plain (every path from 000) or mirrored, and
+    ``box_tetmesh``), else None. Of a path's two ends the one with bz = 0 is its start (a path read backwards is the
+    same tet). Two tets claiming the same cube and order (overlapping meshes), or a cube whose tets start from
+    different corners, also give None."""
     if tets.shape[0] == 0:
         return None
     P = nodes[tets]  # [t, 4, 3]
@@ -184,17 +209,30 @@ def _kuhn_lattice(nodes: np.ndarray, tets: np.ndarray):
     grid = (lo - origin) / h
     if np.abs(loc - bits).max() > 1e-6 or np.abs(grid - np.rint(grid)).max() > 1e-6:
         return None
-    level = bits.sum(-1).astype(np.int64)  # [t, 4] 0..3 along the path
+    bits = bits.astype(np.int64)
+    corner = bits[..., 0] | (bits[..., 1] << 1) | (bits[..., 2] << 2)  # [t, 4] corner codes
+    opposite = (corner[:, :, None] ^ corner[:, None, :]) == 7  # [t, 4, 4]
+    if np.any(opposite.sum((1, 2)) != 2):
+        return None  # no corner pair spans the cube's diagonal
+    ends = np.where(opposite.any(2), corner, 8)  # [t, 4] the diagonal's two ends, 8 elsewhere
+    start = np.where(ends < 4, ends, 8).min(1)  # [t] the end with bz = 0
+    rel = bits ^ ((start[:, None] >> np.arange(3)[None]) & 1)[:, None, :]  # [t, 4, 3] bits from the start
+    level = rel.sum(-1)  # [t, 4] 0..3 along the path
     if np.any(np.sort(level, axis=1) != np.arange(4)):
         return None
-    path = np.take_along_axis(bits, np.argsort(level, axis=1)[:, :, None], axis=1)  # [t, 4, 3] 000 .. 111
+    path = np.take_along_axis(rel, np.argsort(level, axis=1)[:, :, None], axis=1)  # [t, 4, 3] from the start
     step = np.argmax(np.diff(path, axis=1), axis=-1)  # [t, 3] the axis of each step
     if np.any(np.sort(step, axis=1) != np.arange(3)):
         return None
     cube = np.rint(grid).astype(np.int64)  # [t, 3]
-    table = np.full(tuple(cube.max(0) + 1) + (6,), -1, np.int64)
+    dims = tuple(cube.max(0) + 1)
+    table = np.full(dims + (6,), -1, np.int64)
     code = _PERM_CODE[step[:, 0] * 3 + step[:, 1]]
     table[cube[:, 0], cube[:, 1], cube[:, 2], code] = np.arange(tets.shape[0])
     if np.unique(np.ravel_multi_index((cube[:, 0], cube[:, 1], cube[:, 2], code), table.shape)).size != tets.shape[0]:
         return None  # two tets of the same cube and order: not one conforming lattice
-    return origin, h, table
+    starts = np.zeros(dims, np.int64)
+    starts[cube[:, 0], cube[:, 1], cube[:, 2]] = start
+    if np.any(starts[cube[:, 0], cube[:, 1], cube[:, 2]] != start):
+        return None  # tets of one cube starting from different corners: not a Kuhn split
+    return origin, h, table, starts
