@@ -119,16 +119,15 @@ def test_skin_points_bad_files(tmp_path, splat_file, capsys):
 
 def test_voxel_basis_follows_the_solid_not_its_samples():
     """The voxel basis of random (not mirror-symmetric) samples of a box is the Laplacian basis of the box's cells:
-    its tet mesh's nodes are mirror-symmetric about the box's mid-planes (the grid's faces lie on them) but for the
-    thin cells the box's faces cut off, which a few random samples occupy or not (measured: 2-4 % of the nodes),
-    and the lowest mode is the box's first Neumann mode along its long axis, cos(pi x / L) (correlation > 0.99;
+    its tet mesh's nodes are mirror-symmetric about the box's mid-planes (the grid is fitted to the box, so no sliver
+    cells along its faces are occupied by chance), and the lowest mode is the box's first Neumann mode along its long axis, cos(pi x / L) (correlation > 0.99;
     the sign is free)."""
     from physskin_gs.model.bases import voxel_tetmesh_of_points
 
     rng = np.random.default_rng(0)
     pts = rng.uniform([-1.0, -0.2, -0.2], [1.0, 0.2, 0.2], (20000, 3))
-    tm = voxel_tetmesh_of_points(pts, 3000)
-    assert 1500 < tm.num_nodes < 4500 and tm.method == "voxel"
+    tm = voxel_tetmesh_of_points(pts, 1024)
+    assert 900 <= tm.info["occupied_voxels"] <= 1150 and tm.method == "voxel"
     nodes = np.asarray(tm.nodes)
     mid = 0.5 * (pts.min(0) + pts.max(0))
     from scipy.spatial import cKDTree
@@ -137,7 +136,7 @@ def test_voxel_basis_follows_the_solid_not_its_samples():
     for a in range(3):
         m = nodes.copy()
         m[:, a] = 2 * mid[a] - m[:, a]
-        assert (tree.query(m)[0] < 1e-9).mean() > 0.95  # the mirrored nodes are nodes, but at random slivers
+        assert (tree.query(m)[0] < 1e-9).all()  # the mirrored nodes are nodes
     field, source = build_skinning("voxel", torch.from_numpy(pts[:500]).float(), torch.from_numpy(pts).float(),
                                    SkinningOptions(num_handles=4))
     assert field.num_handles == 5 and source.startswith("voxel (")
@@ -152,7 +151,7 @@ def test_modes_basis_of_a_splat_is_the_elastic_modes_of_its_voxels():
     """For points without a mesh, ``modes`` meshes the occupied voxels (voxel's mesh) and takes the fields of its
     lowest elastic modes: on a 2 x 0.5 x 0.4 box of random samples its 9 fields hold the first three modes of that
     voxel mesh exactly (Rayleigh-Ritz frequency ratio 1 on it), which the voxel Laplacian basis does not."""
-    from physskin_gs.model.bases import TET_NODES, voxel_tetmesh_of_points
+    from physskin_gs.model.bases import VOXEL_CELLS, voxel_tetmesh_of_points
     from physskin_gs.physics.subspace_eval import evaluate_basis, fem_reference
 
     rng = np.random.default_rng(1)
@@ -160,7 +159,7 @@ def test_modes_basis_of_a_splat_is_the_elastic_modes_of_its_voxels():
     field, source = build_skinning("modes", torch.from_numpy(pts[:500]).float(), torch.from_numpy(pts).float(),
                                    SkinningOptions(num_handles=9))
     assert field.num_handles == 10 and source.startswith("modes (voxel, ")
-    tm = voxel_tetmesh_of_points(pts, TET_NODES)
+    tm = voxel_tetmesh_of_points(pts, VOXEL_CELLS, (pts[:500].min(0), pts[:500].max(0)))  # the surface's box
     assert source == f"modes (voxel, {tm.num_nodes} nodes)"
     ref = fem_reference(tm, nu=0.45, k=6)
     W = field.weights(torch.from_numpy(tm.nodes).float()).double().numpy()

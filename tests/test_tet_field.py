@@ -318,7 +318,7 @@ def test_voxel_mesh_of_random_samples_of_a_box_is_the_box():
 
     for seed in range(3):
         pts = np.random.default_rng(seed).uniform((-1.0, -0.2, -0.2), (1.0, 0.2, 0.2), (20000, 3))
-        tm = voxel_tetmesh_of_points(pts, 3000)
+        tm = voxel_tetmesh_of_points(pts, 1024)
         lo, hi = tm.nodes.min(0), tm.nodes.max(0)
         np.testing.assert_allclose(hi, (1.0, 0.2, 0.2), atol=0.01)  # the box, up to its samples' reach
         np.testing.assert_allclose(lo, (-1.0, -0.2, -0.2), atol=0.01)
@@ -361,3 +361,22 @@ def test_a_random_splat_beam_keeps_its_symmetry_through_animate():
     assert rule == "voxel cells" and z < -0.5 and y < 2e-4  # sags 0.5+ m, sideways < 0.2 mm
     rule, y_s, z_s = swing(num_cubature=1024)
     assert rule == "samples" and z_s < -0.5 and y_s > 10 * y
+
+
+def test_fill_notches_fills_sampling_holes_not_gaps():
+    """An empty voxel with 4 or more occupied face neighbours (a notch in a face or an edge of a sampled solid) is
+    filled; a corner (3) and a one-voxel gap between two slabs (2) are not."""
+    from physskin_gs.model.bases import fill_notches
+
+    occ = np.zeros((8, 8, 8), bool)
+    occ[1:7, 1:7, 1:7] = True
+    holes = [(3, 3, 1), (4, 1, 3), (1, 1, 4)]  # a face notch (5 neighbours), another, an edge notch (4)
+    for h in holes:
+        occ[h] = False
+    occ[1, 1, 1] = occ[6, 6, 6] = False  # corners (3)
+    out = fill_notches(occ)
+    assert all(out[h] for h in holes) and not out[1, 1, 1] and not out[6, 6, 6]
+    assert (out & ~occ).sum() == len(holes)
+    slabs = np.zeros((7, 7, 7), bool)
+    slabs[1:6, 1:6, 1:3] = slabs[1:6, 1:6, 4:6] = True  # two slabs one empty layer apart
+    np.testing.assert_array_equal(fill_notches(slabs), slabs)

@@ -116,7 +116,7 @@ def register(sub) -> None:
     p.add_argument("--cubature", dest="num_cubature", type=int, default=None,
                    help="about this many cubature points sampled from the object's volume (one per cell of a grid "
                         "over it). Default: one per voxel of the skinning basis' voxel mesh (a splat's modes or "
-                        "voxel basis: about 1000-2000, so a mirror-symmetric object stays symmetric), else 1024")
+                        "voxel basis: about 1024, so a mirror-symmetric object stays symmetric), else 1024")
     p.add_argument("--field-eval", dest="field_eval", choices=("auto", "grid", "direct"), default="auto",
                    help="skinning weights and gradients at the moving Gaussians: evaluated at every centre (direct), "
                         "or interpolated from a sparse grid built from the field (grid; max error against direct "
