@@ -1144,7 +1144,8 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     with the other bodies (default: the object's own, centred on it, 1 m across or ``config.scale``).
 
     ``info["timings"]`` of the result holds the seconds of each stage: scene_analysis, selection,
-    interior_fill, cubature (normalisation, robust extent, cubature sampling), field_build, cubature_weights
+    interior_fill, normalisation (normalisation, robust extent, the basis' point subsets), field_build, cubature
+    (the voxel cells or the sampled points, :func:`voxel_cubature`), cubature_weights
     (with the simulator set-up), gaussian_weights (W, grad W at the moving Gaussians, ``config.field_eval``),
     deformer_setup and handles_pins.
 
@@ -1265,7 +1266,7 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     if volume_norm.shape[0] > 20000:  # a random subset (a grid-cell subset keeps symmetry but cost 0.3 s at 200k)
         g = torch.Generator().manual_seed(config.seed)
         volume_norm = volume_norm[torch.randperm(volume_norm.shape[0], generator=g)[:20000]]
-    lap("cubature")
+    lap("normalisation")
     mesh = getattr(scene, "mesh", None)
     mesh_norm = None
     if mesh is not None:  # a mesh input: its own surface for the tet basis
@@ -1287,7 +1288,7 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
         n_cub = DEFAULT_CUBATURE if config.num_cubature is None else config.num_cubature
         cub = sample_cubature(cub_pool, n=n_cub, seed=config.seed).double()
         cub_fields, cub_rule = None, "samples"
-    lap("cubature_points")
+    lap("cubature")
     handles = {"requested": int(config.num_handles), "learned": int(field.num_handles) - 1, "usable": num_usable,
                "note": None}
     if reduced is not None:  # fewer handles than the basis builds: said once, through progress, and recorded

@@ -209,7 +209,7 @@ def ensure_capture(n: int, object_share: float, sh_degree: int, seed: int) -> Tu
 
 # ---------------------------------------------------------------------------------------------- the run
 _STAGES = [("scene_analysis", "scene analysis"), ("selection", "selection"), ("interior_fill", "interior fill"),
-           ("cubature", "cubature"), ("field_build", "field build"),
+           ("normalisation", "normalisation"), ("field_build", "field build"), ("cubature", "cubature points"),
            ("cubature_weights", "cubature weights + simulator"),
            ("gaussian_weights", "field evaluation at the Gaussians"), ("deformer_setup", "deformer set-up"),
            ("handles_pins", "handles + pins")]

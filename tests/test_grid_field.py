@@ -252,7 +252,7 @@ def test_pipeline_grid_vs_direct_deformations_agree(monkeypatch):
     assert fe["mode"] == "grid" and fe["requested"] == "grid" and fe["num_nodes"] > 0
     assert fe["error"]["num_points"] == min(2000, sc.num_gaussians) and fe["build_seconds"] > 0
     assert direct.info["field_eval"]["mode"] == "direct"
-    for key in ("scene_analysis", "interior_fill", "cubature", "field_build", "cubature_weights",
+    for key in ("scene_analysis", "interior_fill", "normalisation", "field_build", "cubature", "cubature_weights",
                 "gaussian_weights", "deformer_setup"):
         assert key in grid.info["timings"]
     # the same simulation (cubature points are evaluated directly in both), then the same handle transforms
