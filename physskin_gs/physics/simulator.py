@@ -29,7 +29,9 @@ docstring). Evaluation is structure-of-arrays: one GEMM ``q @ [Phi; G]^T`` gives
 cubature points as contiguous rows, the energy and first Piola stress are elementwise numpy, and the gradient is
 one GEMM back. The per-point projected Hessians and their rows Y come from a small C kernel when one compiles
 (:mod:`physskin_gs.physics._hessian_native`), else from :func:`neohookean.projected_hessian_soa` (the reference).
-Stability guard: a step whose result is non-finite, or whose deformation gradients leave a sane range, is
+Stability guard: a step still far from balance after ``newton_iters`` iterations (a residual force above
+``FAR_RESIDUAL`` weights) iterates on with the exact Hessian, up to ``NEWTON_EXTRA`` x the budget; a step
+whose result is non-finite, whose deformation gradients leave a sane range, or that still ends far from balance is
 rejected and redone as two half steps (up to 3 levels); if it still fails, the state is kept and the velocity
 zeroed. The state never becomes NaN.
 """
@@ -398,6 +400,12 @@ class SubspaceSimulator:
         return self._stiff_scale, self._mass_scale
 
     SOLVERS = ("newton", "chord", "adaptive")
+    #: A Newton step whose residual force (the objective's gradient / h^2) is above FAR_RESIDUAL x the body's weight
+    #: after ``newton_iters`` iterations goes on iterating with the exact Hessian, up to NEWTON_EXTRA x
+    #: ``newton_iters``; still above it, the step is rejected and halved. Ordinary steps end far below it (the
+    #: default's worst unconverged step on four captures: 2.5 weights; the default ``grad_tol`` is 1e-3 weights).
+    FAR_RESIDUAL = 10.0
+    NEWTON_EXTRA = 4
     MEAN_DILATATION_POINT_LAMBDA = 1.0  # lam_p / mu of the per-point volumetric share with volume clusters
     use_native = True  # use the C Hessian-rows kernel when it is available (physics/_hessian_native.py)
 
@@ -826,15 +834,16 @@ class SubspaceSimulator:
             grad = grad + ev.Dv.view(3, self.K4)
         return grad
 
-    def _hessian(self, ev: "_Eval", ctx: "_StepContext") -> torch.Tensor:
+    def _hessian(self, ev: "_Eval", ctx: "_StepContext", exact: bool = False) -> torch.Tensor:
         """Hessian (12H', 12H') float64 of the step objective at ``ev``: h^2 (assembled per-point PSD-projected
-        Neo-Hookean Hessians + spring and active-floor terms) + mass + dissipation."""
+        Neo-Hookean Hessians + spring and active-floor terms) + mass + dissipation. ``exact``: every cubature point,
+        even with a Hessian subset (:meth:`set_hessian_points`)."""
         Y = None
         # per-point part; with volume clusters the rank-one volumetric term is per cluster (added below) and the
         # d2J/dF2 coefficient uses the cluster's mean J
         lam_p, c_p = (self.lam, None) if self._vcl is None else (self._lam_point, self._c_coeff(ev))
         if self.project_psd and self.use_native:  # fused C kernel (projection + rows), held to the path below
-            hs = self._hsub  # a cubature subset (set_hessian_points): its rows, each n / k points' volume
+            hs = None if exact else self._hsub  # a cubature subset (set_hessian_points): rows of n / k points each
             if hs is None:
                 if self._Ybuf is None:  # 5 MB for 1024 points: reused, a fresh allocation costs page faults
                     self._Ybuf = torch.empty(self.n, 18, self.K4, dtype=torch.float32)
@@ -930,7 +939,9 @@ class SubspaceSimulator:
         factor_at = -1  # iteration at which the current factor was computed (-1: an earlier step)
         backtracked = False  # the last iteration's line search, with a factor from an earlier iterate, backtracked
         self._chol_converged = False
-        for it in range(self.newton_iters):
+        far = self.FAR_RESIDUAL * h * h * self.total_mass * 9.8  # a residual force of FAR_RESIDUAL weights
+        exact_factor = False  # the current factor sums every cubature point although a subset is set
+        for it in range(self.NEWTON_EXTRA * self.newton_iters + 1):
             grad = self._gradient(ev, ctx)
             gnorm = float(grad.norm())
             if not math.isfinite(gnorm):
@@ -939,13 +950,22 @@ class SubspaceSimulator:
             if gnorm < gtol:
                 self._chol_converged = True
                 break
+            # newton_iters is the budget of an ordinary step; one still far from balance (a residual force of
+            # FAR_RESIDUAL weights) iterates on, up to NEWTON_EXTRA times the budget
+            if it >= self.newton_iters and (gnorm <= far or it >= self.NEWTON_EXTRA * self.newton_iters):
+                break
             contacts = None if ev.d is None else ev.d < 0
             # a factor from an earlier iterate is a poor model when its line search backtracked, or when the floor
             # contacts changed since it was computed: it lacks (or still carries) their stiff penalty
             stale = self._chol is not None and factor_at < it and (
                 backtracked or not _same_mask(contacts, self._chol_contacts))
+            # past the budget, a subset Hessian is no longer trusted: the exact one, once (on a thin plant at 32
+            # handles the subset's model took 44 iterations a step and rejected most steps, the exact one 5)
+            exact = it >= self.newton_iters and self._hsub is not None
+            if exact and not exact_factor:
+                stale, exact_factor = True, True
             if self._chol is None or self.solver == "newton" or stale:
-                Hm = self._hessian(ev, ctx)
+                Hm = self._hessian(ev, ctx, exact=exact)
                 if not torch.isfinite(Hm).all():
                     return q, None, iters, float("nan"), False
                 self._chol = self._factor(Hm)
@@ -983,7 +1003,10 @@ class SubspaceSimulator:
                 break
             backtracked = t < 1.0 and factor_at < it  # a fresh factor that backtracks stays (full Newton would too)
             q, ev = qn, evn
-        return q, ev, iters, gnorm, bool(torch.isfinite(q).all())
+        # a step that ends far from balance is not taken (_advance halves it): accepting it let a body sink through
+        # the floor (a yucca at 32 handles: residual forces of 1e5-1e7 weights, its pot 26 % of its height under)
+        ok = bool(torch.isfinite(q).all()) and (self._chol_converged or gnorm <= far)
+        return q, ev, iters, gnorm, ok
 
     def _step_dissipation(self, q0: torch.Tensor, h: float, x0: Optional[torch.Tensor] = None):
         """Constant dissipation matrix D of one step: Rayleigh ``beta h K0`` (beta = damping * h) plus viscous floor
