@@ -228,6 +228,7 @@ class SceneBodies:
             timings=timings, selection=f"auto ({k} bodies)",
             num_moving=int(sum(b.info["num_moving"] for b in bodies)),
             num_cubature=int(sum(b.info["num_cubature"] for b in bodies)),
+            cubature=", ".join(sorted({str(b.info.get("cubature")) for b in bodies})),  # the bodies' rules
             collider=collider,
             other_bodies_rows=(int(sum(len(r) for r, _ in analysis.other_bodies)),
                                int(sum(len(t) for _, t in analysis.other_bodies))),

@@ -44,6 +44,7 @@ def test_headless_export_video_and_reload(splat_file, tmp_path, capsys):
     assert meta["frames"] == 4 and meta["dt"] == pytest.approx(0.03) and meta["fps"] == pytest.approx(1 / 0.03)
     assert meta["up_axis"] == [0.0, -1.0, 0.0] and meta["source"] == str(src.resolve())
     assert "DC only" in meta["sh"]
+    assert meta["cubature"]["rule"] == "samples" and 16 <= meta["cubature"]["points"] <= 64  # --cubature 64 given
     first, last = load_scene(frames[0]), load_scene(frames[-1])
     orig = load_scene(src)
     assert first.num_gaussians == last.num_gaussians == orig.num_gaussians

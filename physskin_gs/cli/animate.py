@@ -896,6 +896,7 @@ def run_headless(args) -> int:
             "num_moving": anim.info["num_moving"],
             "num_handles": anim.num_handles,
             "handles": anim.info.get("handles"),
+            "cubature": {"points": anim.info.get("num_cubature"), "rule": anim.info.get("cubature")},
             "material": {"name": config.material, "E": config.E, "nu": config.nu, "density": config.density},
             "gravity": config.gravity,
             "damping": config.damping,
