@@ -144,11 +144,12 @@ class SceneAnalysis:
         transparent: valid rows with opacity below the threshold.
         floater: opaque rows in small or far clusters, in isolated sparse voxels, or outside the padded grid.
         support: opaque non-floater rows in the support plane's slab.
-        object: the object: largest connected component above the support.
+        object: the object: largest connected component above the support, with the floaters in the voxels next
+            to its own (its haze: static, they would hang in the air where it had been).
         background: the remaining valid opaque rows (static: below the plane, other clusters, the thin
             layer between slab and object).
-        transparent_in_object: transparent rows that fall in the object's voxels (not part of ``object``;
-            callers that move the object may want to move these with it).
+        transparent_in_object: transparent rows that fall in the object's voxels or the voxels next to them (not
+            part of ``object``; callers that move the object may want to move these with it).
         voxel_size: edge of the cubic occupancy voxels, scene units.
         grid_shape: (3,) cells of the occupancy grid.
         timings: stage name -> seconds.
@@ -669,6 +670,19 @@ def analyze_scene(
 
             obj = body_mask(best)
             in_object = transparent_in(best, np.zeros(n, dtype=bool))
+            if not small:
+                # floaters and transparent rows in the voxels next to the object's are its own haze (a capture's
+                # view-dependent glow, the soft edge of its surface): left static, they hung in the air where the
+                # object had been, visible once it moved (a donut's 25 opaque glow blobs, 1 voxel off its icing)
+                next_to = ndimage.binary_dilation(olabels == best, structure=_FULL_3D).ravel()
+                for rows, into in ((floater, obj), (transparent, in_object)):
+                    r_idx = np.flatnonzero(rows & ~obj & ~in_object)
+                    fl = flat_all[r_idx]
+                    hit = (fl >= 0) & next_to[np.maximum(fl, 0)]
+                    if plane is not None:
+                        hit &= sd[r_idx] > thick  # above the support's own surface, like the contact rows
+                    into[r_idx[hit]] = True
+                floater = floater & ~obj
             taken = obj | in_object
             for lab in others_lab:
                 m = body_mask(lab) & ~taken
