@@ -424,9 +424,10 @@ def fill_notches(occupancy: np.ndarray) -> np.ndarray:
     occupied becomes occupied, up to :data:`NOTCH_PASSES` times. Sparse samples of a solid leave cells of its outer
     layer empty by chance (3000 random points of a cube in 1000 voxels: 30 of them), and the voxels are the cubature
     points, the floor's contact points among them: that cube, dropped on the floor, sank 35 mm into it and rested
-    there (3.5 % of its height; with the notches filled: 1.2 mm above it, as with sampled points). A flat face's notch has 5 occupied neighbours, an edge's 4; a corner's 3 stays
-    (as does a real gap between two parts, whose voxels have 2). occupancy: (R0, R1, R2) bool; returns a new
-    array. Mirror-symmetric: a symmetric occupancy stays symmetric."""
+    there (3.5 % of its height; with the notches filled: 1.2 mm above it, as with sampled points). A flat face's
+    notch has 5 occupied neighbours, an edge's 4; a corner's 3 stays (as does a real gap between two parts, whose
+    voxels have 2). occupancy: (R0, R1, R2) bool; returns a new array. Mirror-symmetric: a symmetric occupancy
+    stays symmetric."""
     from scipy import ndimage
 
     occ = np.asarray(occupancy, dtype=bool).copy()
@@ -452,8 +453,8 @@ def _voxel_bounds(surface, options: SkinningOptions):
 
 class VoxelBasis(SkinningBasis):
     name = "voxel"
-    summary = ("Laplacian eigenmodes of the object's occupied voxels (Kuhn tets of the cells its volume points fill, "
-               "faces on the mid-planes of its box; splats and meshes; about 0.5 s)")
+    summary = ("Laplacian eigenmodes of the object's occupied voxels (mirrored Kuhn tets of about 1024 cells of a "
+               "grid fitted to its box; its voxels are the cubature; splats and meshes; about 0.5 s)")
 
     def build(self, surface, volume, options, progress=None):
         from physskin_gs.model.tet_field import TetSkinningField
