@@ -120,8 +120,8 @@ def test_skin_points_bad_files(tmp_path, splat_file, capsys):
 def test_voxel_basis_follows_the_solid_not_its_samples():
     """The voxel basis of random (not mirror-symmetric) samples of a box is the Laplacian basis of the box's cells:
     its tet mesh's nodes are mirror-symmetric about the box's mid-planes (the grid is fitted to the box, so no sliver
-    cells along its faces are occupied by chance), and the lowest mode is the box's first Neumann mode along its long axis, cos(pi x / L) (correlation > 0.99;
-    the sign is free)."""
+    cells along its faces are occupied by chance), and the lowest mode is the box's first Neumann mode along its long
+    axis, cos(pi x / L) (correlation > 0.99; the sign is free)."""
     from physskin_gs.model.bases import voxel_tetmesh_of_points
 
     rng = np.random.default_rng(0)

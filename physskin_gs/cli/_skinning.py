@@ -9,8 +9,8 @@ from __future__ import annotations
 #: Accepted ``--skinning`` values: the bases, then the alias 'pretrained' (= network).
 SKINNING_CHOICES = ("eigen", "network", "fit", "rbf", "tet", "voxel", "modes", "auto", "pretrained")
 
-SKINNING_HELP = ("skinning basis: auto (default: modes; above 32 handles tet or voxel), modes (the displacement fields of the object's lowest "
-                 "elastic vibration modes, on the tet mesh of a mesh input's own surface or of the cells a splat's "
+SKINNING_HELP = ("skinning basis: auto (default: modes; above 32 handles tet or voxel), modes (the "
+                 "displacement fields of the object's lowest elastic vibration modes, on the tet mesh of a mesh input's own surface or of the cells a splat's "
                  "volume fills; the lowest frequency error), eigen (skinning eigenmodes of the object's volume "
                  "points, no mesh), network (the shipped feed-forward PhysSkin network; alias pretrained), fit "
                  "(per-object fit, --fit-seconds), rbf (random smooth bumps, a baseline), tet (mesh inputs: Laplacian "

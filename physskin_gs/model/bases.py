@@ -397,8 +397,10 @@ def voxel_tetmesh_of_points(volume: np.ndarray, target_cells: int, bounds=None):
         lo, hi = (np.asarray(b, np.float64).reshape(3) for b in bounds)
     ext = np.maximum(hi - lo, 1e-9 * max(float((hi - lo).max()), 1e-300))
 
-    def cells(h: float) -> np.ndarray:  # even counts covering the box (a 2 % overhang of a sample is clipped in);
-        n = np.maximum(np.ceil(ext / h - 0.02), 1).astype(np.int64)  # a box thinner than a cell: one cell on it
+    def cells(h: float) -> np.ndarray:
+        """(3,) cells along each axis covering the box at size h: even (a sample 2 % of a cell beyond is clipped
+        in), but one along an axis thinner than a cell."""
+        n = np.maximum(np.ceil(ext / h - 0.02), 1).astype(np.int64)
         return np.where(n > 1, n + (n % 2), 1)
 
     sizes = h0 * np.linspace(*VOXEL_FIT_RANGE)

@@ -12,7 +12,8 @@ volume-weighted RMS, then the constant column) or :func:`physskin_gs.physics.fem
 Evaluation at any point: the tet that holds it (barycentric coordinates >= -1e-9). On a mesh of Kuhn-split cubes of
 one grid (the ``voxel`` and ``modes`` bases' voxel meshes, :func:`physskin_gs.geometry.tetmesh.voxel_tetmesh`) it is
 found by arithmetic: the cube from the point's grid index, the tet from the order of its coordinates inside the cube
-(Freudenthal's rule: the Kuhn tet of the path 000 -> 111 that steps along the largest coordinate first). Otherwise,
+(Freudenthal's rule: the Kuhn tet of the path 000 -> 111 that steps along the largest coordinate first; in a cube of
+a mirrored split the path runs from the cube's own start corner, the coordinates measured from it). Otherwise,
 and for points in no occupied cube, it is found among the 6, then 16 tets whose centroids are nearest; a point
 outside every candidate (a Gaussian slightly off the surface) takes the linear extension of the candidate it is
 least outside of (its barycentric coordinates, some negative, still sum to 1, so the constant handle stays 1). W is
