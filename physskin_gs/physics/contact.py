@@ -661,14 +661,15 @@ class BodyContactSystem:
                 hess.append((kind, i, j, c, -c, n))
         return E, g, hess
 
-    def _factor(self, evs, ctxs, gn, h2):
+    def _factor(self, evs, ctxs, gn, h2, exact: bool = False):
         """Cholesky factor of the joint Hessian (bodies' blocks + h^2 contact and friction terms), regularised as
-        the bodies' own solver does (x100 on failure, 6 tries), or None."""
+        the bodies' own solver does (x100 on failure, 6 tries), or None. ``exact``: every body's block sums all its
+        cubature points, also where a subset is set (``SubspaceSimulator.set_hessian_points``)."""
         n_all = int(self.offsets[-1])
         Hm = torch.zeros(n_all, n_all, dtype=torch.float64)
         for bi, (b, ev, c) in enumerate(zip(self.bodies, evs, ctxs)):
             o, sz = self.offsets[bi], self.sizes[bi]
-            Hm[o:o + sz, o:o + sz] = b._hessian(ev, c)
+            Hm[o:o + sz, o:o + sz] = b._hessian(ev, c, exact=exact)
         if gn:
             Hc = torch.zeros_like(Hm)
             self._contact_hessian(Hc, gn)
@@ -692,7 +693,10 @@ class BodyContactSystem:
         factor from an earlier iterate is refreshed when it has become a poor model: its line search backtracked
         or failed, the contact pairs changed since it was computed (an impact adds stiff terms it lacks), or the
         gradient fell by less than half in the last iteration. The gradient is always exact, so reuse changes the
-        cost, not the solution. Returns (qs, evals, x, pairs) or None."""
+        cost, not the solution. As in the bodies' own solver, a step still far from balance after
+        :attr:`newton_iters` iterations (a residual force above ``SubspaceSimulator.FAR_RESIDUAL`` x the bodies'
+        weight) iterates on with the exact Hessian, up to ``NEWTON_EXTRA`` x the budget, and one that ends there is
+        not taken: None (:meth:`_advance` halves the step). Returns (qs, evals, x, pairs) or None."""
         bodies = self.bodies
         x0, p0 = self._current()
         so = self.offsets_samples
@@ -704,6 +708,10 @@ class BodyContactSystem:
         fric = self._friction_pairs(x0, p0, h)
         E, evs, x, pairs, gx, gn = self._joint(qs, ctxs, True, fric)
         gtol = sum(b.grad_tol * h2 * b.total_mass * 9.8 for b in bodies)
+        far = sum(b.FAR_RESIDUAL * h2 * b.total_mass * 9.8 for b in bodies)  # FAR_RESIDUAL x the bodies' weight
+        budget = self.newton_iters
+        extra = max(b.NEWTON_EXTRA for b in bodies) * budget
+        exact_factor = False  # the factor sums every cubature point although a body has a subset set
         key = (h, tuple(b._hess_version for b in bodies))
         reuse_ok = (self._L is not None and self._L_converged and self._L_key == key
                     and self._L_age < self.hessian_max_age)
@@ -716,7 +724,8 @@ class BodyContactSystem:
         poor = False  # the last iteration showed L to be a poor model (backtracked, or slow progress)
         converged = False
         g_prev = math.inf
-        for it in range(self.newton_iters):
+        gnorm = math.inf
+        for it in range(extra + 1):
             # the contact gradient joins each body's f_ext (one GEMM per body)
             grads = [b._gradient(ev, c, gx[so[k]:so[k + 1]]) for k, (b, ev, c) in enumerate(zip(bodies, evs, ctxs))]
             g = torch.cat([gr.reshape(-1) for gr in grads])
@@ -726,6 +735,13 @@ class BodyContactSystem:
             if gnorm < gtol:
                 converged = True
                 break
+            # the budget of an ordinary step; one still far from balance iterates on (the bodies' own rule)
+            if it >= budget and (gnorm <= far or it >= extra):
+                break
+            # past the budget a subset Hessian is no longer trusted: the exact one, once
+            exact = it >= budget and any(b._hsub is not None for b in bodies)
+            if exact and not exact_factor:
+                L, exact_factor = None, True
             if L is None and L_est is not None and it == 0:
                 if self._negligible(-_chol_solve(L_est, g)):
                     converged = True
@@ -735,7 +751,7 @@ class BodyContactSystem:
                 L = None
             g_prev = gnorm
             if L is None:
-                L = self._factor(evs, ctxs, gn, h2)
+                L = self._factor(evs, ctxs, gn, h2, exact=exact)
                 if L is None:
                     return None
                 L_pairs, factor_at = sig, it
@@ -773,6 +789,8 @@ class BodyContactSystem:
                 converged = True
                 break
         self._L, self._L_pairs, self._L_converged = L, L_pairs, converged
+        if not converged and gnorm > far:  # far from balance: not taken (a body would sink or tunnel)
+            return None
         return qs, evs, x, pairs
 
     def _advance(self, h: float, depth: int, stats: ContactStats) -> bool:
