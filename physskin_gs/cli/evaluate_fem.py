@@ -36,9 +36,12 @@ from physskin_gs.errors import OptionError, PhysSkinError
 DEFAULT_BASES = ("modes", "eigen", "network", "rbf")
 
 
-def tetmesh_for_object(path: Path, obj, target_nodes: int):
+def tetmesh_for_object(path: Path, obj, target_nodes: int, grid_offset: float = 0.0):
     """Tet mesh of a prepared object in its normalised frame: its surface mesh (meshes), or a voxel fill of its
-    volume points (splats). Raises PhysSkinError when no mesh can be made."""
+    volume points (splats; Kuhn tets of the largest face-connected part of the cells they occupy, about
+    ``target_nodes`` nodes). ``grid_offset``: splats only, the voxel grid's origin moved by that fraction of a cell
+    along every axis (0: at the points' minimum corner; ``scripts/eval_splat_grids.py`` scores bases against
+    references on shifted grids). Raises PhysSkinError when no mesh can be made."""
     from physskin_gs.geometry.tetmesh import tetmesh_for_shape, voxel_tetmesh
 
     if obj.kind == "mesh":
@@ -55,6 +58,7 @@ def tetmesh_for_object(path: Path, obj, target_nodes: int):
     # about target_nodes nodes: voxel count ~ occupied fraction x box / h^3
     frac = 0.5
     h = float(np.cbrt(frac * np.prod(np.maximum(hi - lo, 1e-6)) / max(target_nodes, 8)))
+    lo = lo - float(grid_offset) * h
     res = np.maximum(np.ceil((hi - lo) / h).astype(int) + 1, 1)
     ijk = np.clip(np.floor((pts - lo) / h).astype(int), 0, res - 1)
     occ = np.zeros(tuple(res), bool)
