@@ -360,3 +360,35 @@ def test_default_basis_on_the_issue_plate(tmp_path):
     old = evaluate_basis(ref, solid.weights(nodes).double().numpy())["freq_ratio_geomean"]
     assert eig < 1.3 * ideal, (eig, ideal)
     assert old > 2.5 * eig, (old, eig)
+
+
+def test_splat_reference_grid_offset_moves_the_voxels(tmp_path):
+    """`tetmesh_for_object(grid_offset=s)` (scripts/eval_splat_grids.py): a splat's reference voxels keep their size
+    and move by s of a cell along every axis; offset 0 is the evaluation's own grid and 1 is that grid again, one
+    cell over."""
+    import math
+
+    import torch
+
+    from physskin_gs.cli.evaluate_fem import tetmesh_for_object
+    from physskin_gs.cli.skin import prepare_object
+    from physskin_gs.io import save_scene
+    from physskin_gs.scene import GaussianScene
+
+    g = torch.Generator().manual_seed(0)
+    n = 3000
+    means = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor([1.0, 0.6, 0.4])
+    path = tmp_path / "box.ply"
+    save_scene(GaussianScene(means=means, quats=torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1),
+                             log_scales=torch.full((n, 3), math.log(0.01)), opacity_logits=torch.full((n,), 4.0),
+                             sh_dc=torch.zeros(n, 3), sh_rest=torch.zeros(n, 0, 3), source=None, format="inria-ply"),
+               path)
+    obj = prepare_object(path, seed=0)
+    meshes = {s: tetmesh_for_object(path, obj, 400, grid_offset=s) for s in (0.0, 0.25, 1.0)}
+    h = meshes[0.0].info["voxel"]
+    assert all(m.info["voxel"] == pytest.approx(h) for m in meshes.values())
+    lo = {s: m.nodes.min(0) for s, m in meshes.items()}  # the grid's first used corner, on the grid's lattice
+    frac = {s: np.mod((lo[s] - lo[0.0]) / h, 1.0) for s in lo}
+    assert np.allclose(np.minimum(frac[1.0], 1 - frac[1.0]), 0.0, atol=1e-6)  # a whole cell over: the same lattice
+    assert np.allclose(frac[0.25], 0.75, atol=1e-6)  # the origin moved back by a quarter cell
+    assert not np.allclose(meshes[0.25].nodes.min(0), meshes[0.0].nodes.min(0))
