@@ -5,6 +5,11 @@ The output format comes from the file name (``.compressed.ply``, ``.ply``, ``.us
 ``.glb``) unless ``--format`` names it. glTF is +Y up in metres: the scene is turned so that its up axis
 (``--up``, default ``auto``: the same rule as ``animate`` and ``render``) becomes +Y, and ``--meters-per-unit``
 scales it; OpenUSD keeps the scene's coordinates and states the up axis on the stage.
+
+PLY outputs keep the input's axes and record its up axis in a header comment (``comment physskin_gs up_axis``,
+as exported frames do) when ``--up`` names one, or when the two formats' up conventions differ (a ``.splat``,
+-y by convention, written as an INRIA PLY, +z by convention): then the up axis ``animate`` would use on the input
+is recorded, so the converted file stands the same way.
 """
 
 from __future__ import annotations
@@ -63,7 +68,8 @@ def register(sub) -> None:
     p.add_argument("--format", default="auto", choices=["auto"] + list(CONVERT_FORMATS),
                    help="output format (default auto: from the output's name)")
     p.add_argument("--up", default="auto",
-                   help="the scene's up axis for .glb (turned to +Y) and .usd (the stage's up axis): auto (default: "
+                   help="the scene's up axis for .glb (turned to +Y), .usd (the stage's up axis) and .ply (recorded in "
+                        "the header): auto (default: "
                         "the support plane's normal, else the axis it stands on most stably or the format's "
                         "convention, as animate and render), y, -y, z, -z, x, -x or 'ux,uy,uz'")
     p.add_argument("--meters-per-unit", dest="meters_per_unit", type=float,
@@ -110,11 +116,9 @@ def run(args) -> int:
         from physskin_gs.io.usd import require_pxr
 
         require_pxr()
-    if fmt in ("ply", "compressed-ply"):
-        for option, given in (("--up", not auto_up), ("--meters-per-unit", mpu is not None)):
-            if given:
-                warn_option(f"{option} has no effect on a {fmt} output (the values are written in the input's own "
-                            "axes and units); it applies to .glb and .usd")
+    if fmt in ("ply", "compressed-ply") and mpu is not None:
+        warn_option(f"--meters-per-unit has no effect on a {fmt} output (the values are written in the input's own "
+                    "units); it applies to .glb and .usd")
     claim_outputs([target], inputs=[args.input])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -142,6 +146,8 @@ def run(args) -> int:
     up = None
     if fmt in ("usd", "glb"):
         up = scene_up(scene) if auto_up else _up_list(up_given)
+    else:
+        scene = _with_recorded_up(scene, fmt, None if auto_up else _up_list(up_given))
     note = ""
     try:
         if fmt == "ply":
@@ -166,6 +172,32 @@ def run(args) -> int:
     print(f"wrote {scene.num_gaussians} Gaussians (SH degree {scene.sh_degree}, from {scene.format}) to {out} "
           f"as {fmt} ({size / scene.num_gaussians:.1f} bytes per Gaussian{note})")
     return 0
+
+
+def _with_recorded_up(scene, fmt: str, up):
+    """``scene`` with the up axis a PLY output of format ``fmt`` records (``up_hint``): ``up`` (an explicit
+    ``--up``, (3,) unit list) when given; else the input's own recorded one; else, when the input format's up
+    convention differs from the output's (:func:`physskin_gs.pipeline.resolve_up`), the scene analysis' up axis
+    (:func:`scene_up`, what ``animate`` uses on the input; it prints its note); else the scene as it is."""
+    from dataclasses import replace
+
+    from physskin_gs.pipeline import resolve_up
+
+    if up is not None:
+        print(f"note: up axis {', '.join(f'{v:+.3f}' for v in up)} recorded in the output (--up)", file=sys.stderr)
+        return replace(scene, up_hint=tuple(float(v) for v in up))
+    if scene.up_hint is not None:
+        return scene
+    written = replace(scene, format="inria-ply" if fmt == "ply" else "compressed-ply")
+    src, dst = resolve_up("auto", scene), resolve_up("auto", written)
+    if bool((src == dst).all()):
+        return scene
+    from physskin_gs.cli.animate import _axis_name
+
+    auto = scene_up(scene)
+    print(f"note: that up axis is recorded in the output (the {written.format} convention is {_axis_name(dst)} up, "
+          f"the {scene.format} one {_axis_name(src)})", file=sys.stderr)
+    return replace(scene, up_hint=tuple(auto))
 
 
 def _up_list(up) -> list:
