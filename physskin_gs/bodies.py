@@ -140,6 +140,7 @@ class SceneBodies:
         self._handle_start = np.concatenate([[0], np.cumsum(self._learned)]).astype(int)
         self._drags: Dict[int, tuple] = {}
         self._next_drag = 0
+        self.last_grab: Optional[dict] = None  # what the last start_drag grabbed (AnimatedScene.start_drag)
         self._regions_of = [b.sim.floor_region for b in bodies]  # the finite support (re-applied by set_floor)
 
     # ------------------------------------------------------------------------------------------ building
@@ -411,7 +412,9 @@ class SceneBodies:
         """Grab ``body`` (default: the body nearest ``point``) around ``point`` (3,) scene units
         (:meth:`~physskin_gs.pipeline.AnimatedScene.start_drag`). Returns a drag id."""
         k = self.nearest_body(point) if body is None else self._body(body)
-        return self._add(k, self.bodies[k].start_drag(point, radius))
+        did = self._add(k, self.bodies[k].start_drag(point, radius))
+        self.last_grab = dict(self.bodies[k].last_grab, body=k)
+        return did
 
     def _global_handle(self, handle: int, body: Optional[int]):
         """(body, local handle) of ``handle``: local to ``body`` when given, else global (:attr:`num_handles`)."""

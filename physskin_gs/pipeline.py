@@ -730,6 +730,7 @@ class AnimatedScene:
         self._handle_rest = cen
         self._handle_W = field.weights(norm.to_normalized(cen).float()).double()
         self._drag_info: Dict[int, dict] = {}
+        self.last_grab: Optional[dict] = None  # what the last start_drag grabbed (its docstring)
         self._pin_spec = None
         self.set_pin(config.pin)
         self._regions = []
@@ -1070,7 +1071,9 @@ class AnimatedScene:
 
     def start_drag(self, point, radius: Optional[float] = None) -> int:
         """Grab the cubature points within ``radius`` (scene units; default 15% of the object's size) of
-        ``point`` (3,) world, or the 8 nearest if none. Returns a drag id for :meth:`update_drag`."""
+        ``point`` (3,) world, or the 8 nearest if none. Returns a drag id for :meth:`update_drag`; what was grabbed
+        is in :attr:`last_grab` (``points``: how many, ``within``: False for the nearest-8 fallback, ``nearest``:
+        the nearest point's distance, ``radius``: the radius used, both in scene units)."""
         p = self._to_sim(point)
         if not torch.isfinite(p).all():
             raise OptionError("drag point must be finite")
@@ -1078,8 +1081,11 @@ class AnimatedScene:
         r = (0.15 * self.height_scene if radius is None else float(radius)) * self.sim_scale
         dist = (x - p).norm(dim=1)
         idx = torch.nonzero(dist <= r).flatten()
-        if idx.numel() == 0:
+        within = idx.numel() > 0
+        if not within:
             idx = dist.argsort()[: min(8, dist.numel())]
+        self.last_grab = {"points": int(idx.numel()), "within": within,
+                          "nearest": float(dist.min()) / self.sim_scale, "radius": r / self.sim_scale}
         return self._start(idx, p)
 
     def start_handle_drag(self, handle: int) -> int:

@@ -9,6 +9,7 @@ blob for 2-3 frames with a cheap basis.
 from __future__ import annotations
 
 import json
+import re
 import socket
 from pathlib import Path
 
@@ -627,3 +628,29 @@ def test_busy_port_is_reported(capsys):
     finally:
         app.stop()
         blocker.close()
+
+
+def test_motion_script_far_points_late_drags_and_a_truthful_grab_line(capsys, tmp_path):
+    """A point drag whose point lies more than the object's height off it is refused before any frame (a fresh
+    user's [5, 5, 5] on Spot was logged as grabbing 'the points within 0.01' and sprang the nearest 8 toward it); a
+    drag starting after the last frame warns; a drag whose radius holds no point says it grabs the nearest 8."""
+    spot = Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat"
+    base = ["animate", spot, "--headless", "--frames", 6, "--skinning", "rbf", "--export"]
+
+    def script(name, drag):
+        p = tmp_path / f"{name}.json"
+        p.write_text(json.dumps({"drags": [drag]}))
+        return p
+
+    far = script("far", {"point": [5, 5, 5], "radius": 0.01, "keyframes": [{"frame": 2, "offset": [0, 0, 0]}]})
+    code, _, err = _run(capsys, [*base, tmp_path / "a", "--script", far])
+    msg = _last_error(err)
+    assert code == 2 and re.search(r"drags\[0\]\.point \[5, 5, 5\] is 8\.\d+ scene units from the object", msg), err
+    assert not (tmp_path / "a" / "frame0001.ply").exists()
+    late = script("late", {"point": [0, 0, 0], "keyframes": [{"frame": 100, "offset": [0, 0.1, 0]}]})
+    code, _, err = _run(capsys, [*base, tmp_path / "b", "--script", late])
+    assert code == 0 and "drags[0] starts at frame 100, after the last frame (6; --frames): it never runs" in err
+    near = script("near", {"point": [0, 0, 0], "radius": 0.001,
+                           "keyframes": [{"frame": 2, "offset": [0, 0, 0]}, {"frame": 4, "offset": [0, 0.1, 0]}]})
+    code, _, err = _run(capsys, [*base, tmp_path / "c", "--script", near])
+    assert code == 0 and "drag 0 grabs the 8 cubature points nearest [0, 0, 0] (none within 0.001; the nearest" in err

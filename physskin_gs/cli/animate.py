@@ -31,7 +31,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 from physskin_gs.cli._common import (OutputError, check_int, check_number, require_input_file, strict_json,
                                      verify_written, warn_option)
@@ -280,11 +280,22 @@ class MotionScript:
             drags.append(drag)
         return cls(drags, path)
 
-    def validate(self, anim) -> None:
-        """Check the handle indices against the prepared scene (before any frame is simulated or written).
-        Raises OptionError naming the script and the drag."""
+    def validate(self, anim, frames: Optional[int] = None) -> None:
+        """Check the script against the prepared scene (before any frame is simulated or written): handle and body
+        indices, and a point drag's point within one object height of the object it grabs (a point farther off
+        grabs nothing of it: refused). With ``frames`` (the run's frame count), a drag that starts after the last
+        frame, or keyframes it never reaches, get a one-line warning. Raises OptionError naming the script and the
+        drag."""
         bodies = getattr(anim, "bodies", None)
         for i, d in enumerate(self.drags):
+            if frames is not None and d["_start"] > frames:
+                warn_option(f"{self.path}: drags[{i}] starts at frame {d['_start']}, after the last frame ({frames}; "
+                            "--frames): it never runs")
+            elif frames is not None and d["_kf"][-1][0] > frames:
+                warn_option(f"{self.path}: drags[{i}]'s keyframes run to frame {d['_kf'][-1][0]}, past the last "
+                            f"frame ({frames}; --frames): the run ends before them")
+            if "point" in d:
+                self._check_point(anim, i, d)
             k = d.get("body", 0)
             if k >= (len(bodies) if bodies else 1):
                 raise OptionError(f"{self.path}: drags[{i}].body {k}: the scene has "
@@ -294,6 +305,29 @@ class MotionScript:
             if "handle" in d and not 0 <= d["handle"] < nh - 1:
                 raise OptionError(f"{self.path}: drags[{i}].handle {d['handle']} outside [0, {nh - 2}] "
                                   f"(the {nh - 1} learned handles; the constant handle is not draggable)")
+
+    def _check_point(self, anim, i: int, d: dict) -> None:
+        """Refuse drags[i]'s point when it lies more than the grabbed object's height (scene units) from all of
+        its cubature points: the drag would spring the nearest 8 toward a place the object is not."""
+        import torch
+
+        bodies = getattr(anim, "bodies", None)
+        if bodies and "body" in d and d["body"] >= len(bodies):
+            return  # the body index check below names that
+        p = torch.tensor(d["point"], dtype=torch.float32)
+        if bodies:
+            k = d["body"] if "body" in d else anim.nearest_body(d["point"])
+            obj, name = bodies[k], f"body {k}"
+        else:
+            obj, name = anim, "the object"
+        x = obj.cubature_positions()
+        dist = float((x - p).norm(dim=1).min())
+        if dist > obj.height_scene:
+            lo, hi = x.min(0).values.tolist(), x.max(0).values.tolist()
+            box = lambda v: "[" + ", ".join(f"{c:.3g}" for c in v) + "]"  # noqa: E731
+            raise OptionError(f"{self.path}: drags[{i}].point {box(d['point'])} is {dist:.3g} scene units from "
+                              f"{name} (its height {obj.height_scene:.3g}; it spans {box(lo)} to {box(hi)}): a point "
+                              "drag grabs the object around its point, so put the point on or near it")
 
     @staticmethod
     def _interp(kf, frame: int):
@@ -318,9 +352,15 @@ class MotionScript:
                     grab = list(d["point"])
                 self.active[i] = (did, grab)
                 at = f"[{', '.join(f'{v:.3g}' for v in d.get('point', ()))}]"
-                what = (f"handle {d['handle']}" if "handle" in d
-                        else f"the points within {d['radius']:g} of {at}" if d.get("radius")
-                        else f"the points near {at}")
+                g = getattr(anim, "last_grab", None) if "point" in d else None
+                if "handle" in d:
+                    what = f"handle {d['handle']}"
+                elif g is None or g["within"]:
+                    what = (f"the {g['points']} cubature points" if g else "the points") + \
+                        (f" within {g['radius']:.3g} of {at}" if g else f" near {at}")
+                else:
+                    what = (f"the {g['points']} cubature points nearest {at} (none within {g['radius']:.3g}; the "
+                            f"nearest {g['nearest']:.3g} away)")
                 end = "never released" if d["_end"] < 0 else f"released after frame {d['_end']}"
                 print(f"[physskin-gs] frame {frame}: drag {i} grabs {what}"
                       + (f" of body {d['body']}" if kw else "") + f" ({end})", file=sys.stderr)
@@ -772,7 +812,7 @@ def run_headless(args) -> int:
         print(f"[physskin-gs] pin {config.pin}: {where} held at their rest positions", file=sys.stderr)
 
     if script is not None:  # (after the log lists the bodies and handles its errors refer to)
-        script.validate(anim)
+        script.validate(anim, frames=args.frames)
     fe = anim.info.get("field_eval") or {}
     if fe.get("mode") == "grid" and fe.get("error"):
         er = fe["error"]
