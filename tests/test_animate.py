@@ -238,3 +238,39 @@ def test_closing_notes_say_when_the_object_bent_or_tipped_over(splat_file, tmp_p
     err = capsys.readouterr().err
     assert "(it tipped over); if it should stand, check the up axis (--up)" in err and "bent" not in err, err
     assert "--material rubber, plastic or wood" in err  # (the default material: stiffening may be the answer)
+
+
+def test_closing_notes_name_the_body_and_never_the_option_given(capsys):
+    """The closing notes of a headless run (cli.animate._note_motion): per body ("body K" with several), the
+    region hint only for one body and when no --region was given (a fresh user was told to pass the --region they
+    had passed, and a three-body scene got one note for "the object")."""
+    from types import SimpleNamespace
+
+    from physskin_gs.cli.animate import _moving_sample, _note_motion
+
+    g = torch.Generator().manual_seed(0)
+    rest = torch.rand(300, 3, generator=g)
+    bent = rest.clone()
+    bent[:100, 0] += 0.5 * rest[:100, 1] ** 2  # rows 0-99 bend (a shear growing with height); the rest stay
+    moving = torch.zeros(300, dtype=torch.bool)
+    moving[:200] = True
+
+    def anim(bodies=None):
+        a = SimpleNamespace(scene=SimpleNamespace(means=rest), moving=moving,
+                            deformed_gaussians=lambda view_rotations=False: SimpleNamespace(means=bent))
+        if bodies:
+            a.bodies = [SimpleNamespace(moving_index=torch.arange(*r)) for r in bodies]
+        return a
+
+    args = SimpleNamespace(material_chosen=False, E=1e5, pin=None, regions=None)
+    one = anim()
+    _note_motion(one, args, _moving_sample(one))
+    err = capsys.readouterr().err
+    assert "note: the object bent" in err and "--region base=wood" in err, err
+    _note_motion(one, SimpleNamespace(**{**vars(args), "regions": ["base=wood"]}), _moving_sample(one))
+    err = capsys.readouterr().err
+    assert "note: the object bent" in err and "--region" not in err, err
+    two = anim(bodies=[(100, 200), (0, 100)])  # body 1 holds the bent rows
+    _note_motion(two, args, _moving_sample(two))
+    err = capsys.readouterr().err
+    assert "note: body 1 bent" in err and "body 0" not in err and "--region" not in err, err

@@ -845,7 +845,7 @@ def run_headless(args) -> int:
     stats_log = []
     from physskin_gs.cli._common import progress_bar
 
-    rest_sample = _moving_sample(anim, anim.scene.means)  # [k, 3] for the closing notes (_note_motion)
+    rest_sample = _moving_sample(anim)  # per body, for the closing notes (_note_motion)
     bar = progress_bar(range(1, args.frames + 1), "animate", "frame", dynamic_ncols=True)
     video_seconds = 0.0
     t_loop = time.perf_counter()
@@ -1007,14 +1007,22 @@ BEND_NOTE = 0.02
 TIP_NOTE = 30.0
 
 
-def _moving_sample(anim, means):
-    """(k, 3) float64 numpy: a fixed subsample (at most 20000) of the moving rows of ``means`` (N, 3)."""
+def _moving_sample(anim, means=None):
+    """The moving rows for the closing notes (:func:`_note_motion`), one group per body: a list of (name, idx,
+    points) with ``name`` "the object" (one body) or "body K", ``idx`` a fixed subsample (at most 20000) of its rows
+    and ``points`` (k, 3) float64 numpy of ``means`` (N, 3; default the rest means) at them."""
     import numpy as np
 
-    idx = np.flatnonzero(anim.moving.numpy())
-    if idx.size > 20000:
-        idx = np.sort(np.random.default_rng(0).choice(idx, 20000, replace=False))
-    return means[idx].double().numpy()
+    bodies = getattr(anim, "bodies", None)
+    groups = ([("the object", np.flatnonzero(anim.moving.numpy()))] if not bodies
+              else [(f"body {k}", np.sort(b.moving_index.numpy())) for k, b in enumerate(bodies)])
+    means = anim.scene.means if means is None else means
+    out = []
+    for name, idx in groups:
+        if idx.size > 20000:
+            idx = np.sort(np.random.default_rng(0).choice(idx, 20000, replace=False))
+        out.append((name, idx, means[idx].double().numpy()))
+    return out
 
 
 def _rigid_fit(X, Y):
@@ -1028,31 +1036,37 @@ def _rigid_fit(X, Y):
 
 
 def _note_motion(anim, args, rest) -> None:
-    """At the end of a headless run, one line when the object bent a lot in the default material (not chosen by
-    the user: the fix is one option), and one when it tipped over (whatever the material: a wrong up axis, or a
-    base that cannot hold it). ``rest``: :func:`_moving_sample` of the rest means, or None. Raises nothing."""
+    """At the end of a headless run, per body (:func:`_moving_sample`): one line when it bent a lot in the default
+    material (not chosen by the user: the fix is one option; ``--region base=wood`` is named only for one body and
+    when no ``--region`` was given), and one when it tipped over (whatever the material: a wrong up axis, or a base
+    that cannot hold it). ``rest``: :func:`_moving_sample` of the rest means, or None. Raises nothing."""
     import numpy as np
 
-    if rest is None or rest.shape[0] < 4:
+    if not rest:
         return
-    size = float(np.ptp(rest, axis=0).max())
-    if not size > 0:
-        return
-    now = _moving_sample(anim, anim.deformed_gaussians(view_rotations=False).means)
-    angle, resid = _rigid_fit(rest, now)
-    bent = resid > BEND_NOTE * size
-    if bent and not getattr(args, "material_chosen", True):
-        print(f"[physskin-gs] note: the object bent (its shape moved {resid / size:.0%} of its size, RMS, from "
-              f"any rigid motion) in the default material, a soft toy (E {args.E:g} Pa); for something stiffer pass "
-              "--material rubber, plastic or wood, or --region base=wood to keep a tall object standing",
-              file=sys.stderr)
-    if angle > TIP_NOTE and not getattr(args, "pin", None):  # bent or not: a chair can bend and fall on its back
-        said = bent and not getattr(args, "material_chosen", True)  # the bent note named the materials already
-        soft = "" if getattr(args, "material_chosen", True) or said else (
-            ", or stiffen it (the default soft material lets a tall object sag and topple: --material rubber, "
-            "plastic or wood)")
-        print(f"[physskin-gs] note: the object turned {angle:.0f} degrees (it tipped over); if it should stand, "
-              f"check the up axis (--up) or hold its base (--pin below:0.1){soft}", file=sys.stderr)
+    means = anim.deformed_gaussians(view_rotations=False).means
+    single = len(rest) == 1
+    for name, idx, X in rest:
+        if X.shape[0] < 4:
+            continue
+        size = float(np.ptp(X, axis=0).max())
+        if not size > 0:
+            continue
+        angle, resid = _rigid_fit(X, means[idx].double().numpy())
+        bent = resid > BEND_NOTE * size
+        if bent and not getattr(args, "material_chosen", True):
+            region = (", or --region base=wood to keep a tall object standing"
+                      if single and not getattr(args, "regions", None) else "")
+            print(f"[physskin-gs] note: {name} bent (its shape moved {resid / size:.0%} of its size, RMS, from any "
+                  f"rigid motion) in the default material, a soft toy (E {args.E:g} Pa); for something stiffer pass "
+                  f"--material rubber, plastic or wood{region}", file=sys.stderr)
+        if angle > TIP_NOTE and not getattr(args, "pin", None):  # bent or not: a chair can bend and fall on its back
+            said = bent and not getattr(args, "material_chosen", True)  # the bent note named the materials already
+            soft = "" if getattr(args, "material_chosen", True) or said else (
+                ", or stiffen it (the default soft material lets a tall object sag and topple: --material rubber, "
+                "plastic or wood)")
+            print(f"[physskin-gs] note: {name} turned {angle:.0f} degrees (it tipped over); if it should stand, "
+                  f"check the up axis (--up) or hold its base (--pin below:0.1){soft}", file=sys.stderr)
 
 
 def _axis_name(u) -> str:
