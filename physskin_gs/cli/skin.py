@@ -3,7 +3,9 @@
 ``physskin-gs skin PATH -o OUT.npz [--skinning eigen|network|fit|rbf] [--points PTS.npy]``: the field is built
 for the object in PATH (its normalisation, volume points and column scales), then evaluated at the object's own
 points, or at ``PTS.npy`` ((N, 3) in the scene units of PATH), with the same normalisation, so ``--points`` at the
-object's own points gives the same rows.
+object's own points gives the same rows. For a splat the object is every usable Gaussian of the file (floaters
+left out, no support or background removed): ``animate`` builds its field on the object its scene analysis
+selects and samples its volume on its own, so the two can differ (one line says so).
 
 Output ``.npz`` (numpy, no pickle), N = number of Gaussians, vertices or query points, H = m + 1 (constant handle
 last):
@@ -298,6 +300,11 @@ def run(args) -> int:
         load_checkpoint(args.checkpoint)  # a bad checkpoint fails before any work
     t0 = time.perf_counter()
     obj = prepare_object(args.path, seed=args.seed, warn=True)
+    if obj.kind == "splat":
+        print(f"[physskin-gs] note: skin builds the field on every usable Gaussian of the file ({obj.usable}, floaters "
+              "left out); animate builds it on the object its scene analysis selects, sampling its volume on its "
+              "own, so the two fields can differ (most on a capture with a table)",
+              file=sys.stderr, flush=True)
     if args.points:
         query, _ = load_query_points(args.points, obj)
         valid = np.ones(query.shape[0], bool)
