@@ -799,8 +799,9 @@ def run_headless(args) -> int:
                  f"split {why})")
     nm = anim.info["num_moving"]
     print(f"[physskin-gs] {nm} moving Gaussian{'s' if nm != 1 else ''}, {hand}, {anim.info['num_cubature']} "
-          f"cubature points, up {up_name}, "
-          f"scale {anim.sim_scale:.4g} m/unit, prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+          f"cubature points, up {up_name}, scale {anim.sim_scale:.4g} m/unit, material "
+          f"{getattr(args, 'material', None) or 'custom'} (E {args.E:g} Pa, nu {args.nu:g}, {args.density:g} kg/m^3), "
+          f"prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     for r in getattr(anim, "regions", []):
         print(f"[physskin-gs] region {r['spec']}: {r['material']} (E {r['E']:.3g} Pa, {r['density']:g} kg/m^3), "
               f"{r['cubature_points']} of {anim.info['num_cubature']} cubature points", file=sys.stderr)
