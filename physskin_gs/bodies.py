@@ -70,8 +70,17 @@ def body_masks(scene: GaussianScene, analysis) -> List[torch.Tensor]:
 
 def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Optional[Callable] = None):
     """An :class:`~physskin_gs.pipeline.AnimatedScene` for one object, or :class:`SceneBodies` when ``--select auto``
-    finds several objects on a support (module docstring). Raises what
+    finds several objects on a support (module docstring); with ``config.stand_sag`` its E raised so that it
+    stands (:func:`~physskin_gs.pipeline.stiffen_to_stand`). Raises what
     :func:`~physskin_gs.pipeline.prepare_animation` raises."""
+    anim = _prepare_bodies(scene, config, progress)
+    if getattr(config, "stand_sag", None):
+        _pipeline.stiffen_to_stand(anim, float(config.stand_sag))
+    return anim
+
+
+def _prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Optional[Callable] = None):
+    """:func:`prepare_bodies` before the material is stiffened to stand."""
     auto = (str(getattr(config, "select", None) or "").strip().lower() == "auto"
             and getattr(scene, "mesh", None) is None)
     if not auto:

@@ -7,7 +7,8 @@ values (a real object varies by a factor of a few), chosen so an object behaves 
 ============  =========  =====  =========  ===================================================================
 name          E (Pa)     nu     density    source
 ============  =========  =====  =========  ===================================================================
-``soft``      1e5        0.45   100        the default: a soft toy; tall thin objects sag or buckle
+``soft``      1e5        0.45   100        the default: a soft toy (``animate`` without a material raises its E
+                                           until the object stands: pipeline.STAND_SAG)
 ``jelly``     2e4        0.45   1030       PVA / gelatin hydrogels, about 20 kPa (Biomech. Model. Mechanobiol.
                                            8, 2009, 345: PVA gel E0 18-24 kPa; hydrogels span 1-300 kPa)
 ``foam``      5e4        0.30   30         flexible polyurethane seat foam: 22-35 kg/m^3 (foam selection guides);

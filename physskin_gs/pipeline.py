@@ -174,6 +174,9 @@ class AnimationConfig:
     centre), "grid" (a sparse-grid interpolant built from the field, :mod:`physskin_gs.model.grid_field`) or
     "auto" (default: "grid" from :data:`GRID_AUTO_MIN_GAUSSIANS` moving Gaussians on when the cost model of
     :data:`GRID_INTERP_SECONDS` estimates it faster than direct evaluation; "direct" otherwise).
+    ``stand_sag``: None (E as given), or a fraction of the object's height: :func:`prepare_bodies` raises E until
+    the object's own weight, its base held, bends it at most that much (:func:`stiffen_to_stand`; ``animate`` sets
+    :data:`STAND_SAG` when no material was chosen).
     """
 
     E: float = 1e5
@@ -201,6 +204,7 @@ class AnimationConfig:
     friction: float = 10.0  # viscous floor friction, 1/s (0 = frictionless floor)
     solver: str = "adaptive"  # Hessian policy of the Newton solve: "adaptive", "chord" or "newton"
     field_eval: str = "auto"  # W / grad W at the moving Gaussians: "auto", "grid" or "direct"
+    stand_sag: Optional[float] = None  # None, or the sag (fraction of the height) E is raised to keep under
 
 
 # ------------------------------------------------------------------------------------------------ helpers
@@ -549,16 +553,24 @@ def voxel_cubature(field, norm, num_cubature: Optional[int]):
     random Gaussians integrate a cross-section's bending stiffness only to about 1 % near a clamped root, enough to
     split a square beam's two equal bendings and swing it sideways by 10-35 mm (docs/skinning.md).
 
-    Returns (centres (C, 3) float64 scene units, W (C, H) float32, grad W (C, H, 3) float32 normalised frame), or
-    None when ``num_cubature`` is given (the user's count of sampled points wins), the field has no voxel cells,
-    or they are fewer than 16 or more than :data:`MAX_CELL_CUBATURE`."""
+    One point per voxel leaves the variation of F within a voxel free (a soft column sagged 41 % too far under its
+    own weight), so the voxels' 6 tets come along as the simulator's ``stabilization`` sub-points: the quadratic
+    part of the energy is integrated over them (selective reduced integration, :class:`SubspaceSimulator`).
+
+    Returns (centres (C, 3) float64 scene units, W (C, H) float32, grad W (C, H, 3) float32 normalised frame,
+    tets: (centroids (6C, 3) float64 scene units, W (6C, H), grad W (6C, H, 3) normalised frame, owner (6C,)
+    int64) or None), or None when ``num_cubature`` is given (the user's count of sampled points wins), the field
+    has no voxel cells, or they are fewer than 16 or more than :data:`MAX_CELL_CUBATURE`."""
     if num_cubature is not None or not hasattr(field, "voxel_cells"):
         return None
     cells = field.voxel_cells()
     if cells is None or not 16 <= cells[0].shape[0] <= MAX_CELL_CUBATURE:
         return None
     centres, _, W, G = cells
-    return norm.to_world(torch.from_numpy(centres)).double(), W, G
+    tets = field.voxel_tets() if hasattr(field, "voxel_tets") else None
+    if tets is not None:
+        tets = (norm.to_world(torch.from_numpy(tets[0])).double(),) + tuple(tets[1:])
+    return norm.to_world(torch.from_numpy(centres)).double(), W, G, tets
 
 
 def _gaussian_weights(field, x_norm: torch.Tensor, mode: str, seed: int = 0):
@@ -663,7 +675,8 @@ class AnimatedScene:
                  up: torch.Tensor, sim_scale: float, center: torch.Tensor, cubature_scene: torch.Tensor,
                  volume_scene: float, skinning_source: str, info: Dict,
                  extent_points: Optional[torch.Tensor] = None,
-                 cubature_fields: Optional[Tuple[torch.Tensor, torch.Tensor]] = None) -> None:
+                 cubature_fields: Optional[Tuple[torch.Tensor, torch.Tensor]] = None,
+                 cubature_tets: Optional[tuple] = None) -> None:
         self.scene = scene
         self.moving = moving
         self.config = config
@@ -703,12 +716,17 @@ class AnimatedScene:
         self.floor_lift = self._floor_lifts(cubature_scene.double(), ext.double(), up.double(), config.seed)
         floor_sim = self._floor_sim(config.floor, config.floor_height)
         _hessian_native.available()  # compile/load the Hessian kernel now, not inside the first step
+        stab = None
+        if cubature_tets is not None:  # a voxel cubature's tets: the simulator integrates mu/2 |F|^2 over them
+            Pt, Wt, Gt, owner = cubature_tets
+            stab = ((Pt.double() - self.center) * self.sim_scale, Wt.float(), Gt.float() / (s_n * self.sim_scale),
+                    torch.as_tensor(owner), torch.full((len(owner),), 1.0 / 6.0, dtype=torch.float64))
         self.sim = SubspaceSimulator(
             X_sim, Wc, Gc / (s_n * self.sim_scale), volume=volume_scene * self.sim_scale ** 3,
             E=config.E, nu=config.nu, density=config.density, dt=config.dt, gravity=config.gravity,
             up=up, floor_height=floor_sim, damping=config.damping, newton_iters=config.newton_iters,
             friction=config.friction, solver=config.solver,
-            hessian_points=hessian_points_for(X_sim.shape[0], int(Wc.shape[1])))
+            hessian_points=hessian_points_for(X_sim.shape[0], int(Wc.shape[1])), stabilization=stab)
         self.sim.set_floor_lift(self.floor_lift)  # also for a floor set later (the viewer's floor toggle)
         lap("cubature_weights")
         # Gaussians: weights and scene-frame gradients once (directly or through the grid), then the deformer
@@ -1284,8 +1302,9 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     lap("field_build")
     _report(progress, "choosing cubature points", 0.75)
     cells = voxel_cubature(field, norm, config.num_cubature)
+    cub_tets = None
     if cells is not None:
-        cub, cub_fields, cub_rule = cells[0], cells[1:], "voxel cells"
+        cub, cub_fields, cub_tets, cub_rule = cells[0], cells[1:3], cells[3], "voxel cells"
     else:
         cub_pool = pts
         if pts.shape[0] > CUBATURE_POOL:  # bounds the grid search on a huge fallback (the centres themselves)
@@ -1324,9 +1343,105 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
                 c = mov_means.double().mean(0).numpy()  # the support's height under the object, along the given up
                 info["support_height"] = float(u @ (c - (float(n_up @ c) - float(analysis.plane.offset)) * n_up))
     anim = AnimatedScene(scene, moving, config, field, norm, up, sim_scale, center, cub.float(), volume, source, info,
-                         extent_points=extent_pts if body is not None else None, cubature_fields=cub_fields)
+                         extent_points=extent_pts if body is not None else None, cubature_fields=cub_fields,
+                         cubature_tets=cub_tets)
     _report(progress, "ready", 1.0)
     return anim
+
+
+#: The default material's sag limit (``animate`` without ``--material``, ``--E``, ``--nu`` or ``--density``): the
+#: soft default is raised to the E at which the object's own weight, its base held, bends it at most this fraction
+#: of its height (:func:`stiffen_to_stand`). A fresh user's biker knelt, a horse splayed onto its belly and a desk
+#: chair fell over in the soft default.
+STAND_SAG = 0.01
+#: The base :func:`standing_sag` holds: the cubature points within this fraction of the height of the lowest.
+STAND_BASE_BAND = 0.05
+#: The fewest base points :func:`standing_sag` estimates from (a handful of cubature points, or a base in a line:
+#: no estimate, 0.0).
+STAND_MIN_BASE = 8
+#: The most :func:`stiffen_to_stand` multiplies E by (beyond, a linear estimate is no guide).
+STAND_MAX_FACTOR = 100.0
+
+
+def standing_sag(anim) -> float:
+    """How far the object's own weight bends it with its base held, as a fraction of its height: the largest
+    cubature-point displacement of the linear static problem (K0 + P) u = f in the simulator's handle space (K0:
+    the elastic stiffness at rest; P: springs of ``pin_stiffness`` on the points within :data:`STAND_BASE_BAND` of
+    the height of the lowest, along up; f: gravity on every point), less the rigid motion that fits the base's
+    displacement best (a base of a few points in a line lets the object turn on it, which is not bending), over the
+    height of the cubature points along up.
+    A linear estimate at the current material (u scales as 1 / E); 0.0 for a flat object, or a base of fewer than
+    :data:`STAND_MIN_BASE` points or of points in a line.
+    ``anim``: an :class:`AnimatedScene`. Raises nothing."""
+    sim = anim.sim
+    X = sim.X.double()  # [n, 3] simulation frame (m)
+    h = X @ sim.up.double()  # [n] height along up
+    height = float(h.max() - h.min())
+    if not height > 0:
+        return 0.0
+    base = h <= float(h.min()) + STAND_BASE_BAND * height
+    if int(base.sum()) < STAND_MIN_BASE:
+        return 0.0
+    sv = torch.linalg.svdvals(X[base] - X[base].mean(0))
+    if not float(sv[1]) > 1e-3 * float(sv[0]):  # the base points in a line: no estimate
+        return 0.0
+    Phi = sim.Phi.double()  # [n, K4]
+    K4 = Phi.shape[1]
+    K = sim._rest_stiffness().clone()  # [3 K4, 3 K4], q order (axis-major)
+    mass = sim.m_p * (torch.ones(sim.n, dtype=torch.float64) if sim._m_pt is None
+                      else torch.as_tensor(sim._m_pt, dtype=torch.float64))  # [n] kg
+    Pb = Phi[base]
+    spring = sim.pin_stiffness() * (Pb.T * mass[base]) @ Pb  # [K4, K4] N/m
+    for a in range(3):
+        K[a * K4:(a + 1) * K4, a * K4:(a + 1) * K4] += spring
+    f = torch.outer(sim.g_vec.double(), Phi.T @ mass).reshape(-1)  # [3 K4] generalised gravity (N)
+    # a tiny mass term keeps the solve finite where the base does not hold every rigid motion (a few points in a
+    # line); the rigid part of the answer is taken out below
+    M = sim.Mblk.double()
+    for a in range(3):
+        K[a * K4:(a + 1) * K4, a * K4:(a + 1) * K4] += 1e-6 * sim.pin_stiffness() * M
+    try:
+        u = torch.linalg.solve(K, f)
+    except RuntimeError:  # singular
+        return 0.0
+    d = Phi @ u.view(3, K4).T  # [n, 3] displacements (m)
+    # the deformation: d less the rigid motion t + w x (X - c) that fits the base's points best (the base turning
+    # on springs that hold only a few points, in a line, is not bending; the body bending over its base is)
+    r = X - X[base].mean(0)
+    A = torch.zeros(X.shape[0], 3, 6, dtype=torch.float64)
+    A[:, :, :3] = torch.eye(3, dtype=torch.float64)
+    A[:, 0, 4], A[:, 0, 5] = r[:, 2], -r[:, 1]
+    A[:, 1, 3], A[:, 1, 5] = -r[:, 2], r[:, 0]
+    A[:, 2, 3], A[:, 2, 4] = r[:, 1], -r[:, 0]
+    rigid = torch.linalg.lstsq(A[base].reshape(-1, 6), d[base].reshape(-1, 1)).solution  # min-norm if degenerate
+    d = d - (A.reshape(-1, 6) @ rigid).view(-1, 3)
+    sag = float(d.norm(dim=1).max()) / height
+    return sag if math.isfinite(sag) else 0.0
+
+
+def stiffen_to_stand(anim, target: float) -> Optional[dict]:
+    """Raise the material's E (every body alike) until :func:`standing_sag` is at most ``target`` (a fraction of the
+    height) on every body, where it is larger: E times the largest sag over ``target`` (the sag is linear in 1 / E;
+    at most :data:`STAND_MAX_FACTOR` times), rounded up to two significant digits. ``anim``: an AnimatedScene or SceneBodies. Returns None when nothing
+    changed, else ``{"E_from", "E_to" (Pa), "sag_before", "sag_after" (fractions), "body"}`` (the body that needed
+    it most, None for one object), also kept in ``anim.info["stand"]``. Raises OptionError from ``set_material``."""
+    bodies = list(getattr(anim, "bodies", None) or [anim])
+    sags = [standing_sag(b) for b in bodies]
+    k = int(np.argmax(sags))
+    worst = sags[k]
+    if not worst > target > 0:
+        return None
+    E0 = float(bodies[k].sim.E)
+    E1 = E0 * min(worst / target, STAND_MAX_FACTOR)
+    mag = 10.0 ** math.floor(math.log10(E1))
+    E1 = math.ceil(E1 / mag * 10.0 - 1e-9) * mag / 10.0
+    anim.set_material(E=E1)
+    for b in bodies:  # (the bodies share one config)
+        b.config.E = E1
+    out = {"E_from": E0, "E_to": E1, "sag_before": worst, "sag_after": max(standing_sag(b) for b in bodies),
+           "body": k if len(bodies) > 1 else None}
+    anim.info["stand"] = out
+    return out
 
 
 def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: ProgressFn = None):

@@ -5,7 +5,7 @@ for the object in PATH (its normalisation, volume points and column scales), the
 points, or at ``PTS.npy`` ((N, 3) in the scene units of PATH), with the same normalisation, so ``--points`` at the
 object's own points gives the same rows. For a splat the object is every usable Gaussian of the file (floaters
 left out, no support or background removed): ``animate`` builds its field on the object its scene analysis
-selects and samples its volume on its own, so the two can differ (one line says so).
+finds, so on a capture with a support or background the two differ (one line says so).
 
 Output ``.npz`` (numpy, no pickle), N = number of Gaussians, vertices or query points, H = m + 1 (constant handle
 last):
@@ -54,6 +54,7 @@ class PreparedObject:
     usable: int = -1  # points the field is built from (finite, opacity >= 0.05 for a splat; used mesh vertices)
     max_handles: Optional[int] = None  # bound on the learned handles: usable - 1 for a splat, None for a mesh
     path: Optional[str] = None  # the input file (a mesh is re-read for the tet basis)
+    selected: Optional[int] = None  # a splat's rows the scene analysis takes as the object (None: not analysed)
 
 
 def prepare_object(path, seed: int = 0, warn: bool = False) -> PreparedObject:
@@ -99,8 +100,11 @@ def prepare_object(path, seed: int = 0, warn: bool = False) -> PreparedObject:
         # scene has none (the analysis' own rule)
         from physskin_gs.geometry.scene_analysis import analyze_gaussian_scene
 
+        selected = None
         if keep.sum() >= SMALL_SCENE_ROWS:
-            keep &= ~analyze_gaussian_scene(scene).floater
+            an = analyze_gaussian_scene(scene)
+            keep &= ~an.floater
+            selected = int(np.asarray(an.object).sum())  # the rows animate's scene analysis moves
         usable = int(keep.sum())
         if usable == 0:
             raise DegenerateGeometryError(f"{path}: no usable Gaussians (finite, opacity >= 0.05) among its "
@@ -131,7 +135,8 @@ def prepare_object(path, seed: int = 0, warn: bool = False) -> PreparedObject:
     q = np.zeros_like(pts)
     q[valid] = norm.to_normalized(pts[valid])
     return PreparedObject(path.name, kind, np.asarray(norm.center, np.float64), float(norm.scale), surface,
-                          volume, torch.from_numpy(q.astype(np.float32)), valid, usable, max_handles, str(path))
+                          volume, torch.from_numpy(q.astype(np.float32)), valid, usable, max_handles, str(path),
+                          selected if kind == "splat" else None)
 
 
 def mesh_in_frame(obj: PreparedObject):
@@ -300,10 +305,10 @@ def run(args) -> int:
         load_checkpoint(args.checkpoint)  # a bad checkpoint fails before any work
     t0 = time.perf_counter()
     obj = prepare_object(args.path, seed=args.seed, warn=True)
-    if obj.kind == "splat":
+    if obj.kind == "splat" and obj.selected is not None and obj.selected < 0.98 * obj.usable:
         print(f"[physskin-gs] note: skin builds the field on every usable Gaussian of the file ({obj.usable}, floaters "
-              "left out); animate builds it on the object its scene analysis selects, sampling its volume on its "
-              "own, so the two fields can differ (most on a capture with a table)",
+              f"left out); animate moves only the object its scene analysis finds ({obj.selected} of them, without "
+              "the support and background) and builds its field there, so the two fields differ",
               file=sys.stderr, flush=True)
     if args.points:
         query, _ = load_query_points(args.points, obj)

@@ -163,6 +163,24 @@ class TetSkinningField(SkinningField):
         grad = self._gradW[cubes].mean(1)  # [C, H, 3]
         return centres, h ** 3, self.weights(torch.from_numpy(centres)), torch.from_numpy(grad).to(torch.float32)
 
+    def voxel_tets(self) -> Optional[Tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]]:
+        """The tets of :meth:`voxel_cells`' cubes, cube by cube in the same order, else None: (centroids (6C, 3)
+        float64 normalised frame, W there (6C, H) float32, each tet's grad W (6C, H, 3) float32, owner (6C,) int64:
+        the index of its cube among :meth:`voxel_cells`). Each tet holds 1/6 of its cube; the one-point-per-cube
+        quadrature's sub-points (``SubspaceSimulator`` ``stabilization``)."""
+        if self._lattice is None:
+            return None
+        _, _, table, _ = self._lattice
+        occupied = (table >= 0).any(-1)
+        cubes = table[occupied]  # [C, 6]
+        if cubes.shape[0] == 0 or np.any(cubes < 0):
+            return None
+        tets = cubes.reshape(-1)  # [6C]
+        centroids = self.nodes[self.tets[tets]].mean(1)  # [6C, 3]
+        owner = np.repeat(np.arange(cubes.shape[0]), 6)
+        W = self.weights(torch.from_numpy(centroids))
+        return centroids, W, torch.from_numpy(self._gradW[tets]).to(torch.float32), owner
+
     def weights(self, x: torch.Tensor) -> torch.Tensor:
         """x (N, 3) normalised -> W (N, H) float32 (P1 interpolation; continuous)."""
         return self._eval(x, False)
