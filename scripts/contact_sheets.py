@@ -69,13 +69,16 @@ def sheet(path: Path, out: Path, frames: int = 60, size: int = 192, picks=(1, 20
     from physskin_gs.cli import build_parser
     from physskin_gs.cli.animate import OrbitVideo, config_from_args
     from physskin_gs.io import load_scene
-    from physskin_gs.pipeline import prepare_animation
+    from physskin_gs.pipeline import prepare_animation, stiffen_to_stand
 
     args = build_parser().parse_args(["animate", str(path), "--headless", "--frames", str(frames), "--png", "x",
                                       "--width", str(size), "--height", str(size)])
     t0 = time.perf_counter()
     scene = load_scene(str(path))
-    anim = prepare_animation(scene, config_from_args(args))
+    config = config_from_args(args)
+    anim = prepare_animation(scene, config)
+    if config.stand_sag:  # the default material, stiffened until the object stands (as prepare_bodies does)
+        stiffen_to_stand(anim, config.stand_sag)
     prep = time.perf_counter() - t0
     sa = anim.info.get("scene_analysis") or {}
     up = anim.up_vector.double()
@@ -104,7 +107,7 @@ def sheet(path: Path, out: Path, frames: int = 60, size: int = 192, picks=(1, 20
            "unsure": bool(sa.get("unsure")), "reason": sa.get("reason", ""),
            "moving": int(moving.sum()), "static": int((~moving).sum()), "support": (sa.get("counts") or {}).get(
                "support"), "rest": rest, "static_still": still, "prepare_s": round(prep, 2),
-           "sim_render_s": round(sim, 1)}
+           "sim_render_s": round(sim, 1), "E": float(anim.sim.E)}
     if up_true is not None:
         c = float(np.clip(np.dot(row["up"], up_true) / np.linalg.norm(up_true), -1.0, 1.0))
         row["up_err"] = math.degrees(math.acos(c))
