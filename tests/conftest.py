@@ -227,15 +227,16 @@ def one_torch_thread():
     torch.set_num_threads(n)
 
 
-def blob_scene(n: int = 300, seed: int = 0, log_scale: float = -3.0):
-    """A synthetic GaussianScene: n opaque Gaussians (opacity logit 3) scattered uniformly in a 1 x 0.4 x 0.4 box
-    (scene units), isotropic std exp(log_scale), random DC colour, SH degree 0 (tests build their inputs from it)."""
+def blob_scene(n: int = 300, seed: int = 0, log_scale: float = -3.0, size=(1.0, 0.4, 0.4)):
+    """A synthetic GaussianScene: n opaque Gaussians (opacity logit 3) scattered uniformly in a box of ``size``
+    (scene units, centred on the origin; default 1 x 0.4 x 0.4), isotropic std exp(log_scale), random DC colour,
+    SH degree 0 (tests build their inputs from it)."""
     import torch
 
     from physskin_gs.scene import C0, GaussianScene
 
     g = torch.Generator().manual_seed(seed)
-    means = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor([1.0, 0.4, 0.4])
+    means = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor([float(v) for v in size])
     return GaussianScene(
         means=means.float(), quats=torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1),
         log_scales=torch.full((n, 3), float(log_scale)), opacity_logits=torch.full((n,), 3.0),

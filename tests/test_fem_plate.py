@@ -366,23 +366,11 @@ def test_splat_reference_grid_offset_moves_the_voxels(tmp_path):
     """`tetmesh_for_object(grid_offset=s)` (scripts/eval_splat_grids.py): a splat's reference voxels keep their size
     and move by s of a cell along every axis; offset 0 is the evaluation's own grid and 1 is that grid again, one
     cell over."""
-    import math
-
-    import torch
-
     from physskin_gs.cli.evaluate_fem import tetmesh_for_object
     from physskin_gs.cli.skin import prepare_object
-    from physskin_gs.io import save_scene
-    from physskin_gs.scene import GaussianScene
+    from tests.conftest import blob_scene, save_scene_file
 
-    g = torch.Generator().manual_seed(0)
-    n = 3000
-    means = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor([1.0, 0.6, 0.4])
-    path = tmp_path / "box.ply"
-    save_scene(GaussianScene(means=means, quats=torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1),
-                             log_scales=torch.full((n, 3), math.log(0.01)), opacity_logits=torch.full((n,), 4.0),
-                             sh_dc=torch.zeros(n, 3), sh_rest=torch.zeros(n, 0, 3), source=None, format="inria-ply"),
-               path)
+    path = save_scene_file(blob_scene(3000, log_scale=-4.6, size=(1.0, 0.6, 0.4)), tmp_path / "box.ply")
     obj = prepare_object(path, seed=0)
     meshes = {s: tetmesh_for_object(path, obj, 400, grid_offset=s) for s in (0.0, 0.25, 1.0)}
     h = meshes[0.0].info["voxel"]

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 import torch
 
@@ -18,11 +17,10 @@ RHO, E, G = 100.0, 1e5, 9.8
 
 
 def _column(n: int = 8000, size=(0.2, 0.2, 1.0), seed: int = 0) -> GaussianScene:
-    g = torch.Generator().manual_seed(seed)
-    means = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor(size)
-    return GaussianScene(means=means, quats=torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1),
-                         log_scales=torch.full((n, 3), math.log(0.01)), opacity_logits=torch.full((n,), 4.0),
-                         sh_dc=torch.zeros(n, 3), sh_rest=torch.zeros(n, 0, 3), source=None, format="inria-ply")
+    """n Gaussians of 1 cm uniformly in a box of ``size`` (m), centred on the origin."""
+    from tests.conftest import blob_scene
+
+    return blob_scene(n, seed=seed, log_scale=math.log(0.01), size=size)
 
 
 @pytest.fixture(scope="module")

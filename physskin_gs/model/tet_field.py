@@ -152,29 +152,36 @@ class TetSkinningField(SkinningField):
         which is its exact average over the cube as the 6 tets have equal volume). The centres of a mirror-symmetric
         mesh (:func:`physskin_gs.geometry.tetmesh.voxel_tetmesh` ``mirrored``) are mirror-symmetric, and so are
         these gradients: the cubature points of the ``voxel`` and ``modes`` bases on a splat."""
+        got = self._occupied_cubes()
+        if got is None:
+            return None
+        occupied, cubes = got
+        origin, h = self._lattice[:2]
+        centres = origin + h * (np.argwhere(occupied) + 0.5)  # [C, 3]
+        grad = self._gradW[cubes].mean(1)  # [C, H, 3]
+        return centres, h ** 3, self.weights(torch.from_numpy(centres)), torch.from_numpy(grad).to(torch.float32)
+
+    def _occupied_cubes(self):
+        """(occupied (R0, R1, R2) bool, cubes (C, 6) int64: the tets of each occupied cube, in the grid's order) when
+        the mesh is a whole-cube Kuhn lattice, else None."""
         if self._lattice is None:
             return None
-        origin, h, table, _ = self._lattice
+        table = self._lattice[2]
         occupied = (table >= 0).any(-1)
         cubes = table[occupied]  # [C, 6]
         if cubes.shape[0] == 0 or np.any(cubes < 0):
             return None
-        centres = origin + h * (np.argwhere(occupied) + 0.5)  # [C, 3]
-        grad = self._gradW[cubes].mean(1)  # [C, H, 3]
-        return centres, h ** 3, self.weights(torch.from_numpy(centres)), torch.from_numpy(grad).to(torch.float32)
+        return occupied, cubes
 
     def voxel_tets(self) -> Optional[Tuple[np.ndarray, torch.Tensor, torch.Tensor, np.ndarray]]:
         """The tets of :meth:`voxel_cells`' cubes, cube by cube in the same order, else None: (centroids (6C, 3)
         float64 normalised frame, W there (6C, H) float32, each tet's grad W (6C, H, 3) float32, owner (6C,) int64:
         the index of its cube among :meth:`voxel_cells`). Each tet holds 1/6 of its cube; the one-point-per-cube
         quadrature's sub-points (``SubspaceSimulator`` ``stabilization``)."""
-        if self._lattice is None:
+        got = self._occupied_cubes()
+        if got is None:
             return None
-        _, _, table, _ = self._lattice
-        occupied = (table >= 0).any(-1)
-        cubes = table[occupied]  # [C, 6]
-        if cubes.shape[0] == 0 or np.any(cubes < 0):
-            return None
+        cubes = got[1]
         tets = cubes.reshape(-1)  # [6C]
         centroids = self.nodes[self.tets[tets]].mean(1)  # [6C, 3]
         owner = np.repeat(np.arange(cubes.shape[0]), 6)
