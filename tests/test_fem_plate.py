@@ -380,3 +380,32 @@ def test_splat_reference_grid_offset_moves_the_voxels(tmp_path):
     assert np.allclose(np.minimum(frac[1.0], 1 - frac[1.0]), 0.0, atol=1e-6)  # a whole cell over: the same lattice
     assert np.allclose(frac[0.25], 0.75, atol=1e-6)  # the origin moved back by a quarter cell
     assert not np.allclose(meshes[0.25].nodes.min(0), meshes[0.0].nodes.min(0))
+
+
+def test_splat_reference_says_what_it_leaves_out(tmp_path, capsys, monkeypatch):
+    """A splat's FEM reference keeps the largest face-connected part of its voxels (a yucca's kept 89 % and dropped
+    the rest of its leaves silently). `evaluate --reference fem` now says how much of the volume the reference covers
+    when that is under 99 %, and records it (``fem_covers``). Here the voxel fill's own report is set to 80 % (parts
+    the scene analysis does not already drop as floaters connect through voxel edges only by where a grid falls)."""
+    import json
+
+    import physskin_gs.cli.evaluate_fem as ef
+    from physskin_gs.cli import main
+    from tests.conftest import blob_scene, save_scene_file
+
+    real = ef.tetmesh_for_object
+
+    def partial(path, obj, target_nodes, grid_offset=0.0):
+        tm = real(path, obj, target_nodes, grid_offset)
+        tm.info["kept_volume_fraction"] = 0.8
+        return tm
+
+    monkeypatch.setattr(ef, "tetmesh_for_object", partial)
+    path = save_scene_file(blob_scene(2000, log_scale=-4.6), tmp_path / "box.ply")
+    out = tmp_path / "r.json"
+    assert main(["evaluate", "--reference", "fem", "--bases", "voxel", "--nodes", "400", "--data", str(path),
+                 "--json", str(out)]) == 0
+    cap = capsys.readouterr()
+    assert json.loads(out.read_text())["shapes"][0]["fem_covers"] == 0.8
+    text = cap.out + cap.err
+    assert "the FEM reference covers 80% of the shape's volume (its voxels not face-connected" in text, text

@@ -101,10 +101,14 @@ def evaluate_shape(path: Path, bases: List[str], args, progress=print) -> Dict:
            "fem_seconds": {k: round(v, 3) for k, v in ref.seconds.items()},
            "fem_eigvals": [float(x) for x in ref.eigvals], "bases": {}}
     covered = (tm.info.get("glue") or {}).get("original_covered_fraction")
+    if covered is None and obj.kind == "splat":  # the voxel fill keeps its largest face-connected part
+        covered = tm.info.get("kept_volume_fraction")
     if covered is not None and covered < 0.99:  # parts too far apart to join: the FEM has the largest only
         row["fem_covers"] = round(float(covered), 4)
-        progress(f"  note: {obj.name}: the FEM reference covers {covered:.0%} of the shape's volume (parts too far "
-                 "apart to join; the largest is meshed): every basis is scored on that part only")
+        why = ("its voxels not face-connected to the largest part at the reference's resolution are left out"
+               if obj.kind == "splat" else "parts too far apart to join; the largest is meshed")
+        progress(f"  note: {obj.name}: the FEM reference covers {covered:.0%} of the shape's volume ({why}): every "
+                 "basis is scored on that part only")
     from physskin_gs.model.bases import SkinningReducedWarning, reduced_handles_note
 
     opts = skinning_options(args)
