@@ -182,7 +182,9 @@ def test_bodies_rest_on_the_table_and_a_pushed_one_falls_past_its_edge(table_cap
     b = anim.bodies[ball]
     lowest = float(torch.quantile(anim.deformed_gaussians(False).means[b.moving_index].double() @ up, 0.005))
     assert c[ball, 0] > truth["table_x"][1]  # past the edge
-    assert (lowest - floor) / b.height_scene == pytest.approx(0.0, abs=0.02)  # on the floor, not through it
+    # on the floor, not through it (the docstring's 3 %; measured +2.6 %, steady from 30 frames after landing, since
+    # floor friction follows the carried weight; within 2 % before)
+    assert (lowest - floor) / b.height_scene == pytest.approx(0.0, abs=0.03)
     for k in range(3):
         if k == ball:
             continue

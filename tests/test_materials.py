@@ -50,7 +50,7 @@ def test_cli_records_the_material(tmp_path, capsys):
     assert main(["animate", str(src), "--headless", "--frames", "2", "--material", "wood", "--density", "600",
                  "--export", str(out)]) == 0
     mat = json.loads((out / "sequence.json").read_text())["material"]
-    assert mat == {"name": "wood", "E": 1.3e10, "nu": 0.35, "density": 600.0}
+    assert mat == {"name": "wood", "E": 1.3e10, "nu": 0.35, "density": 600.0, "raised": None}  # chosen: not raised
     assert main(["animate", str(src), "--headless", "--frames", "2", "--material", "steel",
                  "--export", str(tmp_path / "x")]) == 2
     assert "unknown material 'steel' (known: soft, jelly" in capsys.readouterr().err

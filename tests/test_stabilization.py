@@ -145,10 +145,10 @@ def test_animate_stiffens_the_default_material_only(tmp_path, capsys):
     base = ["animate", str(path), "--headless", "--frames", "3", "--up", "z", "--export"]
     assert main(base + [str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err
-    assert "material soft: E 100000 -> " in err and "so the object stands" in err, err
+    assert "material soft: E 100000 -> " in err and "so that its own weight bends it" in err, err
     rec = json.loads((tmp_path / "a" / "sequence.json").read_text())
     assert rec["material"]["E"] > 1e5
     assert main(base + [str(tmp_path / "b"), "--material", "soft"]) == 0
     err = capsys.readouterr().err
-    assert "so the object stands" not in err
+    assert "so that its own weight bends it" not in err
     assert json.loads((tmp_path / "b" / "sequence.json").read_text())["material"]["E"] == 1e5

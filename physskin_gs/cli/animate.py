@@ -81,15 +81,17 @@ def register(sub) -> None:
                    help="a material by name, setting E, nu and density at once: " + ", ".join(
                        f"{m.name} (E {m.E:g} Pa, nu {m.nu:g}, {m.density:g} kg/m^3)" for m in MATERIALS.values())
                    + "; default soft. --E / --nu / --density override its values")
-    p.add_argument("--E", dest="E", type=float, default=None, help="Young's modulus in Pa (default 1e5, or the "
-                   "--material's)")
+    p.add_argument("--E", dest="E", type=float, default=None, help="Young's modulus in Pa (default: the --material's; without "
+                   "one, 1e5 raised until the object's own weight bends it at most 1 %% of its height, which the log "
+                   "gives)")
     p.add_argument("--nu", type=float, default=None, help="Poisson ratio (default 0.45, or the --material's)")
     p.add_argument("--density", type=float, default=None, help="density in kg/m^3 (default 100, or the "
                    "--material's)")
     p.add_argument("--dt", type=float, default=0.03, help="time step in s (default 0.03)")
     p.add_argument("--gravity", type=float, default=9.8, help="gravity in m/s^2 along -up (default 9.8)")
     p.add_argument("--damping", type=float, default=0.02, help="Rayleigh damping coefficient (default 0.02)")
-    p.add_argument("--friction", type=float, default=10.0, help="viscous floor friction in 1/s (default 10; 0 = none)")
+    p.add_argument("--friction", type=float, default=10.0, help="viscous floor friction in 1/s on the weight the floor carries "
+                   "(default 10: a sliding object loses 1 - e^-1 of its speed in 0.1 s; 0 = none)")
     p.add_argument("--floor", dest="floor_spec", default="auto",
                    help="floor height along up in scene units, 'auto' (the support plane the object stands on, found "
                         "by the scene analysis; without one 25%% of the object height below it) or 'off'")
@@ -518,8 +520,9 @@ def resolve_material(args) -> None:
     preset's name. Raises OptionError for an unknown or empty name."""
     name = getattr(args, "material", None)
     if not hasattr(args, "material_chosen"):  # the first call sees what the user gave (later ones see the preset)
-        args.material_chosen = name is not None or any(getattr(args, f, None) is not None
-                                                       for f in ("E", "nu", "density"))
+        # the stiffness is the user's with --material or --E (--nu or --density alone keep the default's E, raised
+        # until the object stands: pipeline.stiffen_to_stand)
+        args.material_chosen = name is not None or getattr(args, "E", None) is not None
     if name is not None and not str(name).strip():
         raise OptionError("--material is empty; give a name (" + ", ".join(MATERIALS) + ")")
     try:
@@ -748,11 +751,6 @@ def run_headless(args) -> int:
     stand = anim.info.get("stand")
     if stand:
         args.E = stand["E_to"]
-        who = "" if stand["body"] is None else f" (body {stand['body']} the most)"
-        print(f"[physskin-gs] material {args.material}: E {stand['E_from']:g} -> {stand['E_to']:g} Pa so the object "
-              f"stands: its own weight bent it {stand['sag_before']:.1%} of its height{who}, now "
-              f"{stand['sag_after']:.1%} (a linear estimate, base held); --material or --E chooses it yourself",
-              file=sys.stderr)
     up_name = args.up if args.up != "auto" else "auto -> " + _axis_name(anim.up_vector)
     if anim.num_invalid:
         print(f"[physskin-gs] warning: {anim.num_invalid} rows hold NaN/Inf values: they stay static and are written "
@@ -809,6 +807,12 @@ def run_headless(args) -> int:
         why = "a cluster of nearly equal eigenvalues" if kind == "eigen" else "a pair of equal mode fields"
         hand += (f" (--handles {asked}: the {kind} basis keeps {', '.join(str(m) for m in learned)}, so as not to "
                  f"split {why})")
+    if stand:
+        who = "" if stand["body"] is None else f" (body {stand['body']} the most)"
+        print(f"[physskin-gs] material {args.material}: E {stand['E_from']:g} -> {stand['E_to']:g} Pa, so that its own "
+              f"weight bends it {stand['sag_after']:.1%} of its height ({stand['sag_before']:.1%} at "
+              f"{stand['E_from']:g} Pa{who}; a linear estimate with its base held: a top-heavy object on a small base "
+              "can still lean over in a long run); --material or --E sets the stiffness yourself", file=sys.stderr)
     nm = anim.info["num_moving"]
     print(f"[physskin-gs] {nm} moving Gaussian{'s' if nm != 1 else ''}, {hand}, {anim.info['num_cubature']} "
           f"cubature points, up {up_name}, scale {anim.sim_scale:.4g} m/unit, material "
@@ -950,7 +954,10 @@ def run_headless(args) -> int:
             "num_handles": anim.num_handles,
             "handles": anim.info.get("handles"),
             "cubature": {"points": anim.info.get("num_cubature"), "rule": anim.info.get("cubature")},
-            "material": {"name": config.material, "E": config.E, "nu": config.nu, "density": config.density},
+            "material": {"name": config.material, "E": config.E, "nu": config.nu, "density": config.density,
+                         # the default's E raised until the object stands (pipeline.stiffen_to_stand), or None
+                         "raised": ({k: v for k, v in anim.info["stand"].items()}
+                                    if anim.info.get("stand") else None)},
             "gravity": config.gravity,
             "damping": config.damping,
             "solver": config.solver,

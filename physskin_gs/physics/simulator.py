@@ -1096,9 +1096,13 @@ class SubspaceSimulator:
 
     def _step_dissipation(self, q0: torch.Tensor, h: float, x0: Optional[torch.Tensor] = None):
         """Constant dissipation matrix D of one step: Rayleigh ``beta h K0`` (beta = damping * h) plus viscous floor
-        friction ``h eta m_p (P_T (x) Phi_C^T Phi_C)`` on the cubature points C touching the floor at the start of
-        the step (P_T = I - up up^T, eta = ``friction`` in 1/s). ``x0``: the cubature points' positions at q0 (n, 3)
-        when the caller has them. Returns None when both are off."""
+        friction ``h eta m_p (P_T (x) Phi_C^T diag(w) Phi_C)`` on the cubature points C touching the floor at the start
+        of the step (P_T = I - up up^T, eta = ``friction`` in 1/s). Each touching point's w is the weight it carries
+        in point weights (its floor force at the step's start over m_p g, at least 1; in quarter-octave steps, so a
+        resting body keeps its D): the friction follows the normal force, as Coulomb's does, and a body resting on
+        3 of its 1446 points feels it as much as one resting on all of them (with w = 1 a potted plant landed on its
+        pot's rim and slid on at 0.47 m/s). ``x0``: the cubature points' positions at q0 (n, 3) when the caller has
+        them. Returns None when both are off."""
         D = None
         if self.damping > 0:
             key = (self._hess_version, h, self.damping)  # K0 changes only with the material (version)
@@ -1111,14 +1115,20 @@ class SubspaceSimulator:
                 cached = self._x_cache
                 x0 = (torch.from_numpy(cached[1].T) if cached is not None and cached[0] is q0  # [n, 3]
                       else self.positions(q0))
-            touch = ((x0 @ self.up - self._floor_heights_t(x0)) < self.CONTACT_GAP).numpy()  # [n] bool
+            gap = (x0 @ self.up - self._floor_heights_t(x0)).numpy()  # [n] m above the floor
+            touch = gap < self.CONTACT_GAP  # [n] bool
             if touch.any():
+                # the weight each touching point carries, in point weights: its penalty force 2 m_p k d / (m_p g)
+                g = max(float(self.gravity), 1e-9)
+                w = np.maximum(2.0 * self.FLOOR_K * np.maximum(-gap[touch], 0.0) / g, 1.0)  # [c]
+                w = np.exp2(np.round(4.0 * np.log2(w)) / 4.0)  # quarter octaves: a resting body keeps its D
                 # a resting body touches the floor with the same points step after step: D is kept per touching set
-                key = (touch.tobytes(), h, self.friction, self.m_p, tuple(self.up.tolist()), self._rayleigh_key)
+                key = (touch.tobytes(), w.tobytes(), h, self.friction, self.m_p, tuple(self.up.tolist()),
+                       self._rayleigh_key)
                 if self._friction_D_key != key:
                     Pc = self.Phi[torch.from_numpy(touch)]  # [c, K4]
                     PT = torch.eye(3, dtype=torch.float64) - torch.outer(self.up, self.up)
-                    Kf = (h * self.friction * self.m_p) * torch.kron(PT, Pc.T @ Pc)
+                    Kf = (h * self.friction * self.m_p) * torch.kron(PT, Pc.T @ (torch.from_numpy(w)[:, None] * Pc))
                     self._friction_D = Kf if D is None else D + Kf
                     self._friction_D_key = key
                 D = self._friction_D
