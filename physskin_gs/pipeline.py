@@ -1422,7 +1422,8 @@ def standing_sag(anim) -> float:
 def stiffen_to_stand(anim, target: float) -> Optional[dict]:
     """Raise the material's E (every body alike) until :func:`standing_sag` is at most ``target`` (a fraction of the
     height) on every body, where it is larger: E times the largest sag over ``target`` (the sag is linear in 1 / E;
-    at most :data:`STAND_MAX_FACTOR` times), rounded up to two significant digits. ``anim``: an AnimatedScene or SceneBodies. Returns None when nothing
+    at most :data:`STAND_MAX_FACTOR` times), rounded up to two significant digits. ``anim``: an AnimatedScene or
+    SceneBodies. Returns None when nothing
     changed, else ``{"E_from", "E_to" (Pa), "sag_before", "sag_after" (fractions), "body"}`` (the body that needed
     it most, None for one object), also kept in ``anim.info["stand"]``. Raises OptionError from ``set_material``."""
     bodies = list(getattr(anim, "bodies", None) or [anim])

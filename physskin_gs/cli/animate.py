@@ -81,17 +81,18 @@ def register(sub) -> None:
                    help="a material by name, setting E, nu and density at once: " + ", ".join(
                        f"{m.name} (E {m.E:g} Pa, nu {m.nu:g}, {m.density:g} kg/m^3)" for m in MATERIALS.values())
                    + "; default soft. --E / --nu / --density override its values")
-    p.add_argument("--E", dest="E", type=float, default=None, help="Young's modulus in Pa (default: the --material's; without "
-                   "one, 1e5 raised until the object's own weight bends it at most 1 %% of its height, which the log "
-                   "gives)")
+    p.add_argument("--E", dest="E", type=float, default=None,
+                   help="Young's modulus in Pa (default: the --material's; without one, 1e5 raised until the "
+                        "object's own weight bends it at most 1 %% of its height, which the log gives)")
     p.add_argument("--nu", type=float, default=None, help="Poisson ratio (default 0.45, or the --material's)")
     p.add_argument("--density", type=float, default=None, help="density in kg/m^3 (default 100, or the "
                    "--material's)")
     p.add_argument("--dt", type=float, default=0.03, help="time step in s (default 0.03)")
     p.add_argument("--gravity", type=float, default=9.8, help="gravity in m/s^2 along -up (default 9.8)")
     p.add_argument("--damping", type=float, default=0.02, help="Rayleigh damping coefficient (default 0.02)")
-    p.add_argument("--friction", type=float, default=10.0, help="viscous floor friction in 1/s on the weight the floor carries "
-                   "(default 10: a sliding object loses 1 - e^-1 of its speed in 0.1 s; 0 = none)")
+    p.add_argument("--friction", type=float, default=10.0,
+                   help="viscous floor friction in 1/s on the weight the floor carries (default 10: a sliding object "
+                        "loses 1 - e^-1 of its speed in 0.1 s; 0 = none)")
     p.add_argument("--floor", dest="floor_spec", default="auto",
                    help="floor height along up in scene units, 'auto' (the support plane the object stands on, found "
                         "by the scene analysis; without one 25%% of the object height below it) or 'off'")

@@ -169,7 +169,8 @@ def validate(scene: GaussianScene) -> Dict:
                         "rotation; kept)")
     if rep["num_invalid"]:
         warnings.append(f"{rep['num_invalid']} invalid Gaussians in total (render drops them, animate keeps them as "
-                        "invisible static rows; `physskin-gs convert IN OUT --drop-invalid` writes a copy without them)")
+                        "invisible static rows; `physskin-gs convert IN OUT --drop-invalid` writes a copy without "
+                        "them)")
     extent = robust_extent(scene)
     rep["extent"] = extent
     log_extent = math.log(extent) if extent > 0.0 else 0.0
