@@ -1349,7 +1349,7 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     return anim
 
 
-#: The default material's sag limit (``animate`` without ``--material``, ``--E``, ``--nu`` or ``--density``): the
+#: The default material's sag limit (``animate`` without ``--material``, ``--E`` or ``--region``): the
 #: soft default is raised to the E at which the object's own weight, its base held, bends it at most this fraction
 #: of its height (:func:`stiffen_to_stand`). A fresh user's biker knelt, a horse splayed onto its belly and a desk
 #: chair fell over in the soft default.
@@ -1391,15 +1391,12 @@ def standing_sag(anim) -> float:
     mass = sim.m_p * (torch.ones(sim.n, dtype=torch.float64) if sim._m_pt is None
                       else torch.as_tensor(sim._m_pt, dtype=torch.float64))  # [n] kg
     Pb = Phi[base]
-    spring = sim.pin_stiffness() * (Pb.T * mass[base]) @ Pb  # [K4, K4] N/m
+    # base springs, and a tiny mass term that keeps the solve finite where the base does not hold every rigid motion
+    # (a few points in a line; the rigid part of the answer is taken out below); the same block on every axis
+    blk = sim.pin_stiffness() * ((Pb.T * mass[base]) @ Pb + 1e-6 * sim.Mblk.double())  # [K4, K4] N/m
     for a in range(3):
-        K[a * K4:(a + 1) * K4, a * K4:(a + 1) * K4] += spring
+        K[a * K4:(a + 1) * K4, a * K4:(a + 1) * K4] += blk
     f = torch.outer(sim.g_vec.double(), Phi.T @ mass).reshape(-1)  # [3 K4] generalised gravity (N)
-    # a tiny mass term keeps the solve finite where the base does not hold every rigid motion (a few points in a
-    # line); the rigid part of the answer is taken out below
-    M = sim.Mblk.double()
-    for a in range(3):
-        K[a * K4:(a + 1) * K4, a * K4:(a + 1) * K4] += 1e-6 * sim.pin_stiffness() * M
     try:
         u = torch.linalg.solve(K, f)
     except RuntimeError:  # singular
@@ -1421,11 +1418,11 @@ def standing_sag(anim) -> float:
 
 def stiffen_to_stand(anim, target: float) -> Optional[dict]:
     """Raise the material's E (every body alike) until :func:`standing_sag` is at most ``target`` (a fraction of the
-    height) on every body, where it is larger: E times the largest sag over ``target`` (the sag is linear in 1 / E;
-    at most :data:`STAND_MAX_FACTOR` times), rounded up to two significant digits. ``anim``: an AnimatedScene or
-    SceneBodies. Returns None when nothing
-    changed, else ``{"E_from", "E_to" (Pa), "sag_before", "sag_after" (fractions), "body"}`` (the body that needed
-    it most, None for one object), also kept in ``anim.info["stand"]``. Raises OptionError from ``set_material``."""
+    height) on every body, where it is larger: E times the largest sag over ``target`` (the sag is linear in 1 / E; at
+    most :data:`STAND_MAX_FACTOR` times), rounded up to two significant digits. ``anim``: an AnimatedScene or
+    SceneBodies. Returns None when nothing changed, else ``{"E_from", "E_to" (Pa), "sag_before", "sag_after"
+    (fractions), "body"}`` (the body that needed it most, None for one object), also kept in ``anim.info["stand"]``.
+    Raises OptionError from ``set_material``."""
     bodies = list(getattr(anim, "bodies", None) or [anim])
     sags = [standing_sag(b) for b in bodies]
     k = int(np.argmax(sags))

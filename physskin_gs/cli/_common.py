@@ -98,6 +98,17 @@ def warn_option(message: str) -> None:
     print(f"[physskin-gs] warning: {message}", file=sys.stderr, flush=True)
 
 
+def axis_name(u) -> str:
+    """The axis name ("y", "-z", ...) of the unit vector ``u`` (3,) when it is within 1 degree of an axis, else its
+    three components as ``[+x.xxx, +y.yyy, +z.zzz]``. Raises nothing for a finite 3-vector."""
+    names = {(0, 1, 0): "y", (0, -1, 0): "-y", (0, 0, 1): "z", (0, 0, -1): "-z", (1, 0, 0): "x", (-1, 0, 0): "-x"}
+    v = [float(c) for c in u]
+    name = names.get(tuple(int(round(c)) for c in v))
+    if name is not None and max(abs(c) for c in v) >= math.cos(math.radians(1.0)):
+        return name
+    return "[" + ", ".join(f"{c:+.3f}" for c in v) + "]"
+
+
 # ------------------------------------------------------------------------------------------------ --up
 def parse_up(text: str):
     """``y`` / ``-y`` / ... or ``'ux,uy,uz'`` -> value accepted by :func:`physskin_gs.render.up_vector`: the

@@ -9,13 +9,13 @@ from __future__ import annotations
 #: Accepted ``--skinning`` values: the bases, then the alias 'pretrained' (= network).
 SKINNING_CHOICES = ("eigen", "network", "fit", "rbf", "tet", "voxel", "modes", "auto", "pretrained")
 
-SKINNING_HELP = ("skinning basis: auto (default: modes; above 32 handles tet or voxel), modes (the "
-                 "displacement fields of the object's lowest elastic vibration modes, on the tet mesh of a mesh input's own surface or of the cells a splat's "
-                 "volume fills; the lowest frequency error), eigen (skinning eigenmodes of the object's volume "
-                 "points, no mesh), network (the shipped feed-forward PhysSkin network; alias pretrained), fit "
-                 "(per-object fit, --fit-seconds), rbf (random smooth bumps, a baseline), tet (mesh inputs: Laplacian "
-                 "eigenmodes of the mesh's own tet mesh) or voxel (Laplacian eigenmodes of the cells the object's "
-                 "volume fills)")
+SKINNING_HELP = ("skinning basis: auto (default: modes; above 32 handles tet or voxel), modes (the displacement fields"
+                 " of the object's lowest elastic vibration modes, on the tet mesh of a mesh input's own surface or of"
+                 " the cells a splat's volume fills; the lowest frequency error), eigen (skinning eigenmodes of the "
+                 "object's volume points, no mesh), network (the shipped feed-forward PhysSkin network; alias "
+                 "pretrained), fit (per-object fit, --fit-seconds), rbf (random smooth bumps, a baseline), tet (mesh "
+                 "inputs: Laplacian eigenmodes of the mesh's own tet mesh) or voxel (Laplacian eigenmodes of the cells"
+                 " the object's volume fills)")
 
 
 #: ``--handles``: the learned handles m of the bases that build their own (the constant handle is added)

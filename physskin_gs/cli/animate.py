@@ -35,6 +35,7 @@ from typing import List, Optional
 
 from physskin_gs.cli._common import (OutputError, check_int, check_number, require_input_file, strict_json,
                                      verify_written, warn_option)
+from physskin_gs.cli._common import axis_name as _axis_name
 from physskin_gs.cli._skinning import add_skinning_arguments, check_handles
 from physskin_gs.errors import OptionError, PhysSkinError
 from physskin_gs.materials import DEFAULT_MATERIAL, MATERIALS, material
@@ -319,7 +320,6 @@ class MotionScript:
         bodies = getattr(anim, "bodies", None)
         if bodies and "body" in d and d["body"] >= len(bodies):
             return  # the body index check below names that
-        p = torch.tensor(d["point"], dtype=torch.float32)
         if bodies:
             k = d["body"] if "body" in d else anim.nearest_body(d["point"])
             obj, name = bodies[k], f"body {k}"
@@ -328,7 +328,7 @@ class MotionScript:
         if not hasattr(obj, "cubature_positions"):  # (a stand-in scene of the tests)
             return
         x = obj.cubature_positions()
-        dist = float((x - p).norm(dim=1).min())
+        dist = float((x - torch.tensor(d["point"], dtype=torch.float32)).norm(dim=1).min())
         if dist > obj.height_scene:
             lo, hi = x.min(0).values.tolist(), x.max(0).values.tolist()
             box = lambda v: "[" + ", ".join(f"{c:.3g}" for c in v) + "]"  # noqa: E731
@@ -957,8 +957,7 @@ def run_headless(args) -> int:
             "cubature": {"points": anim.info.get("num_cubature"), "rule": anim.info.get("cubature")},
             "material": {"name": config.material, "E": config.E, "nu": config.nu, "density": config.density,
                          # the default's E raised until the object stands (pipeline.stiffen_to_stand), or None
-                         "raised": ({k: v for k, v in anim.info["stand"].items()}
-                                    if anim.info.get("stand") else None)},
+                         "raised": dict(anim.info["stand"]) if anim.info.get("stand") else None},
             "gravity": config.gravity,
             "damping": config.damping,
             "solver": config.solver,
@@ -1088,16 +1087,6 @@ def _note_motion(anim, args, rest) -> None:
                 "plastic or wood)")
             print(f"[physskin-gs] note: {name} turned {angle:.0f} degrees (it tipped over); if it should stand, "
                   f"check the up axis (--up) or hold its base (--pin below:0.1){soft}", file=sys.stderr)
-
-
-def _axis_name(u) -> str:
-    """The axis name of the unit vector ``u`` when it is within 1 degree of an axis, else its three components."""
-    names = {(0, 1, 0): "y", (0, -1, 0): "-y", (0, 0, 1): "z", (0, 0, -1): "-z", (1, 0, 0): "x", (-1, 0, 0): "-x"}
-    v = [float(c) for c in u]
-    name = names.get(tuple(int(round(c)) for c in v))
-    if name is not None and max(abs(c) for c in v) >= math.cos(math.radians(1.0)):
-        return name
-    return "[" + ", ".join(f"{c:+.3f}" for c in v) + "]"
 
 
 def write_obj(path, vertices, faces, rgb=None, normals=None) -> int:

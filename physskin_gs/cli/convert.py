@@ -17,8 +17,8 @@ from __future__ import annotations
 import sys
 import warnings
 
-from physskin_gs.cli._common import (OutputError, check_int, check_number, require_input_file, resolve_up_option,
-                                     scene_up, verify_written, warn_option)
+from physskin_gs.cli._common import (OutputError, axis_name, check_int, check_number, require_input_file,
+                                     resolve_up_option, scene_up, verify_written, warn_option)
 from physskin_gs.cli._outputs import Output, claim_outputs, refuse_inputs
 from physskin_gs.errors import OptionError
 
@@ -192,11 +192,9 @@ def _with_recorded_up(scene, fmt: str, up):
     src, dst = resolve_up("auto", scene), resolve_up("auto", written)
     if bool((src == dst).all()):
         return scene
-    from physskin_gs.cli.animate import _axis_name
-
     auto = scene_up(scene)
-    print(f"note: that up axis is recorded in the output (the {written.format} convention is {_axis_name(dst)} up, "
-          f"the {scene.format} one {_axis_name(src)})", file=sys.stderr)
+    print(f"note: that up axis is recorded in the output (the {written.format} convention is {axis_name(dst)} up, "
+          f"the {scene.format} one {axis_name(src)})", file=sys.stderr)
     return replace(scene, up_hint=tuple(auto))
 
 

@@ -103,7 +103,7 @@ def evaluate_shape(path: Path, bases: List[str], args, progress=print) -> Dict:
     covered = (tm.info.get("glue") or {}).get("original_covered_fraction")
     if covered is None and obj.kind == "splat":  # the voxel fill keeps its largest face-connected part
         covered = tm.info.get("kept_volume_fraction")
-    if covered is not None and covered < 0.99:  # parts too far apart to join: the FEM has the largest only
+    if covered is not None and covered < 0.99:  # the FEM has the largest part only
         row["fem_covers"] = round(float(covered), 4)
         why = ("its voxels not face-connected to the largest part at the reference's resolution are left out"
                if obj.kind == "splat" else "parts too far apart to join; the largest is meshed")

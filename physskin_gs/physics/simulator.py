@@ -305,11 +305,7 @@ class SubspaceSimulator:
         self.K4 = 4 * self.H
         Xh = torch.cat([self.X, torch.ones(n, 1, dtype=dd)], dim=1)  # [n, 4]
         self.Phi = (W[:, :, None] * Xh[:, None, :]).reshape(n, self.K4)  # [n, 4H]
-        eye34 = torch.zeros(3, 4, dtype=dd)
-        eye34[:, :3] = torch.eye(3, dtype=dd)
-        # G[n, b, h, c] = W[n,h] delta(b,c) + dW[n,h,b] Xh[n,c]
-        G = W[:, None, :, None] * eye34[None, :, None, :] + dW.permute(0, 2, 1)[:, :, :, None] * Xh[:, None, None, :]
-        self.G = G.reshape(n, 3, self.K4).contiguous()  # [n, 3, 4H] float64
+        self.G = self._deformation_rows(self.X, W, dW)  # [n, 3, 4H] float64
         self.G_all = self.G.reshape(n * 3, self.K4)  # [3n, 4H], rows (c, b)
         self.G_all32T = self.G_all.float().T.contiguous()  # [4H, 3n]
         self.G32 = self.G.float().contiguous()  # [n, 3, 4H] float32 for the row kernels
@@ -421,6 +417,18 @@ class SubspaceSimulator:
         """(stiffness, density) per-point factors of :meth:`set_point_materials` (None where uniform)."""
         return self._stiff_scale, self._mass_scale
 
+    @staticmethod
+    def _deformation_rows(X: torch.Tensor, W: torch.Tensor, dW: torch.Tensor) -> torch.Tensor:
+        """(m, 3, 4H) float64 G with ``(F - I)[a, b] = sum_k q[a, k] G[p, b, k]`` at points X (m, 3) m, from the
+        (whitened) weights W (m, H) and their gradients dW (m, H, 3) 1/m: G[p, b, h, c] = W[p, h] delta(b, c) +
+        dW[p, h, b] Xh[p, c], Xh = [X, 1] (the LBS map's derivative, method.md 9)."""
+        m, H = W.shape
+        Xh = torch.cat([X, torch.ones(m, 1, dtype=X.dtype)], dim=1)  # [m, 4]
+        eye34 = torch.zeros(3, 4, dtype=X.dtype)
+        eye34[:, :3] = torch.eye(3, dtype=X.dtype)
+        G = W[:, None, :, None] * eye34[None, :, None, :] + dW.permute(0, 2, 1)[:, :, :, None] * Xh[:, None, None, :]
+        return G.reshape(m, 3, 4 * H).contiguous()
+
     def _set_stabilization(self, points, weights, weight_grads, owner, fraction) -> None:
         """Store the sub-points' deviation from their cell's mean deformation map (constructor's ``stabilization``).
         Raises OptionError for mismatched shapes, an owner outside the cubature points or a bad fraction."""
@@ -440,12 +448,7 @@ class SubspaceSimulator:
             raise OptionError(f"stabilization: owner indices must lie in [0, {self.n - 1}]")
         if not bool(torch.isfinite(frac).all()) or bool((frac <= 0).any()):
             raise OptionError("stabilization: volume fractions must be positive and finite")
-        W, dW = W @ self.T, torch.einsum("nhb,hj->njb", dW, self.T)
-        Xh = torch.cat([X, torch.ones(m, 1, dtype=dd)], dim=1)
-        eye34 = torch.zeros(3, 4, dtype=dd)
-        eye34[:, :3] = torch.eye(3, dtype=dd)
-        G = (W[:, None, :, None] * eye34[None, :, None, :]
-             + dW.permute(0, 2, 1)[:, :, :, None] * Xh[:, None, None, :]).reshape(m, 3, self.K4)  # [m, 3, 4H]
+        G = self._deformation_rows(X, W @ self.T, torch.einsum("nhb,hj->njb", dW, self.T))  # [m, 3, 4H]
         tot = torch.zeros(self.n, dtype=dd).index_add_(0, own, frac)  # [n]
         mean = torch.zeros(self.n, 3, self.K4, dtype=dd).index_add_(0, own, G * frac[:, None, None])
         mean = mean / tot.clamp_min(1e-300)[:, None, None]
@@ -1097,12 +1100,12 @@ class SubspaceSimulator:
     def _step_dissipation(self, q0: torch.Tensor, h: float, x0: Optional[torch.Tensor] = None):
         """Constant dissipation matrix D of one step: Rayleigh ``beta h K0`` (beta = damping * h) plus viscous floor
         friction ``h eta m_p (P_T (x) Phi_C^T diag(w) Phi_C)`` on the cubature points C touching the floor at the start
-        of the step (P_T = I - up up^T, eta = ``friction`` in 1/s). Each touching point's w is the weight it carries
-        in point weights (its floor force at the step's start over m_p g, at least 1; in quarter-octave steps, so a
-        resting body keeps its D): the friction follows the normal force, as Coulomb's does, and a body resting on
-        3 of its 1446 points feels it as much as one resting on all of them (with w = 1 a potted plant landed on its
-        pot's rim and slid on at 0.47 m/s). ``x0``: the cubature points' positions at q0 (n, 3) when the caller has
-        them. Returns None when both are off."""
+        of the step (P_T = I - up up^T, eta = ``friction`` in 1/s). Each touching point's w is the weight it carries in
+        point weights (its floor force at the step's start over m_p 9.8 m/s^2, at least 1; in quarter-octave steps, so a
+        resting body keeps its D): the friction follows the normal force, as Coulomb's does, and a body resting on 3 of
+        its 1446 points feels it as much as one resting on all of them (with w = 1 a potted plant landed on its pot's
+        rim and slid on at 0.47 m/s). ``x0``: the cubature points' positions at q0 (n, 3) when the caller has them.
+        Returns None when both are off."""
         D = None
         if self.damping > 0:
             key = (self._hess_version, h, self.damping)  # K0 changes only with the material (version)
@@ -1118,9 +1121,9 @@ class SubspaceSimulator:
             gap = (x0 @ self.up - self._floor_heights_t(x0)).numpy()  # [n] m above the floor
             touch = gap < self.CONTACT_GAP  # [n] bool
             if touch.any():
-                # the weight each touching point carries, in point weights: its penalty force 2 m_p k d / (m_p g)
-                g = max(float(self.gravity), 1e-9)
-                w = np.maximum(2.0 * self.FLOOR_K * np.maximum(-gap[touch], 0.0) / g, 1.0)  # [c]
+                # the weight each touching point carries, in point weights at 1 g: its penalty force 2 m_p k d over
+                # m_p 9.8 (a fixed unit: under a weaker or no gravity a contact still carries its force)
+                w = np.maximum(2.0 * self.FLOOR_K * np.maximum(-gap[touch], 0.0) / 9.8, 1.0)  # [c]
                 w = np.exp2(np.round(4.0 * np.log2(w)) / 4.0)  # quarter octaves: a resting body keeps its D
                 # a resting body touches the floor with the same points step after step: D is kept per touching set
                 key = (touch.tobytes(), w.tobytes(), h, self.friction, self.m_p, tuple(self.up.tolist()),
