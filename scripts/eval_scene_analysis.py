@@ -9,9 +9,10 @@ For each capture the analysis that ``animate`` runs (:func:`physskin_gs.pipeline
 * ``up_err``: degrees between the analysis' up and the true up (generated: exact; corpus: the manifest's axis);
 * ``source``: where the up came from (support plane, file / format prior) and whether the analysis said it is
   unsure;
-* generated captures only: ``obj_recall`` (fraction of the true objects' rows classified object),
-  ``obj_precision`` (fraction of the object rows that are truly object), ``support_static`` (fraction of the true
-  support and background rows not classified object).
+* generated captures only: ``obj_recall`` (fraction of the true objects' rows that move: the object's rows and
+  those of the other bodies that ``--select auto`` moves with it, :attr:`SceneAnalysis.other_bodies`),
+  ``obj_precision`` (fraction of the moving rows that are truly object), ``support_static`` (fraction of the true
+  support and background rows that stay static).
 
 The summary gives the fraction of captures with the up within 5 degrees, the unsure ones, and the object scores.
 """
@@ -65,7 +66,9 @@ def score(scene, up_true, truth_masks=None) -> dict:
     row = {"up_err": _angle(a.up, up_true), "source": a.up_source, "unsure": bool(getattr(a, "unsure", False)),
            "reason": a.reason, "seconds": round(time.perf_counter() - t0, 3), "counts": a.counts}
     if truth_masks is not None:
-        obj = np.asarray(a.object)
+        obj = np.asarray(a.object).copy()
+        for rows, _ in a.other_bodies:  # the other objects on the support move too (issue 24)
+            obj[rows] = True
         true_obj = truth_masks["object"]
         static = truth_masks["support"] | truth_masks["background"]
         row["obj_recall"] = float(obj[true_obj].mean()) if true_obj.any() else float("nan")

@@ -160,3 +160,27 @@ def test_animate_stiffens_the_default_material_only(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "so that its own weight bends it" not in err
     assert json.loads((tmp_path / "b" / "sequence.json").read_text())["material"]["E"] == 1e5
+
+
+def test_animate_says_when_even_the_raised_material_cannot_stand(tmp_path, capsys):
+    """A thin plank 2 m long held up at one end by a short post bends far more than 10 % of its height even at 100x the
+    soft default: the raise stops at its cap and a note says that what moves is probably not one free-standing
+    object, naming --select and --material / --E. The gallows above (raised within the cap) gets no such note."""
+    from dataclasses import replace
+
+    from physskin_gs.cli import main
+    from physskin_gs.io import save_scene
+
+    post, plank = _column(3000, size=(0.3, 0.3, 0.3)), _column(4000, size=(2.0, 0.3, 0.03), seed=2)
+    plank.means += torch.tensor([1.1, 0.0, 0.16])
+    path = tmp_path / "plank.ply"
+    save_scene(replace(post, means=torch.cat([post.means, plank.means]), quats=torch.cat([post.quats, plank.quats]),
+                       log_scales=torch.cat([post.log_scales, plank.log_scales]),
+                       opacity_logits=torch.cat([post.opacity_logits, plank.opacity_logits]),
+                       sh_dc=torch.cat([post.sh_dc, plank.sh_dc]), sh_rest=torch.cat([post.sh_rest, plank.sh_rest])),
+               str(path))
+    assert main(["animate", str(path), "--headless", "--frames", "2", "--up", "z", "--select", "all", "--scale",
+                 "1", "--export", str(tmp_path / "out")]) == 0
+    err = capsys.readouterr().err
+    assert "E 100000 -> 1e+07 Pa" in err, err  # the cap: 100x
+    assert "probably not one free-standing object" in err and "--select" in err, err

@@ -716,7 +716,7 @@ def run_headless(args) -> int:
     from physskin_gs.cli._outputs import discard_created_folders
     from physskin_gs.io.sequence import open_sequence_exporter
     from physskin_gs.bodies import prepare_bodies
-    from physskin_gs.pipeline import load_for_animation
+    from physskin_gs.pipeline import STAND_MAX_FACTOR, STAND_SAG, load_for_animation
 
     src = os.path.abspath(require_input_file(args.path))
     validate_args(args)
@@ -814,6 +814,11 @@ def run_headless(args) -> int:
               f"weight bends it {stand['sag_after']:.1%} of its height ({stand['sag_before']:.1%} at "
               f"{stand['E_from']:g} Pa{who}; a linear estimate with its base held: a top-heavy object on a small base "
               "can still lean over in a long run); --material or --E sets the stiffness yourself", file=sys.stderr)
+        if stand["sag_after"] > 10.0 * STAND_SAG:  # the raise hit its cap far from standing: not one object
+            print(f"[physskin-gs] note: even at {STAND_MAX_FACTOR:g}x the default stiffness its own weight bends it "
+                  f"{stand['sag_after']:.0%} of its height: what moves is probably not one free-standing object (a "
+                  "patch of ground, a room, a fragment of a scene); pick the object with --select (a box, see "
+                  "docs/usage.md) or set the stiffness with --material / --E", file=sys.stderr)
     nm = anim.info["num_moving"]
     print(f"[physskin-gs] {nm} moving Gaussian{'s' if nm != 1 else ''}, {hand}, {anim.info['num_cubature']} "
           f"cubature points, up {up_name}, scale {anim.sim_scale:.4g} m/unit, material "

@@ -50,7 +50,7 @@ import torch
 from physskin_gs._threads import single_thread  # small per-point kernels: torch's pool is far slower at n ~ 1e3
 from physskin_gs.elastic import lame_parameters
 from physskin_gs.errors import OptionError
-from physskin_gs.physics import _hessian_native
+from physskin_gs.physics import _hessian_native, _lbs_native
 from physskin_gs.physics import neohookean as nh
 
 __all__ = ["SubspaceSimulator", "StepStats", "orthonormal_handle_basis", "single_thread", "usable_cores"]
@@ -332,6 +332,9 @@ class SubspaceSimulator:
         # the same memory as numpy: the two GEMMs of every evaluation ([3, 4H] @ [4H, 4n] and [4H, 4n] @ [4n, 3])
         # run through numpy's BLAS, 2-3x faster than torch's for these thin shapes on 1 thread (bench_sim)
         self._PhiG_T_np = self.PhiG_T.numpy()
+        # the same products from W (H', n), grad W (H', 3, n) and X: a quarter of the bytes (physics/_lbs_native.py)
+        self._Wt_np = W.T.contiguous().numpy()  # [H', n]
+        self._dWt_np = dW.permute(1, 2, 0).contiguous().numpy()  # [H', 3, n]
         self._Xt_np = self.X.T.contiguous().numpy()  # [3, n]
         self._eye3n_np = np.eye(3)[:, :, None]  # [3, 3, 1]
         self.pin: Optional[_Spring] = None
@@ -823,13 +826,32 @@ class SubspaceSimulator:
         return torch.einsum("nik,nij,njl->kl", J, Hc.to(torch.float64), J)
 
     # ------------------------------------------------------------------------------------------ evaluation
+    def _deform_rows(self, q: np.ndarray) -> np.ndarray:
+        """``q [3, 4H] @ [Phi; G]^T [4H, 4n]`` (3, 4n) float64: the displacements and F - I at the cubature points
+        (:meth:`_eval`), by the C kernel from W and grad W when :attr:`use_native` and it is available
+        (:mod:`._lbs_native`: with several bodies the stored rows no longer stay in cache), else the GEMM."""
+        if self.use_native:
+            out = _lbs_native.deform(np.ascontiguousarray(q), self._Wt_np, self._dWt_np, self._Xt_np)
+            if out is not None:
+                return out
+        return q @ self._PhiG_T_np
+
+    def _project_rows(self, rhs: np.ndarray) -> np.ndarray:
+        """``([Phi; G]^T [4H, 4n] @ rhs^T [4n, 3])^T`` (3, 4H) float64 for rhs (3, 4n) (:meth:`_gradient`), by the
+        C kernel like :meth:`_deform_rows`, else the GEMM."""
+        if self.use_native:
+            out = _lbs_native.project(rhs, self._Wt_np, self._dWt_np, self._Xt_np)
+            if out is not None:
+                return out
+        return (self._PhiG_T_np @ rhs.T).T
+
     def _eval(self, q: torch.Tensor, ctx: Optional["_StepContext"]) -> "_Eval":
         """Objective of one step at q (method.md 9.2), in structure-of-arrays form: ONE GEMM
         ``q [3, 4H] @ [Phi; G]^T [4H, 4n]`` gives the displacements and F - I at all cubature points as contiguous
         rows, then everything is elementwise over n (numpy float64: ~1 us per operation on 1e3-element rows,
         several times less than torch's per-op overhead). With ctx None only the potential terms are evaluated."""
         n, mu, lam = self.n, self.mu, self.lam
-        out = q.numpy() @ self._PhiG_T_np  # [3, 4n] = [a, (block, c)]: block 0 = x - X, block 1 + b = (F - I)[:, a, b]
+        out = self._deform_rows(q.numpy())  # [3, 4n] = [a, (block, c)]: block 0 = x - X, block 1 + b = (F - I)[:, a, b]
         x = self._Xt_np + out[:, :n]  # [3, n]
         F = out[:, n:].reshape(3, 3, n) + self._eye3n_np  # [a, b, n]
         f = F.reshape(9, n)
@@ -912,7 +934,7 @@ class SubspaceSimulator:
             np.add.at(fx, (slice(None), s.idx_np), (2.0 * self.m_p * s.k) * r)
         if dx_extra is not None:
             fx += dx_extra.T
-        gq = (self._PhiG_T_np @ rhs.T).T  # [3, 4H]
+        gq = self._project_rows(rhs)  # [3, 4H]
         if ev.Sq is not None:
             gq += self.mu * ev.Sq
         grad = ev.Mdq + (ctx.h * ctx.h) * torch.from_numpy(gq)  # [3, 4H]
