@@ -61,20 +61,25 @@ def test_a_step_far_from_balance_iterates_on_with_the_exact_hessian(far, extra, 
     """A poor Newton model (a 16-point Hessian subset, 2 iterations a step) on a body dragged onto the floor: past
     its budget a step still far from balance (a residual force of 10 weights) iterates on with the exact Hessian,
     up to 4x the budget, else it is halved; so every step ends below that residual and the body stays on the floor
-    (measured: 3.4 mm in at worst). Accepting such steps as they were (far = inf, no extra iterations) let it sink
-    0.6 m through the floor with residual forces of 1e7 weights."""
+    (measured: 3.4 mm in at worst). Accepting such steps as they were (far = inf, no extra iterations) ends in residual
+    forces of 1e5-1e7 weights and a wrecked body; which wreck depends on round-off: it sank 0.4-0.6 m through the
+    floor, or (evaluated by the C kernels) stretched to 5x its starting height (the drag alone: 2.3x)."""
     monkeypatch.setattr(SubspaceSimulator, "FAR_RESIDUAL", far)
     monkeypatch.setattr(SubspaceSimulator, "NEWTON_EXTRA", extra)
     sim = _sim(hessian_points=16, newton_iters=2)
-    worst, lowest = 0.0, 0.0
+    z0 = sim.positions()[:, 2]
+    height0 = float(z0.max() - z0.min())
+    worst, lowest, tallest = 0.0, 0.0, 0.0
     for _ in range(40):
         st = sim.step()
         worst = max(worst, st.grad_norm / (sim.dt ** 2 * sim.total_mass * 9.8))  # residual force / weight
-        lowest = min(lowest, float(sim.positions()[:, 2].min()) + 0.3)  # the floor is at z = -0.3
+        z = sim.positions()[:, 2]
+        lowest = min(lowest, float(z.min()) + 0.3)  # the floor is at z = -0.3
+        tallest = max(tallest, float(z.max() - z.min()) / height0)
     if holds:
-        assert worst <= 10.0 and lowest > -0.01
+        assert worst <= 10.0 and lowest > -0.01 and tallest < 3.0  # (the drag stretches it 2.3x)
     else:
-        assert worst > 1e3 and lowest < -0.1
+        assert worst > 1e3 and (lowest < -0.1 or tallest > 4.0)
 
 
 def test_hessian_points_rule_and_errors():

@@ -26,49 +26,66 @@ def _body(n: int, H: int, seed: int):
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 64, 65, 1000])
-def test_deform_and_project_match_the_gemm_with_the_stored_rows(n):
+@pytest.mark.parametrize("weights", ["float32 values", "float64"])
+def test_deform_and_project_match_the_gemm_with_the_stored_rows(n, weights):
+    """Through the simulator (whitened handles, T applied to q and to the result): the kernels give the GEMM's
+    values to round-off, with weights that are float32 values (kept as float32) or not (kept as float64)."""
     X, W, dW = _body(n, 17, seed=n)
+    if weights == "float32 values":
+        W, dW = W.float(), dW.float()
     sim = SubspaceSimulator(X.float(), W, dW, 1e-3, E=1e5, nu=0.3)
+    if n > 1:  # (one point's weights, exp(0) and 1, are float32 values either way)
+        assert sim._Wt_np.dtype == (np.float32 if weights == "float32 values" else np.float64)
     rng = np.random.default_rng(n)
     q = rng.normal(size=(3, sim.K4)) * 0.3
     ref = q @ sim._PhiG_T_np  # [3, 4n]
-    got = _lbs_native.deform(q, sim._Wt_np, sim._dWt_np, sim._Xt_np)
+    got = sim._deform_rows(q)
     assert got.shape == ref.shape
-    assert np.abs(got - ref).max() <= 1e-12 * max(1.0, np.abs(ref).max())
+    assert np.abs(got - ref).max() <= 1e-11 * max(1.0, np.abs(ref).max())
     rhs = rng.normal(size=(3, 4 * n)) * 100.0
-    ref_g = (sim._PhiG_T_np @ rhs.T).T  # [3, 4H]
-    got_g = _lbs_native.project(rhs, sim._Wt_np, sim._dWt_np, sim._Xt_np)
-    assert np.abs(got_g - ref_g).max() <= 1e-12 * np.abs(ref_g).max()
+    ref_g = (sim._PhiG_T_np @ rhs.T).T  # [3, 4H']
+    got_g = sim._project_rows(rhs)
+    assert got_g.shape == ref_g.shape
+    assert np.abs(got_g - ref_g).max() <= 1e-11 * np.abs(ref_g).max()
 
 
-def test_deform_gives_the_lbs_map_of_known_transforms():
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_deform_gives_the_lbs_map_of_known_transforms(dtype):
     """A rigid rotation plus translation on the constant handle: x = R X + t exactly and F = R at every point (the
-    bumps' weights carry no motion), whatever the partition of the other weights."""
+    bumps' weights carry no motion); and the transposed product of a uniform force is its resultant on that handle."""
     X, W, dW = _body(50, 5, seed=3)
-    sim = SubspaceSimulator(X.float(), W, dW, 1e-3, E=1e5, nu=0.3, orthonormalize=False)
+    Wt = W.T.contiguous().numpy().astype(dtype)  # [H, n]
+    dWt = dW.permute(1, 2, 0).contiguous().numpy().astype(dtype)  # [H, 3, n]
+    Xt = X.T.contiguous().numpy()
     c, s = np.cos(0.4), np.sin(0.4)
     R = np.array([[c, -s, 0.0], [s, c, 0.0], [0.0, 0.0, 1.0]])
     t = np.array([0.2, -0.1, 0.5])
-    q = np.zeros((3, sim.H, 4))
+    q = np.zeros((3, 5, 4))
     q[:, -1, :3] = R - np.eye(3)
     q[:, -1, 3] = t
-    out = _lbs_native.deform(q.reshape(3, -1).copy(), sim._Wt_np, sim._dWt_np, sim._Xt_np)
+    out = _lbs_native.deform(q.reshape(3, -1).copy(), Wt, dWt, Xt)
     n = X.shape[0]
-    Xn = sim._Xt_np  # [3, n]
-    assert np.allclose(out[:, :n], (R - np.eye(3)) @ Xn + t[:, None], atol=1e-12)
+    assert np.allclose(out[:, :n], (R - np.eye(3)) @ Xt + t[:, None], atol=1e-12)
     assert np.allclose(out[:, n:].reshape(3, 3, n), (R - np.eye(3))[:, :, None], atol=1e-12)
+    rhs = np.zeros((3, 4 * n))
+    rhs[:, :n] = np.array([1.0, 2.0, 3.0])[:, None]  # 1, 2, 3 N on every point, no stress
+    g = _lbs_native.project(rhs, Wt, dWt, Xt).reshape(3, 5, 4)
+    assert np.allclose(g[:, -1, 3], n * np.array([1.0, 2.0, 3.0]), rtol=1e-12)  # the resultant
+    assert np.allclose(g[:, -1, :3], np.array([1.0, 2.0, 3.0])[:, None] * Xt.sum(1)[None, :], rtol=1e-12)
 
 
 def test_kernels_refuse_arrays_of_the_wrong_layout():
     X, W, dW = _body(20, 4, seed=1)
-    sim = SubspaceSimulator(X.float(), W, dW, 1e-3, E=1e5, nu=0.3)
-    q = np.zeros((3, sim.K4))
+    Wt, dWt = W.T.contiguous().numpy(), dW.permute(1, 2, 0).contiguous().numpy()
+    Xt = X.T.contiguous().numpy()
     with pytest.raises(ValueError, match="q must be"):
-        _lbs_native.deform(q[:, :-4], sim._Wt_np, sim._dWt_np, sim._Xt_np)
+        _lbs_native.deform(np.zeros((3, 12)), Wt, dWt, Xt)
     with pytest.raises(ValueError, match="C-contiguous float64"):
-        _lbs_native.deform(np.asfortranarray(np.ones((3, sim.K4))), sim._Wt_np, sim._dWt_np, sim._Xt_np)
+        _lbs_native.deform(np.asfortranarray(np.ones((3, 16))), Wt, dWt, Xt)
     with pytest.raises(ValueError, match="rhs must be"):
-        _lbs_native.project(np.zeros((3, 4 * 20), np.float32), sim._Wt_np, sim._dWt_np, sim._Xt_np)
+        _lbs_native.project(np.zeros((3, 4 * 20), np.float32), Wt, dWt, Xt)
+    with pytest.raises(ValueError, match="float32 or both float64"):
+        _lbs_native.project(np.zeros((3, 4 * 20)), Wt.astype(np.float32), dWt, Xt)
 
 
 def test_a_simulation_with_the_kernels_follows_the_one_without(monkeypatch):

@@ -299,6 +299,7 @@ class SubspaceSimulator:
         else:
             T = torch.eye(self.H_orig, dtype=dd)
         self.T = T  # (H, H')
+        self._set_kernel_weights(W, dW, T)
         W = W @ T
         dW = torch.einsum("nhb,hj->njb", dW, T)
         self.H = W.shape[1]
@@ -332,9 +333,6 @@ class SubspaceSimulator:
         # the same memory as numpy: the two GEMMs of every evaluation ([3, 4H] @ [4H, 4n] and [4H, 4n] @ [4n, 3])
         # run through numpy's BLAS, 2-3x faster than torch's for these thin shapes on 1 thread (bench_sim)
         self._PhiG_T_np = self.PhiG_T.numpy()
-        # the same products from W (H', n), grad W (H', 3, n) and X: a quarter of the bytes (physics/_lbs_native.py)
-        self._Wt_np = W.T.contiguous().numpy()  # [H', n]
-        self._dWt_np = dW.permute(1, 2, 0).contiguous().numpy()  # [H', 3, n]
         self._Xt_np = self.X.T.contiguous().numpy()  # [3, n]
         self._eye3n_np = np.eye(3)[:, :, None]  # [3, 3, 1]
         self.pin: Optional[_Spring] = None
@@ -826,23 +824,40 @@ class SubspaceSimulator:
         return torch.einsum("nik,nij,njl->kl", J, Hc.to(torch.float64), J)
 
     # ------------------------------------------------------------------------------------------ evaluation
+    def _set_kernel_weights(self, W: torch.Tensor, dW: torch.Tensor, T: torch.Tensor) -> None:
+        """Keep the weights (n, H) and gradients (n, H, 3) before the whitening T (H, H') for the evaluation kernels
+        (:meth:`_deform_rows`), transposed to (H, n) / (H, 3, n): float32 when every value is a float32 value (the
+        pipeline's fields are; half the bytes, nothing rounded), else float64."""
+        w32, d32 = W.float(), dW.float()
+        exact = bool(torch.equal(w32.double(), W) and torch.equal(d32.double(), dW))
+        Wk, dWk = (w32, d32) if exact else (W, dW)
+        self._Wt_np = Wk.T.contiguous().numpy()  # [H, n]
+        self._dWt_np = dWk.permute(1, 2, 0).contiguous().numpy()  # [H, 3, n]
+        self._T_np = T.numpy()  # [H, H']
+        self._T_eye = bool(T.shape[0] == T.shape[1] and torch.equal(T, torch.eye(T.shape[0], dtype=T.dtype)))
+
     def _deform_rows(self, q: np.ndarray) -> np.ndarray:
-        """``q [3, 4H] @ [Phi; G]^T [4H, 4n]`` (3, 4n) float64: the displacements and F - I at the cubature points
+        """``q [3, 4H'] @ [Phi; G]^T [4H', 4n]`` (3, 4n) float64: the displacements and F - I at the cubature points
         (:meth:`_eval`), by the C kernel from W and grad W when :attr:`use_native` and it is available
-        (:mod:`._lbs_native`: with several bodies the stored rows no longer stay in cache), else the GEMM."""
+        (:mod:`._lbs_native`: with several bodies the stored rows no longer stay in cache), else the GEMM. The kernel
+        takes the weights before whitening, so q goes through T first: sum_j (W T)_j q_j = sum_h W_h (T q)_h."""
         if self.use_native:
-            out = _lbs_native.deform(np.ascontiguousarray(q), self._Wt_np, self._dWt_np, self._Xt_np)
+            qk = q if self._T_eye else np.matmul(self._T_np, q.reshape(3, self.H, 4)).reshape(3, -1)  # [3, 4H]
+            out = _lbs_native.deform(np.ascontiguousarray(qk), self._Wt_np, self._dWt_np, self._Xt_np)
             if out is not None:
                 return out
         return q @ self._PhiG_T_np
 
     def _project_rows(self, rhs: np.ndarray) -> np.ndarray:
-        """``([Phi; G]^T [4H, 4n] @ rhs^T [4n, 3])^T`` (3, 4H) float64 for rhs (3, 4n) (:meth:`_gradient`), by the
-        C kernel like :meth:`_deform_rows`, else the GEMM."""
+        """``([Phi; G]^T [4H', 4n] @ rhs^T [4n, 3])^T`` (3, 4H') float64 for rhs (3, 4n) (:meth:`_gradient`), by
+        the C kernel like :meth:`_deform_rows` (its result in the weights' own handles, then through T^T), else the
+        GEMM."""
         if self.use_native:
-            out = _lbs_native.project(rhs, self._Wt_np, self._dWt_np, self._Xt_np)
-            if out is not None:
-                return out
+            g = _lbs_native.project(rhs, self._Wt_np, self._dWt_np, self._Xt_np)  # [3, 4H]
+            if g is not None:
+                if self._T_eye:
+                    return g
+                return np.matmul(self._T_np.T, g.reshape(3, self.H_orig, 4)).reshape(3, -1)  # [3, 4H']
         return (self._PhiG_T_np @ rhs.T).T
 
     def _eval(self, q: torch.Tensor, ctx: Optional["_StepContext"]) -> "_Eval":
