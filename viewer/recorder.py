@@ -155,7 +155,9 @@ class Recorder:
             self.video_path = self._write_video()
             if self.video_path is not None:
                 meta["video"] = self.video_path.name
-        (self.out_dir / "sequence.json").write_text(json.dumps(meta, indent=2) + "\n")
+        from physskin_gs.io._shared import write_text_atomic
+
+        write_text_atomic(self.out_dir / "sequence.json", json.dumps(meta, indent=2) + "\n")  # whole or not at all
         return self.out_dir
 
     def _write_video(self) -> Optional[Path]:

@@ -182,10 +182,16 @@ UNSURE_UP = ("the scene analysis is not sure which way is up; if the result is n
 
 # ------------------------------------------------------------------------------------------------ outputs
 def refuse_existing(path, allowed: bool, flag: str = "--force") -> None:
-    """OptionError when ``path`` exists and replacing it was not asked for with ``flag``."""
+    """OptionError when ``path`` exists (a dangling symlink counts) and replacing it was not asked for with
+    ``flag``; also, even with ``flag``, when it is not a regular file (a device, a FIFO, a socket: replacing it by a
+    regular file would break whatever it is)."""
     p = Path(path)
-    if p.exists() and not allowed:
-        raise OptionError(f"{p}: exists; refusing to replace it (use {flag} to overwrite)")
+    if p.exists() and not p.is_file() and not p.is_dir():
+        raise OptionError(f"{p}: exists and is not a regular file (a device, FIFO or socket); refusing to replace "
+                          "it, also with " + flag)
+    if (p.exists() or p.is_symlink()) and not allowed:
+        what = "exists" if p.exists() else "is a symlink to a missing file"
+        raise OptionError(f"{p}: {what}; refusing to replace it (use {flag} to overwrite)")
 
 
 def check_output_folder(path, option: str = "", create: bool = False, shown=None) -> Path:

@@ -73,9 +73,23 @@ def _same(a: str, b: str) -> bool:
         return False
 
 
+def _shipped_files() -> List[str]:
+    """Files of the installation that commands read without being told (the shipped network checkpoint): inputs of
+    every command, so that no output option can name them (``evaluate --json data/physskin_m16.safetensors --force``
+    replaced the network with a JSON file)."""
+    try:
+        from physskin_gs.model.checkpoint import default_checkpoint_path
+
+        p = default_checkpoint_path()
+    except Exception:  # noqa: BLE001 - no checkpoint module or path: nothing to protect
+        return []
+    return [str(p)] if os.path.isfile(p) else []
+
+
 def _input_files(inputs: Iterable) -> List[str]:
-    """The existing input files among ``inputs`` (None skipped; a folder stands for the files in it)."""
-    files: List[str] = []
+    """The existing input files among ``inputs`` (None skipped; a folder stands for the files in it), and the
+    installation's own files (:func:`_shipped_files`)."""
+    files: List[str] = _shipped_files()
     for p in inputs:
         if p is None or str(p) == "":
             continue
@@ -110,10 +124,13 @@ def _refuse_inputs(out: Output, inputs: List[str]) -> None:
     except OSError:
         names = []
     for inp in inputs:
-        inside = os.path.dirname(os.path.realpath(inp)) == real and writes(os.path.basename(os.path.realpath(inp)))
+        # an input anywhere under the folder whose path there (relative, "/"-separated: a checkpoint in
+        # snapshots/) is one the command writes
+        rel = os.path.relpath(os.path.realpath(inp), real)
+        inside = not rel.startswith("..") and not os.path.isabs(rel) and writes(rel.replace(os.sep, "/"))
         linked = [n for n in names if _same(os.path.join(out.path, n), inp)]
         if inside or linked:
-            name = linked[0] if linked else os.path.basename(inp)
+            name = linked[0] if linked else rel
             raise OptionError(f"{where}: writing {name} there would overwrite the input file {inp} ({out.flag} "
                               "replaces earlier outputs, never inputs); choose another folder")
 

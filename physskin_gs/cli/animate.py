@@ -135,6 +135,8 @@ def register(sub) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--host", default="127.0.0.1", help="viewer host (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=8080, help="viewer port (default 8080)")
+    p.add_argument("--record-dir", metavar="DIR", default=None,
+                   help="where the viewer's recordings go, one time-stamped folder each (default ./recordings)")
     p.set_defaults(func=run)
 
 
@@ -680,6 +682,53 @@ def _remove_old_run(folder: Path, pattern, with_meta: bool) -> int:
     return len(old)
 
 
+#: Prefix of the hidden folder an --overwrite run writes into before its files replace the earlier run's.
+_STAGE_PREFIX = ".physskin-gs-new-"
+
+
+def _new_stage(folder: Path) -> Path:
+    """A new hidden folder inside ``folder`` for this run's files (``--overwrite`` over an earlier run)."""
+    import tempfile
+
+    try:
+        return Path(tempfile.mkdtemp(prefix=_STAGE_PREFIX, dir=folder))
+    except OSError as exc:
+        raise OutputError(f"--overwrite: cannot create a folder in {folder} ({exc.strerror or exc})") from None
+
+
+def _drop_stage(stage: Path) -> None:
+    import shutil
+
+    shutil.rmtree(stage, ignore_errors=True)
+
+
+def _remove_stages(folder: Path) -> int:
+    """Remove the stage folders a killed run left in ``folder`` (this run holds its lock); returns how many."""
+    n = 0
+    for p in folder.glob(_STAGE_PREFIX + "*") if folder.is_dir() else []:
+        if p.is_dir() and not p.is_symlink():
+            _drop_stage(p)
+            n += 1
+    return n
+
+
+def _commit_stage(stage: Path, folder: Path, pattern, with_meta: bool) -> int:
+    """Replace the earlier run's files in ``folder`` by the complete run in ``stage``: the earlier frames (and
+    sequence.json) are removed, the stage's files moved up (a rename each, in the same file system), the stage
+    removed. Returns how many earlier files went. Raises OutputError."""
+    removed = _remove_old_run(folder, pattern, with_meta)
+    try:
+        names = sorted(p.name for p in stage.iterdir())
+        # frames first, sequence.json last: the folder never lists frames it lacks
+        for name in sorted(names, key=lambda n: n == "sequence.json"):
+            os.replace(stage / name, folder / name)
+    except OSError as exc:
+        raise OutputError(f"--overwrite: cannot move this run's files from {stage} into {folder} "
+                          f"({exc.strerror or exc}); they are in {stage}") from None
+    _drop_stage(stage)
+    return removed
+
+
 def sequence_json_text(meta: dict) -> str:
     """``sequence.json`` as strict JSON (no NaN / Infinity): non-finite numbers are written as null and listed
     under ``null_values`` with a note."""
@@ -696,8 +745,17 @@ def run(args) -> int:
     if getattr(args, "headless", False):
         return run_headless(args)
     require_input_file(args.path)
+    given = [f"{o} {v}" for o, v in (("--export", args.export), ("--video", args.video), ("--png", args.png)) if v]
+    if given:  # the viewer writes its recordings itself: these would be silently ignored
+        raise OptionError(f"{', '.join(given)}: written by --headless runs only; add --headless, or open the viewer "
+                          "without them and record from its Recording panel (into --record-dir, default "
+                          "./recordings)")
     validate_args(args)
     args.config = config_from_args(args)
+    if args.record_dir:
+        from physskin_gs.cli._common import check_output_folder
+
+        check_output_folder(os.path.join(args.record_dir, "rec"), "--record-dir", shown=args.record_dir)
     try:
         from physskin_gs_viewer.app import run_viewer
     except ImportError as exc:
@@ -847,16 +905,24 @@ def run_headless(args) -> int:
     png_dir = Path(args.png) if args.png else None
     if args.video or png_dir:
         video = OrbitVideo(anim, args.width, args.height, args.frames, args.orbit)
-    if getattr(args, "overwrite", False):  # the earlier run's files go only now that the new run is ready
-        removed = (_remove_old_run(export, _SEQUENCE_FILE, True) if export is not None else 0) \
-            + (_remove_old_run(png_dir, _PNG_FILE, False) if png_dir is not None else 0)
-        if removed:
-            print(f"[physskin-gs] --overwrite: removed {removed} files of an earlier run", file=sys.stderr)
     for folder in (export, png_dir):  # temporary files an interrupted or killed run left (this run holds the lock)
-        stale = _remove_old_run(folder, _SEQUENCE_TEMP, False) if folder is not None else 0
+        stale = (_remove_old_run(folder, _SEQUENCE_TEMP, False) + _remove_stages(folder)) if folder is not None else 0
         if stale:
             print(f"[physskin-gs] removed {stale} temporary files an interrupted run left in {folder}/",
                   file=sys.stderr)
+    # --overwrite over an earlier run: this run writes into a hidden folder inside (a stage) and its files replace
+    # the earlier run's only once it is complete; an interrupt or a failure leaves the earlier run as it was
+    stages = {}  # final folder -> (stage, pattern, with sequence.json)
+    if getattr(args, "overwrite", False):
+        for folder, pattern, meta in ((export, _SEQUENCE_FILE, True), (png_dir, _PNG_FILE, False)):
+            if folder is not None and (_existing_frames(folder, pattern)
+                                       or (meta and (folder / "sequence.json").exists())):
+                stages[folder] = (_new_stage(folder), pattern, meta)
+    final_export, final_png = export, png_dir
+    if export in stages:
+        export = stages[export][0]
+    if png_dir in stages:
+        png_dir = stages[png_dir][0]
     fps = 1.0 / (anim.dt * args.steps_per_frame)
     fmt = getattr(args, "export_format", "ply") or "ply"
     from physskin_gs import interrupts
@@ -919,10 +985,14 @@ def run_headless(args) -> int:
             except Exception:  # noqa: BLE001 - the interrupt is what the user sees
                 exporter.abort()
                 kept = None
-        if export is not None and kept is not None:
+        for final, (stage, _, _) in stages.items():  # an earlier run --overwrite was to replace: kept whole
+            _drop_stage(stage)
+            print(f"[physskin-gs] interrupted: {final}/ keeps the earlier run's files as they were (--overwrite "
+                  "replaces them only with a complete run); this run's frames were discarded", file=sys.stderr)
+        if export is not None and kept is not None and final_export not in stages:
             print(f"[physskin-gs] interrupted: kept {kept} frames in {export}/ (every one complete; no sequence.json)",
                   file=sys.stderr)
-        if png_dir is not None:  # each PNG is written whole (a temporary name, then renamed): the folder's count
+        if png_dir is not None and final_png not in stages:  # each PNG is written whole: the folder's count
             pngs = len(_existing_frames(png_dir, _PNG_FILE))
             print(f"[physskin-gs] interrupted: kept {pngs} PNG frames in {png_dir}/", file=sys.stderr)
         if video is not None and args.video:  # encoded once every frame is rendered (a fresh user's find: it went
@@ -933,6 +1003,8 @@ def run_headless(args) -> int:
     except BaseException:
         if exporter is not None:  # a failed run keeps its PLY frames; a partial USD file is removed
             exporter.abort()
+        for stage, _, _ in stages.values():  # (an earlier run it was to replace stays as it was)
+            _drop_stage(stage)
         raise
     bar.close()
     export_summary = None
@@ -1001,6 +1073,11 @@ def run_headless(args) -> int:
         except OSError as exc:
             raise OutputError(f"could not write {export / 'sequence.json'}: {exc.strerror or exc}") from None
         verify_written(export / "sequence.json", "sequence metadata")
+    for final, (stage, pattern, meta) in stages.items():  # complete: the earlier run's files go, this run's move in
+        removed = _commit_stage(stage, final, pattern, meta)
+        print(f"[physskin-gs] --overwrite: replaced {removed} files of an earlier run in {final}/", file=sys.stderr)
+    export, png_dir = final_export, final_png
+    if export is not None:
         print(f"[physskin-gs] wrote {args.frames} frames to {export}/", file=sys.stderr)
     if png_dir is not None:
         print(f"[physskin-gs] wrote {args.frames} PNG frames to {png_dir}/", file=sys.stderr)

@@ -117,15 +117,30 @@ def _val_shapes(args, names):
 
 def export_samples(shapes, folder) -> None:
     """Write training shapes as shape-sample files (``NNN_name.safetensors``, see
-    :func:`physskin_gs.geometry.dataset.save_sample`) into ``folder``."""
+    :func:`physskin_gs.geometry.dataset.save_sample`) into ``folder``, replacing the shape samples (``*.safetensors``)
+    an earlier export left there (other files are kept). The new set is written into a hidden folder inside
+    ``folder`` first and moved up only when complete, so an interrupt or a failure leaves the earlier set as it
+    was, never a mixture (``--samples`` trains on every ``*.safetensors`` it finds). Raises OSError."""
+    import shutil
+    import tempfile
+
     from physskin_gs.geometry.dataset import ShapeSample, save_sample
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
-    for i, s in enumerate(shapes):
-        safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in s.name)
-        save_sample(ShapeSample(name=s.name, surface=s.surface.cpu(), volume=s.volume.cpu()),
-                    folder / f"{i:03d}_{safe}.safetensors")
+    stage = Path(tempfile.mkdtemp(prefix=".physskin-samples-", dir=folder))
+    try:
+        names = []
+        for i, s in enumerate(shapes):
+            safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in s.name)
+            names.append(f"{i:03d}_{safe}.safetensors")
+            save_sample(ShapeSample(name=s.name, surface=s.surface.cpu(), volume=s.volume.cpu()), stage / names[-1])
+        for old in folder.glob("*.safetensors"):
+            old.unlink()
+        for n in names:
+            os.replace(stage / n, folder / n)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
 
 
 def load_sample_dir(folder, exclude=()):
@@ -222,6 +237,38 @@ def _validate(model, shapes, n_points=5000):
     return mean, out
 
 
+def _check_options(args) -> None:
+    """Every numeric option in its range, before any folder is made or any work starts. Raises OptionError."""
+    from physskin_gs.cli._common import check_int, check_number
+
+    check_int("--steps", args.steps, 1)
+    check_int("--procedural", args.procedural, 0)
+    if args.threads is not None:
+        check_int("--threads", args.threads, 1, 1024)
+    if args.max_minutes is not None:
+        check_number("--max-minutes", args.max_minutes, 0, None, lo_open=True, unit="min")
+    if args.stop_after is not None:
+        check_int("--stop-after", args.stop_after, 1)
+    check_number("--ckpt-every", args.ckpt_every, 0, None, lo_open=True, unit="s")
+    check_int("--snapshot-every", args.snapshot_every, 1)
+    check_int("--log-every", args.log_every, 1)
+    check_number("--val-every", args.val_every, 0, None, unit="s")
+    check_int("--handles", args.handles, 1, 64)
+    for name in ("width", "heads", "latents", "handle_tokens", "head_hidden", "ff_mult", "cubature", "transforms",
+                 "surface_points"):
+        check_int("--" + name.replace("_", "-"), getattr(args, name), 1)
+    check_int("--enc-layers", args.enc_layers, 0)
+    check_int("--n-freq", args.n_freq, 0)
+    if args.width % args.heads:
+        raise OptionError(f"--width {args.width} must be a multiple of --heads {args.heads}")
+    check_number("--lr", args.lr, 0, None, lo_open=True)
+    check_number("--lr-min", args.lr_min, 0, args.lr)
+    check_number("--sigma", args.sigma, 0, None, lo_open=True)
+    check_number("--orth-only-frac", args.orth_only_frac, 0, 1)
+    for name in ("w_orth", "w_smooth", "c_orth", "c_smooth", "w_pot", "w_sub", "c_sub"):
+        check_number("--" + name.replace("_", "-"), getattr(args, name), 0, None)
+
+
 #: The files a run writes at the top of ``--out`` (snapshots go in ``snapshots/``).
 RUN_FILES = ("model.safetensors", "train_state.safetensors", "config.json", "metrics.jsonl")
 
@@ -236,13 +283,12 @@ def run(args) -> int:
     from physskin_gs.model.network import NetConfig, PhysSkinNet
     from physskin_gs.model.trainer import TrainConfig, train_step
 
+    _check_options(args)
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("gloo")
     torch.set_num_threads(args.threads or max(1, 2 // world))
-    if args.steps < 1:
-        raise OptionError("--steps must be >= 1")
     device = _device(args.device)
     out = Path(args.out)
     is_main = rank == 0
@@ -262,9 +308,9 @@ def run(args) -> int:
         from physskin_gs.cli._outputs import Output, claim_outputs
 
         claim_outputs([Output("--out", str(out), folder=True, replace=args.force or args.resume,
-                              writes=lambda n: n in RUN_FILES),
+                              writes=lambda n: n in RUN_FILES or n.startswith("snapshots/")),
                        Output("--export-samples", args.export_samples, folder=True,
-                              writes=lambda n: n.endswith(".safetensors"))],
+                              writes=lambda n: "/" not in n and n.endswith(".safetensors"))],
                       inputs=[None if args.resume else args.init, *(args.data or []), args.samples])
     log = print if is_main else (lambda *a, **k: None)
 
@@ -282,10 +328,10 @@ def run(args) -> int:
     model_path, state_path = out / "model.safetensors", out / "train_state.safetensors"
     if not args.resume and not args.force and (model_path.exists() or (out / "metrics.jsonl").exists()):
         raise OptionError(f"{out} holds a training run; use --resume to continue it or --force to start over")
-    if args.force and not args.resume and is_main:
-        for f in (model_path, state_path, out / "metrics.jsonl"):
-            if f.exists():
-                f.unlink()
+    # --force over an earlier run: its files stay as they are until this run's first checkpoint replaces them all
+    # at once (model, state, config, metrics, snapshots); an interrupt before that leaves the earlier run whole
+    replacing = bool(args.force and not args.resume and is_main
+                     and any((out / n).exists() for n in RUN_FILES))
     if args.resume:
         if not (model_path.is_file() and state_path.is_file()):
             raise OptionError(f"--resume: no checkpoint to resume in {out}")
@@ -338,23 +384,36 @@ def run(args) -> int:
         start, _ = load_train_state(state_path, opt, gen)  # Adam state is identical on every rank
         if rank:
             gen.manual_seed(tcfg.seed * 1000 + rank + 7919 * start)
-    if is_main:
-        from physskin_gs.io._shared import write_text_atomic
+    from physskin_gs.io._shared import write_text_atomic
 
+    def write_config():
         write_text_atomic(out / "config.json", json.dumps({
             "model": ncfg.to_dict(), "train": tcfg.to_dict(), "data": args.data, "synthetic": args.synthetic,
             "samples": args.samples, "held_out": list(held), "train_shapes": [s.name for s in shapes], "world_size": world,
             "threads": torch.get_num_threads(), "device": str(device),
         }, indent=2))
+
+    if is_main:
+        if not replacing:
+            write_config()
         log(f"training on {len(shapes)} shapes ({', '.join(s.name for s in shapes)}); held out: {', '.join(held)}")
         log(f"model: {sum(p.numel() for p in model.parameters())} parameters; steps {start} -> {tcfg.steps}")
 
     def save(step):
+        nonlocal replacing, metrics_f
         if not is_main:
             return
         meta = {"step": step, "elapsed_s": elapsed_total()}
         save_checkpoint(model, model_path, {"train": tcfg.to_dict(), "data": args.data}, meta)
         save_train_state(state_path, opt, gen, step, {"elapsed_s": elapsed_total()})
+        if replacing:  # this run's first checkpoint: the earlier run's config, metrics and snapshots go now
+            write_config()
+            metrics_f.close()
+            os.replace(metrics_part, out / "metrics.jsonl")
+            metrics_f = open(out / "metrics.jsonl", "a")
+            for old in (out / "snapshots").glob("step_*.safetensors"):
+                old.unlink()
+            replacing = False
         if step % args.snapshot_every == 0 or step == tcfg.steps:
             save_checkpoint(model, out / "snapshots" / f"step_{step:06d}.safetensors", {"train": tcfg.to_dict()}, meta)
 
@@ -370,7 +429,11 @@ def run(args) -> int:
     def elapsed_total():
         return prev_elapsed + time.time() - t_start
 
-    metrics_f = open(out / "metrics.jsonl", "a") if is_main else None
+    # (replacing an earlier run: this run's metrics go to a hidden file until its first checkpoint)
+    metrics_part = out / ".metrics.jsonl.partial"
+    metrics_f = None
+    if is_main:
+        metrics_f = open(metrics_part, "w") if replacing else open(out / "metrics.jsonl", "a")
     last_ckpt = last_val = time.time()
     if is_main and val and start == 0:
         mean, _ = _validate(model, val)
@@ -378,40 +441,55 @@ def run(args) -> int:
     pbar = tqdm(range(start, tcfg.steps), initial=start, total=tcfg.steps, disable=not is_main, mininterval=5.0,
                 dynamic_ncols=True, desc="train")
     step = start
+    done = start
     model.train()
     from physskin_gs import interrupts
 
-    for step in pbar:
-        interrupts.check()
-        shape = shapes[int(torch.randint(0, len(shapes), (1,), generator=gen))]
-        if tcfg.augment:
-            shape = augment(shape, gen)
-        rec = train_step(model, opt, shape, tcfg, step, gen, world)
-        if is_main and (step % args.log_every == 0 or step == tcfg.steps - 1):
-            rec.update(step=step, shape=shape.name, elapsed_s=round(elapsed_total(), 2))
-            metrics_f.write(json.dumps(rec) + "\n")
-            metrics_f.flush()
-            pbar.set_postfix(pot=f"{rec['pot']:.3g}", orth=f"{rec['orth']:.2e}", H=f"{rec['h_spec']:.3f}")
-        done = step + 1
-        now = time.time()
-        stop = args.max_minutes is not None and (now - t_start) > 60 * args.max_minutes
-        stop = stop or (args.stop_after is not None and done - start >= args.stop_after)
-        if is_main and val and now - last_val > args.val_every:
-            mean, _ = _validate(model, val)
-            model.train()
-            metrics_f.write(json.dumps({"val": True, "step": done, "elapsed_s": round(elapsed_total(), 2), **mean}) + "\n")
-            metrics_f.flush()
-            last_val = now
-        if now - last_ckpt > args.ckpt_every or done % args.snapshot_every == 0 or done == tcfg.steps or stop:
+    try:
+        for step in pbar:
+            interrupts.check()
+            shape = shapes[int(torch.randint(0, len(shapes), (1,), generator=gen))]
+            if tcfg.augment:
+                shape = augment(shape, gen)
+            with interrupts.deferred():  # a Ctrl-C lands between steps: the model is never saved half-updated
+                rec = train_step(model, opt, shape, tcfg, step, gen, world)
+                done = step + 1  # (before the block ends, where a deferred interrupt is raised)
+            if is_main and (step % args.log_every == 0 or step == tcfg.steps - 1):
+                rec.update(step=step, shape=shape.name, elapsed_s=round(elapsed_total(), 2))
+                metrics_f.write(json.dumps(rec) + "\n")
+                metrics_f.flush()
+                pbar.set_postfix(pot=f"{rec['pot']:.3g}", orth=f"{rec['orth']:.2e}", H=f"{rec['h_spec']:.3f}")
+            now = time.time()
+            stop = args.max_minutes is not None and (now - t_start) > 60 * args.max_minutes
+            stop = stop or (args.stop_after is not None and done - start >= args.stop_after)
+            if is_main and val and now - last_val > args.val_every:
+                mean, _ = _validate(model, val)
+                model.train()
+                metrics_f.write(json.dumps({"val": True, "step": done, "elapsed_s": round(elapsed_total(), 2), **mean}) + "\n")
+                metrics_f.flush()
+                last_val = now
+            if now - last_ckpt > args.ckpt_every or done % args.snapshot_every == 0 or done == tcfg.steps or stop:
+                save(done)
+                last_ckpt = now
+            if world > 1:
+                flag = torch.tensor([1.0 if stop else 0.0])
+                dist.all_reduce(flag)
+                stop = bool(flag.item() > 0)
+            if stop:
+                log(f"stopping at step {done}")
+                break
+    except KeyboardInterrupt:
+        # Ctrl-C / SIGTERM between steps: keep what this run trained (as --max-minutes does), then exit as
+        # interrupted; with nothing trained yet, an earlier run that --force was to replace stays as it was
+        if is_main and done > start:
+            interrupts.reset()  # (a pending interrupt would abort the checkpoint's own writes)
             save(done)
-            last_ckpt = now
-        if world > 1:
-            flag = torch.tensor([1.0 if stop else 0.0])
-            dist.all_reduce(flag)
-            stop = bool(flag.item() > 0)
-        if stop:
-            log(f"stopping at step {done}")
-            break
+            log(f"interrupted: saved the checkpoint at step {done} ({model_path}); --resume continues it")
+        if metrics_f is not None:
+            metrics_f.close()
+            if replacing:
+                metrics_part.unlink(missing_ok=True)
+        raise
     if is_main:
         if val:
             mean, _ = _validate(model, val)

@@ -122,6 +122,7 @@ def atomic_output(path) -> Iterator[str]:
         os.close(fd)
         yield tmp
         interrupts.check()
+        os.chmod(tmp, FILE_MODE)  # a writer that recreated the file (safetensors does) left it 0600
         os.replace(tmp, path)
     except BaseException:
         unlink_quietly(tmp)

@@ -95,8 +95,9 @@ def write_video(
     that are not multiples of 16 are padded by edge replication (never silently resized).
     The video is written to a temporary name beside ``path``, checked (it exists and ffmpeg reads back as many
     frames as were given), then renamed into place; a failed write leaves no file at ``path``.
-    If imageio-ffmpeg is missing, writes PNG frames into ``<path stem>_frames/frame%04d.png`` instead,
-    warns, and returns that folder.
+    If imageio-ffmpeg is missing, writes PNG frames into ``<path stem>_frames/frame%04d.png`` instead (or
+    ``<path stem>_frames_2``, ``_3``, ... when that folder exists and is not empty: nothing is written over), warns,
+    and returns that folder.
 
     Returns:
         The path written (the video file or the PNG folder).
@@ -123,6 +124,10 @@ def write_video(
         writer = None
     else:
         target = path.with_name(path.stem + "_frames")
+        k = 2
+        while target.exists() and (not target.is_dir() or any(target.iterdir())):  # never into an earlier one
+            target = path.with_name(f"{path.stem}_frames_{k}")
+            k += 1
         partial = None
         try:
             target.mkdir(exist_ok=True)

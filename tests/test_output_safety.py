@@ -1,0 +1,221 @@
+"""Outputs never destroy what the user did not name as an output (third fresh-user pass, 2026-12-06): the shipped
+network, a checkpoint deep inside a training folder, an earlier run replaced with --force but interrupted, special
+files, folders of an earlier PNG fallback; and what is written keeps the usual permissions."""
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+import torch
+
+from physskin_gs.cli import main
+from physskin_gs.errors import OptionError
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+REPO = Path(__file__).resolve().parents[1]
+TINY = ["--handles", "6", "--width", "32", "--heads", "2", "--latents", "8", "--enc-layers", "1",
+        "--handle-tokens", "8", "--head-hidden", "32", "--ff-mult", "1", "--cubature", "64", "--transforms", "8",
+        "--surface-points", "128", "--val-every", "0", "--synthetic", "--threads", "1", "--log-every", "1"]
+
+
+def _digest(path: Path) -> bytes:
+    return path.read_bytes()
+
+
+def test_no_output_option_can_name_the_shipped_network(capsys):
+    """`evaluate --json data/physskin_m16.safetensors --force` replaced the network with a JSON file: the default
+    checkpoint is an input of every command, named or not."""
+    from physskin_gs.model.checkpoint import default_checkpoint_path
+
+    ckpt = Path(default_checkpoint_path())
+    assert ckpt.is_file()
+    before = ckpt.read_bytes()
+    demo = REPO / "data" / "spot_mesh2splat_10k.splat"
+    assert main(["evaluate", "--data", str(demo), "--json", str(ckpt), "--force"]) == 2
+    assert "input file" in capsys.readouterr().err
+    assert main(["convert", str(demo), str(ckpt), "--force"]) == 2
+    assert ckpt.read_bytes() == before
+
+
+def test_train_refuses_an_init_checkpoint_inside_the_snapshots_it_replaces(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--steps", "4", "--snapshot-every", "2", *TINY]) == 0
+    init = out / "snapshots" / "step_000004.safetensors"
+    before = init.read_bytes()
+    assert main(["train", "--out", str(out), "--steps", "4", "--snapshot-every", "2", "--force", "--init", str(init),
+                 *TINY]) == 2
+    assert "snapshots/step_000004.safetensors" in capsys.readouterr().err
+    assert init.read_bytes() == before
+
+
+def _run_files(out: Path) -> dict:
+    files = {n: (out / n).read_bytes() for n in ("model.safetensors", "train_state.safetensors", "config.json",
+                                                 "metrics.jsonl")}
+    files["snapshots"] = sorted(p.name for p in (out / "snapshots").glob("*.safetensors"))
+    return files
+
+
+def _interrupt_at(monkeypatch, at_step: int):
+    """Make the training step raise KeyboardInterrupt (as a Ctrl-C does) when it reaches ``at_step``."""
+    import physskin_gs.model.trainer as trainer
+
+    real = trainer.train_step
+
+    def step(model, opt, shape, tcfg, step, *a, **k):
+        if step == at_step:
+            raise KeyboardInterrupt
+        return real(model, opt, shape, tcfg, step, *a, **k)
+
+    monkeypatch.setattr(trainer, "train_step", step)
+
+
+def test_train_force_keeps_the_earlier_run_until_its_own_first_checkpoint(tmp_path, monkeypatch):
+    """--force then Ctrl-C before the first step: the earlier run is intact (it was deleted up front, and --resume
+    then found nothing). Ctrl-C after two steps: a checkpoint of those steps, and the earlier run is replaced as a
+    whole: its snapshots and metrics go, none is mixed in."""
+    out = tmp_path / "run"
+    assert main(["train", "--out", str(out), "--steps", "4", "--snapshot-every", "2", *TINY]) == 0
+    earlier = _run_files(out)
+    assert earlier["snapshots"] == ["step_000002.safetensors", "step_000004.safetensors"]
+
+    _interrupt_at(monkeypatch, 0)
+    assert main(["train", "--out", str(out), "--steps", "3", "--snapshot-every", "3", "--force", "--seed", "1",
+                 *TINY]) == 130
+    assert _run_files(out) == earlier  # nothing trained: nothing replaced
+    assert not (out / ".metrics.jsonl.partial").exists()
+
+    monkeypatch.undo()
+    _interrupt_at(monkeypatch, 2)
+    assert main(["train", "--out", str(out), "--steps", "3", "--snapshot-every", "3", "--force", "--seed", "1",
+                 *TINY]) == 130
+    now = _run_files(out)
+    assert now["model.safetensors"] != earlier["model.safetensors"]
+    assert now["snapshots"] == []  # the earlier run's snapshots went with it; step 2 is no snapshot step
+    steps = [json.loads(line)["step"] for line in now["metrics.jsonl"].decode().splitlines()]
+    assert steps == [0, 1]  # this run's metrics only
+    state = json.loads((out / "config.json").read_text())
+    assert state["train"]["seed"] == 1
+    from physskin_gs.model.checkpoint import checkpoint_metadata
+
+    assert int(checkpoint_metadata(out / "model.safetensors")["metrics"]["step"]) == 2
+
+    monkeypatch.undo()
+    assert main(["train", "--out", str(out), "--steps", "3", "--resume", *TINY]) == 0  # and it resumes
+
+
+def test_train_options_are_checked_before_any_folder_is_made(tmp_path, capsys):
+    for opt, val in (("--lr", "nan"), ("--lr", "-1"), ("--threads", "-2"), ("--handles", "0"),
+                     ("--snapshot-every", "0"), ("--log-every", "0"), ("--max-minutes", "-1"),
+                     ("--ckpt-every", "nan"), ("--width", "0")):
+        out = tmp_path / f"o{opt}{val}"
+        args = [a for a in TINY]
+        if opt in args:  # replace TINY's own value
+            i = args.index(opt)
+            del args[i:i + 2]
+        assert main(["train", "--out", str(out), "--steps", "2", *args, opt, val]) == 2, (opt, val)
+        assert opt in capsys.readouterr().err
+        assert not out.exists(), (opt, val)
+
+
+def test_export_samples_with_force_replaces_the_earlier_set_whole(tmp_path):
+    from physskin_gs.cli.train import export_samples
+    from physskin_gs.model.data import synthetic_shape
+
+    folder = tmp_path / "s"
+    export_samples([synthetic_shape(k, seed=i) for i, k in enumerate(["sphere", "box", "ellipsoid"])], folder)
+    (folder / "notes.txt").write_text("mine")
+    export_samples([synthetic_shape("box", seed=5)], folder)
+    assert sorted(p.name for p in folder.iterdir()) == ["000_box.safetensors", "notes.txt"]
+
+
+def test_outputs_refuse_special_files_and_count_dangling_links(tmp_path):
+    from physskin_gs.cli._common import refuse_existing
+
+    fifo = tmp_path / "fifo.ply"
+    os.mkfifo(fifo)
+    with pytest.raises(OptionError, match="not a regular file"):
+        refuse_existing(fifo, True)
+    link = tmp_path / "dang.ply"
+    link.symlink_to(tmp_path / "missing" / "x.ply")
+    with pytest.raises(OptionError, match="symlink to a missing file"):
+        refuse_existing(link, False)
+    refuse_existing(link, True)  # --force may replace the link itself
+    demo = REPO / "data" / "spot_mesh2splat_10k.splat"
+    assert main(["convert", str(demo), str(fifo), "--force"]) == 2
+    assert stat.S_ISFIFO(os.stat(fifo).st_mode)
+
+
+def test_checkpoints_are_written_with_the_usual_file_mode(tmp_path):
+    """safetensors recreates the file it writes (0600); atomic_output gives it the mode of every other output."""
+    from physskin_gs.io._shared import FILE_MODE
+    from physskin_gs.model.checkpoint import _atomic_save
+
+    p = tmp_path / "m.safetensors"
+    _atomic_save({"a": torch.zeros(3)}, p, {})
+    assert stat.S_IMODE(os.stat(p).st_mode) == FILE_MODE
+
+
+def test_the_png_fallback_never_writes_into_an_earlier_folder(tmp_path, monkeypatch):
+    import numpy as np
+
+    from physskin_gs.render import video
+
+    monkeypatch.setattr(video, "_has_ffmpeg", lambda: False)
+    earlier = tmp_path / "tv_frames"
+    earlier.mkdir()
+    (earlier / "frame0001.png").write_bytes(b"mine")
+    frames = [np.full((16, 16, 3), 100, np.uint8)] * 2
+    with pytest.warns(UserWarning, match="tv_frames_2"):
+        got = video.write_video(frames, tmp_path / "tv.mp4", fps=10)
+    assert Path(got).name == "tv_frames_2" and len(list(Path(got).glob("*.png"))) == 2
+    assert (earlier / "frame0001.png").read_bytes() == b"mine"
+
+
+def test_viewer_mode_refuses_headless_outputs(tmp_path, capsys):
+    demo = REPO / "data" / "spot_mesh2splat_10k.splat"
+    assert main(["animate", str(demo), "--export", str(tmp_path / "e"), "--frames", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "--headless" in err and "--record-dir" in err
+    assert not (tmp_path / "e").exists()
+
+
+def test_an_interrupted_overwrite_keeps_the_earlier_sequence_whole(tmp_path, monkeypatch, capsys):
+    """`animate --overwrite` deleted the earlier sequence as soon as it was set up, so a Ctrl-C left a few new
+    frames and no sequence.json. Now the new run is written into a hidden folder and replaces the earlier one only
+    when complete: interrupted, the earlier frames and sequence.json are byte-identical and nothing else is left;
+    complete, exactly the new run's files are there."""
+    from physskin_gs import pipeline
+
+    demo = REPO / "data" / "spot_mesh2splat_10k.splat"
+    e = tmp_path / "e"
+    base = ["animate", str(demo), "--headless", "--export", str(e), "--handles", "4", "--cubature", "64"]
+    assert main(base + ["--frames", "3"]) == 0
+    before = {p.name: p.read_bytes() for p in e.iterdir() if not p.name.startswith(".")}
+    assert sorted(before) == ["frame0001.ply", "frame0002.ply", "frame0003.ply", "sequence.json"]
+    (e / "notes.txt").write_text("mine")
+
+    calls = {"n": 0}
+    real = pipeline.AnimatedScene.step
+
+    def step(self, *a, **k):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise KeyboardInterrupt
+        return real(self, *a, **k)
+
+    monkeypatch.setattr(pipeline.AnimatedScene, "step", step)
+    capsys.readouterr()
+    assert main(base + ["--frames", "5", "--overwrite"]) == 130
+    assert "keeps the earlier run's files as they were" in capsys.readouterr().err
+    after = {p.name: p.read_bytes() for p in e.iterdir() if p.name not in ("notes.txt",) and not p.name.startswith(".")}
+    assert after == before
+    assert [p.name for p in e.iterdir() if p.name.startswith(".physskin-gs-new-")] == []
+
+    monkeypatch.undo()
+    assert main(base + ["--frames", "2", "--overwrite"]) == 0
+    names = sorted(p.name for p in e.iterdir() if not p.name.startswith("."))
+    assert names == ["frame0001.ply", "frame0002.ply", "notes.txt", "sequence.json"]
+    assert json.loads((e / "sequence.json").read_text())["frames"] == 2
