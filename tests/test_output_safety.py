@@ -219,3 +219,50 @@ def test_an_interrupted_overwrite_keeps_the_earlier_sequence_whole(tmp_path, mon
     names = sorted(p.name for p in e.iterdir() if not p.name.startswith("."))
     assert names == ["frame0001.ply", "frame0002.ply", "notes.txt", "sequence.json"]
     assert json.loads((e / "sequence.json").read_text())["frames"] == 2
+
+
+def test_train_on_a_named_file_that_cannot_be_read_is_an_error(tmp_path, capsys):
+    """`train --data trunc.ply` printed one "skip" line and trained on the procedural shapes alone, exit 0."""
+    bad = tmp_path / "trunc.splat"
+    bad.write_bytes((REPO / "data" / "spot_mesh2splat_10k.splat").read_bytes()[:1000])  # not a multiple of 32 B
+    rc = main(["train", "--out", str(tmp_path / "o"), "--data", str(bad), "--procedural", "0", "--steps", "1",
+               "--threads", "1"])
+    assert rc == 2
+    assert "cannot train on" in capsys.readouterr().err
+    assert not (tmp_path / "o" / "model.safetensors").exists()
+
+
+def test_a_usd_write_error_becomes_a_clean_message(monkeypatch, tmp_path):
+    """USD reports a full disk only on its own diagnostic output, with an empty exception: the writer says what it
+    was (convert gave a raw traceback, animate "could not write frame 7 ...: " with no reason)."""
+    import errno
+    import shutil
+    from collections import namedtuple
+
+    usd = pytest.importorskip("physskin_gs.io.usd")
+    Usage = namedtuple("Usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: Usage(10 << 20, 10 << 20, 4096))
+    err = usd._usd_error(None, RuntimeError(""), str(tmp_path / "a.usdc"))
+    assert err.errno == errno.ENOSPC and "no space left" in err.strerror
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: Usage(10 << 20, 0, 10 << 20))
+    err = usd._usd_error(None, RuntimeError("Failed to save layer\nmore"), str(tmp_path / "a.usdc"))
+    assert err.strerror == "USD could not write the file: Failed to save layer"
+
+
+def test_small_input_and_name_mistakes_get_their_own_message(tmp_path, capsys):
+    import numpy as np
+
+    demo = REPO / "data" / "spot_mesh2splat_10k.splat"
+    fifo = tmp_path / "f.ply"
+    os.mkfifo(fifo)
+    assert main(["info", str(fifo)]) == 2
+    assert "not a regular file" in capsys.readouterr().err  # (it said "empty file (0 bytes)")
+    assert main(["convert", str(demo), ""]) == 2
+    assert "empty value" in capsys.readouterr().err
+    assert main(["convert", str(demo), str(tmp_path / "d" / ".ply")]) == 2
+    assert "only an extension" in capsys.readouterr().err
+    assert not (tmp_path / "d").exists()
+    out = tmp_path / "OUT.NPZ"  # upper case, as .PLY / .MP4 are accepted; savez used to write OUT...NPZ.npz beside
+    assert main(["skin", str(demo), "-o", str(out), "--handles", "4"]) == 0
+    assert np.load(out)["weights"].shape == (10000, 5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["OUT.NPZ", "f.ply"]

@@ -40,6 +40,8 @@ def require_input_file(path, option: str = "") -> str:
         raise FileNotFoundError(f"{lead}{p}: input file not found")
     if os.path.isdir(p):
         raise OptionError(f"{lead}{p}: is a folder, expected an input file")
+    if not os.path.isfile(p):  # a device or a FIFO: reading it never ends or reads nothing the size says
+        raise OptionError(f"{lead}{p}: is not a regular file (a device, FIFO or socket), expected an input file")
     return p
 
 

@@ -14,6 +14,8 @@ is recorded, so the converted file stands the same way.
 
 from __future__ import annotations
 
+import os
+
 import sys
 import warnings
 
@@ -100,6 +102,13 @@ def run(args) -> int:
     from physskin_gs.io import drop_invalid, load_scene, save_scene, validate
 
     require_input_file(args.input)
+    if not str(args.output).strip():
+        raise OptionError("OUT: empty value; give the output file name")
+    base = os.path.basename(str(args.output))
+    if base.startswith(".") and (base.lower() in (".ply", ".usd", ".usdc", ".usda", ".glb")
+                                 or base.lower() == ".compressed.ply"):
+        raise OptionError(f"{args.output}: the file name is only an extension (a hidden file named {base}); "
+                          "give it a name, e.g. out" + base)
     target = Output("output", args.output, replace=args.force)
     refuse_inputs([target], [args.input])  # before the name is looked at: the input's name fits a format
     fmt = output_format(args.output, getattr(args, "format", "auto"))

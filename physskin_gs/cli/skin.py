@@ -289,7 +289,7 @@ def run(args) -> int:
         check_int("--threads", args.threads, 1, 256)
         torch.set_num_threads(args.threads)
     out = Path(args.output)
-    if out.suffix != ".npz":
+    if out.suffix.lower() != ".npz":
         raise OptionError(f"{out}: output must be a .npz file")
     from physskin_gs.cli._outputs import Output, claim_outputs
 
@@ -362,8 +362,8 @@ def run(args) -> int:
     from physskin_gs.io._shared import atomic_output
 
     try:
-        with atomic_output(out) as tmp:
-            np.savez(tmp, weights=W.astype(np.float32), grads=G.astype(np.float32),
+        with atomic_output(out) as tmp, open(tmp, "wb") as fh:  # (a file object: savez adds no ".npz" to it)
+            np.savez(fh, weights=W.astype(np.float32), grads=G.astype(np.float32),
                      grads_scene=(G / obj.scale).astype(np.float32), center=obj.center, scale=np.float64(obj.scale),
                      valid=valid, metrics=np.array(json.dumps(finite_or_none(metrics), allow_nan=False)))
     except OSError as exc:

@@ -37,7 +37,8 @@ def default_data():
 def register(sub) -> None:
     p = sub.add_parser("train", help="train the PhysSkin skinning network (self-supervised, CPU)")
     p.add_argument("--data", nargs="+", default=None, help="mesh/splat files or folders (default: the shared meshes and training splats)")
-    p.add_argument("--procedural", type=int, default=64, help="number of procedural training shapes added")
+    p.add_argument("--procedural", type=int, default=64,
+                   help="procedural training shapes added to the --data shapes (default 64; 0 for none)")
     p.add_argument("--synthetic", action="store_true", help="train on built-in synthetic shapes (tests, smoke runs)")
     p.add_argument("--samples", metavar="DIR", default=None,
                    help="train on the shape samples saved in DIR (*.safetensors from --export-samples) instead of "

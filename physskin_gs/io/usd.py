@@ -279,8 +279,36 @@ def _up_rotation(up, axis: str) -> Optional[np.ndarray]:
     return q / np.linalg.norm(q)
 
 
+def _usd_error(px, exc: BaseException, path: str) -> OSError:
+    """An OSError for a USD error while writing ``path``: "no space left on the device" when its folder is full
+    (USD reports that only on its own diagnostic output, with an empty exception), else USD's first message."""
+    import errno
+    import shutil
+
+    try:
+        full = shutil.disk_usage(os.path.dirname(os.path.abspath(path)) or ".").free < 1 << 20
+    except OSError:
+        full = False
+    if full:
+        return OSError(errno.ENOSPC, "no space left on the device")
+    text = " ".join(str(a) for a in getattr(exc, "args", ()) if str(a).strip()) or str(exc)
+    first = next((line.strip() for line in text.splitlines() if line.strip()), "")
+    return OSError(errno.EIO, f"USD could not write the file{': ' + first if first else ''}")
+
+
+def _save(px, stage, path: str) -> None:
+    """``stage.Save()``, a USD error raised as a clean OSError (:func:`_usd_error`)."""
+    try:
+        stage.Save()
+    except px.Tf.ErrorException as exc:
+        raise _usd_error(px, exc, path) from None
+
+
 def _new_stage(px, tmp: str, up: str, mpu: float, note: str, rotation: Optional[np.ndarray] = None):
-    stage = px.Usd.Stage.CreateNew(tmp)
+    try:
+        stage = px.Usd.Stage.CreateNew(tmp)
+    except px.Tf.ErrorException as exc:
+        raise _usd_error(px, exc, tmp) from None
     px.UsdGeom.SetStageUpAxis(stage, px.UsdGeom.Tokens.y if up == "Y" else px.UsdGeom.Tokens.z)
     px.UsdGeom.SetStageMetersPerUnit(stage, mpu)
     root = px.UsdGeom.Xform.Define(stage, ROOT)
@@ -378,7 +406,7 @@ def save_usd(scene: GaussianScene, path, *, up_axis: str = "auto", meters_per_un
         stage = _new_stage(px, tmp, axis, mpu, f"3D Gaussian splats written by physskin_gs ({n} Gaussians)",
                            rotation)
         _define_prim(px, stage, "Gaussians", _Rows.of(scene, None), scene.sh_degree, "all", n, None)
-        stage.Save()
+        _save(px, stage, tmp)
         del stage
         _verify(px, tmp, {"Gaussians": n})
         os.replace(tmp, path)
@@ -469,7 +497,7 @@ class UsdSequenceWriter:
                 m = self._moving
                 self._attrs = (m.GetPositionsAttr(), m.GetOrientationsAttr(), m.GetScalesAttr(),
                                m.GetExtentAttr(), m.GetRadianceSphericalHarmonicsCoefficientsAttr())
-            self._stage.Save()
+            _save(self._px, self._stage, self._tmp)
         except BaseException:
             self._stage = None
             unlink_quietly(self._tmp)
@@ -580,7 +608,7 @@ class UsdSequenceWriter:
         if rows.sh is not None:
             shc.Set(Vt.Vec3fArray.FromNumpy(rows.sh), t)
         if self._incremental:
-            self._stage.Save()  # crate appends the new samples and drops them from memory
+            _save(self._px, self._stage, self._tmp)  # crate appends the new samples, drops them from memory
 
     # ------------------------------------------------------------------------------------------ finish
     def close(self) -> str:
@@ -602,7 +630,7 @@ class UsdSequenceWriter:
             if self._frames:
                 self._stage.SetStartTimeCode(1.0)
                 self._stage.SetEndTimeCode(float(self._frames[-1]))
-            self._stage.Save()
+            _save(self._px, self._stage, self._tmp)
             self._stage = self._moving = self._attrs = None
             _verify(px, self._tmp, self._expect, len(self._frames))
             os.replace(self._tmp, self.path)

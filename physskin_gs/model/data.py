@@ -74,20 +74,31 @@ def load_shapes(
 
     Uses ``physskin_gs.geometry.dataset.ShapeDataset.build`` (cached samples: 2048 FPS surface points, 16384
     volume points, float32, normalised frame).
-    Files whose stem is in ``exclude`` are skipped; unreadable or degenerate shapes are skipped with a log line.
-    Raises FileNotFoundError for a missing path and PhysSkinError if nothing usable remains.
+    Files whose stem is in ``exclude`` are skipped; unreadable or degenerate shapes found in a folder are skipped
+    with a log line, while a file named in ``paths`` itself that cannot be used is an error (a user who names a
+    file means it).
+    Raises FileNotFoundError for a missing path and PhysSkinError for an unusable named file or if nothing usable
+    remains.
     """
     files: List[Path] = []
+    named = set()
     for p in paths:
         p = Path(p)
         if not p.exists():
             raise FileNotFoundError(f"training data not found: {p}")
-        files += sorted(q for q in p.iterdir() if q.is_file()) if p.is_dir() else [p]
+        if p.is_dir():
+            files += sorted(q for q in p.iterdir() if q.is_file())
+        else:
+            files.append(p)
+            named.add(str(p.resolve()))
     excl = {_stem(e) for e in exclude}
     files = [f for f in files if _stem(f.name) not in excl and f.suffix.lower() not in (".md", ".txt", ".json")]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         ds = ShapeDataset.build(files, cache_dir=cache_dir, num_procedural=num_procedural, seed=seed, augment=False)
+    bad = [(path, why) for path, why in ds.skipped if str(Path(path).resolve()) in named]
+    if bad:
+        raise PhysSkinError("cannot train on " + "; ".join(f"{path}: {why}" for path, why in bad))
     for path, why in ds.skipped:
         log(f"skip {Path(path).name}: {why}")
     shapes = [_from_sample(smp) for smp in ds.samples]
