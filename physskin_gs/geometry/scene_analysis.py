@@ -654,6 +654,8 @@ def analyze_scene(
                     m[c_idx] = (flat_c >= 0) & near[np.maximum(flat_c, 0)]
                 if plane is not None and plane["through"].shape[0] and not small:
                     _drop_through_parts(m, pts, plane, scale / support_voxels)
+                if plane is not None and not small:
+                    _drop_wall_strips(m, pts, sd, band, scale / support_voxels, plane["normal"], rng)
                 return m
 
             def transparent_in(label: int, taken: np.ndarray) -> np.ndarray:
@@ -765,11 +767,95 @@ def _drop_through_parts(obj: np.ndarray, pts: np.ndarray, plane: dict, h: float)
     row_lab = labels[tuple(ijk.T)]  # [R] 1..k
     lab_of = np.zeros(obj.shape[0], dtype=np.int64)
     lab_of[rows] = row_lab
-    standing = np.bincount(lab_of[np.concatenate(plane["parts"])], minlength=k + 1)
+    stand_rows = np.concatenate(plane["parts"])
+    standing = np.bincount(lab_of[stand_rows], minlength=k + 1)
     through = np.bincount(lab_of[plane["through"]], minlength=k + 1)
     drop = through > standing
     drop[0] = False
-    obj[rows[drop[row_lab]]] = False
+    out = drop[row_lab]  # [R]
+    # a part holding both (an object touching a wall): shared where they meet, from the two sets of rows
+    both = np.flatnonzero((through > 0) & (standing > 0) & ~drop)
+    if both.size:
+        from physskin_gs.geometry.support import geodesic_split
+
+        seed_t, seed_s = np.zeros(occ.shape, dtype=bool), np.zeros(occ.shape, dtype=bool)
+        for mask, r in ((seed_t, plane["through"]), (seed_s, stand_rows)):
+            r = r[obj[r]]  # (rows of the object only: the grid covers those)
+            mask[tuple(np.floor((pts[r].astype(np.float64) - x.min(0)) / h).astype(np.int64).T)] = True
+        sel = np.isin(labels, both)
+        split = geodesic_split(sel, seed_t, seed_s)
+        out |= split[tuple(ijk.T)] == 1
+    obj[rows[out]] = False
+
+
+def _drop_wall_strips(obj: np.ndarray, pts: np.ndarray, sd: np.ndarray, band: float, h: float, n: np.ndarray,
+                      rng: np.random.Generator, max_below: int = 50_000) -> None:
+    """Remove from the object mask ``obj`` (N,) bool, in place, a wall or a leg joined to it that passes the support
+    beside it: so close that even the standing test's voxels ``h`` join them, so it stood on the support with the
+    object and moved with it (a generated cow against a wall: 94 % of the wall moved). The object's contact points
+    (within ``band`` + ``h`` of the plane, ``sd`` (N,) its signed distances, ``n`` its normal) are split into those
+    over something that continues below the plane (points 1-3 voxels under the slab within 0.75 voxel, as the
+    standing test asks of a part) and the rest; when the first are a minority lying mostly outside the rest's hull
+    (:func:`physskin_gs.geometry.support._wall_strip`: a wall runs on past what stands, the rim of an object's own
+    base at a table's edge does not) along a line (a wall's foot, not a leg's), the object's rows are shared by
+    :func:`physskin_gs.geometry.support.geodesic_split` at voxel ``h`` between the wall (seeds: its foot and the
+    rows within a voxel of the plane through the foot and the support's normal, past the standing contact's hull)
+    and what stands (seeds: the rest of the contact and every row more than two voxels off the wall's plane), and
+    the wall's share is dropped. Only the object mask
+    changes, never the support chosen. ``pts``: (N, 3) means, scene units."""
+    from scipy.spatial import cKDTree
+
+    from physskin_gs.geometry.support import _wall_strip, geodesic_split, plane_axes
+
+    rows = np.flatnonzero(obj)
+    if rows.shape[0] < 16:
+        return
+    contact = rows[sd[rows] <= band + h]
+    if contact.shape[0] < 16:
+        return
+    below = np.flatnonzero((sd < -band - h) & (sd >= -band - 3.0 * h))
+    if below.shape[0] == 0:
+        return
+    if below.shape[0] > max_below:
+        below = rng.choice(below, max_below, replace=False)
+    B = plane_axes(n)
+    c2 = pts[contact].astype(np.float64) @ B.T  # [K, 2]
+    dist, _ = cKDTree(pts[below].astype(np.float64) @ B.T).query(c2, k=1, distance_upper_bound=0.75 * h)
+    goes_on = np.isfinite(dist)
+    if not goes_on.any() or goes_on.mean() > 0.5 or not _wall_strip(c2[goes_on], c2[~goes_on], h):
+        return
+    # the strip is a wall's foot when it is a line: the wall is the plane through it and the support's normal
+    s2 = c2[goes_on]
+    ev, vec = np.linalg.eigh(np.cov((s2 - s2.mean(0)).T))
+    if not ev[0] < 0.05 * ev[1]:
+        return
+    m = B.T @ vec[:, 0]  # (3,) the wall's normal (in the support plane, across the strip)
+    x = pts[rows].astype(np.float64)
+    e = float(pts[contact[goes_on]].astype(np.float64).mean(0) @ m)
+    from scipy.spatial import ConvexHull, QhullError
+
+    try:
+        eq = ConvexHull(c2[~goes_on]).equations
+    except QhullError:
+        return
+    outside = np.max((x @ B.T) @ eq[:, :2].T + eq[:, 2], axis=1) > 1.5 * h  # [R] beyond the standing contact
+    on_wall = (np.abs(x @ m - e) <= h) & outside  # [R] the wall's own rows, past what stands
+    lo = x.min(0)
+    ijk = np.floor((x - lo) / h).astype(np.int64)  # [R, 3]
+    dims = ijk.max(0) + 1
+    if float(np.prod(dims)) > 64e6:
+        return
+    occ = np.zeros(tuple(dims), dtype=bool)
+    occ[tuple(ijk.T)] = True
+    seeds = np.zeros(occ.shape, dtype=bool), np.zeros(occ.shape, dtype=bool)
+    seeds[0][tuple(ijk[on_wall].T)] = True
+    seeds[1][tuple(ijk[np.abs(x @ m - e) > 2.0 * h].T)] = True  # clear of the wall: what stands (its body too)
+    for mask, r in ((seeds[0], contact[goes_on]), (seeds[1], contact[~goes_on])):
+        mask[tuple(np.floor((pts[r].astype(np.float64) - lo) / h).astype(np.int64).T)] = True
+    split = geodesic_split(occ, seeds[0], seeds[1])
+    wall = split[tuple(ijk.T)] == 1  # [R]
+    if wall.any() and not wall.all():
+        obj[rows[wall]] = False
 
 
 # ----------------------------------------------------------------------------------------------- plane

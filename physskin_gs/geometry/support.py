@@ -221,6 +221,82 @@ def _hull_size(pts: np.ndarray) -> float:
         return 0.0
 
 
+def geodesic_split(occ: np.ndarray, seeds_a: np.ndarray, seeds_b: np.ndarray) -> np.ndarray:
+    """Share the occupied voxels ``occ`` (X, Y, Z) bool between two seed sets (bool masks of the same shape):
+    each occupied voxel goes to the seeds it reaches in the fewest steps through occupied voxels (26-connected;
+    one multi-source shortest-path pass, scipy's ``dijkstra(min_only=True)``). Returns (X, Y, Z) int8: 1 (a),
+    2 (b), 0 (empty or reached by neither). A wall touching an object is split from it where they meet, not where
+    a plane would cut. :func:`_geodesic_split_reference` is the plain breadth-first version it is tested against."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    lab = np.zeros(occ.shape, dtype=np.int8)
+    a, b = occ & seeds_a, occ & seeds_b & ~seeds_a
+    if not (a.any() or b.any()):
+        return lab
+    node = np.full(occ.shape, -1, dtype=np.int64)
+    vox = np.flatnonzero(occ)
+    node.ravel()[vox] = np.arange(vox.size)
+    rows, cols = [], []
+    X, Y, Z = occ.shape
+    for dx in (0, 1):  # the 13 offsets with a positive first non-zero component: each edge once
+        for dy in ((-1, 0, 1) if dx else (0, 1)):
+            for dz in ((-1, 0, 1) if (dx or dy) else (1,)):
+                src = node[max(0, -dx):X - max(0, dx), max(0, -dy):Y - max(0, dy), max(0, -dz):Z - max(0, dz)]
+                dst = node[max(0, dx):X - max(0, -dx) if dx <= 0 else X, max(0, dy):Y - max(0, -dy) if dy <= 0 else Y,
+                           max(0, dz):Z - max(0, -dz) if dz <= 0 else Z]
+                m = (src >= 0) & (dst >= 0)
+                rows.append(src[m])
+                cols.append(dst[m])
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    g = coo_matrix((np.ones(r.size), (r, c)), shape=(vox.size, vox.size)).tocsr()
+    seeds = np.concatenate([node[b], node[a]])  # b first: it wins a tie
+    kind = np.concatenate([np.full(int(b.sum()), 2, np.int8), np.full(int(a.sum()), 1, np.int8)])
+    _, _, src = dijkstra(g, directed=False, indices=seeds, unweighted=True, min_only=True,
+                         return_predecessors=True)
+    reached = src >= 0
+    pos = np.searchsorted(np.sort(seeds), src[reached])
+    kind_sorted = kind[np.argsort(seeds, kind="stable")]
+    out = np.zeros(vox.size, dtype=np.int8)
+    out[reached] = kind_sorted[pos]
+    lab.ravel()[vox] = out
+    return lab
+
+
+def _geodesic_split_reference(occ: np.ndarray, seeds_a: np.ndarray, seeds_b: np.ndarray) -> np.ndarray:
+    """Plain reference of :func:`geodesic_split`: breadth-first growth from both seed sets at once, one voxel
+    layer a round (a voxel reached by both in the same round goes to ``b``). Slow; for tests."""
+    lab = np.zeros(occ.shape, dtype=np.int8)
+    lab[occ & seeds_b] = 2
+    lab[occ & seeds_a & (lab == 0)] = 1
+    free = occ & (lab == 0)
+    while free.any():
+        grow_b = ndimage.binary_dilation(lab == 2, structure=_FULL_3D) & free
+        grow_a = ndimage.binary_dilation(lab == 1, structure=_FULL_3D) & free & ~grow_b
+        if not (grow_a.any() or grow_b.any()):
+            break
+        lab[grow_b] = 2
+        lab[grow_a] = 1
+        free &= ~(grow_a | grow_b)
+    return lab
+
+
+def _wall_strip(c2_below: np.ndarray, c2_rest: np.ndarray, voxel: float) -> bool:
+    """Whether the contact points that continue below the plane (``c2_below``, (K, 2) in plane coordinates) are a
+    wall's or a leg's strip beside what stands, rather than the edge of its own base: most of them lie more than
+    1.5 voxels outside the convex hull of the rest of the contact (``c2_rest``). An object at a table's edge has
+    its points over the edge on its own base's rim; a wall behind it runs on past it."""
+    if c2_below.shape[0] < 8 or c2_rest.shape[0] < 3:
+        return False
+    try:
+        h = ConvexHull(c2_rest)
+    except QhullError:
+        return False
+    eq = h.equations  # [F, 3]: a . x + b <= 0 inside, |a| = 1
+    out = np.max(c2_below @ eq[:, :2].T + eq[:, 2], axis=1)  # [K] distance outside the hull
+    return bool(np.mean(out > 1.5 * voxel) >= 0.5)
+
+
 def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: float, voxel: float,
                    min_part: float = 0.02):
     """The parts of the points p (M, 3) that stand on the plane n . x = d (module docstring, tests 1-4).
