@@ -50,7 +50,10 @@ classification of all rows O(N)):
    the object's rows touch a part the support test found touching the plane without standing on it (a wall
    behind the object, a wall beside a cut-off table, a table leg), the object's rows are voxelised again at the
    standing test's finer voxel and the 26-connected parts holding more of such a part than of what stands are
-   left static.
+   left static. A wall so close that even those voxels join it to the object is found by its foot: the object's
+   contact points over something that continues below the support, lying along a line past the standing
+   contact's hull; the object's rows are then shared geodesically between the wall and what stands, and the
+   wall's share is left static.
    Everything else valid, opaque and not a floater is ``background`` (static), except the plane's inliers,
    which are ``support``.
 
