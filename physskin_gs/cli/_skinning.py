@@ -6,6 +6,8 @@ are spelled out here so that ``--help`` does not load torch.
 
 from __future__ import annotations
 
+import argparse
+
 #: Accepted ``--skinning`` values: the bases, then the alias 'pretrained' (= network).
 SKINNING_CHOICES = ("eigen", "network", "fit", "rbf", "tet", "voxel", "modes", "auto", "pretrained")
 
@@ -27,9 +29,18 @@ HANDLES_HELP = ("handles m of the skinning basis besides the constant one, 1-64 
 MAX_HANDLES = 64
 
 
+class _StoreGiven(argparse.Action):
+    """Store the value, and set ``<dest>_given`` (the user gave the option, as opposed to its default)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        setattr(namespace, self.dest, values)
+        setattr(namespace, self.dest + "_given", True)
+
+
 def add_handles_argument(p) -> None:
-    """Add --handles (dest ``num_handles``) to an argparse parser."""
-    p.add_argument("--handles", dest="num_handles", type=int, default=16, metavar="M", help=HANDLES_HELP)
+    """Add --handles (dest ``num_handles``; ``num_handles_given`` is set when the user gave it) to a parser."""
+    p.add_argument("--handles", dest="num_handles", type=int, default=16, metavar="M", help=HANDLES_HELP,
+                   action=_StoreGiven)
 
 
 def check_handles(args) -> None:

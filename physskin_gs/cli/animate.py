@@ -526,6 +526,10 @@ def resolve_material(args) -> None:
         # the stiffness is the user's with --material or --E (--nu or --density alone keep the default's E, raised
         # until the object stands: pipeline.stiffen_to_stand)
         args.material_chosen = name is not None or getattr(args, "E", None) is not None
+        # what the log calls the material: the preset's name, or "custom" when values were given without one
+        given = [f"--{f}" for f in ("E", "nu", "density") if getattr(args, f, None) is not None]
+        args.material_label = None if name is not None or not given else (
+            f"custom ({', '.join(given)}; the rest from {material(DEFAULT_MATERIAL).name})")
     if name is not None and not str(name).strip():
         raise OptionError("--material is empty; give a name (" + ", ".join(MATERIALS) + ")")
     try:
@@ -819,8 +823,13 @@ def run_headless(args) -> int:
         c = sa["counts"]
         static = anim.scene.num_gaussians - anim.info["num_moving"]
         given_up = str(args.up).strip().lower() != "auto"
-        print(f"[physskin-gs] scene: up [{', '.join(f'{v:+.3f}' for v in sa['up'])}] ({sa['up_source']}: "
-              f"{sa['reason']})" + (f"; --up {args.up} overrides it" if given_up else ""), file=sys.stderr)
+        whence = {"support-plane": "the normal of the support it stands on",
+                  "stable-base": "the side it stands on most stably (no support found)",
+                  "format-prior": "the file format's up-axis convention (no support, no clear base)",
+                  "default": "the default (no support, no convention)"}.get(sa["up_source"], sa["up_source"])
+        print(f"[physskin-gs] scene: up {_axis_name(sa['up'])}, from {whence}"
+              + (f"; --up {args.up} overrides it" if given_up else "")
+              + f" [{sa['up_source']}: {sa['reason']}]", file=sys.stderr)
         auto_select = str(args.select).strip().lower() == "auto"
         ob = anim.info.get("other_bodies_rows", (0, 0))  # the other bodies' rows: counted as background (or
         # transparent) by the analysis, moving here
@@ -864,7 +873,8 @@ def run_headless(args) -> int:
     kind = "eigen" if "eigen" in basis else "modes" if basis.startswith("modes") else None
     if not anim.info.get("handles", {}).get("note") and any(m < asked for m in learned) and kind:
         why = "a cluster of nearly equal eigenvalues" if kind == "eigen" else "a pair of equal mode fields"
-        hand += (f" (--handles {asked}: the {kind} basis keeps {', '.join(str(m) for m in learned)}, so as not to "
+        ask = f"--handles {asked}" if getattr(args, "num_handles_given", False) else f"{asked} handles, the default"
+        hand += (f" ({ask}: the {kind} basis keeps {', '.join(str(m) for m in learned)}, so as not to "
                  f"split {why})")
     if stand:
         who = "" if stand["body"] is None else f" (body {stand['body']} the most)"
@@ -880,7 +890,8 @@ def run_headless(args) -> int:
     nm = anim.info["num_moving"]
     print(f"[physskin-gs] {nm} moving Gaussian{'s' if nm != 1 else ''}, {hand}, {anim.info['num_cubature']} "
           f"cubature points, up {up_name}, scale {anim.sim_scale:.4g} m/unit, material "
-          f"{getattr(args, 'material', None) or 'custom'} (E {args.E:g} Pa, nu {args.nu:g}, {args.density:g} kg/m^3), "
+          f"{getattr(args, 'material_label', None) or getattr(args, 'material', None) or 'custom'} "
+          f"(E {args.E:g} Pa, nu {args.nu:g}, {args.density:g} kg/m^3), "
           f"prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     for r in getattr(anim, "regions", []):
         print(f"[physskin-gs] region {r['spec']}: {r['material']} (E {r['E']:.3g} Pa, {r['density']:g} kg/m^3), "
