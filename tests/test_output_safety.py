@@ -266,3 +266,15 @@ def test_small_input_and_name_mistakes_get_their_own_message(tmp_path, capsys):
     assert main(["skin", str(demo), "-o", str(out), "--handles", "4"]) == 0
     assert np.load(out)["weights"].shape == (10000, 5)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["OUT.NPZ", "f.ply"]
+
+
+def test_overwrite_into_one_folder_for_frames_and_pngs_replaces_both_kinds(tmp_path):
+    """--export and --png naming one folder: one stage, and both kinds of earlier files go (7 -> 5 files)."""
+    demo = REPO / "data" / "spot_mesh2splat_10k.splat"
+    d = tmp_path / "same"
+    base = ["animate", str(demo), "--headless", "--export", str(d), "--png", str(d), "--width", "64", "--height",
+            "64", "--handles", "4", "--cubature", "64"]
+    assert main(base + ["--frames", "3"]) == 0
+    assert main(base + ["--frames", "2", "--overwrite"]) == 0
+    assert sorted(p.name for p in d.iterdir()) == ["frame0001.ply", "frame0001.png", "frame0002.ply",
+                                                   "frame0002.png", "sequence.json"]

@@ -716,11 +716,11 @@ def _remove_stages(folder: Path) -> int:
     return n
 
 
-def _commit_stage(stage: Path, folder: Path, pattern, with_meta: bool) -> int:
-    """Replace the earlier run's files in ``folder`` by the complete run in ``stage``: the earlier frames (and
-    sequence.json) are removed, the stage's files moved up (a rename each, in the same file system), the stage
-    removed. Returns how many earlier files went. Raises OutputError."""
-    removed = _remove_old_run(folder, pattern, with_meta)
+def _commit_stage(stage: Path, folder: Path, kinds) -> int:
+    """Replace the earlier run's files in ``folder`` by the complete run in ``stage``: the earlier files of each
+    ``(pattern, with sequence.json)`` of ``kinds`` are removed, the stage's files moved up (a rename each, in the
+    same file system), the stage removed. Returns how many earlier files went. Raises OutputError."""
+    removed = sum(_remove_old_run(folder, pattern, with_meta) for pattern, with_meta in kinds)
     try:
         names = sorted(p.name for p in stage.iterdir())
         # frames first, sequence.json last: the folder never lists frames it lacks
@@ -923,17 +923,21 @@ def run_headless(args) -> int:
                   file=sys.stderr)
     # --overwrite over an earlier run: this run writes into a hidden folder inside (a stage) and its files replace
     # the earlier run's only once it is complete; an interrupt or a failure leaves the earlier run as it was
-    stages = {}  # final folder -> (stage, pattern, with sequence.json)
+    stages = {}  # final folder (resolved) -> (stage, folder, [(pattern, with sequence.json)]); --png and --export
+    # may name one folder: one stage, both kinds of earlier files replaced
     if getattr(args, "overwrite", False):
         for folder, pattern, meta in ((export, _SEQUENCE_FILE, True), (png_dir, _PNG_FILE, False)):
             if folder is not None and (_existing_frames(folder, pattern)
                                        or (meta and (folder / "sequence.json").exists())):
-                stages[folder] = (_new_stage(folder), pattern, meta)
+                key = folder.resolve()
+                if key not in stages:
+                    stages[key] = (_new_stage(folder), folder, [])
+                stages[key][2].append((pattern, meta))
     final_export, final_png = export, png_dir
-    if export in stages:
-        export = stages[export][0]
-    if png_dir in stages:
-        png_dir = stages[png_dir][0]
+    if export is not None and export.resolve() in stages:
+        export = stages[export.resolve()][0]
+    if png_dir is not None and png_dir.resolve() in stages:
+        png_dir = stages[png_dir.resolve()][0]
     fps = 1.0 / (anim.dt * args.steps_per_frame)
     fmt = getattr(args, "export_format", "ply") or "ply"
     from physskin_gs import interrupts
@@ -996,14 +1000,14 @@ def run_headless(args) -> int:
             except Exception:  # noqa: BLE001 - the interrupt is what the user sees
                 exporter.abort()
                 kept = None
-        for final, (stage, _, _) in stages.items():  # an earlier run --overwrite was to replace: kept whole
+        for stage, final, _ in stages.values():  # an earlier run --overwrite was to replace: kept whole
             _drop_stage(stage)
             print(f"[physskin-gs] interrupted: {final}/ keeps the earlier run's files as they were (--overwrite "
                   "replaces them only with a complete run); this run's frames were discarded", file=sys.stderr)
-        if export is not None and kept is not None and final_export not in stages:
+        if export is not None and kept is not None and final_export.resolve() not in stages:
             print(f"[physskin-gs] interrupted: kept {kept} frames in {export}/ (every one complete; no sequence.json)",
                   file=sys.stderr)
-        if png_dir is not None and final_png not in stages:  # each PNG is written whole: the folder's count
+        if png_dir is not None and final_png.resolve() not in stages:  # each PNG is written whole: the folder's count
             pngs = len(_existing_frames(png_dir, _PNG_FILE))
             print(f"[physskin-gs] interrupted: kept {pngs} PNG frames in {png_dir}/", file=sys.stderr)
         if video is not None and args.video:  # encoded once every frame is rendered (a fresh user's find: it went
@@ -1084,8 +1088,8 @@ def run_headless(args) -> int:
         except OSError as exc:
             raise OutputError(f"could not write {export / 'sequence.json'}: {exc.strerror or exc}") from None
         verify_written(export / "sequence.json", "sequence metadata")
-    for final, (stage, pattern, meta) in stages.items():  # complete: the earlier run's files go, this run's move in
-        removed = _commit_stage(stage, final, pattern, meta)
+    for stage, final, kinds in stages.values():  # complete: the earlier run's files go, this run's move in
+        removed = _commit_stage(stage, final, kinds)
         print(f"[physskin-gs] --overwrite: replaced {removed} files of an earlier run in {final}/", file=sys.stderr)
     export, png_dir = final_export, final_png
     if export is not None:
