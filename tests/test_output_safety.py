@@ -278,3 +278,12 @@ def test_overwrite_into_one_folder_for_frames_and_pngs_replaces_both_kinds(tmp_p
     assert main(base + ["--frames", "2", "--overwrite"]) == 0
     assert sorted(p.name for p in d.iterdir()) == ["frame0001.ply", "frame0001.png", "frame0002.ply",
                                                    "frame0002.png", "sequence.json"]
+
+
+def test_evaluate_refuses_the_tet_basis_for_a_splat_before_any_work(capsys):
+    """The error came only after the other bases had run (a fresh user's find)."""
+    demo = REPO / "data" / "spot_mesh2splat_10k.splat"
+    assert main(["evaluate", "--reference", "fem", "--bases", "modes,tet", "--data", str(demo),
+                 "--fit-seconds", "0"]) == 2
+    err = capsys.readouterr()
+    assert "--bases tet needs mesh inputs" in err.err and "spot_mesh2splat_10k.splat:" not in err.out

@@ -283,6 +283,13 @@ def run_fem(args, paths: List[Path]) -> Dict:
     bases = list(dict.fromkeys(bases))
     if args.nodes < 100:
         raise OptionError(f"--nodes must be >= 100, got {args.nodes}")
+    if "tet" in bases:  # it meshes a mesh's own surface: refused for a splat before any basis runs
+        from physskin_gs.io import detect_format
+
+        splats = [p.name for p in paths if detect_format(str(p)) not in ("mesh", "mesh-ply")]
+        if splats:
+            raise OptionError(f"--bases tet needs mesh inputs (it tetrahedralises the surface); {', '.join(splats)} "
+                              "is a splat: use voxel (the Laplacian of the splat's voxel mesh) there")
     rows = []
     for path in paths:
         _say(f"{path.name}:")
