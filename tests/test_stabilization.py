@@ -132,28 +132,34 @@ def test_standing_sag_is_linear_in_one_over_E_and_stiffening_reaches_the_target(
     assert anim.info["stand"] is out
 
 
+def _save_union(a: GaussianScene, b: GaussianScene, path) -> None:
+    """Save the rows of ``a`` then ``b`` as one INRIA PLY at ``path``."""
+    from dataclasses import replace
+
+    from physskin_gs.io import save_scene
+
+    save_scene(replace(a, means=torch.cat([a.means, b.means]), quats=torch.cat([a.quats, b.quats]),
+                       log_scales=torch.cat([a.log_scales, b.log_scales]),
+                       opacity_logits=torch.cat([a.opacity_logits, b.opacity_logits]),
+                       sh_dc=torch.cat([a.sh_dc, b.sh_dc]), sh_rest=torch.cat([a.sh_rest, b.sh_rest])), str(path))
+
+
 def test_animate_stiffens_the_default_material_only(tmp_path, capsys):
     """`animate` without a material raises the soft default until a gallows' arm no longer droops (one line says so
     and sequence.json records the E used); an explicit --material soft is left as it is. (A straight column is only
     squeezed by its weight: 0.45 % of its height, so it keeps the soft default.)"""
     import json
-    from dataclasses import replace
-
     from physskin_gs.cli import main
-    from physskin_gs.io import save_scene
 
     post, arm = _column(4000, size=(0.08, 0.08, 1.0)), _column(4000, size=(0.8, 0.08, 0.08), seed=1)
     arm.means += torch.tensor([0.4, 0.0, 0.46])  # a gallows: a post and an arm from its top, which sags
     path = tmp_path / "gallows.ply"
-    save_scene(replace(post, means=torch.cat([post.means, arm.means]), quats=torch.cat([post.quats, arm.quats]),
-                       log_scales=torch.cat([post.log_scales, arm.log_scales]),
-                       opacity_logits=torch.cat([post.opacity_logits, arm.opacity_logits]),
-                       sh_dc=torch.cat([post.sh_dc, arm.sh_dc]), sh_rest=torch.cat([post.sh_rest, arm.sh_rest])),
-               str(path))
+    _save_union(post, arm, path)
     base = ["animate", str(path), "--headless", "--frames", "3", "--up", "z", "--export"]
     assert main(base + [str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err
     assert "material soft: E 100000 -> " in err and "so that its own weight bends it" in err, err
+    assert "probably not one free-standing object" not in err  # raised within the cap: it stands
     rec = json.loads((tmp_path / "a" / "sequence.json").read_text())
     assert rec["material"]["E"] > 1e5
     assert main(base + [str(tmp_path / "b"), "--material", "soft"]) == 0
@@ -166,19 +172,12 @@ def test_animate_says_when_even_the_raised_material_cannot_stand(tmp_path, capsy
     """A thin plank 2 m long held up at one end by a short post bends far more than 10 % of its height even at 100x the
     soft default: the raise stops at its cap and a note says that what moves is probably not one free-standing
     object, naming --select and --material / --E. The gallows above (raised within the cap) gets no such note."""
-    from dataclasses import replace
-
     from physskin_gs.cli import main
-    from physskin_gs.io import save_scene
 
     post, plank = _column(3000, size=(0.3, 0.3, 0.3)), _column(4000, size=(2.0, 0.3, 0.03), seed=2)
     plank.means += torch.tensor([1.1, 0.0, 0.16])
     path = tmp_path / "plank.ply"
-    save_scene(replace(post, means=torch.cat([post.means, plank.means]), quats=torch.cat([post.quats, plank.quats]),
-                       log_scales=torch.cat([post.log_scales, plank.log_scales]),
-                       opacity_logits=torch.cat([post.opacity_logits, plank.opacity_logits]),
-                       sh_dc=torch.cat([post.sh_dc, plank.sh_dc]), sh_rest=torch.cat([post.sh_rest, plank.sh_rest])),
-               str(path))
+    _save_union(post, plank, path)
     assert main(["animate", str(path), "--headless", "--frames", "2", "--up", "z", "--select", "all", "--scale",
                  "1", "--export", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err

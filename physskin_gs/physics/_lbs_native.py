@@ -194,6 +194,27 @@ def _weights(Wt: np.ndarray, dWt: np.ndarray) -> str:
     return kind
 
 
+def _call(which: str, a: np.ndarray, Wt: np.ndarray, dWt: np.ndarray, Xt: np.ndarray,
+          out: Optional[np.ndarray]) -> Optional[np.ndarray]:
+    """Check the arrays and run kernel ``which`` ("deform": ``a`` is q (3, 4H), out (3, 4n); "project": ``a`` is rhs
+    (3, 4n), out (3, 4H)); None without the kernel. Raises ValueError."""
+    fns = _loaded()[0]
+    if fns is None:
+        return None
+    kind = _weights(Wt, dWt)
+    H, n = Wt.shape
+    a_shape, out_shape = ((3, 4 * H), (3, 4 * n)) if which == "deform" else ((3, 4 * n), (3, 4 * H))
+    _check("q" if which == "deform" else "rhs", a, a_shape)
+    _check("Wt", Wt, (H, n), Wt.dtype)
+    _check("dWt", dWt, (H, 3, n), Wt.dtype)
+    _check("Xt", Xt, (3, n))
+    if out is None:
+        out = np.empty(out_shape)
+    _check("out", out, out_shape)
+    fns[f"{which}_{kind}"](n, H, a.ctypes.data, Wt.ctypes.data, dWt.ctypes.data, Xt.ctypes.data, out.ctypes.data)
+    return out
+
+
 def deform(q: np.ndarray, Wt: np.ndarray, dWt: np.ndarray, Xt: np.ndarray,
            out: Optional[np.ndarray] = None) -> Optional[np.ndarray]:
     """Displacements and F - I of the handle transforms at the cubature points (module docstring), or None without
@@ -212,20 +233,7 @@ def deform(q: np.ndarray, Wt: np.ndarray, dWt: np.ndarray, Xt: np.ndarray,
 
     Raises:
         ValueError: an array of the wrong shape, dtype or layout."""
-    fns = _loaded()[0]
-    if fns is None:
-        return None
-    kind = _weights(Wt, dWt)
-    H, n = Wt.shape
-    _check("q", q, (3, 4 * H))
-    _check("Wt", Wt, (H, n), Wt.dtype)
-    _check("dWt", dWt, (H, 3, n), Wt.dtype)
-    _check("Xt", Xt, (3, n))
-    if out is None:
-        out = np.empty((3, 4 * n))
-    _check("out", out, (3, 4 * n))
-    fns["deform_" + kind](n, H, q.ctypes.data, Wt.ctypes.data, dWt.ctypes.data, Xt.ctypes.data, out.ctypes.data)
-    return out
+    return _call("deform", q, Wt, dWt, Xt, out)
 
 
 def project(rhs: np.ndarray, Wt: np.ndarray, dWt: np.ndarray, Xt: np.ndarray,
@@ -243,17 +251,4 @@ def project(rhs: np.ndarray, Wt: np.ndarray, dWt: np.ndarray, Xt: np.ndarray,
 
     Raises:
         ValueError: an array of the wrong shape, dtype or layout."""
-    fns = _loaded()[0]
-    if fns is None:
-        return None
-    kind = _weights(Wt, dWt)
-    H, n = Wt.shape
-    _check("rhs", rhs, (3, 4 * n))
-    _check("Wt", Wt, (H, n), Wt.dtype)
-    _check("dWt", dWt, (H, 3, n), Wt.dtype)
-    _check("Xt", Xt, (3, n))
-    if out is None:
-        out = np.empty((3, 4 * H))
-    _check("out", out, (3, 4 * H))
-    fns["project_" + kind](n, H, rhs.ctypes.data, Wt.ctypes.data, dWt.ctypes.data, Xt.ctypes.data, out.ctypes.data)
-    return out
+    return _call("project", rhs, Wt, dWt, Xt, out)
