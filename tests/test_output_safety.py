@@ -287,3 +287,73 @@ def test_evaluate_refuses_the_tet_basis_for_a_splat_before_any_work(capsys):
                  "--fit-seconds", "0"]) == 2
     err = capsys.readouterr()
     assert "--bases tet needs mesh inputs" in err.err and "spot_mesh2splat_10k.splat:" not in err.out
+
+
+def _seq(folder: Path, frames, tag: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    for f in frames:
+        (folder / f"frame{f:04d}.ply").write_text(f"{tag}{f}")
+    (folder / "sequence.json").write_text(json.dumps({"files": [f"frame{f:04d}.ply" for f in frames], "tag": tag}))
+
+
+def _consistent(folder: Path) -> bool:
+    """sequence.json, when there is one, lists exactly the frames beside it, all of its own run."""
+    meta = folder / "sequence.json"
+    if not meta.exists():
+        return True
+    m = json.loads(meta.read_text())
+    frames = sorted(p.name for p in folder.glob("frame*.ply"))
+    return frames == sorted(m["files"]) and all((folder / n).read_text().startswith(m["tag"]) for n in frames)
+
+
+@pytest.mark.parametrize("crash_at", range(9))
+def test_an_overwrite_commit_killed_half_way_never_leaves_a_sequence_json_that_lies(tmp_path, monkeypatch, crash_at):
+    """The commit of a staged --overwrite run (a fresh user's find: a Ctrl-C at its first unlink left the earlier
+    sequence.json beside 2 of its 5 frames). Ctrl-C and SIGTERM now wait for it (interrupts.deferred); a kill or a
+    failure at any of its file operations leaves either no sequence.json or one that lists exactly its own frames."""
+    from physskin_gs.cli import animate
+
+    folder, stage = tmp_path / "E", tmp_path / "E" / ".physskin-gs-new-x"
+    _seq(folder, range(1, 6), "old")
+    _seq(stage, range(1, 4), "new")
+    ops = {"n": 0}
+    real_replace, real_unlink = os.replace, Path.unlink
+
+    def count():
+        ops["n"] += 1
+        if ops["n"] > crash_at:
+            raise RuntimeError("killed")
+
+    monkeypatch.setattr(animate.os, "replace", lambda a, b: (count(), real_replace(a, b))[1])
+    monkeypatch.setattr(Path, "unlink", lambda self, *a, **k: (count(), real_unlink(self, *a, **k))[1])
+    try:
+        animate._commit_stage(stage, folder, [(animate._SEQUENCE_FILE, True)])
+        done = True
+    except RuntimeError:
+        done = False
+    monkeypatch.undo()
+    assert _consistent(folder), sorted(p.name for p in folder.iterdir())
+    if done:
+        assert json.loads((folder / "sequence.json").read_text())["tag"] == "new"
+        assert sorted(p.name for p in folder.glob("frame*.ply")) == [f"frame{f:04d}.ply" for f in (1, 2, 3)]
+
+
+def test_an_interrupt_after_the_last_frame_keeps_the_earlier_sequence(tmp_path, monkeypatch, capsys):
+    """Between the last frame and the commit (frames closed, sequence.json being written) an interrupt left the
+    stage behind without a word; now the earlier run stays, the stage goes and the log says so."""
+    from physskin_gs.cli import animate
+
+    demo = REPO / "data" / "spot_mesh2splat_10k.splat"
+    e = tmp_path / "e"
+    base = ["animate", str(demo), "--headless", "--export", str(e), "--handles", "4", "--cubature", "64"]
+    assert main(base + ["--frames", "2"]) == 0
+    before = {p.name: p.read_bytes() for p in e.iterdir()}
+
+    def stop(meta):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(animate, "sequence_json_text", stop)
+    capsys.readouterr()
+    assert main(base + ["--frames", "3", "--overwrite"]) == 130
+    assert "keeps the earlier run's files as they were" in capsys.readouterr().err
+    assert {p.name: p.read_bytes() for p in e.iterdir()} == before

@@ -717,20 +717,32 @@ def _remove_stages(folder: Path) -> int:
 
 
 def _commit_stage(stage: Path, folder: Path, kinds) -> int:
-    """Replace the earlier run's files in ``folder`` by the complete run in ``stage``: the earlier files of each
-    ``(pattern, with sequence.json)`` of ``kinds`` are removed, the stage's files moved up (a rename each, in the
-    same file system), the stage removed. Returns how many earlier files went. Raises OutputError."""
-    removed = sum(_remove_old_run(folder, pattern, with_meta) for pattern, with_meta in kinds)
+    """Replace the earlier run's files in ``folder`` by the complete run in ``stage`` (each ``(pattern, with
+    sequence.json)`` of ``kinds`` names the earlier files), in an order that never leaves a ``sequence.json``
+    beside frames it does not list, even if the process is killed half-way: the earlier sequence.json goes first,
+    then this run's frames are renamed over the earlier ones (one atomic rename each, same file system), then the
+    earlier frames this run does not have are removed, and this run's sequence.json comes last; the stage is then
+    removed. Returns how many earlier files went. Raises OutputError (this run's files are then in the stage)."""
     try:
         names = sorted(p.name for p in stage.iterdir())
-        # frames first, sequence.json last: the folder never lists frames it lacks
-        for name in sorted(names, key=lambda n: n == "sequence.json"):
-            os.replace(stage / name, folder / name)
+        old = set()
+        for pattern, with_meta in kinds:
+            old.update(p.name for p in _existing_frames(folder, pattern))
+            if with_meta and (folder / "sequence.json").exists():
+                (folder / "sequence.json").unlink()
+                old.add("sequence.json")
+        for name in names:
+            if name != "sequence.json":
+                os.replace(stage / name, folder / name)
+        for name in sorted(old - set(names)):
+            (folder / name).unlink()
+        if "sequence.json" in names:
+            os.replace(stage / "sequence.json", folder / "sequence.json")
     except OSError as exc:
         raise OutputError(f"--overwrite: cannot move this run's files from {stage} into {folder} "
                           f"({exc.strerror or exc}); they are in {stage}") from None
     _drop_stage(stage)
-    return removed
+    return len(old)
 
 
 def sequence_json_text(meta: dict) -> str:
@@ -1021,75 +1033,84 @@ def run_headless(args) -> int:
         for stage, _, _ in stages.values():  # (an earlier run it was to replace stays as it was)
             _drop_stage(stage)
         raise
-    bar.close()
-    export_summary = None
-    if exporter is not None:
-        export_summary = exporter.close()  # OutputError if a frame could not be written
-        for path in export_summary["files"]:
-            verify_written(path, "frame")
-    if export is not None:
-        meta = {
-            "format": "physskin_gs sequence 1",
-            "source": src,
-            "frames": args.frames,
-            "pattern": FRAME_PATTERN + ".obj" if is_mesh else export_summary["pattern"],
-            "export_format": "obj (mesh sequence)" if is_mesh else fmt,
-            "first_frame_is_rest_state": True,
-            "fps": fps,
-            "dt": anim.dt,
-            "steps_per_frame": args.steps_per_frame,
-            "up_axis": [float(v) for v in anim.up_vector],
-            "scale_m_per_unit": anim.sim_scale,
-            "sh": "mesh sequence (no SH)" if is_mesh else anim.sh_handling(),
-            "skinning": anim.skinning_source,
-            "num_gaussians": anim.scene.num_gaussians,
-            "num_moving": anim.info["num_moving"],
-            "num_handles": anim.num_handles,
-            "handles": anim.info.get("handles"),
-            "cubature": {"points": anim.info.get("num_cubature"), "rule": anim.info.get("cubature")},
-            "material": {"name": config.material, "E": config.E, "nu": config.nu, "density": config.density,
-                         # the default's E raised until the object stands (pipeline.stiffen_to_stand), or None
-                         "raised": dict(anim.info["stand"]) if anim.info.get("stand") else None},
-            "gravity": config.gravity,
-            "damping": config.damping,
-            "solver": config.solver,
-            "newton_iters": config.newton_iters,
-            "floor": anim.floor_scene,
-            "pin": config.pin,
-            "regions": anim.regions if hasattr(anim, "regions") else [],
-            "select": config.select,
-            "scene_analysis": anim.info.get("scene_analysis"),
-            "field_eval": anim.info.get("field_eval"),
-            "prepare_seconds": anim.info.get("timings"),
-            "invalid_rows": {"count": anim.num_invalid, "written_as": "static, sanitised: mean at the object's "
-                             "centre, identity rotation, log-scale -20, opacity logit -20, SH 0"},
-            "script": os.path.abspath(args.script) if args.script else None,
-            "bodies": anim.info.get("bodies"),
-            "collider": anim.info.get("collider"),
-            "step_stats": stats_log,
-        }
-        if export_summary is not None:
-            meta["export"] = {"bytes": export_summary["bytes"],
-                              "bytes_per_gaussian_per_frame": export_summary["bytes"] / max(1, args.frames)
-                              / max(1, anim.scene.num_gaussians),
-                              "write_seconds": round(export_summary["write_seconds"], 3),
-                              "simulation_waited_seconds": round(export_summary["wait_seconds"], 3)}
-            if fmt == "compressed-ply":
-                meta["row_order"] = ("row_order.npy: file row r of every frame is scene row row_order[r] (the moving "
-                                     "rows first, then the static ones, each in Morton order of the rest means)")
-            if fmt == "usd":
-                meta["usd"] = ("animation.usdc: prims /Splats/Static (written once) and /Splats/Moving (time samples "
-                               "1..frames at fps time codes per second)")
-        written = mesh_frames if is_mesh else [Path(p) for p in export_summary["files"]]
-        _check_sequence_folder(export, written, args.frames)
-        meta["files"] = sorted(p.name for p in written)
-        try:
-            write_text_atomic(export / "sequence.json", sequence_json_text(meta))
-        except OSError as exc:
-            raise OutputError(f"could not write {export / 'sequence.json'}: {exc.strerror or exc}") from None
-        verify_written(export / "sequence.json", "sequence metadata")
-    for stage, final, kinds in stages.values():  # complete: the earlier run's files go, this run's move in
-        removed = _commit_stage(stage, final, kinds)
+    try:
+        bar.close()
+        export_summary = None
+        if exporter is not None:
+            export_summary = exporter.close()  # OutputError if a frame could not be written
+            for path in export_summary["files"]:
+                verify_written(path, "frame")
+        if export is not None:
+            meta = {
+                "format": "physskin_gs sequence 1",
+                "source": src,
+                "frames": args.frames,
+                "pattern": FRAME_PATTERN + ".obj" if is_mesh else export_summary["pattern"],
+                "export_format": "obj (mesh sequence)" if is_mesh else fmt,
+                "first_frame_is_rest_state": True,
+                "fps": fps,
+                "dt": anim.dt,
+                "steps_per_frame": args.steps_per_frame,
+                "up_axis": [float(v) for v in anim.up_vector],
+                "scale_m_per_unit": anim.sim_scale,
+                "sh": "mesh sequence (no SH)" if is_mesh else anim.sh_handling(),
+                "skinning": anim.skinning_source,
+                "num_gaussians": anim.scene.num_gaussians,
+                "num_moving": anim.info["num_moving"],
+                "num_handles": anim.num_handles,
+                "handles": anim.info.get("handles"),
+                "cubature": {"points": anim.info.get("num_cubature"), "rule": anim.info.get("cubature")},
+                "material": {"name": config.material, "E": config.E, "nu": config.nu, "density": config.density,
+                             # the default's E raised until the object stands (pipeline.stiffen_to_stand), or None
+                             "raised": dict(anim.info["stand"]) if anim.info.get("stand") else None},
+                "gravity": config.gravity,
+                "damping": config.damping,
+                "solver": config.solver,
+                "newton_iters": config.newton_iters,
+                "floor": anim.floor_scene,
+                "pin": config.pin,
+                "regions": anim.regions if hasattr(anim, "regions") else [],
+                "select": config.select,
+                "scene_analysis": anim.info.get("scene_analysis"),
+                "field_eval": anim.info.get("field_eval"),
+                "prepare_seconds": anim.info.get("timings"),
+                "invalid_rows": {"count": anim.num_invalid, "written_as": "static, sanitised: mean at the object's "
+                                 "centre, identity rotation, log-scale -20, opacity logit -20, SH 0"},
+                "script": os.path.abspath(args.script) if args.script else None,
+                "bodies": anim.info.get("bodies"),
+                "collider": anim.info.get("collider"),
+                "step_stats": stats_log,
+            }
+            if export_summary is not None:
+                meta["export"] = {"bytes": export_summary["bytes"],
+                                  "bytes_per_gaussian_per_frame": export_summary["bytes"] / max(1, args.frames)
+                                  / max(1, anim.scene.num_gaussians),
+                                  "write_seconds": round(export_summary["write_seconds"], 3),
+                                  "simulation_waited_seconds": round(export_summary["wait_seconds"], 3)}
+                if fmt == "compressed-ply":
+                    meta["row_order"] = ("row_order.npy: file row r of every frame is scene row row_order[r] (the moving "
+                                         "rows first, then the static ones, each in Morton order of the rest means)")
+                if fmt == "usd":
+                    meta["usd"] = ("animation.usdc: prims /Splats/Static (written once) and /Splats/Moving (time samples "
+                                   "1..frames at fps time codes per second)")
+            written = mesh_frames if is_mesh else [Path(p) for p in export_summary["files"]]
+            _check_sequence_folder(export, written, args.frames)
+            meta["files"] = sorted(p.name for p in written)
+            try:
+                write_text_atomic(export / "sequence.json", sequence_json_text(meta))
+            except OSError as exc:
+                raise OutputError(f"could not write {export / 'sequence.json'}: {exc.strerror or exc}") from None
+            verify_written(export / "sequence.json", "sequence metadata")
+    except BaseException as exc:  # (finishing the frames or sequence.json failed or was interrupted)
+        for stage, final, _ in stages.values():  # an earlier run --overwrite was to replace stays as it was
+            _drop_stage(stage)
+            if isinstance(exc, KeyboardInterrupt):
+                print(f"[physskin-gs] interrupted: {final}/ keeps the earlier run's files as they were (--overwrite "
+                      "replaces them only with a complete run); this run's frames were discarded", file=sys.stderr)
+        raise
+    with interrupts.deferred():  # the swap is a few renames: a Ctrl-C waits for it, never leaves it half done
+        replaced = [(final, _commit_stage(stage, final, kinds)) for stage, final, kinds in stages.values()]
+    for final, removed in replaced:
         print(f"[physskin-gs] --overwrite: replaced {removed} files of an earlier run in {final}/", file=sys.stderr)
     export, png_dir = final_export, final_png
     if export is not None:

@@ -433,20 +433,22 @@ def run(args) -> int:
     # (replacing an earlier run: this run's metrics go to a hidden file until its first checkpoint)
     metrics_part = out / ".metrics.jsonl.partial"
     metrics_f = None
-    if is_main:
-        metrics_f = open(metrics_part, "w") if replacing else open(out / "metrics.jsonl", "a")
-    last_ckpt = last_val = time.time()
-    if is_main and val and start == 0:
-        mean, _ = _validate(model, val)
-        metrics_f.write(json.dumps({"val": True, "step": 0, "elapsed_s": 0.0, **mean}) + "\n")
-    pbar = tqdm(range(start, tcfg.steps), initial=start, total=tcfg.steps, disable=not is_main, mininterval=5.0,
-                dynamic_ncols=True, desc="train")
     step = start
     done = start
-    model.train()
     from physskin_gs import interrupts
 
     try:
+        if is_main:
+            if not replacing:
+                metrics_part.unlink(missing_ok=True)  # a killed run's leftover (this run holds the folder's lock)
+            metrics_f = open(metrics_part, "w") if replacing else open(out / "metrics.jsonl", "a")
+        last_ckpt = last_val = time.time()
+        if is_main and val and start == 0:
+            mean, _ = _validate(model, val)
+            metrics_f.write(json.dumps({"val": True, "step": 0, "elapsed_s": 0.0, **mean}) + "\n")
+        pbar = tqdm(range(start, tcfg.steps), initial=start, total=tcfg.steps, disable=not is_main, mininterval=5.0,
+                    dynamic_ncols=True, desc="train")
+        model.train()
         for step in pbar:
             interrupts.check()
             shape = shapes[int(torch.randint(0, len(shapes), (1,), generator=gen))]
@@ -488,8 +490,8 @@ def run(args) -> int:
             log(f"interrupted: saved the checkpoint at step {done} ({model_path}); --resume continues it")
         if metrics_f is not None:
             metrics_f.close()
-            if replacing:
-                metrics_part.unlink(missing_ok=True)
+        if replacing:
+            metrics_part.unlink(missing_ok=True)
         raise
     if is_main:
         if val:
