@@ -357,3 +357,12 @@ def test_an_interrupt_after_the_last_frame_keeps_the_earlier_sequence(tmp_path, 
     assert main(base + ["--frames", "3", "--overwrite"]) == 130
     assert "keeps the earlier run's files as they were" in capsys.readouterr().err
     assert {p.name: p.read_bytes() for p in e.iterdir()} == before
+
+
+def test_export_samples_needs_no_run_folder(tmp_path, capsys):
+    """`--export-samples` required --out and made it, empty; it writes the shapes and exits."""
+    assert main(["train", "--synthetic", "--export-samples", str(tmp_path / "s"), "--threads", "1"]) == 0
+    assert len(list((tmp_path / "s").glob("*.safetensors"))) == 3
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
+    assert main(["train", "--synthetic", "--steps", "1"]) == 2
+    assert "--out DIR is required" in capsys.readouterr().err

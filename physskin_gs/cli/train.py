@@ -45,7 +45,8 @@ def register(sub) -> None:
                         "--data: no mesh files or mesh libraries needed (a GPU machine without network)")
     p.add_argument("--export-samples", metavar="DIR", default=None,
                    help="write the training shapes (after sampling) to DIR as *.safetensors and exit")
-    p.add_argument("--out", required=True, help="output folder (checkpoints, config.json, metrics.jsonl)")
+    p.add_argument("--out", default=None,
+                   help="output folder (checkpoints, config.json, metrics.jsonl); not needed with --export-samples")
     p.add_argument("--steps", type=int, default=4000, help="schedule length T (steps)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/model.safetensors + train_state")
     p.add_argument("--force", action="store_true", help="start a new run in an --out folder that holds one (replaces it)")
@@ -285,17 +286,21 @@ def run(args) -> int:
     from physskin_gs.model.trainer import TrainConfig, train_step
 
     _check_options(args)
+    if args.export_samples and (args.resume or args.init):
+        raise OptionError("--export-samples writes the training shapes and exits (no training): drop --resume / --init")
+    if not args.export_samples and not args.out:
+        raise OptionError("--out DIR is required: the run's folder (checkpoints, config.json, metrics.jsonl)")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
     if world > 1 and not dist.is_initialized():
         dist.init_process_group("gloo")
     torch.set_num_threads(args.threads or max(1, 2 // world))
     device = _device(args.device)
-    out = Path(args.out)
+    out = Path(args.out) if args.out and not args.export_samples else None  # (--export-samples: no run folder)
     is_main = rank == 0
     if args.init and args.resume:
         raise OptionError("--init and --resume: a resumed run continues from its own checkpoint in --out; drop one")
-    folders = {"--out": out, "--samples": args.samples, "--export-samples": args.export_samples}
+    folders = {"--out": args.out, "--samples": args.samples, "--export-samples": args.export_samples}
     given = [(k, Path(v).resolve()) for k, v in folders.items() if v]
     for i, (a, pa) in enumerate(given):
         for b, pb in given[i + 1:]:
@@ -308,7 +313,8 @@ def run(args) -> int:
     if is_main:
         from physskin_gs.cli._outputs import Output, claim_outputs
 
-        claim_outputs([Output("--out", str(out), folder=True, replace=args.force or args.resume,
+        claim_outputs([Output("--out", None if out is None else str(out), folder=True,
+                              replace=args.force or args.resume,
                               writes=lambda n: n in RUN_FILES or n.startswith("snapshots/")),
                        Output("--export-samples", args.export_samples, folder=True,
                               writes=lambda n: "/" not in n and n.endswith(".safetensors"))],
@@ -326,12 +332,15 @@ def run(args) -> int:
         enc_layers=args.enc_layers, handle_tokens=args.handle_tokens, n_freq=args.n_freq,
         head_hidden=args.head_hidden, oni=not args.no_oni, ff_mult=args.ff_mult,
     )
-    model_path, state_path = out / "model.safetensors", out / "train_state.safetensors"
-    if not args.resume and not args.force and (model_path.exists() or (out / "metrics.jsonl").exists()):
+    model_path = state_path = None  # (--export-samples: no run folder; it exits before training)
+    if out is not None:
+        model_path, state_path = out / "model.safetensors", out / "train_state.safetensors"
+    if out is not None and not args.resume and not args.force and (model_path.exists()
+                                                                     or (out / "metrics.jsonl").exists()):
         raise OptionError(f"{out} holds a training run; use --resume to continue it or --force to start over")
     # --force over an earlier run: its files stay as they are until this run's first checkpoint replaces them all
     # at once (model, state, config, metrics, snapshots); an interrupt before that leaves the earlier run whole
-    replacing = bool(args.force and not args.resume and is_main
+    replacing = bool(out is not None and args.force and not args.resume and is_main
                      and any((out / n).exists() for n in RUN_FILES))
     if args.resume:
         if not (model_path.is_file() and state_path.is_file()):
