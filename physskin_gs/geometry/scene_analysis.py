@@ -755,7 +755,9 @@ def _drop_through_parts(obj: np.ndarray, pts: np.ndarray, plane: dict, h: float)
     wall behind the object, a table leg): the object's rows voxelised at the standing test's voxel ``h`` (scene
     units, finer than the analysis grid, so a wall touching the object is a part of its own there), and each
     26-connected part holding more of the standing test's pass-through rows (``plane["through"]``) than of its
-    standing rows (``plane["parts"]``) is dropped. ``pts``: (N, 3) means, scene units."""
+    standing rows (``plane["parts"]``) is dropped; a part holding some of both is shared between them by
+    :func:`physskin_gs.geometry.support.geodesic_split` and the pass-through share dropped. ``pts``: (N, 3) means,
+    scene units."""
     rows = np.flatnonzero(obj)
     if rows.shape[0] == 0:
         return
@@ -784,7 +786,7 @@ def _drop_through_parts(obj: np.ndarray, pts: np.ndarray, plane: dict, h: float)
         seed_t, seed_s = np.zeros(occ.shape, dtype=bool), np.zeros(occ.shape, dtype=bool)
         for mask, r in ((seed_t, plane["through"]), (seed_s, stand_rows)):
             r = r[obj[r]]  # (rows of the object only: the grid covers those)
-            mask[tuple(np.floor((pts[r].astype(np.float64) - x.min(0)) / h).astype(np.int64).T)] = True
+            mask[tuple(ijk[np.searchsorted(rows, r)].T)] = True
         sel = np.isin(labels, both)
         split = geodesic_split(sel, seed_t, seed_s)
         out |= split[tuple(ijk.T)] == 1
@@ -804,13 +806,13 @@ def _drop_wall_strips(obj: np.ndarray, pts: np.ndarray, sd: np.ndarray, band: fl
     :func:`physskin_gs.geometry.support.geodesic_split` at voxel ``h`` between the wall (seeds: its foot and the
     rows within a voxel of the plane through the foot and the support's normal, past the standing contact's hull)
     and what stands (seeds: the rest of the contact and every row more than two voxels off the wall's plane), and
-    the wall's share is dropped. Only the object mask
-    changes, never the support chosen. ``pts``: (N, 3) means, scene units."""
+    the wall's share is dropped. Only the object mask changes, never the support chosen. ``pts``: (N, 3) means,
+    scene units."""
     from scipy.spatial import cKDTree
 
     from physskin_gs.geometry.support import _wall_strip, geodesic_split, plane_axes
 
-    rows = np.flatnonzero(obj)
+    rows = np.flatnonzero(obj)  # sorted
     if rows.shape[0] < 16:
         return
     contact = rows[sd[rows] <= band + h]
@@ -824,8 +826,11 @@ def _drop_wall_strips(obj: np.ndarray, pts: np.ndarray, sd: np.ndarray, band: fl
     B = plane_axes(n)
     c2 = pts[contact].astype(np.float64) @ B.T  # [K, 2]
     dist, _ = cKDTree(pts[below].astype(np.float64) @ B.T).query(c2, k=1, distance_upper_bound=0.75 * h)
-    goes_on = np.isfinite(dist)
-    if not goes_on.any() or goes_on.mean() > 0.5 or not _wall_strip(c2[goes_on], c2[~goes_on], h):
+    goes_on = np.isfinite(dist)  # [K]
+    if not goes_on.any() or goes_on.mean() > 0.5:
+        return
+    eq = _wall_strip(c2[goes_on], c2[~goes_on], h)  # the standing contact's hull, when the rest is a wall's strip
+    if eq is None:
         return
     # the strip is a wall's foot when it is a line: the wall is the plane through it and the support's normal
     s2 = c2[goes_on]
@@ -833,30 +838,23 @@ def _drop_wall_strips(obj: np.ndarray, pts: np.ndarray, sd: np.ndarray, band: fl
     if not ev[0] < 0.05 * ev[1]:
         return
     m = B.T @ vec[:, 0]  # (3,) the wall's normal (in the support plane, across the strip)
-    x = pts[rows].astype(np.float64)
+    x = pts[rows].astype(np.float64)  # [R, 3]
     e = float(pts[contact[goes_on]].astype(np.float64).mean(0) @ m)
-    from scipy.spatial import ConvexHull, QhullError
-
-    try:
-        eq = ConvexHull(c2[~goes_on]).equations
-    except QhullError:
-        return
+    off = np.abs(x @ m - e)  # [R] distance from the wall's plane
     outside = np.max((x @ B.T) @ eq[:, :2].T + eq[:, 2], axis=1) > 1.5 * h  # [R] beyond the standing contact
-    on_wall = (np.abs(x @ m - e) <= h) & outside  # [R] the wall's own rows, past what stands
-    lo = x.min(0)
-    ijk = np.floor((x - lo) / h).astype(np.int64)  # [R, 3]
+    ijk = np.floor((x - x.min(0)) / h).astype(np.int64)  # [R, 3]
     dims = ijk.max(0) + 1
     if float(np.prod(dims)) > 64e6:
         return
     occ = np.zeros(tuple(dims), dtype=bool)
     occ[tuple(ijk.T)] = True
-    seeds = np.zeros(occ.shape, dtype=bool), np.zeros(occ.shape, dtype=bool)
-    seeds[0][tuple(ijk[on_wall].T)] = True
-    seeds[1][tuple(ijk[np.abs(x @ m - e) > 2.0 * h].T)] = True  # clear of the wall: what stands (its body too)
-    for mask, r in ((seeds[0], contact[goes_on]), (seeds[1], contact[~goes_on])):
-        mask[tuple(np.floor((pts[r].astype(np.float64) - lo) / h).astype(np.int64).T)] = True
-    split = geodesic_split(occ, seeds[0], seeds[1])
-    wall = split[tuple(ijk.T)] == 1  # [R]
+    at = np.searchsorted(rows, contact)  # [K] the contact rows' places in rows
+    wall_seed, stand_seed = np.zeros(occ.shape, dtype=bool), np.zeros(occ.shape, dtype=bool)
+    wall_seed[tuple(ijk[(off <= h) & outside].T)] = True  # the wall's own rows, past what stands
+    wall_seed[tuple(ijk[at[goes_on]].T)] = True  # and its foot
+    stand_seed[tuple(ijk[off > 2.0 * h].T)] = True  # clear of the wall: what stands (its body too)
+    stand_seed[tuple(ijk[at[~goes_on]].T)] = True  # and its contact
+    wall = geodesic_split(occ, wall_seed, stand_seed)[tuple(ijk.T)] == 1  # [R]
     if wall.any() and not wall.all():
         obj[rows[wall]] = False
 

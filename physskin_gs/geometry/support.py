@@ -224,7 +224,8 @@ def _hull_size(pts: np.ndarray) -> float:
 def geodesic_split(occ: np.ndarray, seeds_a: np.ndarray, seeds_b: np.ndarray) -> np.ndarray:
     """Share the occupied voxels ``occ`` (X, Y, Z) bool between two seed sets (bool masks of the same shape):
     each occupied voxel goes to the seeds it reaches in the fewest steps through occupied voxels (26-connected;
-    one multi-source shortest-path pass, scipy's ``dijkstra(min_only=True)``). Returns (X, Y, Z) int8: 1 (a),
+    one multi-source shortest-path pass, scipy's ``dijkstra(min_only=True)``; a voxel equally far from both may go
+    to either). Returns (X, Y, Z) int8: 1 (a),
     2 (b), 0 (empty or reached by neither). A wall touching an object is split from it where they meet, not where
     a plane would cut. :func:`_geodesic_split_reference` is the plain breadth-first version it is tested against."""
     from scipy.sparse import coo_matrix
@@ -238,27 +239,28 @@ def geodesic_split(occ: np.ndarray, seeds_a: np.ndarray, seeds_b: np.ndarray) ->
     vox = np.flatnonzero(occ)
     node.ravel()[vox] = np.arange(vox.size)
     rows, cols = [], []
-    X, Y, Z = occ.shape
+
+    def spans(d: int, size: int):  # (source, destination) slices of an offset d along an axis of ``size``
+        return slice(max(0, -d), size - max(0, d)), slice(max(0, d), size - max(0, -d))
+
     for dx in (0, 1):  # the 13 offsets with a positive first non-zero component: each edge once
         for dy in ((-1, 0, 1) if dx else (0, 1)):
             for dz in ((-1, 0, 1) if (dx or dy) else (1,)):
-                src = node[max(0, -dx):X - max(0, dx), max(0, -dy):Y - max(0, dy), max(0, -dz):Z - max(0, dz)]
-                dst = node[max(0, dx):X - max(0, -dx) if dx <= 0 else X, max(0, dy):Y - max(0, -dy) if dy <= 0 else Y,
-                           max(0, dz):Z - max(0, -dz) if dz <= 0 else Z]
+                sx, sy, sz = (spans(d, size) for d, size in zip((dx, dy, dz), occ.shape))
+                src, dst = node[sx[0], sy[0], sz[0]], node[sx[1], sy[1], sz[1]]
                 m = (src >= 0) & (dst >= 0)
                 rows.append(src[m])
                 cols.append(dst[m])
     r, c = np.concatenate(rows), np.concatenate(cols)
     g = coo_matrix((np.ones(r.size), (r, c)), shape=(vox.size, vox.size)).tocsr()
-    seeds = np.concatenate([node[b], node[a]])  # b first: it wins a tie
-    kind = np.concatenate([np.full(int(b.sum()), 2, np.int8), np.full(int(a.sum()), 1, np.int8)])
-    _, _, src = dijkstra(g, directed=False, indices=seeds, unweighted=True, min_only=True,
-                         return_predecessors=True)
+    kind = np.zeros(vox.size, dtype=np.int8)  # [V] each seed node's set
+    kind[node[a]] = 1
+    kind[node[b]] = 2
+    _, _, src = dijkstra(g, directed=False, indices=np.flatnonzero(kind), unweighted=True, min_only=True,
+                         return_predecessors=True)  # src: the seed each node's shortest path starts from
     reached = src >= 0
-    pos = np.searchsorted(np.sort(seeds), src[reached])
-    kind_sorted = kind[np.argsort(seeds, kind="stable")]
     out = np.zeros(vox.size, dtype=np.int8)
-    out[reached] = kind_sorted[pos]
+    out[reached] = kind[src[reached]]
     lab.ravel()[vox] = out
     return lab
 
@@ -281,20 +283,21 @@ def _geodesic_split_reference(occ: np.ndarray, seeds_a: np.ndarray, seeds_b: np.
     return lab
 
 
-def _wall_strip(c2_below: np.ndarray, c2_rest: np.ndarray, voxel: float) -> bool:
-    """Whether the contact points that continue below the plane (``c2_below``, (K, 2) in plane coordinates) are a
-    wall's or a leg's strip beside what stands, rather than the edge of its own base: most of them lie more than
-    1.5 voxels outside the convex hull of the rest of the contact (``c2_rest``). An object at a table's edge has
-    its points over the edge on its own base's rim; a wall behind it runs on past it."""
+def _wall_strip(c2_below: np.ndarray, c2_rest: np.ndarray, voxel: float) -> Optional[np.ndarray]:
+    """Whether the contact points that continue below the plane (``c2_below``, (K, 2) in plane coordinates, scene
+    units) are a wall's or a leg's strip beside what stands, rather than the edge of its own base: most of them lie
+    more than 1.5 ``voxel`` outside the convex hull of the rest of the contact (``c2_rest``, (R, 2)). An object at a
+    table's edge has its points over the edge on its own base's rim; a wall behind it runs on past it. Returns that
+    hull's (F, 3) equations (``a . x + b <= 0`` inside, ``|a| = 1``) when they are, else None (also for fewer than 8
+    strip points or a degenerate hull)."""
     if c2_below.shape[0] < 8 or c2_rest.shape[0] < 3:
-        return False
+        return None
     try:
-        h = ConvexHull(c2_rest)
+        eq = ConvexHull(c2_rest).equations  # [F, 3]
     except QhullError:
-        return False
-    eq = h.equations  # [F, 3]: a . x + b <= 0 inside, |a| = 1
+        return None
     out = np.max(c2_below @ eq[:, :2].T + eq[:, 2], axis=1)  # [K] distance outside the hull
-    return bool(np.mean(out > 1.5 * voxel) >= 0.5)
+    return eq if np.mean(out > 1.5 * voxel) >= 0.5 else None
 
 
 def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: float, voxel: float,

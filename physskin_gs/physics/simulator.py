@@ -328,11 +328,7 @@ class SubspaceSimulator:
         self._floor_lift_t: Optional[torch.Tensor] = None
         self._blk: Optional[torch.Tensor] = None  # cached mass + spring block of _hessian
         self._blk_key = None
-        # [Phi; G] with G's rows ordered (b, c): q @ PhiG^T gives displacements and F - I as contiguous rows
-        self.PhiG_T = torch.cat([self.Phi, self.G.permute(1, 0, 2).reshape(3 * n, self.K4)], 0).T.contiguous()  # [4H, 4n]
-        # the same memory as numpy: the two GEMMs of every evaluation ([3, 4H] @ [4H, 4n] and [4H, 4n] @ [4n, 3])
-        # run through numpy's BLAS, 2-3x faster than torch's for these thin shapes on 1 thread (bench_sim)
-        self._PhiG_T_np = self.PhiG_T.numpy()
+        self._phig_np: Optional[np.ndarray] = None  # [Phi; G]^T, built on first use (_PhiG_T_np)
         self._Xt_np = self.X.T.contiguous().numpy()  # [3, n]
         self._eye3n_np = np.eye(3)[:, :, None]  # [3, 3, 1]
         self.pin: Optional[_Spring] = None
@@ -836,6 +832,18 @@ class SubspaceSimulator:
         self._T_np = T.numpy()  # [H, H']
         self._T_eye = bool(T.shape[0] == T.shape[1] and torch.equal(T, torch.eye(T.shape[0], dtype=T.dtype)))
 
+    @property
+    def _PhiG_T_np(self) -> np.ndarray:
+        """(4H', 4n) float64 [Phi; G]^T, G's rows ordered (b, c), so that ``q @ [Phi; G]^T`` gives the displacements
+        and F - I as contiguous rows: the GEMM reference of the evaluation kernels (:meth:`_deform_rows`), used when
+        they are unavailable. Built on first use (2.2 MB at 1000 points and 17 handles, 8.6 MB at 2048 and 33), as
+        numpy: numpy's BLAS is 2-3x faster than torch's for these thin products on 1 thread (bench_sim)."""
+        if self._phig_np is None:
+            n = self.n
+            self._phig_np = torch.cat([self.Phi, self.G.permute(1, 0, 2).reshape(3 * n, self.K4)], 0).T \
+                .contiguous().numpy()
+        return self._phig_np
+
     def _deform_rows(self, q: np.ndarray) -> np.ndarray:
         """``q [3, 4H'] @ [Phi; G]^T [4H', 4n]`` (3, 4n) float64: the displacements and F - I at the cubature points
         (:meth:`_eval`), by the C kernel from W and grad W when :attr:`use_native` and it is available
@@ -861,9 +869,9 @@ class SubspaceSimulator:
         return (self._PhiG_T_np @ rhs.T).T
 
     def _eval(self, q: torch.Tensor, ctx: Optional["_StepContext"]) -> "_Eval":
-        """Objective of one step at q (method.md 9.2), in structure-of-arrays form: ONE GEMM
-        ``q [3, 4H] @ [Phi; G]^T [4H, 4n]`` gives the displacements and F - I at all cubature points as contiguous
-        rows, then everything is elementwise over n (numpy float64: ~1 us per operation on 1e3-element rows,
+        """Objective of one step at q (method.md 9.2), in structure-of-arrays form: one product
+        ``q [3, 4H] @ [Phi; G]^T [4H, 4n]`` (:meth:`_deform_rows`: the C kernel, or the GEMM) gives the displacements
+        and F - I at all cubature points as contiguous rows, then everything is elementwise over n (numpy float64: ~1 us per operation on 1e3-element rows,
         several times less than torch's per-op overhead). With ctx None only the potential terms are evaluated."""
         n, mu, lam = self.n, self.mu, self.lam
         out = self._deform_rows(q.numpy())  # [3, 4n] = [a, (block, c)]: block 0 = x - X, block 1 + b = (F - I)[:, a, b]
@@ -919,9 +927,10 @@ class SubspaceSimulator:
 
     def _gradient(self, ev: "_Eval", ctx: "_StepContext", dx_extra: Optional[np.ndarray] = None) -> torch.Tensor:
         """Gradient (3, 4H) of the step objective at ``ev`` (from :meth:`_eval`): inertia + h^2 (elastic P through
-        G, external forces through Phi, as ONE GEMM ``[Phi; G]^T [4H, 4n] @ [f_ext | v P]^T [4n, 3]``) + dissipation.
+        G, external forces through Phi, as one product ``[Phi; G]^T [4H, 4n] @ [f_ext | v P]^T [4n, 3]``,
+        :meth:`_project_rows`) + dissipation.
         ``dx_extra``: optional (n, 3) gradient of a further potential with respect to the cubature points'
-        positions (J/m; e.g. contact with other bodies), added to f_ext so it goes through the same GEMM."""
+        positions (J/m; e.g. contact with other bodies), added to f_ext so it goes through the same product."""
         n, v = self.n, self.v_p
         F = ev.F
         rhs = np.empty((3, 4 * n))
