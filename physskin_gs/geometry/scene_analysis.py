@@ -75,6 +75,7 @@ from typing import Dict, List, Optional, Tuple, Union
 import numpy as np
 import torch
 from scipy import ndimage
+from scipy.spatial import ConvexHull, QhullError
 
 from physskin_gs.geometry.normalize import DegenerateGeometryError, finite_rows
 
@@ -754,8 +755,9 @@ def _drop_through_parts(obj: np.ndarray, pts: np.ndarray, plane: dict, h: float)
     """Remove from the object mask ``obj`` (N,) bool, in place, the parts of it that pass through the support (a
     wall behind the object, a table leg): the object's rows voxelised at the standing test's voxel ``h`` (scene
     units, finer than the analysis grid, so a wall touching the object is a part of its own there), and each
-    26-connected part holding more of the standing test's pass-through rows (``plane["through"]``) than of its
-    standing rows (``plane["parts"]``) is dropped; a part holding some of both is shared between them by
+    26-connected part holding over ten times more of the standing test's pass-through rows (``plane["through"]``)
+    than of its standing rows (``plane["parts"]``) is dropped; a part holding more of both (a vase against a wall
+    joined to it at this voxel, however the two compare in size) is shared between them by
     :func:`physskin_gs.geometry.support.geodesic_split` and the pass-through share dropped. ``pts``: (N, 3) means,
     scene units."""
     rows = np.flatnonzero(obj)
@@ -775,7 +777,7 @@ def _drop_through_parts(obj: np.ndarray, pts: np.ndarray, plane: dict, h: float)
     stand_rows = np.concatenate(plane["parts"])
     standing = np.bincount(lab_of[stand_rows], minlength=k + 1)
     through = np.bincount(lab_of[plane["through"]], minlength=k + 1)
-    drop = through > standing
+    drop = 10 * standing < through  # a pass-through part with at most a few stray standing rows
     drop[0] = False
     out = drop[row_lab]  # [R]
     # a part holding both (an object touching a wall): shared where they meet, from the two sets of rows
@@ -810,7 +812,7 @@ def _drop_wall_strips(obj: np.ndarray, pts: np.ndarray, sd: np.ndarray, band: fl
     scene units."""
     from scipy.spatial import cKDTree
 
-    from physskin_gs.geometry.support import _wall_strip, geodesic_split, plane_axes
+    from physskin_gs.geometry.support import geodesic_split, plane_axes
 
     rows = np.flatnonzero(obj)  # sorted
     if rows.shape[0] < 16:
@@ -819,29 +821,36 @@ def _drop_wall_strips(obj: np.ndarray, pts: np.ndarray, sd: np.ndarray, band: fl
     if contact.shape[0] < 16:
         return
     below = np.flatnonzero((sd < -band - h) & (sd >= -band - 3.0 * h))
-    if below.shape[0] == 0:
-        return
     if below.shape[0] > max_below:
         below = rng.choice(below, max_below, replace=False)
     B = plane_axes(n)
     c2 = pts[contact].astype(np.float64) @ B.T  # [K, 2]
-    dist, _ = cKDTree(pts[below].astype(np.float64) @ B.T).query(c2, k=1, distance_upper_bound=0.75 * h)
-    goes_on = np.isfinite(dist)  # [K]
-    if not goes_on.any() or goes_on.mean() > 0.5:
-        return
-    eq = _wall_strip(c2[goes_on], c2[~goes_on], h)  # the standing contact's hull, when the rest is a wall's strip
-    if eq is None:
-        return
-    # the strip is a wall's foot when it is a line: the wall is the plane through it and the support's normal
-    s2 = c2[goes_on]
-    ev, vec = np.linalg.eigh(np.cov((s2 - s2.mean(0)).T))
-    if not ev[0] < 0.05 * ev[1]:
-        return
-    m = B.T @ vec[:, 0]  # (3,) the wall's normal (in the support plane, across the strip)
+    goes_on = np.zeros(contact.shape[0], dtype=bool)
+    if below.shape[0]:
+        dist, _ = cKDTree(pts[below].astype(np.float64) @ B.T).query(c2, k=1, distance_upper_bound=0.75 * h)
+        goes_on = np.isfinite(dist)  # [K]
+    foot = _wall_foot(c2, goes_on, h, None)
+    one_sided = foot is None
+    if one_sided:  # a wall that ends at the support's level behind its edge: its foot lies past the support's top
+        foot = _wall_foot(c2, _past_support(c2, pts, sd, obj, band, h, B, rng), h, rng)
+        if foot is None:
+            return
+    goes_on, eq, vec = foot
+    m = B.T @ vec  # (3,) the wall's normal (in the support plane, across the strip)
     x = pts[rows].astype(np.float64)  # [R, 3]
     e = float(pts[contact[goes_on]].astype(np.float64).mean(0) @ m)
     off = np.abs(x @ m - e)  # [R] distance from the wall's plane
     outside = np.max((x @ B.T) @ eq[:, :2].T + eq[:, 2], axis=1) > 1.5 * h  # [R] beyond the standing contact
+    if one_sided:  # what stands lies wholly in front of such a wall, and the wall runs on past it (a box's face does
+        # not: over a cut support's edge it looks like a wall's foot, but it ends where the box does)
+        clear = x[off > 2.0 * h]  # [C, 3]
+        side = np.sign(clear @ m - e)
+        if side.shape[0] == 0 or min(np.mean(side > 0), np.mean(side < 0)) > 0.02:
+            return
+        t = np.cross(n, m)  # (3,) along the foot
+        ft, st = pts[contact[goes_on]].astype(np.float64) @ t, clear @ t
+        if not (ft.min() < st.min() - 2.0 * h or ft.max() > st.max() + 2.0 * h):
+            return
     ijk = np.floor((x - x.min(0)) / h).astype(np.int64)  # [R, 3]
     dims = ijk.max(0) + 1
     if float(np.prod(dims)) > 64e6:
@@ -858,6 +867,87 @@ def _drop_wall_strips(obj: np.ndarray, pts: np.ndarray, sd: np.ndarray, band: fl
     if wall.any() and not wall.all():
         obj[rows[wall]] = False
 
+
+def _wall_foot(c2: np.ndarray, strip: np.ndarray, h: float, rng: Optional[np.random.Generator]):
+    """A wall's foot among the contact points c2 (K, 2) (plane coordinates, scene units): the candidates ``strip``
+    (K,) bool are a minority lying beside the rest's hull (:func:`~physskin_gs.geometry.support._wall_strip`) along a
+    line (their covariance's minor eigenvalue under 5 % of the major). With ``rng``, only the candidates on the line
+    through the most of them (:func:`_line_inliers`) are the foot. Returns (foot (K,) bool, the
+    rest's hull equations (F, 3), the line's unit normal (2,)) or None."""
+    from physskin_gs.geometry.support import _wall_strip
+
+    if rng is not None and strip.sum() >= 8:  # points past a cut support's edges join the foot there: the line
+        keep = _line_inliers(c2[strip], h, rng)  # through the most of them
+        strip = strip.copy()
+        strip[np.flatnonzero(strip)[~keep]] = False
+    if strip.sum() < 8 or strip.mean() > 0.5:
+        return None
+    eq = _wall_strip(c2[strip], c2[~strip], h)  # the standing contact's hull, when the rest is a wall's strip
+    if eq is None:
+        return None
+    s2 = c2[strip]
+    ev, vec = np.linalg.eigh(np.cov((s2 - s2.mean(0)).T))
+    if not ev[0] < 0.05 * ev[1]:
+        return None
+    return strip, eq, vec[:, 0]
+
+
+def _line_inliers(p2: np.ndarray, tol: float, rng: np.random.Generator, tries: int = 64) -> np.ndarray:
+    """(K,) bool: the points of p2 (K, 2) within ``tol`` of the line through the most of them (RANSAC over
+    ``tries`` random pairs; scene units)."""
+    best = np.zeros(p2.shape[0], dtype=bool)
+    if p2.shape[0] < 2:
+        return best
+    for _ in range(tries):
+        a, b = rng.choice(p2.shape[0], 2, replace=False)
+        t = p2[b] - p2[a]
+        ln = float(np.hypot(t[0], t[1]))
+        if ln <= tol:
+            continue
+        nrm = np.array([-t[1], t[0]]) / ln
+        near = np.abs((p2 - p2[a]) @ nrm) <= tol
+        if near.sum() > best.sum():
+            best = near
+    return best
+
+
+def _past_support(c2: np.ndarray, pts: np.ndarray, sd: np.ndarray, obj: np.ndarray, band: float, h: float,
+                  B: np.ndarray, rng: np.random.Generator, max_rows: int = 50_000) -> np.ndarray:
+    """(K,) bool: which of the contact points ``c2`` (K, 2) (plane coordinates, scene units) lie more than 1.5 ``h``
+    outside the support's top: the convex hull of the cells (edge ``h``) of the support's own slab (rows within
+    ``band`` of the plane that are not in ``obj``), its holes filled and eroded by two cells, so that the line a wall
+    leaves where it crosses the plane is not taken for support. A wall's foot behind the support's edge lies there;
+    all False for a slab too small or degenerate."""
+    none = np.zeros(c2.shape[0], dtype=bool)
+    slab = np.flatnonzero((np.abs(sd) <= band) & ~obj)
+    if slab.shape[0] < 16:
+        return none
+    if slab.shape[0] > max_rows:
+        slab = rng.choice(slab, max_rows, replace=False)
+    s2 = pts[slab].astype(np.float64) @ B.T  # [S, 2]
+    s2 = s2[np.isfinite(s2).all(1)]
+    if s2.shape[0] < 16:
+        return none
+    lo = s2.min(0)
+    ext = (s2.max(0) - lo) / h
+    if float(np.prod(ext + 1.0)) > 16e6:  # (a slab spread far wider than its cells: no top to speak of)
+        return none
+    ij = np.floor((s2 - lo) / h).astype(np.int64)
+    dims = ij.max(0) + 1
+    occ = np.zeros(tuple(dims + 4), dtype=bool)  # a margin of two cells, so the erosion sees the edge
+    occ[ij[:, 0] + 2, ij[:, 1] + 2] = True
+    top = ndimage.binary_erosion(ndimage.binary_fill_holes(occ), structure=np.ones((3, 3), bool), iterations=2)
+    rows_ = np.flatnonzero(top.any(1))
+    if rows_.shape[0] == 0:
+        return none
+    first = np.argmax(top[rows_], axis=1)  # the first and last cell of each row of cells bound the hull
+    last = top.shape[1] - 1 - np.argmax(top[rows_, ::-1], axis=1)
+    cells = np.concatenate([np.stack([rows_, first], 1), np.stack([rows_, last], 1)])
+    try:
+        eq = ConvexHull((cells - 2 + 0.5) * h + lo).equations  # [F, 3]
+    except QhullError:
+        return none
+    return np.max(c2 @ eq[:, :2].T + eq[:, 2], axis=1) > 1.5 * h
 
 # ----------------------------------------------------------------------------------------------- plane
 def _signed_distance(pts: np.ndarray, n: np.ndarray, d: float) -> np.ndarray:
