@@ -88,10 +88,12 @@ def _prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opt
     t0 = time.perf_counter()
     if progress is not None:
         progress("analysing the scene", 0.0)
-    analysis = analyze_for_animation(scene)
+    given_up = str(getattr(config, "up", "auto")).strip().lower()
+    # a given --up is taken as known: the support (and so the bodies) must agree with it
+    analysis = analyze_for_animation(scene, up=None if given_up == "auto"
+                                     else _pipeline.resolve_up(config.up, scene).double().numpy())
     seconds = time.perf_counter() - t0
     masks = body_masks(scene, analysis)
-    given_up = str(getattr(config, "up", "auto")).strip().lower()
     if given_up != "auto":  # an --up the support agrees with keeps the bodies; else one object
         deg = _pipeline.up_off_support_deg(_pipeline.resolve_up(config.up, scene).double().numpy(), analysis)
         if deg is None or deg >= UP_AGREES_DEG:

@@ -455,12 +455,19 @@ def hessian_points_for(num_cubature: int, num_handles: int) -> Optional[int]:
     return None if k >= num_cubature else k
 
 
-def analyze_for_animation(scene: GaussianScene):
+def analyze_for_animation(scene: GaussianScene, up: Optional[np.ndarray] = None):
     """:func:`physskin_gs.geometry.scene_analysis.analyze_scene` of a scene (means in scene units, activated
     opacities), with the format prior of :func:`resolve_up` for scenes without a support plane (after the
-    stable-base evidence of :mod:`physskin_gs.geometry.upright`, unless the file records its up axis). Returns a
+    stable-base evidence of :mod:`physskin_gs.geometry.upright`, unless the file records its up axis). ``up``: a
+    (3,) unit up vector the user gave (``--up``): it is taken as known, as an up recorded in the file is (only
+    support planes within 30 degrees of it are examined, so the support and the object follow it). Returns a
     ``SceneAnalysis`` whose masks are (N,) over the scene's rows. Raises DegenerateGeometryError when no valid
     opaque row is left."""
+    if up is not None:
+        return analyze_scene(scene.means, scene.opacities, scene.log_scales,
+                             format_prior_up=np.asarray(up, dtype=np.float64), prior_name="the up given (--up)",
+                             stable_base=False, prior_if_it_stands=False, prior_recorded=True,
+                             support_search=scene.format != "mesh", seed=0)
     prior = resolve_up("auto", scene).numpy()
     name = ("glTF's +y up (fixed by the format)" if scene.up_hint is not None and scene.format == "mesh"
             else "the up axis recorded in the file" if scene.up_hint is not None
@@ -1200,7 +1207,8 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
         _report(progress, "analysing the scene", 0.0)
     select_auto = moving is None and str(config.select or "").strip().lower() in ("auto", "largest")
     if analysis is None and (select_auto or str(config.up).strip().lower() == "auto"):
-        analysis = analyze_for_animation(scene)
+        given = None if str(config.up).strip().lower() == "auto" else resolve_up(config.up, scene).numpy()
+        analysis = analyze_for_animation(scene, up=given)  # a given --up: the support and the object follow it
     lap("scene_analysis")
     if str(config.up).strip().lower() == "auto":
         up = torch.as_tensor(analysis.up, dtype=torch.float64)

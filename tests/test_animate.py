@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from physskin_gs.cli import main
+from physskin_gs.cli.animate import _stiffer_materials
 
 
 def _run(argv):
@@ -227,7 +228,7 @@ def test_closing_notes_say_when_the_object_bent_or_tipped_over(splat_file, tmp_p
             "--pin", "box:-1,-1,-1,-0.45,1,1"]
     assert _run([*argv, "--export", tmp_path / "a"]) == 0
     err = capsys.readouterr().err
-    assert "note: the object bent" in err and "--material rubber, plastic or wood" in err, err
+    assert "note: the object bent" in err and "--material rubber, plastic or wood" in err, err  # (E not raised: pinned)
     assert "tipped over" not in err  # pinned, and bent rather than turned
     assert _run([*argv, "--export", tmp_path / "b", "--material", "wood"]) == 0
     assert "note:" not in capsys.readouterr().err
@@ -237,7 +238,45 @@ def test_closing_notes_say_when_the_object_bent_or_tipped_over(splat_file, tmp_p
                  "--cubature", 128, "--export", tmp_path / "d"]) == 0
     err = capsys.readouterr().err
     assert "(it tipped over); if it should stand, check the up axis (--up)" in err and "bent" not in err, err
-    assert "--material rubber, plastic or wood" in err  # (the default material: stiffening may be the answer)
+    E = float(err.split("material soft (E ")[1].split(" Pa")[0])  # (raised so that it stands)
+    assert _stiffer_materials(E, 100.0) in err  # (the default material: stiffening may be the answer)
+
+
+def test_the_advice_names_only_materials_stiffer_than_the_one_used():
+    """The stiffer materials a closing note names are those that sag at most 2/3 as much under their own weight
+    (density / E): a fresh user was told "--material rubber" for a chair whose soft default had been raised to
+    E 230 kPa at 100 kg/m^3, and bent more in rubber (2 MPa, 1150 kg/m^3: 1.3x the sag)."""
+    assert _stiffer_materials(1e5, 100.0) == "--material rubber, plastic or wood"
+    assert _stiffer_materials(2.3e5, 100.0) == "--material plastic or wood"
+    assert _stiffer_materials(1e10, 100.0) == "--E 1e+11"  # stiffer than every named material
+
+
+def test_a_pin_above_the_floor_is_said_and_the_advice_gives_the_floor(tmp_path, capsys):
+    """A pin holds its points where they are: an object that starts above its floor (no support: a quarter of its
+    height below it) hangs there when pinned (a fresh user followed "--pin below:0.1" and got a bouquet held in
+    mid-air). A note says so with the --floor value at the object's lowest point; with that floor the note goes,
+    and the object starts on it."""
+    from physskin_gs.io import save_scene
+    from physskin_gs.scene import GaussianScene
+
+    g = torch.Generator().manual_seed(1)
+    n = 3000
+    means = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor([0.2, 0.2, 1.0])
+    src = tmp_path / "post.ply"
+    save_scene(GaussianScene(means=means, quats=torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1),
+                             log_scales=torch.full((n, 3), math.log(0.01)), opacity_logits=torch.full((n,), 4.0),
+                             sh_dc=torch.zeros(n, 3), sh_rest=torch.zeros(n, 0, 3), source=None, format="inria-ply"),
+               src)
+    argv = ["animate", src, "--headless", "--frames", 2, "--up", "z", "--cubature", 128, "--skinning", "rbf",
+            "--pin", "below:0.1"]
+    assert _run([*argv, "--export", tmp_path / "a"]) == 0
+    err = capsys.readouterr().err
+    assert "the pinned points are held where they are, and the object starts" in err, err
+    assert 20 <= int(err.split("and the object starts ")[1].split("%")[0]) <= 30  # (the floor: a quarter below)
+    floor = err.split("put the floor at its lowest point: --floor ")[1].split()[0]
+    assert abs(float(floor) - float(torch.quantile(means[:, 2], 0.005))) < 1e-3
+    assert _run([*argv, "--export", tmp_path / "b", "--floor=" + floor]) == 0
+    assert "pinned points are held" not in capsys.readouterr().err
 
 
 def test_closing_notes_name_the_body_and_never_the_option_given(capsys):

@@ -839,9 +839,14 @@ def run_headless(args) -> int:
                   "stable-base": "the side it stands on most stably (no support found)",
                   "format-prior": "the file format's up-axis convention (no support, no clear base)",
                   "default": "the default (no support, no convention)"}.get(sa["up_source"], sa["up_source"])
-        print(f"[physskin-gs] scene: up {_axis_name(sa['up'])}, from {whence}"
-              + (f"; --up {args.up} overrides it" if given_up else "")
-              + f" [{sa['up_source']}: {sa['reason']}]", file=sys.stderr)
+        if given_up:  # the analysis took the given up as known: its support (if any) agrees with it
+            found = ("a support plane found near it" if sa["up_source"] == "support-plane"
+                     else "no support plane near it")
+            print(f"[physskin-gs] scene: up {args.up} as given (--up); {found} [{sa['up_source']}: {sa['reason']}]",
+                  file=sys.stderr)
+        else:
+            print(f"[physskin-gs] scene: up {_axis_name(sa['up'])}, from {whence} [{sa['up_source']}: "
+                  f"{sa['reason']}]", file=sys.stderr)
         auto_select = str(args.select).strip().lower() == "auto"
         ob = anim.info.get("other_bodies_rows", (0, 0))  # the other bodies' rows: counted as background (or
         # transparent) by the analysis, moving here
@@ -908,6 +913,13 @@ def run_headless(args) -> int:
     for r in getattr(anim, "regions", []):
         print(f"[physskin-gs] region {r['spec']}: {r['material']} (E {r['E']:.3g} Pa, {r['density']:g} kg/m^3), "
               f"{r['cubature_points']} of {anim.info['num_cubature']} cubature points", file=sys.stderr)
+    gap = _start_gap(anim)  # (of its height above the floor it falls onto, its lowest point) or None
+    args.starts_on_floor = gap is None or gap[0] <= 0.02
+    args.floor_at_base = None if gap is None else gap[1]
+    if getattr(args, "pin", None) and not args.starts_on_floor:
+        print(f"[physskin-gs] note: the pinned points are held where they are, and the object starts {gap[0]:.0%} of "
+              f"its height above its floor, so it hangs there; to stand it on the floor, put the floor at its lowest "
+              f"point: --floor {gap[1]:.4g}", file=sys.stderr)
     if config.pin:
         held = [(k, int(b.sim.pin.idx.numel()), b.sim.n) for k, b in enumerate(getattr(anim, "bodies", [anim]))
                 if b.sim.pin is not None]
@@ -1111,7 +1123,8 @@ def run_headless(args) -> int:
     with interrupts.deferred():  # the swap is a few renames: a Ctrl-C waits for it, never leaves it half done
         replaced = [(final, _commit_stage(stage, final, kinds)) for stage, final, kinds in stages.values()]
     for final, removed in replaced:
-        print(f"[physskin-gs] --overwrite: replaced {removed} files of an earlier run in {final}/", file=sys.stderr)
+        print(f"[physskin-gs] --overwrite: the earlier run's {removed} file{'s' if removed != 1 else ''} in {final}/ "
+              "gave way to this run's", file=sys.stderr)
     export, png_dir = final_export, final_png
     if export is not None:
         print(f"[physskin-gs] wrote {args.frames} frames to {export}/", file=sys.stderr)
@@ -1173,6 +1186,33 @@ def _rigid_fit(X, Y):
     return float(np.degrees(rot.magnitude())), float(rssd) / np.sqrt(X.shape[0])
 
 
+def _start_gap(anim) -> Optional[tuple]:
+    """(how far the moving rows' lowest point (0.5 % quantile along up) starts above the floor the simulation uses,
+    over their height (0.5-99.5 % along up); that lowest point's height along up, scene units, as ``--floor`` takes
+    it), or None with no floor or several bodies (their support is captured). Raises nothing."""
+    import torch
+
+    floor = getattr(anim, "floor_scene", None)
+    if floor is None or hasattr(anim, "bodies") or not bool(anim.moving.any()):
+        return None
+    h = anim.scene.means[anim.moving].double() @ anim.up_vector.double()
+    lo, hi = float(torch.quantile(h, 0.005)), float(torch.quantile(h, 0.995))
+    return ((lo - float(floor)) / (hi - lo), lo) if hi > lo else None
+
+
+def _stiffer_materials(E: float, density: float) -> str:
+    """The named materials at least as stiff as E (Pa) that sag under their own weight at most 2/3 as much as E at
+    ``density`` (kg/m^3) does (a sag goes as density / E; foam is lighter, not stiffer; rubber is stiffer than the
+    soft default, but not than the soft default raised 2.4x so that Spot stands), as ``--material a, b or c``, or
+    ``--E`` with a value 10x E when none is."""
+    from physskin_gs.materials import MATERIALS
+
+    names = [m.name for m in MATERIALS.values() if m.E >= E and m.E / m.density >= 1.5 * E / max(density, 1e-30)]
+    if not names:
+        return f"--E {10.0 * E:g}"
+    return "--material " + (names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}")
+
+
 def _note_motion(anim, args, rest) -> None:
     """At the end of a headless run, per body (:func:`_moving_sample`): one line when it bent a lot in the default
     material (not chosen by the user: the fix is one option; ``--region base=wood`` is named only for one body and
@@ -1197,14 +1237,20 @@ def _note_motion(anim, args, rest) -> None:
                       if single and not getattr(args, "regions", None) else "")
             print(f"[physskin-gs] note: {name} bent (its shape moved {resid / size:.0%} of its size, RMS, from any "
                   f"rigid motion) in the default material, a soft toy (E {args.E:g} Pa); for something stiffer pass "
-                  f"--material rubber, plastic or wood{region}", file=sys.stderr)
+                  f"{_stiffer_materials(args.E, getattr(args, 'density', 100.0))}{region}", file=sys.stderr)
         if angle > TIP_NOTE and not getattr(args, "pin", None):  # bent or not: a chair can bend and fall on its back
             said = bent and not getattr(args, "material_chosen", True)  # the bent note named the materials already
             soft = "" if getattr(args, "material_chosen", True) or said else (
-                ", or stiffen it (the default soft material lets a tall object sag and topple: --material rubber, "
-                "plastic or wood)")
+                ", or stiffen it (the default soft material lets a tall object sag and topple: "
+                f"{_stiffer_materials(args.E, getattr(args, 'density', 100.0))})")
+            # a pin holds the base where it is: only where the base starts on its floor (no drop) does it stand
+            on_floor = getattr(args, "starts_on_floor", True)
+            base = getattr(args, "floor_at_base", None)
+            pin = (" or hold its base (--pin below:0.1)" if on_floor or base is None else
+                   f" or stand it on a floor at its base and hold that (it starts above its floor: --floor {base:.4g} "
+                   "--pin below:0.1)")
             print(f"[physskin-gs] note: {name} turned {angle:.0f} degrees (it tipped over); if it should stand, "
-                  f"check the up axis (--up) or hold its base (--pin below:0.1){soft}", file=sys.stderr)
+                  f"check the up axis (--up){pin}{soft}", file=sys.stderr)
 
 
 def write_obj(path, vertices, faces, rgb=None, normals=None) -> int:

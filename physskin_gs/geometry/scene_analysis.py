@@ -149,7 +149,8 @@ class SceneAnalysis:
         floater: opaque rows in small or far clusters, in isolated sparse voxels, or outside the padded grid.
         support: opaque non-floater rows in the support plane's slab.
         object: the object: largest connected component above the support, with the floaters in the voxels next
-            to its own (its haze: static, they would hang in the air where it had been).
+            to its own, within :data:`HAZE_VOXELS` voxels without a support (its haze: static, they would hang in the
+            air where it had been).
         background: the remaining valid opaque rows (static: below the plane, other clusters, the thin
             layer between slab and object).
         transparent_in_object: transparent rows that fall in the object's voxels or the voxels next to them (not
@@ -354,6 +355,11 @@ def _margin_along(base, up: np.ndarray, min_cos: float) -> float:
 
 
 # ----------------------------------------------------------------------------------------------- analysis
+#: voxels (of the analysis grid, about 1/40 of the scene) around an object with no support within which floaters
+#: are its own haze and move with it (:func:`analyze_scene`; transparent rows, and beside a support: one voxel)
+HAZE_VOXELS = 3
+
+
 def analyze_scene(
     means: ArrayLike,
     opacities: ArrayLike,
@@ -679,9 +685,16 @@ def analyze_scene(
             if not small:
                 # floaters and transparent rows in the voxels next to the object's are its own haze (a capture's
                 # view-dependent glow, the soft edge of its surface): left static, they hung in the air where the
-                # object had been, visible once it moved (a donut's 25 opaque glow blobs, 1 voxel off its icing)
-                next_to = ndimage.binary_dilation(olabels == best, structure=_FULL_3D).ravel()
-                for rows, into in ((floater, obj), (transparent, in_object)):
+                # object had been, visible once it moved (a donut's 25 opaque glow blobs, 1 voxel off its icing).
+                # An object cut free (no support) drops a quarter of its height at once: there, floaters within
+                # HAZE_VOXELS voxels are its haze too (a plush dragon's 31 and a toy's 67 large blobs, 2-3 voxels
+                # off them); beside a support, floaters that far are as often a wall's or a table's sparse edge
+                # (generated seeds 2028, 2044, 3000 lost a fifth of their precision)
+                own = olabels == best
+                near = ndimage.binary_dilation(own, structure=_FULL_3D).ravel()  # [G] the voxels next to it
+                wide = near if plane is not None else ndimage.binary_dilation(  # an object cut free: wider
+                    own, structure=_FULL_3D, iterations=HAZE_VOXELS).ravel()
+                for rows, into, next_to in ((floater, obj, wide), (transparent, in_object, near)):
                     r_idx = np.flatnonzero(rows & ~obj & ~in_object)
                     fl = flat_all[r_idx]
                     hit = (fl >= 0) & next_to[np.maximum(fl, 0)]
