@@ -358,6 +358,9 @@ def _margin_along(base, up: np.ndarray, min_cos: float) -> float:
 #: voxels (of the analysis grid, about 1/40 of the scene) around an object with no support within which floaters
 #: are its own haze and move with it (:func:`analyze_scene`; transparent rows, and beside a support: one voxel)
 HAZE_VOXELS = 3
+#: ... and at most this fraction of the scene's size (a sparse capture's voxels are coarse: a 1000-row fragment's
+#: are a tenth of it)
+HAZE_REACH = 0.1
 
 
 def analyze_scene(
@@ -692,8 +695,9 @@ def analyze_scene(
                 # (generated seeds 2028, 2044, 3000 lost a fifth of their precision)
                 own = olabels == best
                 near = ndimage.binary_dilation(own, structure=_FULL_3D).ravel()  # [G] the voxels next to it
-                wide = near if plane is not None else ndimage.binary_dilation(  # an object cut free: wider
-                    own, structure=_FULL_3D, iterations=HAZE_VOXELS).ravel()
+                haze = min(HAZE_VOXELS, int(HAZE_REACH * scale / grid.h))  # (a sparse scene's voxels are coarse)
+                wide = near if plane is not None or haze <= 1 else ndimage.binary_dilation(  # cut free: wider
+                    own, structure=_FULL_3D, iterations=haze).ravel()
                 for rows, into, next_to in ((floater, obj, wide), (transparent, in_object, near)):
                     r_idx = np.flatnonzero(rows & ~obj & ~in_object)
                     fl = flat_all[r_idx]
