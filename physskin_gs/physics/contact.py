@@ -52,6 +52,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
+from scipy.linalg.blas import stpsv as _stpsv
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import connected_components
 from scipy.spatial import cKDTree
@@ -106,6 +107,37 @@ def _same_pairs(a: Optional[tuple], b: Optional[tuple], tol: float = 0.1) -> boo
         if (ku.size - common) + (kv.size - common) > tol * big:
             return False
     return True
+
+
+class _PackedCholesky:
+    """A lower Cholesky factor L (n, n) kept as its packed lower triangle (column by column, float32): half the bytes
+    of the square, and each Newton correction streams it twice (L y = g, then L^T x = y, by BLAS ``stpsv``): at
+    several bodies it no longer stays in a core's cache between corrections (408 unknowns: 333 KB instead of 666).
+    :func:`~physskin_gs.physics.simulator._chol_solve` on the square float32 factor is its reference (tested equal
+    to float32 rounding)."""
+
+    __slots__ = ("n", "ap")
+    _flat: dict = {}  # n -> flat indices into L^T (row-major) of the packed order: column j of L, rows i >= j
+
+    def __init__(self, L: torch.Tensor) -> None:
+        n = int(L.shape[0])
+        flat = self._flat.get(n)
+        if flat is None:
+            j, i = np.triu_indices(n)
+            flat = self._flat[n] = j * n + i
+        self.n = n
+        self.ap = np.take(L.T.to(torch.float32).contiguous().numpy().reshape(-1), flat)  # [n (n + 1) / 2]
+
+    def solve(self, g: torch.Tensor) -> torch.Tensor:
+        """(n,) float64 solution of L L^T x = g for g (n,) (float32 accuracy, as the factor)."""
+        y = _stpsv(self.n, self.ap, g.numpy().astype(np.float32), lower=1, trans=0, diag=0)
+        x = _stpsv(self.n, self.ap, y, lower=1, trans=1, diag=0, overwrite_x=1)
+        return torch.from_numpy(x.astype(np.float64))
+
+
+def _solve(L, g: torch.Tensor) -> torch.Tensor:
+    """Solution of L L^T x = g for a :class:`_PackedCholesky` or a square lower factor (torch)."""
+    return L.solve(g) if isinstance(L, _PackedCholesky) else _chol_solve(L, g)
 
 
 @dataclass
@@ -198,6 +230,8 @@ class BodyContactSystem:
     #: a Newton correction moving a body's samples by less than this x its size (box diagonal), root mean square,
     #: ends the step (1e-5: 3 micrometres for a 0.2 m cube)
     STEP_TOL = 1e-5
+    #: keep the joint Hessian's factor packed (:class:`_PackedCholesky`); False: the square float32 factor
+    PACKED_FACTOR = True
 
     def __init__(self, bodies: Sequence[SubspaceSimulator], radii: Optional[Sequence[float]] = None,
                  static_points=None, static_radius: Optional[float] = None, contact_k: Optional[float] = None,
@@ -681,8 +715,9 @@ class BodyContactSystem:
             if int(info) == 0:
                 # kept in float32: each Newton correction streams the factor twice, and at several bodies it no
                 # longer fits a core's cache (408 unknowns: 1.3 MB in float64); the correction comes out within
-                # ~1e-6 of the float64 one, while the gradient, energies and line search stay float64
-                return L.to(torch.float32)
+                # ~1e-6 of the float64 one, while the gradient, energies and line search stay float64. Packed
+                # (half the square's bytes) unless PACKED_FACTOR is off (the square is the reference)
+                return _PackedCholesky(L) if self.PACKED_FACTOR else L.to(torch.float32)
             reg *= 100.0
         return None
 
@@ -743,7 +778,7 @@ class BodyContactSystem:
             if exact and not exact_factor:
                 L, exact_factor = None, True
             if L is None and L_est is not None and it == 0:
-                if self._negligible(-_chol_solve(L_est, g)):
+                if self._negligible(-_solve(L_est, g)):
                     converged = True
                     break
             sig = _pair_signature(pairs)
@@ -757,7 +792,7 @@ class BodyContactSystem:
                 L_pairs, factor_at = sig, it
                 self._L_key, self._L_age = key, 0
                 stats.hessians += 1
-            delta = -_chol_solve(L, g)
+            delta = -_solve(L, g)
             if self._negligible(delta):  # the correction moves no sample measurably: this iterate is the step's
                 converged = True
                 break
@@ -951,7 +986,7 @@ class BodyContactSystem:
             sub._local[sub._gidx] = np.arange(sub._gidx.size)
             self._subs[isl] = sub
         for name in ("max_travel", "max_depth", "hessian_max_age", "STATIC_NEIGHBOURS", "contact_k", "newton_iters",
-                     "mu", "EPS_V", "skin", "STEP_TOL"):
+                     "mu", "EPS_V", "skin", "STEP_TOL", "PACKED_FACTOR"):
             setattr(sub, name, getattr(self, name))
         return sub
 
