@@ -300,6 +300,10 @@ def _wall_strip(c2_below: np.ndarray, c2_rest: np.ndarray, voxel: float) -> Opti
     return eq if np.mean(out > 1.5 * voxel) >= 0.5 else None
 
 
+#: voxels (of the standing test) within which parts that touch the plane count as one body for stability
+GROUP_VOXELS = 2
+
+
 def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: float, voxel: float,
                    min_part: float = 0.02):
     """The parts of the points p (M, 3) that stand on the plane n . x = d (module docstring, tests 1-4).
@@ -335,6 +339,8 @@ def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: 
     out = []
     through = []
     worst = ""
+    unstable = []  # (label, idx, carried contact, contact 2-D) of the parts that failed only the stability test
+    stood = []  # (label, idx, contact, contact 2-D) of the parts that stand
     for c in np.argsort(-mass[1:]) + 1:
         if mass[c] < min_part * total:
             break
@@ -358,19 +364,53 @@ def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: 
                     contact, c2 = contact[carried], c2[carried]
             if what is None and _is_sheet(p[idx], w[idx], n):
                 what = "is a sheet parallel to it (the plane's own surface, cut by a tilted plane)"
-            if what is None:
-                com = (w[idx, None] * p[idx]).sum(0) / max(float(w[idx].sum()), 1e-30)
-                margin = _hull_margin(c2, B @ com)
-                height = float(np.quantile(sd[idx], 0.98)) - band
-                if margin > 0.1 * max(_hull_size(c2), voxel) or _hull_width(c2) < 0.1 * height:
-                    what = "is not stable on it (its centre of mass is outside its contact, or it stands on an edge)"
+            if what is None and not _stable(p, w, sd, idx, c2, B, band, voxel):
+                what = "is not stable on it (its centre of mass is outside its contact, or it stands on an edge)"
+                if not _on_edge(sd, idx, c2, band):  # (a wall or a sheet on its edge is never grouped)
+                    unstable.append((c, idx, contact, c2))
         if what is None:
             out.append((idx, contact))
+            stood.append((c, idx, contact, c2))
         elif what != "does not touch the plane":  # touches it, but passes through it or stands beside it
-            through.append(idx)
+            through.append((c, idx))
         if what is not None and not worst:
             worst = f"the largest part above it {what}"
-    return out, total, worst, (np.concatenate(through) if through else np.zeros(0, dtype=np.int64))
+    # a body that the voxels split (a toy's leg, a gap at its hip a voxel wide) stands on all its contact: a part
+    # whose centre of mass lies outside its own wide contact stands with the standing parts within GROUP_VOXELS of
+    # it, when together they are stable
+    for c, idx, contact, c2 in unstable:
+        near = ndimage.binary_dilation(labels == c, structure=_FULL_3D, iterations=GROUP_VOXELS)
+        mates = set(np.unique(labels[near]).tolist()) - {0, c}
+        group = [g for g in stood if g[0] in mates]
+        if not group:
+            continue
+        g_idx = np.concatenate([idx] + [g[1] for g in group])
+        g_c2 = np.concatenate([c2] + [g[3] for g in group])
+        if _stable(p, w, sd, g_idx, g_c2, B, band, voxel):
+            out.append((idx, contact))
+            through = [t for t in through if t[0] != c]
+            stood.append((c, idx, contact, c2))
+            if worst.startswith("the largest part above it is not stable") and c == unstable[0][0]:
+                worst = ""
+    out.sort(key=lambda t: -float(w[t[0]].sum()))
+    return out, total, worst, (np.concatenate([t[1] for t in through]) if through else np.zeros(0, dtype=np.int64))
+
+
+def _on_edge(sd: np.ndarray, idx: np.ndarray, c2: np.ndarray, band: float) -> bool:
+    """Whether the contact c2 (K, 2) of the points idx is an edge: its hull narrower than a tenth of their height
+    over the plane (``sd``: signed distances; ``band``: the slab's half-thickness)."""
+    return _hull_width(c2) < 0.1 * (float(np.quantile(sd[idx], 0.98)) - band)
+
+
+def _stable(p: np.ndarray, w: np.ndarray, sd: np.ndarray, idx: np.ndarray, c2: np.ndarray, B: np.ndarray,
+            band: float, voxel: float) -> bool:
+    """Whether the points idx (weights w, signed distances sd to the plane) stand stably on their carried contact
+    c2 (K, 2), in the plane's axes B: the centre of mass projected into the contact's hull (within a tenth of its
+    size) and the hull at least a tenth of their height wide (not an edge)."""
+    com = (w[idx, None] * p[idx]).sum(0) / max(float(w[idx].sum()), 1e-30)
+    margin = _hull_margin(c2, B @ com)
+    height = float(np.quantile(sd[idx], 0.98)) - band
+    return not (margin > 0.1 * max(_hull_size(c2), voxel) or _hull_width(c2) < 0.1 * height)
 
 
 def _carrying_region(slab2: np.ndarray, contact: np.ndarray, p: np.ndarray, B: np.ndarray, voxel: float):
