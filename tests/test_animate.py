@@ -208,22 +208,27 @@ def test_the_log_says_what_a_pin_holds_and_where_png_frames_went(splat_file, tmp
     assert err[-1] == f"[physskin-gs] wrote 2 PNG frames to {tmp_path / 'png'}/"
 
 
+def _random_box(path, n: int, size, seed: int):
+    """Write n opaque 1 cm Gaussians uniform in a box of ``size`` (m) centred on the origin as an INRIA PLY at
+    ``path``; returns (path, means (n, 3))."""
+    from physskin_gs.io import save_scene
+    from physskin_gs.scene import GaussianScene
+
+    g = torch.Generator().manual_seed(seed)
+    means = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor(size)
+    save_scene(GaussianScene(means=means, quats=torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1),
+                             log_scales=torch.full((n, 3), math.log(0.01)), opacity_logits=torch.full((n,), 4.0),
+                             sh_dc=torch.zeros(n, 3), sh_rest=torch.zeros(n, 0, 3), source=None, format="inria-ply"),
+               path)
+    return path, means
+
+
 def test_closing_notes_say_when_the_object_bent_or_tipped_over(splat_file, tmp_path, capsys):
     """A 1 m beam 0.1 m thick, pinned at one end, sags far in the default soft material (Euler-Bernoulli: a tip
     deflection of about 1.5 m at E 1e5, 100 kg/m^3, so its shape leaves any rigid motion): the run ends with a note
     naming the stiffer materials; in wood it holds (no note); a soft E the user gave is not second-guessed. Spot
     stood upside down (--up y) rolls over as a rigid body: a note says it tipped over and names --up."""
-    from physskin_gs.io import save_scene
-    from physskin_gs.scene import GaussianScene
-
-    g = torch.Generator().manual_seed(0)
-    n = 4000
-    means = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor([1.0, 0.1, 0.1])
-    beam = tmp_path / "beam.ply"
-    save_scene(GaussianScene(means=means, quats=torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1),
-                             log_scales=torch.full((n, 3), math.log(0.01)), opacity_logits=torch.full((n,), 4.0),
-                             sh_dc=torch.zeros(n, 3), sh_rest=torch.zeros(n, 0, 3), source=None, format="inria-ply"),
-               beam)
+    beam, _ = _random_box(tmp_path / "beam.ply", 4000, (1.0, 0.1, 0.1), seed=0)
     argv = ["animate", beam, "--headless", "--frames", 30, "--up", "z", "--floor", "off", "--cubature", 128,
             "--pin", "box:-1,-1,-1,-0.45,1,1"]
     assert _run([*argv, "--export", tmp_path / "a"]) == 0
@@ -256,17 +261,7 @@ def test_a_pin_above_the_floor_is_said_and_the_advice_gives_the_floor(tmp_path, 
     height below it) hangs there when pinned (a fresh user followed "--pin below:0.1" and got a bouquet held in
     mid-air). A note says so with the --floor value at the object's lowest point; with that floor the note goes,
     and the object starts on it."""
-    from physskin_gs.io import save_scene
-    from physskin_gs.scene import GaussianScene
-
-    g = torch.Generator().manual_seed(1)
-    n = 3000
-    means = (torch.rand(n, 3, generator=g) - 0.5) * torch.tensor([0.2, 0.2, 1.0])
-    src = tmp_path / "post.ply"
-    save_scene(GaussianScene(means=means, quats=torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1),
-                             log_scales=torch.full((n, 3), math.log(0.01)), opacity_logits=torch.full((n,), 4.0),
-                             sh_dc=torch.zeros(n, 3), sh_rest=torch.zeros(n, 0, 3), source=None, format="inria-ply"),
-               src)
+    src, means = _random_box(tmp_path / "post.ply", 3000, (0.2, 0.2, 1.0), seed=1)
     argv = ["animate", src, "--headless", "--frames", 2, "--up", "z", "--cubature", 128, "--skinning", "rbf",
             "--pin", "below:0.1"]
     assert _run([*argv, "--export", tmp_path / "a"]) == 0
