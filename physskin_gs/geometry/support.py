@@ -10,7 +10,9 @@ toward the side examined, the points above its slab are split into connected par
 3. *it is carried*: the plane's own points lie under most of the contact;
 4. *it is stable*: its centre of mass, projected along n, lies inside the convex hull of the carried contact
    (within a small margin), and that contact is not a mere edge (its least width at least a tenth of the part's
-   height): a wall against a floor edge, a table top's rim against the wall, a sheet on its edge are not;
+   height): a wall against a floor edge, a table top's rim against the wall, a sheet on its edge are not. A part
+   that fails only the centre-of-mass test stands with the standing parts within two voxels of it when the group is
+   stable (a toy's leg cut off at the hip by the voxels: the body stands on the leg's foot too);
 5. *it is not the plane's own surface*: a flat sheet parallel to the plane (a sliver of the table cut off by a
    slightly tilted candidate) does not stand on it.
 
@@ -339,6 +341,7 @@ def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: 
     out = []
     through = []
     worst = ""
+    worst_label = 0  # the part whose failure ``worst`` says
     unstable = []  # (label, idx, carried contact, contact 2-D) of the parts that failed only the stability test
     stood = []  # (label, idx, contact, contact 2-D) of the parts that stand
     for c in np.argsort(-mass[1:]) + 1:
@@ -374,7 +377,7 @@ def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: 
         elif what != "does not touch the plane":  # touches it, but passes through it or stands beside it
             through.append((c, idx))
         if what is not None and not worst:
-            worst = f"the largest part above it {what}"
+            worst, worst_label = f"the largest part above it {what}", c
     # a body that the voxels split (a toy's leg, a gap at its hip a voxel wide) stands on all its contact: a part
     # whose centre of mass lies outside its own wide contact stands with the standing parts within GROUP_VOXELS of
     # it, when together they are stable
@@ -390,7 +393,7 @@ def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: 
             out.append((idx, contact))
             through = [t for t in through if t[0] != c]
             stood.append((c, idx, contact, c2))
-            if worst.startswith("the largest part above it is not stable") and c == unstable[0][0]:
+            if c == worst_label:  # (it stands after all: what it said no longer holds)
                 worst = ""
     out.sort(key=lambda t: -float(w[t[0]].sum()))
     return out, total, worst, (np.concatenate([t[1] for t in through]) if through else np.zeros(0, dtype=np.int64))

@@ -730,9 +730,9 @@ class BodyContactSystem:
         """One joint backward-Euler step by Newton with Armijo backtracking. The Hessian factor is reused (as the
         bodies' "adaptive" policy does) while the step size and every body's Hessian version stay the same, the
         previous step converged and the factor has driven fewer than :attr:`hessian_max_age` x (the number of
-        bodies) corrections. Within a step, a factor from an earlier iterate is refreshed when it has become a poor model: its line search backtracked
-        or failed, the contact pairs changed since it was computed (an impact adds stiff terms it lacks), or the
-        gradient fell by less than half in the last iteration. The gradient is always exact, so reuse changes the
+        bodies) corrections. Within a step, a factor from an earlier iterate is refreshed when it has become a poor
+        model: its line search backtracked or failed, the contact pairs changed since it was computed (an impact
+        adds stiff terms it lacks), or the gradient fell by less than half in the last iteration. The gradient is always exact, so reuse changes the
         cost, not the solution. As in the bodies' own solver, a step still far from balance after
         :attr:`newton_iters` iterations (a residual force above ``SubspaceSimulator.FAR_RESIDUAL`` x the bodies'
         weight) iterates on with the exact Hessian, up to ``NEWTON_EXTRA`` x the budget, and one that ends there is
