@@ -1350,6 +1350,14 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
             elif up_off_support_deg(u, analysis) < UP_AGREES_DEG:  # an --up the support agrees with
                 c = mov_means.double().mean(0).numpy()  # the support's height under the object, along the given up
                 info["support_height"] = float(u @ (c - (float(n_up @ c) - float(analysis.plane.offset)) * n_up))
+            h_mov = (mov_means.double() @ up.double()).numpy()  # [M] the moving rows along up
+            k = int(0.005 * (h_mov.shape[0] - 1))
+            part = np.partition(h_mov, (k, h_mov.shape[0] - 1 - k))  # the 0.5 and 99.5 % quantiles, no sort
+            lo_mov, hi_mov = float(part[k]), float(part[h_mov.shape[0] - 1 - k])
+            if "support_height" in info and lo_mov < info["support_height"] - 0.05 * (hi_mov - lo_mov):
+                # what moves reaches below the support (--select all, a box through the table): a floor there would
+                # throw it up, so the floor goes under what moves, as without a support
+                info["support_below_moving"] = info.pop("support_height")
     anim = AnimatedScene(scene, moving, config, field, norm, up, sim_scale, center, cub.float(), volume, source, info,
                          extent_points=extent_pts if body is not None else None, cubature_fields=cub_fields,
                          cubature_tets=cub_tets)

@@ -456,3 +456,4 @@ def test_a_body_split_by_the_voxels_stands_on_all_its_contact(gap_voxels, both):
     assert GROUP_VOXELS >= 2
     assert any(s <= body and len(s) > 0.9 * n_body for s in stands) is both, (len(stands), worst)
     assert any(min(s) >= n_disc + n_body for s in stands)  # the leg stands either way, a part of its own
+

@@ -856,6 +856,10 @@ def run_headless(args) -> int:
                  if auto_select else "")
               + ("; floor = support plane" if anim.support_height is not None and config.floor
                  and config.floor_height is None else ""), file=sys.stderr)
+        if anim.info.get("support_below_moving") is not None and config.floor and config.floor_height is None:
+            print("[physskin-gs] note: what moves reaches below the support, so the floor is a quarter of its height "
+                  "under it, not the support (a floor at the support would throw the rows under it up)",
+                  file=sys.stderr)
         if sa.get("unsure") and str(args.up).strip().lower() == "auto":
             from physskin_gs.cli._common import UNSURE_UP
 
