@@ -464,10 +464,14 @@ def analyze_for_animation(scene: GaussianScene, up: Optional[np.ndarray] = None)
     ``SceneAnalysis`` whose masks are (N,) over the scene's rows. Raises DegenerateGeometryError when no valid
     opaque row is left."""
     if up is not None:
-        return analyze_scene(scene.means, scene.opacities, scene.log_scales,
-                             format_prior_up=np.asarray(up, dtype=np.float64), prior_name="the up given (--up)",
-                             stable_base=False, prior_if_it_stands=False, prior_recorded=True,
-                             support_search=scene.format != "mesh", seed=0)
+        a = analyze_scene(scene.means, scene.opacities, scene.log_scales,
+                          format_prior_up=np.asarray(up, dtype=np.float64), prior_name="the up given (--up)",
+                          stable_base=False, prior_if_it_stands=False, prior_recorded=True,
+                          support_search=scene.format != "mesh", seed=0)
+        if a.up_source == "format-prior":  # (the "prior" is the user's: say so)
+            a.up_source = "given"
+            a.reason = "the up given (--up); no support plane within 30 degrees of it carries the object"
+        return a
     prior = resolve_up("auto", scene).numpy()
     name = ("glTF's +y up (fixed by the format)" if scene.up_hint is not None and scene.format == "mesh"
             else "the up axis recorded in the file" if scene.up_hint is not None

@@ -308,3 +308,10 @@ def test_closing_notes_name_the_body_and_never_the_option_given(capsys):
     _note_motion(two, args, _moving_sample(two))
     err = capsys.readouterr().err
     assert "note: body 1 bent" in err and "body 0" not in err and "--region" not in err, err
+    turned = SimpleNamespace(scene=SimpleNamespace(means=rest), moving=moving,  # a rigid quarter turn about x
+                             deformed_gaussians=lambda view_rotations=False: SimpleNamespace(
+                                 means=torch.stack([rest[:, 0], -rest[:, 2], rest[:, 1]], 1)))
+    _note_motion(turned, args, _moving_sample(turned))
+    assert "turned 90 degrees (it tipped over)" in capsys.readouterr().err
+    _note_motion(turned, SimpleNamespace(**{**vars(args), "script": "push.json"}), _moving_sample(turned))
+    assert "tipped over" not in capsys.readouterr().err  # scripted drags may turn it on purpose

@@ -237,7 +237,7 @@ def test_a_given_up_is_taken_as_known(generator, tmp_path, capsys):
     its lower half falling away from the frozen arms). Seed 1000 (a crate on a table): with its true up the support
     and the object are the automatic ones; with a horizontal up no plane within 30 degrees carries it, so there is
     no support, the up is the one given, sure, and the crate is not split by a plane 90 degrees off. Through the
-    CLI, the scene line says the up is as given."""
+    CLI, the scene line says the up is as given, and a note says the support found without it disagrees."""
     from physskin_gs.cli import main
     from physskin_gs.io import save_scene
     from physskin_gs.pipeline import analyze_for_animation
@@ -252,7 +252,7 @@ def test_a_given_up_is_taken_as_known(generator, tmp_path, capsys):
     side /= np.linalg.norm(side)
     other = analyze_for_animation(cap.scene, up=side)
     assert other.plane is None or _angle(other.plane.normal, side) <= 30.0
-    assert _angle(other.up, side) < 1e-6 and not other.unsure
+    assert _angle(other.up, side) < 1e-6 and not other.unsure and other.up_source == "given"
     assert np.asarray(other.object)[cap.mask("object")].mean() > 0.9  # the crate whole
     src = tmp_path / "crate.ply"
     save_scene(cap.scene, str(src))
@@ -266,6 +266,7 @@ def test_a_given_up_is_taken_as_known(generator, tmp_path, capsys):
                  "--export", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err
     assert f"scene: up {given} as given (--up)" in err, err
+    assert "note: without --up, a support plane carries the object with up" in err  # (90 degrees off the given)
 
 
 def test_line_inliers_and_the_support_top():

@@ -158,13 +158,15 @@ def test_animate_stiffens_the_default_material_only(tmp_path, capsys):
     base = ["animate", str(path), "--headless", "--frames", "3", "--up", "z", "--export"]
     assert main(base + [str(tmp_path / "a")]) == 0
     err = capsys.readouterr().err
-    assert "material soft: E 100000 -> " in err and "so that its own weight bends it" in err, err
-    assert "probably not one free-standing object" not in err  # raised within the cap: it stands
+    assert "material soft: E 100000 -> " in err, err
+    # (at 100x its weight still bends it 2.2 % by the linear estimate: the line says the raise stopped there)
+    assert "as far as the raise goes (100x): its own weight still bends it" in err, err
+    assert "probably not one free-standing object" not in err  # under 10 %: one object
     rec = json.loads((tmp_path / "a" / "sequence.json").read_text())
     assert rec["material"]["E"] > 1e5
     assert main(base + [str(tmp_path / "b"), "--material", "soft"]) == 0
     err = capsys.readouterr().err
-    assert "so that its own weight bends it" not in err
+    assert "material soft: E 100000 ->" not in err
     assert json.loads((tmp_path / "b" / "sequence.json").read_text())["material"]["E"] == 1e5
 
 
@@ -181,5 +183,5 @@ def test_animate_says_when_even_the_raised_material_cannot_stand(tmp_path, capsy
     assert main(["animate", str(path), "--headless", "--frames", "2", "--up", "z", "--select", "all", "--scale",
                  "1", "--export", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err
-    assert "E 100000 -> 1e+07 Pa" in err, err  # the cap: 100x
+    assert "E 100000 -> 1e+07 Pa, as far as the raise goes (100x): its own weight still bends it" in err, err
     assert "probably not one free-standing object" in err and "--select" in err, err

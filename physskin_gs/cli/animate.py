@@ -844,6 +844,7 @@ def run_headless(args) -> int:
                      else "no support plane near it")
             print(f"[physskin-gs] scene: up {args.up} as given (--up); {found} [{sa['up_source']}: {sa['reason']}]",
                   file=sys.stderr)
+            _note_support_against_up(scene, anim.up_vector, args.up)
         else:
             print(f"[physskin-gs] scene: up {_axis_name(sa['up'])}, from {whence} [{sa['up_source']}: "
                   f"{sa['reason']}]", file=sys.stderr)
@@ -899,8 +900,12 @@ def run_headless(args) -> int:
                  f"split {why})")
     if stand:
         who = "" if stand["body"] is None else f" (body {stand['body']} the most)"
-        print(f"[physskin-gs] material {args.material}: E {stand['E_from']:g} -> {stand['E_to']:g} Pa, so that its own "
-              f"weight bends it {stand['sag_after']:.1%} of its height ({stand['sag_before']:.1%} at "
+        capped = stand["sag_after"] > 1.05 * STAND_SAG  # the raise stopped at its cap, short of the target
+        why = (f"as far as the raise goes ({STAND_MAX_FACTOR:g}x): its own weight still bends it "
+               f"{stand['sag_after']:.1%} of its height, not {STAND_SAG:.0%}" if capped else
+               f"so that its own weight bends it {stand['sag_after']:.1%} of its height")
+        print(f"[physskin-gs] material {args.material}: E {stand['E_from']:g} -> {stand['E_to']:g} Pa, {why} "
+              f"({stand['sag_before']:.1%} at "
               f"{stand['E_from']:g} Pa{who}; a linear estimate with its base held: a top-heavy object on a small base "
               "can still lean over in a long run); --material or --E sets the stiffness yourself", file=sys.stderr)
         if stand["sag_after"] > 10.0 * STAND_SAG:  # the raise hit its cap far from standing: not one object
@@ -1190,6 +1195,28 @@ def _rigid_fit(X, Y):
     return float(np.degrees(rot.magnitude())), float(rssd) / np.sqrt(X.shape[0])
 
 
+def _note_support_against_up(scene, up, given: str) -> None:
+    """With ``--up`` given: one note when the automatic analysis finds, sure of it, a support plane that carries the
+    object with an up more than 30 degrees from the given one (a fresh user's ``--up y`` turned a sign on grass
+    upside down without a word). ``up``: (3,) the up used. Raises nothing (an analysis that fails says nothing)."""
+    import numpy as np
+
+    from physskin_gs.pipeline import analyze_for_animation
+
+    try:
+        auto = analyze_for_animation(scene)
+    except Exception:  # (the run goes on with the given up; this is advice only)
+        return
+    if auto.up_source != "support-plane" or getattr(auto, "unsure", False):
+        return
+    u = np.asarray(up, dtype=np.float64)
+    deg = float(np.degrees(np.arccos(np.clip(float(auto.up @ u) / float(np.linalg.norm(u)), -1.0, 1.0))))
+    if deg > 30.0:
+        print(f"[physskin-gs] note: without --up, a support plane carries the object with up {_axis_name(auto.up)} "
+              f"({deg:.0f} degrees from --up {given}); the given up is used (--up auto takes the support's)",
+              file=sys.stderr)
+
+
 def _start_gap(anim) -> Optional[tuple]:
     """(how far the moving rows' lowest point (0.5 % quantile along up) starts above the floor the simulation uses,
     over their height (0.5-99.5 % along up); that lowest point's height along up, scene units, as ``--floor`` takes
@@ -1221,7 +1248,8 @@ def _note_motion(anim, args, rest) -> None:
     """At the end of a headless run, per body (:func:`_moving_sample`): one line when it bent a lot in the default
     material (not chosen by the user: the fix is one option; ``--region base=wood`` is named only for one body and
     when no ``--region`` was given), and one when it tipped over (whatever the material: a wrong up axis, or a base
-    that cannot hold it). ``rest``: :func:`_moving_sample` of the rest means, or None. Raises nothing."""
+    that cannot hold it; not when scripted drags moved it). ``rest``: :func:`_moving_sample` of the rest means, or
+    None. Raises nothing."""
     import numpy as np
 
     if not rest:
@@ -1242,7 +1270,9 @@ def _note_motion(anim, args, rest) -> None:
             print(f"[physskin-gs] note: {name} bent (its shape moved {resid / size:.0%} of its size, RMS, from any "
                   f"rigid motion) in the default material, a soft toy (E {args.E:g} Pa); for something stiffer pass "
                   f"{_stiffer_materials(args.E, getattr(args, 'density', 100.0))}{region}", file=sys.stderr)
-        if angle > TIP_NOTE and not getattr(args, "pin", None):  # bent or not: a chair can bend and fall on its back
+        # bent or not: a chair can bend and fall on its back; not after scripted drags, which may turn it on purpose
+        # (a pushed crate tipped, and the advice to pin its base would have cancelled the push)
+        if angle > TIP_NOTE and not getattr(args, "pin", None) and not getattr(args, "script", None):
             said = bent and not getattr(args, "material_chosen", True)  # the bent note named the materials already
             soft = "" if getattr(args, "material_chosen", True) or said else (
                 ", or stiffen it (the default soft material lets a tall object sag and topple: "

@@ -137,7 +137,9 @@ class SceneAnalysis:
     Attributes:
         up: (3,) float64 unit up vector in scene coordinates.
         up_source: ``"support-plane"``, ``"stable-base"`` (no support; the file axis the object stands on most
-            stably, :mod:`physskin_gs.geometry.upright`), ``"format-prior"`` or ``"default"`` (:data:`DEFAULT_UP`).
+            stably, :mod:`physskin_gs.geometry.upright`), ``"format-prior"`` or ``"default"`` (:data:`DEFAULT_UP`);
+            ``"given"`` when :func:`physskin_gs.pipeline.analyze_for_animation` was given the up (``--up``) and no
+            support near it carries the object.
         reason: one sentence saying how ``up`` was chosen (and why a plane was rejected, if so).
         plane: the :class:`SupportPlane`, or None when none was accepted.
         center: (3,) float64, centre of the robust extent (scene units).
