@@ -285,6 +285,15 @@ def test_animate_headless_writes_every_body(table_capture, tmp_path, capsys):
     assert meta["step_stats"][-1]["contacts_support"] > 10  # the bodies stand on the table
     last = load_scene(str(out / "frame0004.ply"))
     assert last.num_gaussians == scene.num_gaussians and torch.isfinite(last.means).all()
+    # one object moving (--select largest): a point drag of body 1 is refused as a missing body, not as a point
+    # "too far from the object" (a fresh user's find)
+    far = tmp_path / "far.json"
+    far.write_text(json.dumps({"drags": [{"body": 1, "point": [9, 9, 9], "keyframes": [{"frame": 2,
+                                                                                        "offset": [0, 0, 0]}]}]}))
+    assert main(["animate", str(src), "--headless", "--frames", "3", "--select", "largest", "--export",
+                 str(tmp_path / "one"), "--script", str(far)]) == 2
+    err = capsys.readouterr().err
+    assert "drags[0].body 1: the scene has 1 body" in err and "scene units from" not in err, err
 
 
 def test_viewer_drags_any_body_and_shows_every_body(table_capture):

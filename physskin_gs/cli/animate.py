@@ -320,8 +320,8 @@ class MotionScript:
         import torch
 
         bodies = getattr(anim, "bodies", None)
-        if bodies and "body" in d and d["body"] >= len(bodies):
-            return  # the body index check below names that
+        if d.get("body", 0) >= (len(bodies) if bodies else 1):
+            return  # the body index check below names that (a drag of body 1 when one object moves, say)
         if bodies:
             k = d["body"] if "body" in d else anim.nearest_body(d["point"])
             obj, name = bodies[k], f"body {k}"
