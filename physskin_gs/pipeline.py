@@ -455,6 +455,14 @@ def hessian_points_for(num_cubature: int, num_handles: int) -> Optional[int]:
     return None if k >= num_cubature else k
 
 
+def robust_range(values: np.ndarray, q: float = 0.005) -> Tuple[float, float]:
+    """(the q and 1 - q quantiles) of values (M,) float, M >= 1, by one partition (no sort; any size, where
+    torch.quantile stops at 16M): the robust extent of heights along up, in their units. Raises nothing."""
+    k = int(q * (values.shape[0] - 1))
+    part = np.partition(values, (k, values.shape[0] - 1 - k))
+    return float(part[k]), float(part[values.shape[0] - 1 - k])
+
+
 def analyze_for_animation(scene: GaussianScene, up: Optional[np.ndarray] = None):
     """:func:`physskin_gs.geometry.scene_analysis.analyze_scene` of a scene (means in scene units, activated
     opacities), with the format prior of :func:`resolve_up` for scenes without a support plane (after the
@@ -1354,10 +1362,7 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
             elif up_off_support_deg(u, analysis) < UP_AGREES_DEG:  # an --up the support agrees with
                 c = mov_means.double().mean(0).numpy()  # the support's height under the object, along the given up
                 info["support_height"] = float(u @ (c - (float(n_up @ c) - float(analysis.plane.offset)) * n_up))
-            h_mov = (mov_means.double() @ up.double()).numpy()  # [M] the moving rows along up
-            k = int(0.005 * (h_mov.shape[0] - 1))
-            part = np.partition(h_mov, (k, h_mov.shape[0] - 1 - k))  # the 0.5 and 99.5 % quantiles, no sort
-            lo_mov, hi_mov = float(part[k]), float(part[h_mov.shape[0] - 1 - k])
+            lo_mov, hi_mov = robust_range((mov_means.double() @ up.double()).numpy())  # the moving rows along up
             if "support_height" in info and lo_mov < info["support_height"] - 0.05 * (hi_mov - lo_mov):
                 # what moves reaches below the support (--select all, a box through the table): a floor there would
                 # throw it up, so the floor goes under what moves, as without a support

@@ -1221,13 +1221,12 @@ def _start_gap(anim) -> Optional[tuple]:
     """(how far the moving rows' lowest point (0.5 % quantile along up) starts above the floor the simulation uses,
     over their height (0.5-99.5 % along up); that lowest point's height along up, scene units, as ``--floor`` takes
     it), or None with no floor or several bodies (their support is captured). Raises nothing."""
-    import torch
+    from physskin_gs.pipeline import robust_range
 
     floor = getattr(anim, "floor_scene", None)
     if floor is None or hasattr(anim, "bodies") or not bool(anim.moving.any()):
         return None
-    h = anim.scene.means[anim.moving].double() @ anim.up_vector.double()
-    lo, hi = float(torch.quantile(h, 0.005)), float(torch.quantile(h, 0.995))
+    lo, hi = robust_range((anim.scene.means[anim.moving].double() @ anim.up_vector.double()).numpy())
     return ((lo - float(floor)) / (hi - lo), lo) if hi > lo else None
 
 
@@ -1254,8 +1253,11 @@ def _note_motion(anim, args, rest) -> None:
 
     if not rest:
         return
+    from physskin_gs.materials import DEFAULT_MATERIAL, MATERIALS
+
     means = anim.deformed_gaussians(view_rotations=False).means
     single = len(rest) == 1
+    density = getattr(args, "density", None) or MATERIALS[DEFAULT_MATERIAL].density  # kg/m^3
     for name, idx, X in rest:
         if X.shape[0] < 4:
             continue
@@ -1269,14 +1271,14 @@ def _note_motion(anim, args, rest) -> None:
                       if single and not getattr(args, "regions", None) else "")
             print(f"[physskin-gs] note: {name} bent (its shape moved {resid / size:.0%} of its size, RMS, from any "
                   f"rigid motion) in the default material, a soft toy (E {args.E:g} Pa); for something stiffer pass "
-                  f"{_stiffer_materials(args.E, getattr(args, 'density', 100.0))}{region}", file=sys.stderr)
+                  f"{_stiffer_materials(args.E, density)}{region}", file=sys.stderr)
         # bent or not: a chair can bend and fall on its back; not after scripted drags, which may turn it on purpose
         # (a pushed crate tipped, and the advice to pin its base would have cancelled the push)
         if angle > TIP_NOTE and not getattr(args, "pin", None) and not getattr(args, "script", None):
             said = bent and not getattr(args, "material_chosen", True)  # the bent note named the materials already
             soft = "" if getattr(args, "material_chosen", True) or said else (
                 ", or stiffen it (the default soft material lets a tall object sag and topple: "
-                f"{_stiffer_materials(args.E, getattr(args, 'density', 100.0))})")
+                f"{_stiffer_materials(args.E, density)})")
             # a pin holds the base where it is: only where the base starts on its floor (no drop) does it stand
             on_floor = getattr(args, "starts_on_floor", True)
             base = getattr(args, "floor_at_base", None)

@@ -827,7 +827,11 @@ def _drop_wall_strips(obj: np.ndarray, pts: np.ndarray, sd: np.ndarray, band: fl
     :func:`physskin_gs.geometry.support.geodesic_split` at voxel ``h`` between the wall (seeds: its foot and the
     rows within a voxel of the plane through the foot and the support's normal, past the standing contact's hull)
     and what stands (seeds: the rest of the contact and every row more than two voxels off the wall's plane), and
-    the wall's share is dropped. Only the object mask changes, never the support chosen. ``pts``: (N, 3) means,
+    the wall's share is dropped. A wall that ends at the support's level behind its edge leaves nothing below the
+    plane: failing that test, the foot is looked for among the contact points past the support's top
+    (:func:`_past_support`), on the line through most of them (:func:`_line_inliers`), and the split is made only
+    when what stands lies wholly on one side of the wall and the foot runs on past it (a box's face over a cut
+    edge ends where the box does). Only the object mask changes, never the support chosen. ``pts``: (N, 3) means,
     scene units."""
     from scipy.spatial import cKDTree
 
