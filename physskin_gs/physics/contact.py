@@ -237,6 +237,10 @@ class BodyContactSystem:
     STEP_TOL = 1e-5
     #: keep the joint Hessian's factor packed (:class:`_PackedCholesky`); False: the square float32 factor
     PACKED_FACTOR = True
+    #: a refresh of a poor factor within a step keeps its bodies' elastic parts (:meth:`_newton`); False: every
+    #: refresh recomputes them (the reference)
+    KEEP_ELASTIC = True
+    APPLY_NEGLIGIBLE = True
 
     def __init__(self, bodies: Sequence[SubspaceSimulator], radii: Optional[Sequence[float]] = None,
                  static_points=None, static_radius: Optional[float] = None, contact_k: Optional[float] = None,
@@ -282,6 +286,7 @@ class BodyContactSystem:
         self._L_converged = False
         self._L_age = 0
         self._L_pairs = None  # the contact pairs (_pair_signature) the factor was computed with
+        self._L_elastic = (None, False)  # the bodies' elastic parts in _L, and whether _L kept them from an older one
         self._phi_np = [b.Phi.numpy() for b in self.bodies]  # [n_b, K4] float64 views of the bases
         self._phi32 = [p.astype(np.float32) for p in self._phi_np]  # the same in float32 (contact Hessian GEMMs)
         self._sizes = np.array([float((b.X.max(0).values - b.X.min(0).values).norm()) for b in self.bodies])  # [B] m
@@ -700,15 +705,21 @@ class BodyContactSystem:
                 hess.append((kind, i, j, c, -c, n))
         return E, g, hess
 
-    def _factor(self, evs, ctxs, gn, h2, exact: bool = False):
-        """Cholesky factor of the joint Hessian (bodies' blocks + h^2 contact and friction terms), regularised as
-        the bodies' own solver does (x100 on failure, 6 tries), or None. ``exact``: every body's block sums all its
-        cubature points, also where a subset is set (``SubspaceSimulator.set_hessian_points``)."""
+    def _factor(self, evs, ctxs, gn, h2, exact: bool = False, elastic: Optional[list] = None):
+        """(Cholesky factor or None, the bodies' elastic parts): the factor of the joint Hessian (bodies' blocks +
+        h^2 contact and friction terms), regularised as the bodies' own solver does (x100 on failure, 6 tries).
+        ``exact``: every body's block sums all its cubature points, also where a subset is set
+        (``SubspaceSimulator.set_hessian_points``). ``elastic``: per body the elastic part
+        (``SubspaceSimulator._elastic_hessian``) to use instead of computing it at ``evs`` (kept from the factor
+        being replaced: the GEMM over each body's cubature points is most of a refresh's cost)."""
         n_all = int(self.offsets[-1])
         Hm = torch.zeros(n_all, n_all, dtype=torch.float64)
+        parts = []
         for bi, (b, ev, c) in enumerate(zip(self.bodies, evs, ctxs)):
             o, sz = self.offsets[bi], self.sizes[bi]
-            Hm[o:o + sz, o:o + sz] = b._hessian(ev, c, exact=exact)
+            Hel = b._elastic_hessian(ev, exact=exact) if elastic is None else elastic[bi]
+            parts.append(Hel)
+            Hm[o:o + sz, o:o + sz] = b._hessian(ev, c, exact=exact, elastic=Hel)
         if gn:
             Hc = torch.zeros_like(Hm)
             self._contact_hessian(Hc, gn)
@@ -722,9 +733,9 @@ class BodyContactSystem:
                 # longer fits a core's cache (408 unknowns: 1.3 MB in float64); the correction comes out within
                 # ~1e-6 of the float64 one, while the gradient, energies and line search stay float64. Packed
                 # (half the square's bytes) unless PACKED_FACTOR is off (the square is the reference)
-                return _PackedCholesky(L) if self.PACKED_FACTOR else L.to(torch.float32)
+                return (_PackedCholesky(L) if self.PACKED_FACTOR else L.to(torch.float32)), parts
             reg *= 100.0
-        return None
+        return None, parts
 
     def _newton(self, h: float, stats: ContactStats):
         """One joint backward-Euler step by Newton with Armijo backtracking. The Hessian factor is reused (as the
@@ -732,8 +743,10 @@ class BodyContactSystem:
         previous step converged and the factor has driven fewer than :attr:`hessian_max_age` x (the number of
         bodies) corrections. Within a step, a factor from an earlier iterate is refreshed when it has become a poor
         model: its line search backtracked or failed, the contact pairs changed since it was computed (an impact
-        adds stiff terms it lacks), or the gradient fell by less than half in the last iteration. The gradient is always exact, so reuse changes the
-        cost, not the solution. As in the bodies' own solver, a step still far from balance after
+        adds stiff terms it lacks), or the gradient fell by less than half in the last iteration; that refresh recomputes
+        the contact and friction part and keeps the bodies' elastic parts of the factor it replaces (the costly GEMMs;
+        the factor's age goes on from theirs) unless that factor had kept them and was computed in this step. The gradient is always exact, so reuse
+        changes the cost, not the solution. As in the bodies' own solver, a step still far from balance after
         :attr:`newton_iters` iterations (a residual force above ``SubspaceSimulator.FAR_RESIDUAL`` x the bodies'
         weight) iterates on with the exact Hessian, up to ``NEWTON_EXTRA`` x the budget, and one that ends there is
         not taken: None (:meth:`_advance` halves the step). Returns (qs, evals, x, pairs) or None."""
@@ -757,6 +770,8 @@ class BodyContactSystem:
                     and self._L_age < self.hessian_max_age * self.num_bodies)
         L = self._L if reuse_ok else None
         L_pairs = self._L_pairs if reuse_ok else None
+        # the bodies' elastic parts in L, and whether L already reused them from an earlier factor
+        L_el, L_partial = self._L_elastic if reuse_ok else (None, False)
         # a factor of the same bodies and step size, too old (or unconverged) to step with, still tells whether the
         # first correction is negligible (_negligible is a size estimate): a resting scene needs no fresh one
         L_est = self._L if (L is None and self._L is not None and self._L_key == key) else None
@@ -783,23 +798,36 @@ class BodyContactSystem:
             if exact and not exact_factor:
                 L, exact_factor = None, True
             if L is None and L_est is not None and it == 0:
-                if self._negligible(-_solve(L_est, g)):
+                d_est = -_solve(L_est, g)
+                if self._negligible(d_est):
                     converged = True
+                    if self.APPLY_NEGLIGIBLE:
+                        qs = [q + d_est[self.offsets[i]:self.offsets[i + 1]].view(3, -1) for i, q in enumerate(qs)]
+                        E, evs, x, pairs, gx, gn = self._joint(qs, ctxs, False, fric)
                     break
             sig = _pair_signature(pairs)
+            keep_elastic = False
             if L is not None and factor_at < it and (poor or gnorm > 0.5 * g_prev or not _same_pairs(sig, L_pairs)):
+                # a poor model: what changes fastest at rest or on impact is the contact and friction part (pairs
+                # appear, slip crosses the Coulomb ramp), so its refresh keeps L's elastic parts (their age bounded
+                # as a reused factor's); a factor that kept them and is poor again in the same step is refreshed whole
+                keep_elastic = self.KEEP_ELASTIC and L_el is not None and not (L_partial and factor_at >= 0)
                 L = None
             g_prev = gnorm
             if L is None:
-                L = self._factor(evs, ctxs, gn, h2, exact=exact)
+                L, L_el = self._factor(evs, ctxs, gn, h2, exact=exact, elastic=L_el if keep_elastic else None)
                 if L is None:
                     return None
-                L_pairs, factor_at = sig, it
-                self._L_key, self._L_age = key, 0
+                L_pairs, factor_at, L_partial = sig, it, keep_elastic
+                if not keep_elastic:  # the age counts from the elastic parts' iterate: bounded as a reused factor's
+                    self._L_key, self._L_age = key, 0
                 stats.hessians += 1
             delta = -_solve(L, g)
             if self._negligible(delta):  # the correction moves no sample measurably: this iterate is the step's
                 converged = True
+                if self.APPLY_NEGLIGIBLE:
+                    qs = [q + delta[self.offsets[i]:self.offsets[i + 1]].view(3, -1) for i, q in enumerate(qs)]
+                    E, evs, x, pairs, gx, gn = self._joint(qs, ctxs, False, fric)
                 break
             slope = float(g @ delta)
             stats.newton_iters += 1
@@ -828,7 +856,7 @@ class BodyContactSystem:
             if float(delta.abs().max()) * t < 1e-9:
                 converged = True
                 break
-        self._L, self._L_pairs, self._L_converged = L, L_pairs, converged
+        self._L, self._L_pairs, self._L_converged, self._L_elastic = L, L_pairs, converged, (L_el, L_partial)
         if not converged and gnorm > far:  # far from balance: not taken (a body would sink or tunnel)
             return None
         return qs, evs, x, pairs
@@ -991,7 +1019,7 @@ class BodyContactSystem:
             sub._local[sub._gidx] = np.arange(sub._gidx.size)
             self._subs[isl] = sub
         for name in ("max_travel", "max_depth", "hessian_max_age", "STATIC_NEIGHBOURS", "contact_k", "newton_iters",
-                     "mu", "EPS_V", "skin", "STEP_TOL", "PACKED_FACTOR"):
+                     "mu", "EPS_V", "skin", "STEP_TOL", "PACKED_FACTOR", "KEEP_ELASTIC", "APPLY_NEGLIGIBLE"):
             setattr(sub, name, getattr(self, name))
         return sub
 

@@ -966,10 +966,10 @@ class SubspaceSimulator:
             grad = grad + ev.Dv.view(3, self.K4)
         return grad
 
-    def _hessian(self, ev: "_Eval", ctx: "_StepContext", exact: bool = False) -> torch.Tensor:
-        """Hessian (12H', 12H') float64 of the step objective at ``ev``: h^2 (assembled per-point PSD-projected
-        Neo-Hookean Hessians + spring and active-floor terms) + mass + dissipation. ``exact``: every cubature point,
-        even with a Hessian subset (:meth:`set_hessian_points`)."""
+    def _elastic_hessian(self, ev: "_Eval", exact: bool = False) -> torch.Tensor:
+        """Elastic part (12H', 12H') float64 of the step Hessian at ``ev``, without the h^2 factor: the assembled
+        per-point PSD-projected Neo-Hookean Hessians (plus the clusters' volumetric term), the costly part of
+        :meth:`_hessian` (a GEMM over every cubature point). ``exact``: as there."""
         Y = None
         # per-point part; with volume clusters the rank-one volumetric term is per cluster (added below) and the
         # d2J/dF2 coefficient uses the cluster's mean J
@@ -1005,6 +1005,15 @@ class SubspaceSimulator:
         if self._vcl is not None:
             cof = torch.from_numpy(np.stack([np.stack(r, 1) for r in self._cof(ev)], 1))  # [n, a, b] cof(F)
             Hel += self._cluster_volumetric_hessian(torch.einsum("pab,pbk->pak", cof, self.G))  # dJ_p/dq
+        return Hel
+
+    def _hessian(self, ev: "_Eval", ctx: "_StepContext", exact: bool = False,
+                 elastic: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Hessian (12H', 12H') float64 of the step objective at ``ev``: h^2 (assembled per-point PSD-projected
+        Neo-Hookean Hessians + spring and active-floor terms) + mass + dissipation. ``exact``: every cubature point,
+        even with a Hessian subset (:meth:`set_hessian_points`). ``elastic``: the elastic part to use instead of
+        :meth:`_elastic_hessian` at ``ev`` (one kept from an earlier iterate; not modified)."""
+        Hel = self._elastic_hessian(ev, exact) if elastic is None else elastic.clone()
         h2 = ctx.h * ctx.h
         Hmat = Hel.mul_(h2)
         K4 = self.K4
@@ -1170,16 +1179,21 @@ class SubspaceSimulator:
                 # the weight each touching point carries, in point weights at 1 g: its penalty force 2 m_p k d over
                 # m_p 9.8 (a fixed unit: under a weaker or no gravity a contact still carries its force)
                 w = np.maximum(2.0 * self.FLOOR_K * np.maximum(-gap[touch], 0.0) / 9.8, 1.0)  # [c]
-                w = np.exp2(np.round(4.0 * np.log2(w)) / 4.0)  # quarter octaves: a resting body keeps its D
+                lw = np.log2(w)  # [c] octaves
                 # a resting body touches the floor with the same points step after step: D is kept per touching set
-                key = (touch.tobytes(), w.tobytes(), h, self.friction, self.m_p, tuple(self.up.tolist()),
-                       self._rayleigh_key)
-                if self._friction_D_key != key:
+                # while every point's weight stays within a quarter octave of the one D was built with (a
+                # hysteresis band: a stack's bottom body, its weights flickering across a rounding boundary by
+                # micrometres, kept rebuilding D on 189 of 200 steps); D's weights are rounded to quarter octaves
+                key = (touch.tobytes(), h, self.friction, self.m_p, tuple(self.up.tolist()), self._rayleigh_key)
+                built = self._friction_D_key
+                if built is None or built[0] != key or float(np.abs(lw - built[1]).max()) > 0.25:
+                    lq = np.round(4.0 * lw) / 4.0  # [c] quarter octaves
                     Pc = self.Phi[torch.from_numpy(touch)]  # [c, K4]
                     PT = torch.eye(3, dtype=torch.float64) - torch.outer(self.up, self.up)
-                    Kf = (h * self.friction * self.m_p) * torch.kron(PT, Pc.T @ (torch.from_numpy(w)[:, None] * Pc))
+                    wq = torch.from_numpy(np.exp2(lq))[:, None]
+                    Kf = (h * self.friction * self.m_p) * torch.kron(PT, Pc.T @ (wq * Pc))
                     self._friction_D = Kf if D is None else D + Kf
-                    self._friction_D_key = key
+                    self._friction_D_key = (key, lq)
                 D = self._friction_D
         return D
 
