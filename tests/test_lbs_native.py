@@ -90,7 +90,11 @@ def test_kernels_refuse_arrays_of_the_wrong_layout():
 
 def test_a_simulation_with_the_kernels_follows_the_one_without(monkeypatch):
     """A beam dropped on a floor, 40 steps, once through the kernels and once through the GEMM (the kernels made
-    unavailable): the same trajectory to round-off."""
+    unavailable): the same trajectory, within the solver's tolerance. The two paths agree to 1e-14 m until the
+    landing, where the Newton steps end on their iteration budget with a residual: there the round-off of the two
+    sums is amplified (with the same iterations, factors and contacts in both runs, 4e-6 m on one 2-core machine
+    in the full suite, 1e-15 run alone), so the bound is 1e-5 m; one handle's gradient rows 1 % off move it 5e-5 m
+    (the kernels' own values are held to the GEMM's at round-off by the tests above)."""
     X, W, dW = _body(300, 9, seed=5)
     runs = []
     for native in (True, False):
@@ -102,5 +106,5 @@ def test_a_simulation_with_the_kernels_follows_the_one_without(monkeypatch):
         for _ in range(40):
             sim.step()
         runs.append(sim.positions().numpy())
-    assert np.abs(runs[0] - runs[1]).max() <= 1e-8
+    assert np.abs(runs[0] - runs[1]).max() <= 1e-5
     assert runs[0][:, 2].min() > 0.25 - 0.01  # it landed on the floor (and rests on it)

@@ -461,14 +461,15 @@ class BodyContactSystem:
                 gn.append(("bs", pairs.s_i, None, None, k * m, n))
         return E, gx, gn
 
-    def _contact_hessian(self, H: torch.Tensor, gn) -> None:
-        """Add the Gauss-Newton contact and friction Hessian (without the h^2 factor) into the joint Hessian H in
-        place. An entry's term is ``W (x) phi_i phi_j^T`` with the 3x3 ``W = c_iso I + c_nn n n^T``. A body's
-        diagonal block only sees each sample's summed W (every pair it takes part in, against another body or the
-        collider, contact and friction): ``sum_s W_s (x) phi_s phi_s^T`` over its touched samples, the 6 distinct
-        (c, d) sub-blocks of one float32 GEMM ``[Phi_S w_cd]^T Phi_S``; an off-diagonal block (two touching bodies)
-        sums W per pair (contact and friction of the same pair merged), the 9 sub-blocks of one GEMM likewise.
-        :meth:`_contact_hessian_reference` is the plain per-pair version it is tested against."""
+    def _contact_hessian(self, H: torch.Tensor, gn, scale: float = 1.0) -> None:
+        """Add ``scale`` x the Gauss-Newton contact and friction Hessian (without the h^2 factor) into the joint
+        Hessian H (float64, CPU) in place. An entry's term is ``W (x) phi_i phi_j^T`` with the 3x3 ``W = c_iso I +
+        c_nn n n^T``. A body's diagonal block only sees each sample's summed W (every pair it takes part in, against
+        another body or the collider, contact and friction): ``sum_s W_s (x) phi_s phi_s^T`` over its touched
+        samples, the 6 distinct (c, d) sub-blocks of one float32 GEMM ``[Phi_S w_cd]^T Phi_S``; an off-diagonal
+        block (two touching bodies) sums W per pair (contact and friction of the same pair merged), the 9 sub-blocks
+        of one GEMM likewise. In numpy on H's memory (a refresh's dozens of small block updates cost several times
+        more as torch ops). :meth:`_contact_hessian_reference` is the plain per-pair version it is tested against."""
         N = int(self.offsets_samples[-1])
         iu = ((0, 0), (0, 1), (0, 2), (1, 1), (1, 2), (2, 2))
         ends_s, ends_w, pi, pj, pw = [], [], [], [], []
@@ -486,42 +487,47 @@ class BodyContactSystem:
                 pw.append(w)
         if not ends_s:
             return
+        Hn = H.numpy()  # [n_all, n_all] the same memory
         s_all, w_all = np.concatenate(ends_s), np.concatenate(ends_w)
-        rows = np.unique(s_all)  # [S] touched samples, sorted (so grouped by body)
-        at = np.searchsorted(rows, s_all)
-        Ws = np.stack([np.bincount(at, weights=w_all[:, 3 * c + d], minlength=rows.size) for c, d in iu], 1)  # [S, 6]
+        rows, at = np.unique(s_all, return_inverse=True)  # [S] touched samples, sorted (so grouped by body)
+        Ws = np.empty((rows.size, 6), dtype=np.float32)  # [S, 6] summed W's distinct entries
+        for k, (c, d) in enumerate(iu):
+            Ws[:, k] = scale * np.bincount(at, weights=w_all[:, 3 * c + d], minlength=rows.size)
         body = self._sample_body[rows]
-        for a in np.unique(body):
-            sel = body == a
-            Pa = torch.from_numpy(self._phi32[a][self._sample_local[rows[sel]]])  # [S_a, K]
+        cuts = np.flatnonzero(np.diff(body)) + 1
+        for seg, ws in zip(np.split(rows, cuts), np.split(Ws, cuts)):
+            a = int(self._sample_body[seg[0]])
+            Pa = self._phi32[a][self._sample_local[seg]]  # [S_a, K] float32
             Ka = Pa.shape[1]
-            wa = torch.from_numpy(Ws[sel].astype(np.float32))  # [S_a, 6]
-            blk6 = ((Pa[:, None, :] * wa[:, :, None]).reshape(-1, 6 * Ka).T @ Pa).view(6, Ka, Ka).to(torch.float64)
+            blk6 = ((Pa[:, None, :] * ws[:, :, None]).reshape(-1, 6 * Ka).T @ Pa).reshape(6, Ka, Ka)
             o = self.offsets[a]
+            Hv = Hn[o:o + 3 * Ka, o:o + 3 * Ka].reshape(3, Ka, 3, Ka)  # [c, k, d, l] view
             for k, (c, d) in enumerate(iu):
-                sub = 0.5 * (blk6[k] + blk6[k].T) if c == d else blk6[k]  # symmetric to the last bit
-                H[o + c * Ka:o + (c + 1) * Ka, o + d * Ka:o + (d + 1) * Ka] += sub
-                if c != d:
-                    H[o + d * Ka:o + (d + 1) * Ka, o + c * Ka:o + (c + 1) * Ka] += sub.T
+                b = blk6[k]
+                if c == d:
+                    Hv[c, :, c, :] += 0.5 * (b + b.T)  # symmetric to the last bit
+                else:
+                    Hv[c, :, d, :] += b
+                    Hv[d, :, c, :] += b.T
         if not pi:
             return
         gi, gj, w = np.concatenate(pi), np.concatenate(pj), np.concatenate(pw)
-        key = gi * N + gj
-        uk, inv = np.unique(key, return_inverse=True)  # contact and friction of one pair merged
-        Wp = np.stack([np.bincount(inv, weights=w[:, c], minlength=uk.size) for c in range(9)], 1)  # [U, 9]
+        uk, inv = np.unique(gi * N + gj, return_inverse=True)  # contact and friction of one pair merged
+        Wp = np.empty((uk.size, 9), dtype=np.float32)  # [U, 9] -scale x summed W
+        for c in range(9):
+            Wp[:, c] = -scale * np.bincount(inv, weights=w[:, c], minlength=uk.size)
         ui, uj = uk // N, uk % N
         ba, bb = self._sample_body[ui], self._sample_body[uj]  # a < b: pairs run from a lower body's sample
         for a, b in set(zip(ba.tolist(), bb.tolist())):
             sel = (ba == a) & (bb == b)
-            Pa = torch.from_numpy(self._phi32[a][self._sample_local[ui[sel]]])  # [U, Ka]
-            Pb = torch.from_numpy(self._phi32[b][self._sample_local[uj[sel]]])  # [U, Kb]
+            Pa = self._phi32[a][self._sample_local[ui[sel]]]  # [U, Ka]
+            Pb = self._phi32[b][self._sample_local[uj[sel]]]  # [U, Kb]
             Ka, Kb = Pa.shape[1], Pb.shape[1]
-            wt = torch.from_numpy(Wp[sel].astype(np.float32))  # [U, 9]
-            blk9 = -((Pa[:, None, :] * wt[:, :, None]).reshape(-1, 9 * Ka).T @ Pb).view(3, 3, Ka, Kb)
-            blk = blk9.permute(0, 2, 1, 3).reshape(3 * Ka, 3 * Kb).to(torch.float64)  # [(c, k), (d, l)]
+            blk9 = ((Pa[:, None, :] * Wp[sel][:, :, None]).reshape(-1, 9 * Ka).T @ Pb).reshape(3, 3, Ka, Kb)
+            blk = blk9.transpose(0, 2, 1, 3).reshape(3 * Ka, 3 * Kb)  # [(c, k), (d, l)]
             oa, ob = self.offsets[a], self.offsets[b]
-            H[oa:oa + 3 * Ka, ob:ob + 3 * Kb] += blk
-            H[ob:ob + 3 * Kb, oa:oa + 3 * Ka] += blk.T
+            Hn[oa:oa + 3 * Ka, ob:ob + 3 * Kb] += blk
+            Hn[ob:ob + 3 * Kb, oa:oa + 3 * Ka] += blk.T
 
     def _contact_hessian_reference(self, H: torch.Tensor, gn) -> None:
         """Plain reference of :meth:`_contact_hessian`: every entry's four blocks (a a, b b, a b, b a) from the dense
@@ -721,19 +727,19 @@ class BodyContactSystem:
             parts.append(Hel)
             Hm[o:o + sz, o:o + sz] = b._hessian(ev, c, exact=exact, elastic=Hel)
         if gn:
-            Hc = torch.zeros_like(Hm)
-            self._contact_hessian(Hc, gn)
-            Hm += h2 * Hc
+            self._contact_hessian(Hm, gn, scale=h2)
         reg = sum(b.HESS_EPS * b.m_p * b.n for b in self.bodies)
-        eye = torch.eye(n_all, dtype=torch.float64)
+        diag = Hm.diagonal()
+        diag += reg
         for _ in range(6):
-            L, info = torch.linalg.cholesky_ex(Hm + reg * eye)
+            L, info = torch.linalg.cholesky_ex(Hm)
             if int(info) == 0:
                 # kept in float32: each Newton correction streams the factor twice, and at several bodies it no
                 # longer fits a core's cache (408 unknowns: 1.3 MB in float64); the correction comes out within
                 # ~1e-6 of the float64 one, while the gradient, energies and line search stay float64. Packed
                 # (half the square's bytes) unless PACKED_FACTOR is off (the square is the reference)
                 return (_PackedCholesky(L) if self.PACKED_FACTOR else L.to(torch.float32)), parts
+            diag += 99.0 * reg  # reg x100
             reg *= 100.0
         return None, parts
 
