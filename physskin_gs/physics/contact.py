@@ -240,6 +240,9 @@ class BodyContactSystem:
     #: a refresh of a poor factor within a step keeps its bodies' elastic parts (:meth:`_newton`); False: every
     #: refresh recomputes them (the reference)
     KEEP_ELASTIC = True
+    #: a step whose Newton correction is negligible (:meth:`_negligible`) ends at the corrected iterate
+    #: (:meth:`_corrected`); False: at the uncorrected one (the reference before 2026-12-06: a resting stack drifted
+    #: and rocked at the tolerance, 1-2 mm/s)
     APPLY_NEGLIGIBLE = True
 
     def __init__(self, bodies: Sequence[SubspaceSimulator], radii: Optional[Sequence[float]] = None,
@@ -808,8 +811,7 @@ class BodyContactSystem:
                 if self._negligible(d_est):
                     converged = True
                     if self.APPLY_NEGLIGIBLE:
-                        qs = [q + d_est[self.offsets[i]:self.offsets[i + 1]].view(3, -1) for i, q in enumerate(qs)]
-                        E, evs, x, pairs, gx, gn = self._joint(qs, ctxs, False, fric)
+                        qs, x, pairs = self._corrected(qs, d_est)
                     break
             sig = _pair_signature(pairs)
             keep_elastic = False
@@ -832,8 +834,7 @@ class BodyContactSystem:
             if self._negligible(delta):  # the correction moves no sample measurably: this iterate is the step's
                 converged = True
                 if self.APPLY_NEGLIGIBLE:
-                    qs = [q + delta[self.offsets[i]:self.offsets[i + 1]].view(3, -1) for i, q in enumerate(qs)]
-                    E, evs, x, pairs, gx, gn = self._joint(qs, ctxs, False, fric)
+                    qs, x, pairs = self._corrected(qs, delta)
                 break
             slope = float(g @ delta)
             stats.newton_iters += 1
@@ -877,7 +878,7 @@ class BodyContactSystem:
                 for b, q, ev in zip(self.bodies, qs, evs):
                     b.qdot = (q - b.q) / h
                     b.q = q
-                    b._pe_cache = (q, ev.pe)
+                    b._pe_cache = (q, ev.pe) if ev.q is q else None  # not after a correction applied unevaluated
                     b.time += h
                 self.time += h
                 self._cur = ([b.q for b in self.bodies], x, pairs)
@@ -887,6 +888,16 @@ class BodyContactSystem:
             return False
         stats.substeps += 1
         return self._advance(0.5 * h, depth + 1, stats) and self._advance(0.5 * h, depth + 1, stats)
+
+    def _corrected(self, qs: List[torch.Tensor], delta: torch.Tensor):
+        """(qs + delta, positions (N, 3), their overlapping pairs): a negligible last correction applied. The step
+        ends there instead of at qs (which keeps the inertial prediction's velocity error, step after step: a resting
+        stack drifted by the tolerance until a correction exceeded it, then rocked back); its positions and pairs (the
+        next step's start) are computed anew, the bodies' evaluations at qs are kept (for the sanity check, the
+        correction being negligible, not for the energies: :meth:`_advance` drops those)."""
+        qs = [q + delta[self.offsets[i]:self.offsets[i + 1]].view(3, -1) for i, q in enumerate(qs)]
+        x = np.ascontiguousarray(self.positions(qs))
+        return qs, x, self._pairs_at(x)
 
     def _negligible(self, delta: torch.Tensor) -> bool:
         """True when the Newton correction ``delta`` (all bodies' unknowns) moves every body's samples by less than
