@@ -518,29 +518,3 @@ def test_a_refresh_keeping_the_elastic_parts_steps_as_the_reference():
     for p, s in zip(ends[True], ends[False]):
         assert float((p - s).norm(dim=1).max()) < 1e-4
 
-
-def test_floor_friction_dissipation_is_kept_within_a_quarter_octave():
-    """The floor friction's dissipation matrix D (its per-point weights rounded to quarter octaves) is kept while the
-    touching points stay the same and each weight stays within a quarter octave of the one D was built with: a load
-    flickering across a rounding boundary (a stack's bottom body rebuilt D on 189 of 200 resting steps) keeps it; a
-    weight half an octave off rebuilds it, equal to the formula h eta m_p (P_T (x) Phi_C^T diag(w) Phi_C) with the
-    new weights rounded."""
-    body = _cube((0.0, 0.0, SIZE / 2), gravity=9.8, floor_height=0.0, friction=40.0, damping=0.0)
-    h = body.dt
-    x = body.positions().clone()  # [n, 3]
-    bottom = x[:, 2] < x[:, 2].min() + 1e-6  # the lowest layer touches the floor
-
-    def at_weight(octaves: float) -> torch.Tensor:
-        depth = 2.0 ** octaves * 9.8 / (2.0 * body.FLOOR_K)  # the penetration that carries weight 2^octaves
-        y = x.clone()
-        y[:, 2] -= float(x[bottom, 2].min()) + depth  # bottom layer at -depth, the rest above the floor
-        return y
-
-    D1 = body._step_dissipation(body.q, h, at_weight(2.12))  # rounds to 2.0
-    assert body._step_dissipation(body.q, h, at_weight(2.13)) is D1  # rounds to 2.25, within the band: kept
-    D2 = body._step_dissipation(body.q, h, at_weight(2.6))  # 0.6 octave from 2.0: rebuilt with 2.5
-    assert D2 is not D1
-    Pc = body.Phi[bottom]  # [c, K4]
-    PT = torch.eye(3, dtype=torch.float64) - torch.outer(body.up, body.up)
-    ref = (h * body.friction * body.m_p) * torch.kron(PT, Pc.T @ (2.0 ** 2.5 * Pc))
-    torch.testing.assert_close(D2, ref, rtol=1e-12, atol=1e-15)

@@ -55,7 +55,9 @@ def test_voxel_cubature_with_tets_sags_as_the_full_quadrature(column):
     """A column under its own weight, base held: the top sinks rho g H^2 / (2 E) (uniaxial stress; the held base
     makes it a little stiffer). One point per voxel alone sank 41 % too far (the variation of F within a voxel is
     free); with its tets as sub-points it sinks as with a point per tet (P1's own quadrature) within 2 %, and within
-    6 % of the analytic value (measured: 4.46 / 4.52 / 4.61 mm)."""
+    6 % of the analytic value (measured: 4.46 / 4.52 / 4.61 mm). How far the one-point rule sinks is a solve along
+    its nearly free (hourglass) directions, so it depends on round-off: 41 % past the per-tet sag on one machine,
+    20 % on another with the same basis and the same three other values; the test asks for 10 %."""
     sim = column.sim
     assert sim.stabilization_matrix() is not None and column.info["cubature"] == "voxel cells"
     sag, H = _top_sag(sim)
@@ -75,7 +77,7 @@ def test_voxel_cubature_with_tets_sags_as_the_full_quadrature(column):
     one_point, _ = _top_sag(sim_of(cells[0], cells[2], cells[3]))
     assert abs(sag / per_tet - 1) < 0.02, (sag, per_tet)
     assert abs(sag / analytic - 1) < 0.06, (sag, analytic)
-    assert one_point > 1.3 * per_tet, (one_point, per_tet)  # what the sub-points fix
+    assert one_point > 1.1 * per_tet, (one_point, per_tet)  # what the sub-points fix
 
 
 def test_stabilization_gradient_hessian_and_affine_null_space(column):
@@ -126,7 +128,7 @@ def test_standing_sag_is_linear_in_one_over_E_and_stiffening_reaches_the_target(
     assert standing_sag(anim) == pytest.approx(s0 / 2, rel=1e-9)
     anim.set_material(E=E)
     assert stiffen_to_stand(anim, 0.01) is None and anim.sim.E == E
-    out = stiffen_to_stand(anim, s0 / 3)
+    out = stiffen_to_stand(anim, s0 / 3)  # x3.0, or x3.1 where round-off leaves the sag at x3.0 a hair above
     assert out["E_from"] == E and 3 * E <= out["E_to"] <= 3.1 * E
     assert anim.sim.E == out["E_to"] == anim.config.E and out["sag_after"] <= s0 / 3
     assert anim.info["stand"] is out

@@ -1179,21 +1179,16 @@ class SubspaceSimulator:
                 # the weight each touching point carries, in point weights at 1 g: its penalty force 2 m_p k d over
                 # m_p 9.8 (a fixed unit: under a weaker or no gravity a contact still carries its force)
                 w = np.maximum(2.0 * self.FLOOR_K * np.maximum(-gap[touch], 0.0) / 9.8, 1.0)  # [c]
-                lw = np.log2(w)  # [c] octaves
+                w = np.exp2(np.round(4.0 * np.log2(w)) / 4.0)  # quarter octaves: a resting body keeps its D
                 # a resting body touches the floor with the same points step after step: D is kept per touching set
-                # while every point's weight stays within a quarter octave of the one D was built with (a
-                # hysteresis band: a stack's bottom body, its weights flickering across a rounding boundary by
-                # micrometres, kept rebuilding D on 189 of 200 steps); D's weights are rounded to quarter octaves
-                key = (touch.tobytes(), h, self.friction, self.m_p, tuple(self.up.tolist()), self._rayleigh_key)
-                built = self._friction_D_key
-                if built is None or built[0] != key or float(np.abs(lw - built[1]).max()) > 0.25:
-                    lq = np.round(4.0 * lw) / 4.0  # [c] quarter octaves
+                key = (touch.tobytes(), w.tobytes(), h, self.friction, self.m_p, tuple(self.up.tolist()),
+                       self._rayleigh_key)
+                if self._friction_D_key != key:
                     Pc = self.Phi[torch.from_numpy(touch)]  # [c, K4]
                     PT = torch.eye(3, dtype=torch.float64) - torch.outer(self.up, self.up)
-                    wq = torch.from_numpy(np.exp2(lq))[:, None]
-                    Kf = (h * self.friction * self.m_p) * torch.kron(PT, Pc.T @ (wq * Pc))
+                    Kf = (h * self.friction * self.m_p) * torch.kron(PT, Pc.T @ (torch.from_numpy(w)[:, None] * Pc))
                     self._friction_D = Kf if D is None else D + Kf
-                    self._friction_D_key = (key, lq)
+                    self._friction_D_key = key
                 D = self._friction_D
         return D
 
