@@ -294,6 +294,13 @@ def test_animate_headless_writes_every_body(table_capture, tmp_path, capsys):
                  str(tmp_path / "one"), "--script", str(far)]) == 2
     err = capsys.readouterr().err
     assert "drags[0].body 1: the scene has 1 body" in err and "scene units from" not in err, err
+    assert "cubature points: contact is resolved at their spacing" not in log  # 256 a body: no note
+    # too few cubature points for contact (bodies sank into the table or fell through it, silently): a note
+    assert main(["animate", str(src), "--headless", "--frames", "1", "--cubature", "48", "--export",
+                 str(tmp_path / "few")]) == 0
+    err = capsys.readouterr().err
+    note = next(line for line in err.splitlines() if "contact is resolved at their spacing" in line)
+    assert re.search(r"body 1 has 4\d, body 2 has 4\d cubature points", note) and "--cubature 128" in note, note
 
 
 def test_viewer_drags_any_body_and_shows_every_body(table_capture):
