@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -412,6 +412,11 @@ class SceneBodies:
         p = torch.as_tensor(point, dtype=torch.float32).reshape(1, 3)
         dist = [float((b.cubature_positions() - p).norm(dim=1).min()) for b in self.bodies]
         return int(np.argmin(dist))
+
+    def drag_body(self, drag_id: int) -> Tuple[int, int]:
+        """(body, that body's own drag id) of the drag ``drag_id`` (from :meth:`start_drag` /
+        :meth:`start_handle_drag`). Raises KeyError for an unknown or ended drag."""
+        return self._drags[drag_id]
 
     def _add(self, body: int, did: int) -> int:
         gid = self._next_drag

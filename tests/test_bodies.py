@@ -296,9 +296,15 @@ def test_animate_headless_writes_every_body(table_capture, tmp_path, capsys):
     assert "drags[0].body 1: the scene has 1 body" in err and "scene units from" not in err, err
     assert "cubature points: contact is resolved at their spacing" not in log  # 256 a body: no note
     # too few cubature points for contact (bodies sank into the table or fell through it, silently): a note
-    assert main(["animate", str(src), "--headless", "--frames", "1", "--cubature", "48", "--export",
-                 str(tmp_path / "few")]) == 0
+    # and a handle drag with no "body" (global numbering) says whose handle it grabbed
+    glob = tmp_path / "global.json"
+    glob.write_text(json.dumps({"drags": [{"handle": 40, "keyframes": [{"frame": 2, "offset": [0, 0, 0]}]}]}))
+    assert main(["animate", str(src), "--headless", "--frames", "2", "--cubature", "48", "--export",
+                 str(tmp_path / "few"), "--script", str(glob)]) == 0
     err = capsys.readouterr().err
+    k, local = map(int, re.search(r"drag 0 grabs handle 40 \(body (\d)'s handle (\d+)\)", err).groups())
+    learned = [int(h) - 1 for h in re.findall(r"body \d: \d+ Gaussians, (\d+) handles", err)]
+    assert sum(learned[:k]) + local == 40 and 0 <= local < learned[k], (k, local, learned)
     note = next(line for line in err.splitlines() if "contact is resolved at their spacing" in line)
     assert re.search(r"body 1 has 4\d, body 2 has 4\d cubature points", note) and "--cubature 128" in note, note
 
