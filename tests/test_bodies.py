@@ -360,6 +360,11 @@ def test_viewer_drags_any_body_and_shows_every_body(table_capture):
         c1 = anim.body_centres()
         d = np.linalg.norm(c1 - c0, axis=1)
         assert d[-1] > 3 * max(d[:-1].max(), 1e-4)  # the dragged body moved, the others hardly
+        # the panel's stats show the contact counts (the three bodies stand on the table)
+        stats = lambda: app.gui["stats"].content  # noqa: E731
+        assert wait_until(lambda: "contacts:" in stats(), 10, interval=0.05), stats()
+        on_support = int(re.search(r"\*\*(\d+)\*\* on the support", stats()).group(1))
+        assert on_support > 10, stats()
         assert app.error_log == []
     finally:
         if c is not None:

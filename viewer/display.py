@@ -323,8 +323,8 @@ class DisplayLoop:
         live.moving_node.buffer = buf  # viser copies it: the packer may overwrite its buffer next frame
 
     def update_stats(self, live, frame: Frame) -> None:
-        """Rewrite the panel's stats line (fps, steps/s, ms/step, Newton iterations, energy, renderers,
-        recording) from ``frame``; no-op before the panel has one."""
+        """Rewrite the panel's stats line (fps, steps/s, ms/step, Newton iterations, energy, contact counts with
+        several bodies, renderers, recording) from ``frame``; no-op before the panel has one."""
         app = self.app
         md = app.gui.get("stats")
         if md is None:
@@ -341,6 +341,10 @@ class DisplayLoop:
             f"frame {frame.sim_frame}",
             f"**{st.get('ms', 0.0):.0f}** ms/step · Newton **{st.get('newton_iters', '-')}** · {e_txt}",
         ]
+        if "contacts_body" in st:  # several bodies / a collider (SceneBodies.step's statistics)
+            lines.append(f"contacts: **{st.get('contacts_body', 0)}** between bodies · "
+                         f"**{st.get('contacts_static', 0)}** with the scene · **{st.get('contacts_support', 0)}** "
+                         f"on the support")
         render = app.renderer_status()
         if render:
             lines.append(render)
