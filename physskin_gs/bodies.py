@@ -413,11 +413,6 @@ class SceneBodies:
         dist = [float((b.cubature_positions() - p).norm(dim=1).min()) for b in self.bodies]
         return int(np.argmin(dist))
 
-    def drag_body(self, drag_id: int) -> Tuple[int, int]:
-        """(body, that body's own drag id) of the drag ``drag_id`` (from :meth:`start_drag` /
-        :meth:`start_handle_drag`). Raises KeyError for an unknown or ended drag."""
-        return self._drags[drag_id]
-
     def _add(self, body: int, did: int) -> int:
         gid = self._next_drag
         self._next_drag += 1
@@ -432,7 +427,12 @@ class SceneBodies:
         self.last_grab = dict(self.bodies[k].last_grab, body=k)
         return did
 
-    def _global_handle(self, handle: int, body: Optional[int]):
+    def handle_owner(self, handle: int) -> Tuple[int, int]:
+        """(body, its own learned-handle index) of global learned handle ``handle`` (:attr:`num_handles`: body 0's
+        first). Raises OptionError outside [0, num_handles - 2]."""
+        return self._global_handle(handle, None)
+
+    def _global_handle(self, handle: int, body: Optional[int]) -> Tuple[int, int]:
         """(body, local handle) of ``handle``: local to ``body`` when given, else global (:attr:`num_handles`)."""
         if body is not None:
             return self._body(body), int(handle)

@@ -9,7 +9,8 @@ the viewer's websocket (as a second tab sends a drag), then released.
 Writes ``viewer_bodies_rest.png``, ``viewer_bodies_pushed.png``, ``viewer_bodies_after.png`` and
 ``viewer_bodies_side.png`` (the last moment seen from the side it was pushed to) into ``--out`` (which
 must not hold them already, unless ``--overwrite``), and prints what the simulation reports (bodies, contacts, the
-pushed body's lowest point against the support). Needs Debian's headless Chromium (``/usr/bin/chromium``).
+pushed body's handle centroid, moved). Needs a headless Chromium: ``$PHYSSKIN_CHROMIUM``, else ``chromium`` on the PATH
+(Debian: ``apt-get install chromium``).
 """
 
 from __future__ import annotations
@@ -41,13 +42,22 @@ def main(argv=None) -> int:
     ap.add_argument("--height", type=int, default=720)
     args = ap.parse_args(argv)
     out = Path(args.out)
+    if not (args.push_seconds > 0 and args.after_seconds >= 0):
+        ap.error("--push-seconds must be > 0 and --after-seconds >= 0")
+    if not (args.width >= 200 and args.height >= 200):
+        ap.error("--width and --height must be at least 200 pixels")
     if not Path(args.path).is_file():
         ap.error(f"no such file: {args.path}")
     clash = [out / f"viewer_bodies_{n}.png" for n in NAMES if (out / f"viewer_bodies_{n}.png").exists()]
     if clash and not args.overwrite:
         ap.error(f"{clash[0]} exists (pass --overwrite to replace it)")
-    if not Path("/usr/bin/chromium").exists():
-        ap.error("needs Debian's headless Chromium at /usr/bin/chromium (apt-get install chromium)")
+    import shutil
+
+    from physskin_gs_viewer.testing import CHROMIUM
+
+    if shutil.which(CHROMIUM) is None:
+        ap.error(f"needs a headless Chromium: {CHROMIUM!r} was not found (set PHYSSKIN_CHROMIUM, or on Debian "
+                 "apt-get install chromium)")
 
     import imageio.v2 as imageio
 

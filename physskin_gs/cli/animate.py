@@ -373,12 +373,11 @@ class MotionScript:
                 end = "never released" if d["_end"] < 0 else f"released after frame {d['_end']}"
                 whose = f" of body {d['body']}" if kw else ""
                 if not kw and getattr(anim, "num_bodies", 1) > 1:  # no "body": say which one it grabbed
-                    k = anim.drag_body(did)[0]
                     if "handle" in d:
-                        local = d["handle"] - sum(anim.handle_positions(body=j).shape[0] for j in range(k))
+                        k, local = anim.handle_owner(d["handle"])
                         whose = f" (body {k}'s handle {local})"
                     else:
-                        whose = f" of body {k} (the nearest)"
+                        whose = f" of body {g['body']} (the nearest)"
                 print(f"[physskin-gs] frame {frame}: drag {i} grabs {what}{whose} ({end})", file=sys.stderr)
             if i in self.active:
                 did, grab = self.active[i]
