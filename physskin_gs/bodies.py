@@ -326,14 +326,16 @@ class SceneBodies:
     def step(self, n: int = 1) -> dict:
         """Advance every body n steps together. Returns stats: ms, newton_iters, hessians, substeps,
         contacts_body / contacts_static (sphere pairs at the end), contacts_support (cubature points on the support
-        or the ground), max_overlap_m, rejected (0), frame."""
+        or the ground), max_overlap_m, rejected (0), frame, body_ms ((B,) ms of the solves each body took part in,
+        ``ContactStats``), solved_together (lists of the bodies solved together in the last step), frozen ((B,)
+        bool)."""
         st = self.system.step(n)
         self.frame += n
         for b in self.bodies:
             b.frame += n
             b._cache_key = None
         d = st.as_dict()
-        d.update(rejected=0, frame=self.frame, contacts_support=self.support_contacts())
+        d.update(rejected=0, frame=self.frame, contacts_support=self.support_contacts(), frozen=self.frozen)
         return d
 
     def support_contacts(self) -> int:
@@ -515,13 +517,20 @@ class SceneBodies:
                 b.set_floor(enabled, height)
         self.system._L = None
 
-    def set_pin(self, spec: Optional[str]) -> None:
+    def set_pin(self, spec: Optional[str], body: Optional[int] = None) -> None:
         """Pin the region ``spec`` (:meth:`~physskin_gs.pipeline.AnimatedScene.region_mask`) of every body that
-        holds part of it (``base`` / ``below:F``: every body's own); None unpins all. Raises OptionError when no
-        body holds any of it."""
+        holds part of it (``base`` / ``below:F``: every body's own); None unpins all. With ``body``: that body only
+        (None unpins it; the others keep their pins). Raises OptionError when no body (or ``body``) holds any of
+        it, or for a bad body index."""
+        if body is not None:
+            k = self._body(body)
+            self.bodies[k].set_pin(spec)
+            self.system._L = None
+            return
         if spec is None or str(spec).strip() == "":
             for b in self.bodies:
                 b.set_pin(None)
+            self.system._L = None
             return
         pinned = 0
         for b in self.bodies:
@@ -533,6 +542,26 @@ class SceneBodies:
         if not pinned:
             raise OptionError(f"--pin {spec!r} holds none of the {len(self.bodies)} bodies' simulation points")
         self.system._L = None
+
+    @property
+    def pins(self) -> List[Optional[str]]:
+        """Each body's pin region (:meth:`set_pin`'s spec), or None where it is not pinned."""
+        return [getattr(b, "_pin_spec", None) for b in self.bodies]
+
+    def set_frozen(self, body: int, on: bool) -> None:
+        """Freeze body ``body`` where it is now, or let it move again (from rest):
+        :meth:`~physskin_gs.physics.simulator.SubspaceSimulator.set_frozen`. A frozen body is an immovable obstacle
+        for the others (they rest on it and bounce off it); drags, pins and gravity do not move it. Raises
+        OptionError for a bad body index."""
+        k = self._body(body)
+        self.bodies[k].sim.set_frozen(on)
+        self.bodies[k]._cache_key = None
+        self.system._L = None
+
+    @property
+    def frozen(self) -> List[bool]:
+        """Whether each body is frozen (:meth:`set_frozen`)."""
+        return [bool(b.sim.frozen) for b in self.bodies]
 
     def update_drag(self, drag_id: int, target) -> None:
         """Move drag ``drag_id``'s grabbed point to ``target`` (3,) scene units."""

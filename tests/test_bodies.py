@@ -428,3 +428,67 @@ def test_a_body_released_mid_drag_flies_on(table_capture):
     c1 = anim.body_centres()
     others = np.linalg.norm((c1 - c0)[[0, 2]], axis=1)
     assert others.max() < 0.05 * h, others
+
+
+def test_viewer_pins_and_freezes_each_body(table_capture):
+    """The viewer's "Bodies" folder on the table capture's three bodies, driven over the websocket as a browser
+    would: body 1 frozen holds its pose exactly while one of its handles is dragged (and moves again once unfrozen);
+    body 2's base pinned pins that body only; the table lists the state; the stats line gives each body's step
+    time."""
+    pytest.importorskip("websockets")
+    from physskin_gs.bodies import prepare_bodies
+    from physskin_gs.pipeline import AnimationConfig
+    from physskin_gs_viewer.app import ViewerApp
+    from physskin_gs_viewer.constants import DEFAULT_PIN
+    from physskin_gs_viewer.testing import ViserWsClient, wait_until
+
+    scene, _ = table_capture
+    anim = prepare_bodies(scene, AnimationConfig(num_cubature=256))
+    app = ViewerApp(anim, None, host="127.0.0.1", port=0)
+    app.start()
+    c = None
+    try:
+        assert app.wait_ready(90), app.failed
+        g = app.gui
+        assert g["bodies_folder"].visible
+        assert list(g["body"].options) == ["body 0 (heaviest)", "body 1", "body 2"]
+        c = ViserWsClient(app.port)
+        c.send_camera((4.0, -2.0, 4.0), (0.0, 0.0, 0.0), up=tuple(app.live.up))
+        assert wait_until(lambda: len(app.server.get_clients()) == 1, 10, interval=0.05)
+        stats = lambda: g["stats"].content  # noqa: E731
+        assert wait_until(lambda: "per body, ms/step" in stats(), 20, interval=0.05), stats()
+        c.gui_set(g["body"], "body 1")
+        assert wait_until(lambda: app.bodies.chosen() == 1, 10, interval=0.05)
+        c.gui_set(g["body_freeze"], True)
+        assert wait_until(lambda: anim.frozen == [False, True, False], 10, interval=0.05), anim.frozen
+        assert wait_until(lambda: "| 1 |" in g["bodies_table"].content
+                          and "| yes |" in g["bodies_table"].content, 10, interval=0.05)
+        q1 = anim.bodies[1].sim.q.clone()
+        k = anim.bodies[0].num_handles - 1  # body 1's first learned handle (global numbering)
+        assert anim.handle_owner(k) == (1, 0)
+        hp0 = np.asarray(anim.handle_positions(), dtype=np.float64)
+        name = f"/handles/h{k}"
+        c.drag_start(name)
+        c.drag_to(name, hp0[k] + 0.5 * anim.bodies[1].height_scene * app.live.up)
+        f0 = anim.frame
+        assert wait_until(lambda: anim.frame > f0 + 30, 60, interval=0.05)
+        assert torch.equal(anim.bodies[1].sim.q, q1)  # frozen: the drag does not move it
+        c.gui_set(g["body_freeze"], False)
+        assert wait_until(lambda: anim.frozen == [False, False, False], 10, interval=0.05)
+
+        def lifted():
+            return float(np.linalg.norm(app.live.worker.slot.get().handle_positions[k] - hp0[k]))
+
+        assert wait_until(lambda: lifted() > 0.1 * anim.bodies[1].height_scene, 60, interval=0.05), lifted()
+        c.drag_end(name)
+        c.gui_set(g["body"], "body 2")
+        assert wait_until(lambda: app.bodies.chosen() == 2, 10, interval=0.05)
+        assert g["body_freeze"].value is False and g["body_pin"].value is False
+        c.gui_set(g["body_pin"], True)
+        assert wait_until(lambda: anim.pins == [None, None, DEFAULT_PIN], 10, interval=0.05), anim.pins
+        assert wait_until(lambda: DEFAULT_PIN in g["bodies_table"].content, 10, interval=0.05)
+        assert app.error_log == []
+    finally:
+        if c is not None:
+            c.close()
+        app.stop()

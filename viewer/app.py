@@ -31,6 +31,7 @@ AnimatedScene (:class:`LiveState`: its worker, rows, colours, nodes), errors and
 ``app.interaction`` (:mod:`.interaction`)   handle gizmos, click-to-grab, where a click goes
 ``app.recording`` (:mod:`.recording`)       live recording (start / stop, sequence.json, mp4)
 ``app.selection`` (:mod:`.selection`)       scene facts, select dropdown, box gizmo, pick component
+``app.bodies`` (:mod:`.bodies_panel`)       several bodies: per-body pin and freeze, the bodies' table
 ``app.switcher`` (:mod:`.switching`)        re-preparation on a new skinning source / selection / up
 ==========================================  ========================================================
 
@@ -64,6 +65,7 @@ from .panel import ControlPanel
 from .panel import set_fast_solver as _set_fast_solver
 from .recording import RecordingControl
 from .render_server import ClientRenderThread, cuda_available
+from .bodies_panel import BodiesControl
 from .selection import SelectionControl
 from .sim import SimWorker, default_threads, set_thread_torch_threads, to_numpy
 from .splats import SplatPacker, display_scale, robust_extent, sh_dc_to_rgb, subsample_index
@@ -355,6 +357,7 @@ class ViewerApp:
         self.interaction = Interaction(self)  # handle gizmos, click-to-grab, click dispatch
         self.recording = RecordingControl(self, self.record_dir)  # live recording
         self.selection = SelectionControl(self)  # select dropdown, box gizmo, pick component
+        self.bodies = BodiesControl(self)  # several bodies: per-body pin and freeze
         self.switcher = SceneSwitcher(self)  # re-preparation on a new skinning source / selection / up axis
 
     # ================================================================== parts, under their old names

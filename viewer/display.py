@@ -45,6 +45,7 @@ from typing import Deque, Optional, Tuple
 import numpy as np
 import torch
 
+from .bodies_panel import body_times_line
 from .constants import DIM_GREY, DIM_MIX, DIM_OPACITY, DISPLAY_CLIENT, FIELD_ALL, FIELD_NONE, XRAY_OPACITY
 from .sim import Frame, set_thread_torch_threads, to_numpy
 from .splats import (
@@ -345,6 +346,9 @@ class DisplayLoop:
             lines.append(f"contacts: **{st.get('contacts_body', 0)}** between bodies · "
                          f"**{st.get('contacts_static', 0)}** with the scene · **{st.get('contacts_support', 0)}** "
                          f"on the support")
+        per_body = body_times_line(st)
+        if per_body:
+            lines.append(per_body)
         render = app.renderer_status()
         if render:
             lines.append(render)

@@ -10,6 +10,8 @@ folder           controls -> owner
 Simulation       play / step / reset / dt / fast solver -> the worker
 Material         E, nu, density, damping -> the worker
 Environment      gravity, its direction, floor, floor height, pin -> the worker (+ the floor grid, here)
+Bodies           (several bodies only) body, pin its base, freeze -> :class:`~physskin_gs_viewer.bodies_panel.
+                 BodiesControl` -> the worker
 Scene            moving / static / floater counts, up vector and source (here); select, box, pick component,
                  apply selection -> :class:`~physskin_gs_viewer.selection.SelectionControl`; up axis ->
                  :class:`~physskin_gs_viewer.switching.SceneSwitcher`
@@ -191,6 +193,7 @@ class ControlPanel:
             g["floor_height"] = gui.add_number("floor height", fh, step=0.01)
             self.update_floor_grid(bool(g["floor"].value), fh)
             g["pin"] = gui.add_checkbox("pin region", getattr(cfg, "pin", None) is not None)
+        app.bodies.build(gui)
         can_switch = app.switcher.available
         if "scene_facts" not in g:
             self._build_scene_folder(cfg, facts_markdown(scene_facts(anim)))
@@ -232,6 +235,7 @@ class ControlPanel:
             g["record_status"] = gui.add_markdown("")
 
         self._wire()
+        app.bodies.on_live(live)
         app.server.scene.on_click()(app.interaction.on_click)
 
     def _build_scene_folder(self, cfg, facts_text: str) -> None:
@@ -325,6 +329,7 @@ class ControlPanel:
         if g["gravity_dir"].value != GRAVITY_DIRS[0] or not g["gravity"].value:
             self._apply_gravity()
         app.selection.on_live(app.live)
+        app.bodies.on_live(app.live)
 
     def show_scene_facts(self, anim) -> Dict[str, Any]:
         """Show the scene facts of ``anim`` in the "Scene" folder; returns them (:func:`scene_facts`)."""
@@ -510,7 +515,12 @@ class ControlPanel:
         def _(_e) -> None:
             spec = getattr(app.config, "pin", None) or DEFAULT_PIN
             value = spec if g["pin"].value else None
-            self._submit("set pin", lambda a: a.set_pin(value))
+
+            def fn(a) -> None:
+                a.set_pin(value)
+                app.bodies.show(a)  # several bodies: the per-body boxes and table follow
+
+            self._submit("set pin", fn)
 
         @g["field"].on_update
         def _(_e) -> None:

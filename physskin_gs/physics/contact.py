@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -145,7 +145,12 @@ def _solve(L, g: torch.Tensor) -> torch.Tensor:
 @dataclass
 class ContactStats:
     """One :meth:`BodyContactSystem.step` call: wall-clock ms, Newton iterations, contact pairs at the end (body
-    against body, body against the static collider), half steps taken, Hessians factored, deepest overlap (m)."""
+    against body, body against the static collider), half steps taken, Hessians factored, deepest overlap (m).
+
+    Per body: ``body_ms`` (B,) the wall-clock ms of the solves each body took part in (a body solved alone: its own;
+    bodies solved together in one island, or all jointly: each is given that solve's whole time, not a share), and
+    ``solved_together`` the bodies solved together in the last step (sorted tuples of body indices, every body in
+    one of them)."""
 
     ms: float = 0.0
     newton_iters: int = 0
@@ -154,12 +159,22 @@ class ContactStats:
     substeps: int = 0
     hessians: int = 0
     max_overlap: float = 0.0
+    body_ms: list = field(default_factory=list)
+    solved_together: list = field(default_factory=list)
+
+    def _spent(self, bodies, t0: float) -> None:
+        """Add the ms since ``t0`` (perf_counter) to every body of ``bodies``."""
+        ms = (time.perf_counter() - t0) * 1e3
+        for b in bodies:
+            self.body_ms[b] += ms
 
     def as_dict(self) -> dict:
-        """The fields as a JSON-ready dict (``contacts_body``, ``contacts_static``, ``max_overlap_m``, ...)."""
+        """The fields as a JSON-ready dict (``contacts_body``, ``contacts_static``, ``max_overlap_m``,
+        ``body_ms``, ``solved_together`` (lists of body indices), ...)."""
         return {"ms": self.ms, "newton_iters": self.newton_iters, "contacts_body": self.pairs_body,
                 "contacts_static": self.pairs_static, "substeps": self.substeps, "hessians": self.hessians,
-                "max_overlap_m": self.max_overlap}
+                "max_overlap_m": self.max_overlap, "body_ms": [float(v) for v in self.body_ms],
+                "solved_together": [list(g) for g in self.solved_together]}
 
 
 @dataclass
@@ -731,6 +746,11 @@ class BodyContactSystem:
             Hm[o:o + sz, o:o + sz] = b._hessian(ev, c, exact=exact, elastic=Hel)
         if gn:
             self._contact_hessian(Hm, gn, scale=h2)
+        held = self._frozen_unknowns()
+        if held is not None:  # identity rows and columns: the correction leaves a frozen body's unknowns at zero
+            Hm[held, :] = 0.0
+            Hm[:, held] = 0.0
+            Hm[held, held] = float(Hm.diagonal().abs().max())
         reg = sum(b.HESS_EPS * b.m_p * b.n for b in self.bodies)
         diag = Hm.diagonal()
         diag += reg
@@ -745,6 +765,15 @@ class BodyContactSystem:
             diag += 99.0 * reg  # reg x100
             reg *= 100.0
         return None, parts
+
+    def _frozen_unknowns(self) -> Optional[torch.Tensor]:
+        """(k,) int64 indices of the frozen bodies' unknowns (``SubspaceSimulator.set_frozen``), or None. The joint
+        solve holds them: their gradient entries are zeroed and their Hessian rows and columns made a multiple of
+        the identity, so each Newton correction solves the moving bodies' system against the frozen ones exactly
+        (the contact terms with a frozen body act on the moving side only)."""
+        parts = [torch.arange(int(self.offsets[k]), int(self.offsets[k + 1]))
+                 for k, b in enumerate(self.bodies) if b.frozen]
+        return torch.cat(parts) if parts else None
 
     def _newton(self, h: float, stats: ContactStats):
         """One joint backward-Euler step by Newton with Armijo backtracking. The Hessian factor is reused (as the
@@ -763,14 +792,16 @@ class BodyContactSystem:
         x0, p0 = self._current()
         so = self.offsets_samples
         x0t = torch.from_numpy(x0)  # the bodies' positions at the step's start (their floor friction needs them)
-        ctxs = [_StepContext(h=h, q_pred=b.q + h * b.qdot, q_prev=b.q,
+        ctxs = [_StepContext(h=h, q_pred=b.q if b.frozen else b.q + h * b.qdot, q_prev=b.q,
                              D=b._step_dissipation(b.q, h, x0t[so[k]:so[k + 1]])) for k, b in enumerate(bodies)]
+        held = self._frozen_unknowns()  # a frozen body's unknowns stay at its q (zero gradient, identity rows)
         qs = [c.q_pred.clone() for c in ctxs]
         h2 = h * h
         fric = self._friction_pairs(x0, p0, h)
         E, evs, x, pairs, gx, gn = self._joint(qs, ctxs, True, fric)
-        gtol = sum(b.grad_tol * h2 * b.total_mass * 9.8 for b in bodies)
-        far = sum(b.FAR_RESIDUAL * h2 * b.total_mass * 9.8 for b in bodies)  # FAR_RESIDUAL x the bodies' weight
+        free = [b for b in bodies if not b.frozen] or bodies  # the tolerances scale with the moving bodies' weight
+        gtol = sum(b.grad_tol * h2 * b.total_mass * 9.8 for b in free)
+        far = sum(b.FAR_RESIDUAL * h2 * b.total_mass * 9.8 for b in free)  # FAR_RESIDUAL x the bodies' weight
         budget = self.newton_iters
         extra = max(b.NEWTON_EXTRA for b in bodies) * budget
         exact_factor = False  # the factor sums every cubature point although a body has a subset set
@@ -793,6 +824,8 @@ class BodyContactSystem:
             # the contact gradient joins each body's f_ext (one GEMM per body)
             grads = [b._gradient(ev, c, gx[so[k]:so[k + 1]]) for k, (b, ev, c) in enumerate(zip(bodies, evs, ctxs))]
             g = torch.cat([gr.reshape(-1) for gr in grads])
+            if held is not None:
+                g[held] = 0.0
             gnorm = math.sqrt(float(g @ g))
             if not math.isfinite(gnorm):
                 return None
@@ -953,19 +986,22 @@ class BodyContactSystem:
         or None."""
         islands = self._islands(p0)
         static_at = set(self._sample_body[p0.s_i].tolist())  # bodies touching the collider at the start
+        if len(stats.body_ms) != self.num_bodies:
+            stats.body_ms = [0.0] * self.num_bodies
         if len(islands) == 1 and (self.num_bodies > 1 or 0 in static_at):
-            return self._newton(h, stats)
+            return self._joint_solve(h, stats)
         done = {}  # island -> (qs, evs, x (n, 3) in the island's sample order, pairs or None)
         alone = set()  # islands of one body solved by its own simulator
         pending = list(islands)
         while True:
             while pending:
                 isl = pending.pop()
+                t0 = time.perf_counter()
                 if len(isl) == 1 and isl[0] not in static_at:
                     res = self._alone(isl[0], h, stats)
                     alone.add(isl)
                 elif len(isl) == self.num_bodies:
-                    return self._newton(h, stats)
+                    return self._joint_solve(h, stats)
                 else:
                     sub = self._sub_system(isl)
                     c = sub._cur  # the island's own end state of the last step, if its bodies are still there
@@ -974,6 +1010,7 @@ class BodyContactSystem:
                     res = sub._newton(h, stats)
                     if res is not None:  # the next step's start if this result is taken (q identity decides)
                         sub._cur = (res[0], res[2], res[3])
+                stats._spent(isl, t0)
                 if res is None:
                     return None
                 done[isl] = res
@@ -998,10 +1035,19 @@ class BodyContactSystem:
             if touched:
                 pending.append(tuple(sorted(b for isl in touched for b in isl)))
         qs, evs = [None] * self.num_bodies, [None] * self.num_bodies
+        stats.solved_together = sorted(done, key=lambda g: g[0])
         for isl, (qi, ei, _, _) in done.items():
             for k, b in enumerate(isl):
                 qs[b], evs[b] = qi[k], ei[k]
         return qs, evs, x, full
+
+    def _joint_solve(self, h: float, stats: ContactStats):
+        """:meth:`_newton` of all bodies together, its time given to each (``ContactStats.body_ms``)."""
+        t0 = time.perf_counter()
+        res = self._newton(h, stats)
+        stats._spent(range(self.num_bodies), t0)
+        stats.solved_together = [tuple(range(self.num_bodies))]
+        return res
 
     def _alone(self, b: int, h: float, stats: ContactStats):
         """Body b's step by its own simulator's Newton solve (it touches nothing): ([q], [eval], x (n, 3), None)."""
@@ -1076,7 +1122,7 @@ class BodyContactSystem:
     def step(self, n: int = 1) -> ContactStats:
         """Advance every body n steps of ``dt`` together. A step that fails (no descent, an insane state) is retried
         as half steps; if that fails too, the bodies keep their positions and lose their velocity."""
-        stats = ContactStats()
+        stats = ContactStats(body_ms=[0.0] * self.num_bodies)
         t0 = time.perf_counter()
         with single_thread(self.bodies[0].num_threads):  # as SubspaceSimulator.step: the simulation's own threads
             self._steps(n, stats)

@@ -283,6 +283,7 @@ class SubspaceSimulator:
         self.hessian_threads = min(2, usable_cores()) if hessian_threads is None else int(hessian_threads)
         self._hsub: Optional[dict] = None  # the Hessian's cubature subset (set_hessian_points)
         self._hess_version = 0  # bumped by every change that changes the Hessian beyond the state
+        self.frozen = False  # set_frozen: the body holds its pose (a kinematic obstacle for other bodies)
         self._chol: Optional[torch.Tensor] = None  # cached Cholesky factor of the step Hessian
         self._chol_key = None
         self._chol_age = 0
@@ -620,6 +621,18 @@ class SubspaceSimulator:
             targets = self.X[torch.as_tensor(idx, dtype=torch.long)]
         self.pin = self._make_spring(idx, targets, self.pin_stiffness())
         self.invalidate_hessian()
+
+    def set_frozen(self, on: bool) -> None:
+        """Freeze the body where it is now (``on``) or let it move again. A frozen body keeps its q and has zero
+        velocity: its steps change nothing (gravity, pins, drags and the floor act on it in no way), and a
+        :class:`~physskin_gs.physics.contact.BodyContactSystem` treats it as an immovable obstacle (its unknowns
+        are held at their values in the joint solve, so other bodies rest on it and push off it). Unfreezing
+        starts it from rest."""
+        on = bool(on)
+        if on != self.frozen:
+            self.frozen = on
+            self.qdot = torch.zeros_like(self.qdot)
+            self.invalidate_hessian()
 
     def add_drag(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None, k: Optional[float] = None) -> int:
         """Start a drag spring on cubature points ``idx`` (targets default to their current positions). Returns id."""
@@ -1069,7 +1082,10 @@ class SubspaceSimulator:
 
     def _newton(self, q0: torch.Tensor, qdot0: torch.Tensor, h: float, stats: StepStats):
         """One backward-Euler step of size h from (q0, qdot0) by Newton with Armijo backtracking (module docstring;
-        the Hessian policy is :attr:`solver`). Returns (q, final _Eval or None, iters, grad_norm, ok)."""
+        the Hessian policy is :attr:`solver`). Returns (q, final _Eval or None, iters, grad_norm, ok). A
+        :attr:`frozen` body returns q0, evaluated, without iterating."""
+        if self.frozen:
+            return q0, self._eval(q0, _StepContext(h=h, q_pred=q0, q_prev=q0, D=None)), 0, 0.0, True
         ctx = _StepContext(h=h, q_pred=q0 + h * qdot0, q_prev=q0, D=self._step_dissipation(q0, h))
         key = (self._hess_version, h)
         if not (self.solver == "adaptive" and self._chol_converged and self._chol_key == key
