@@ -79,10 +79,56 @@ def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opti
     return anim
 
 
+def box_masks(scene: GaussianScene, boxes, analysis) -> List[torch.Tensor]:
+    """(N,) bool row masks of the bodies of a box list (``--select BOX --select BOX ...``): per box the finite rows
+    inside it or under it (with a support: rows whose ray along up enters the box, so that a box above the support,
+    as the viewer's picked components are, takes its object's base down to the support), without the support's rows and anything under the support's slab (the table a box reaches into stays
+    static; an object's base in the slab moves with it) and without rows an earlier box took. Raises OptionError naming a box that keeps no row."""
+    means = scene.means.numpy()
+    finite = _pipeline._finite_rows(scene).numpy()
+    keep = finite.copy()
+    if analysis.plane is not None:
+        keep &= ~analysis.support & (analysis.plane.signed_distance(means) >= -analysis.plane.band)
+    taken = np.zeros(scene.num_gaussians, dtype=bool)
+    out = []
+    for i, (lo, hi) in enumerate(boxes):
+        inside = np.all((means >= np.asarray(lo)) & (means <= np.asarray(hi)), axis=1)
+        if analysis.plane is not None:  # and the rows under it down to the support: the object's base
+            inside |= _under_box(means, np.asarray(lo, np.float64), np.asarray(hi, np.float64), analysis.plane.normal)
+        m = inside & keep & ~taken
+        if not m.any():
+            what = "above the support" if analysis.plane is not None else "finite"
+            raise OptionError(f"--select box {i + 1} ({','.join(f'{v:g}' for v in list(lo) + list(hi))}) holds no "
+                              f"Gaussian {what} that an earlier box did not take ({int(inside.sum())} rows inside it)")
+        taken |= m
+        out.append(torch.from_numpy(m))
+    return out
+
+
+def _under_box(points: np.ndarray, lo: np.ndarray, hi: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """(N,) bool: the rows whose ray ``p + t up`` (t >= 0) enters the box [lo, hi] (the slab test per axis)."""
+    t0 = np.zeros(points.shape[0])
+    t1 = np.full(points.shape[0], np.inf)
+    ok = np.ones(points.shape[0], dtype=bool)
+    for a in range(3):
+        if abs(up[a]) < 1e-12:
+            ok &= (points[:, a] >= lo[a]) & (points[:, a] <= hi[a])
+            continue
+        ta, tb = (lo[a] - points[:, a]) / up[a], (hi[a] - points[:, a]) / up[a]
+        t0 = np.maximum(t0, np.minimum(ta, tb))
+        t1 = np.minimum(t1, np.maximum(ta, tb))
+    return ok & (t0 <= t1)
+
+
 def _prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Optional[Callable] = None):
     """:func:`prepare_bodies` before the material is stiffened to stand."""
-    auto = (str(getattr(config, "select", None) or "").strip().lower() == "auto"
-            and getattr(scene, "mesh", None) is None)
+    kind, boxes = _pipeline.parse_selection_spec(getattr(config, "select", None))
+    if kind == "boxes":
+        if getattr(scene, "mesh", None) is not None:
+            raise OptionError(f"--select with {len(boxes)} boxes makes one body per box of a splat capture; a mesh "
+                              "input is one body (give one box or none)")
+        return _box_bodies(scene, config, boxes, progress)
+    auto = kind == "auto" and getattr(scene, "mesh", None) is None
     if not auto:
         return _pipeline.prepare_animation(scene, config, progress)
     t0 = time.perf_counter()
@@ -114,6 +160,24 @@ def _prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opt
         anim.info["timings"]["scene_analysis"] = seconds
         return anim
     return SceneBodies.build(scene, config, analysis, masks, progress, seconds)
+
+
+def _box_bodies(scene: GaussianScene, config: AnimationConfig, boxes, progress: Optional[Callable]):
+    """One body per box (:func:`box_masks`), with the scene analysis' support (when it finds one) as the floor and
+    every other static row (the analysis' object and background outside the boxes) as the collider."""
+    t0 = time.perf_counter()
+    if progress is not None:
+        progress("analysing the scene", 0.0)
+    given_up = str(getattr(config, "up", "auto")).strip().lower()
+    analysis = analyze_for_animation(scene, up=None if given_up == "auto"
+                                     else _pipeline.resolve_up(config.up, scene).double().numpy())
+    seconds = time.perf_counter() - t0
+    masks = box_masks(scene, boxes, analysis)
+    if getattr(config, "regions", None):
+        raise OptionError("--region applies to one object; with several boxes (several bodies) leave it out")
+    static = analysis.background | analysis.object
+    return SceneBodies.build(scene, config, analysis, masks, progress, seconds, static=static,
+                             selection=f"{len(masks)} boxes")
 
 
 class SceneBodies:
@@ -157,8 +221,11 @@ class SceneBodies:
     # ------------------------------------------------------------------------------------------ building
     @classmethod
     def build(cls, scene: GaussianScene, config: AnimationConfig, analysis, masks: List[torch.Tensor],
-              progress: Optional[Callable], analysis_seconds: float) -> "SceneBodies":
-        """Prepare every body in the heaviest one's frame, then the support region and the static collider."""
+              progress: Optional[Callable], analysis_seconds: float, static: Optional[np.ndarray] = None,
+              selection: Optional[str] = None) -> "SceneBodies":
+        """Prepare every body in the first one's frame, then the support region and the static collider (from the
+        rows ``static`` (N,) bool, default the analysis' background, less the bodies' rows). Without a support
+        plane the floor is an endless plane at the lowest body's lowest point."""
         k = len(masks)
 
         def part(i):
@@ -183,20 +250,27 @@ class SceneBodies:
         to_sim = lambda p: (np.asarray(p, np.float64) - c.numpy()) * s  # noqa: E731 - scene -> simulation frame
         finite = np.isfinite(scene.means.numpy()).all(1)
         collider = {"static_points": 0, "static_radius_m": None, "support_region": None, "ground_m": None}
-        sup_sim = (float(analysis.plane.offset) - float(c @ up)) * s  # the support's height along up, metres
-        static_rows = (analysis.background & ~taken.numpy() & finite
-                       & (scene.opacities.numpy() >= USABLE_OPACITY))
+        static = analysis.background if static is None else np.asarray(static, dtype=bool)
+        static_rows = static & ~taken.numpy() & finite & (scene.opacities.numpy() >= USABLE_OPACITY)
         st = to_sim(scene.means.numpy()[static_rows])  # [S, 3]
         st_h = st @ up_np
         depth = SUPPORT_DEPTH * min(heights)
-        below = st_h[st_h < sup_sim - 2 * depth]
-        if below.shape[0] >= 16:
-            ground = float(np.quantile(below, 0.005))
-            ground_src = "the lowest static surface under the support"
+        if analysis.plane is None:  # no support: one endless floor for all, at the lowest body's base (or given)
+            low = min(b.lowest_scene for b in bodies) if config.floor_height is None else float(config.floor_height)
+            for b in bodies:
+                b.set_floor(bool(config.floor), low)
+            ground = (low - float(c @ up)) * s
+            collider.update(ground_m=ground, ground="no support plane found: a floor at the lowest body's base")
         else:
-            ground = sup_sim - GROUND_DROP * max(heights)
-            ground_src = f"nothing captured under the support: {GROUND_DROP:g} body heights below it"
-        if config.floor and config.floor_height is None:
+            sup_sim = (float(analysis.plane.offset) - float(c @ up)) * s  # the support's height along up, metres
+            below = st_h[st_h < sup_sim - 2 * depth]
+            if below.shape[0] >= 16:
+                ground = float(np.quantile(below, 0.005))
+                ground_src = "the lowest static surface under the support"
+            else:
+                ground = sup_sim - GROUND_DROP * max(heights)
+                ground_src = f"nothing captured under the support: {GROUND_DROP:g} body heights below it"
+        if config.floor and config.floor_height is None and analysis.plane is not None:
             sup_rows = analysis.support & finite
             pts = [to_sim(scene.means.numpy()[sup_rows])]
             pts += [to_sim(scene.means[b.moving_index].numpy()) for b in bodies]  # the footprints under the bodies
@@ -237,7 +311,7 @@ class SceneBodies:
         timings["scene_analysis"] = analysis_seconds
         timings["contact_setup"] = time.perf_counter() - t
         info.update(
-            timings=timings, selection=f"auto ({k} bodies)",
+            timings=timings, selection=selection or f"auto ({k} bodies)",
             num_moving=int(sum(b.info["num_moving"] for b in bodies)),
             num_cubature=int(sum(b.info["num_cubature"] for b in bodies)),
             cubature=", ".join(sorted({str(b.info.get("cubature")) for b in bodies})),  # the bodies' rules

@@ -264,13 +264,29 @@ def parse_selection_spec(spec: Optional[str]):
     ``"xmin,ymin,zmin,xmax,ymax,zmax"`` (two lists of 3 floats, scene units, max > min on every axis). Names are
     case-insensitive and surrounding blanks are ignored.
 
+    Several boxes separated by ``;`` (``--select`` given once per box) give ``("boxes", [(lo, hi), ...])``: each box
+    a body of its own (:func:`physskin_gs.bodies.prepare_bodies`); one box with empty neighbours (``"BOX;"``) is
+    that box.
+
     Raises:
-        OptionError: an empty or blank string (an explicitly given empty value never means "all"), or any other
-            malformed value; the message lists the accepted forms.
+        OptionError: an empty or blank string (an explicitly given empty value never means "all"), a list holding
+            something other than boxes, or any other malformed value; the message lists the accepted forms.
     """
     if spec is None:
         return "all", None
     s = str(spec).strip()
+    if ";" in s:
+        parts = [p.strip() for p in s.split(";") if p.strip()]
+        if not parts:
+            return parse_selection_spec("")
+        boxes = []
+        for i, part in enumerate(parts):
+            kind, val = parse_selection_spec(part)
+            if kind != "box":
+                raise OptionError(f"--select {spec!r}: several selections must all be boxes "
+                                  f"'xmin,ymin,zmin,xmax,ymax,zmax' (one body each); value {i + 1} is {part!r}")
+            boxes.append(val)
+        return ("box", boxes[0]) if len(boxes) == 1 else ("boxes", boxes)
     if not s:
         raise OptionError(f"--select {spec!r}: empty value; use auto (the objects the scene analysis finds), largest "
                           "(the heaviest of them), all "
@@ -312,6 +328,9 @@ def parse_selection(spec: Optional[str], scene: GaussianScene) -> torch.Tensor:
     finite = _finite_rows(scene)
     if kind in ("auto", "largest"):
         raise OptionError(f"--select {kind} is resolved by the scene analysis (prepare_animation), not as a mask")
+    if kind == "boxes":
+        raise OptionError(f"--select with {len(val)} boxes makes {len(val)} bodies "
+                          "(physskin_gs.bodies.prepare_bodies), not one mask")
     if kind == "all":
         mask = finite
     elif kind == "rule":

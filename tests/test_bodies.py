@@ -492,3 +492,136 @@ def test_viewer_pins_and_freezes_each_body(table_capture):
         if c is not None:
             c.close()
         app.stop()
+
+
+def _object_box(scene, truth, i, pad=0.05):
+    """'xmin,...,zmax' around object i's rows (grown by ``pad`` of its size), as a user would draw it."""
+    n = scene.num_gaussians
+    p = scene.means.numpy()[_rows(truth, f"object{i}", n)]
+    lo, hi = p.min(0), p.max(0)
+    g = pad * (hi - lo).max()
+    return ",".join(f"{v:.4f}" for v in np.concatenate([lo - g, hi + g]))
+
+
+def test_a_list_of_boxes_makes_one_body_per_box(table_capture):
+    """``--select BOX;BOX`` (``--select`` given once per box): one body per box, in the boxes' order, each holding
+    its object's rows and nothing of the table (the boxes reach into it); they rest on the table; a box over bare
+    table top is refused by number; a list mixing a box with another form is refused before any work."""
+    from physskin_gs.bodies import SceneBodies, prepare_bodies
+    from physskin_gs.errors import OptionError
+    from physskin_gs.pipeline import AnimationConfig, parse_selection_spec
+
+    scene, truth = table_capture
+    n = scene.num_gaussians
+    boxes = [_object_box(scene, truth, i) for i in (2, 0)]
+    assert parse_selection_spec(boxes[0] + ";")[0] == "box"
+    with pytest.raises(OptionError, match="value 2 is 'auto'"):
+        parse_selection_spec(boxes[0] + ";auto")
+    anim = prepare_bodies(scene, AnimationConfig(num_cubature=256, select=";".join(boxes)))
+    assert isinstance(anim, SceneBodies) and anim.num_bodies == 2 and anim.info["selection"] == "2 boxes"
+    table = _rows(truth, "table", n) | _rows(truth, "floor", n)
+    for b, i in zip(anim.bodies, (2, 0)):
+        m = b.moving.numpy()
+        obj = _rows(truth, f"object{i}", n)
+        assert (m & obj).sum() >= 0.95 * obj.sum() and not (m & table).any()
+    c0 = anim.body_centres()
+    st = anim.step(60)
+    up = anim.up_vector.double()
+    for b in anim.bodies:  # resting on the table: lowest 0.5 % within 2 % of its height of the support (as auto)
+        h = anim.deformed_gaussians(False).means[b.moving_index].double() @ up
+        assert abs(float(torch.quantile(h, 0.005)) - anim.support_height) <= 0.02 * b.height_scene
+    # settled where they stood (measured 0.011 and 0.014 units, 2.5 % and 2.3 % of their heights, as with auto)
+    moved = np.linalg.norm(anim.body_centres() - c0, axis=1)
+    assert np.all(moved < 0.04 * np.array([b.height_scene for b in anim.bodies])), moved
+    assert st["contacts_support"] > 10
+    # a box over bare table top: its rows are all support
+    p = scene.means.numpy()[_rows(truth, "table", n)]
+    p = p[np.abs(p[:, 1]) < 0.005]  # the top's surface (y = 0 in the file, up -y), not its edge or legs
+    far = p[np.argmin(np.linalg.norm(p - [p[:, 0].min() + 0.3, 0.0, np.median(p[:, 2])], axis=1))]  # off the edge
+    bare = ",".join(f"{v:.4f}" for v in np.concatenate([far - 0.02, far + 0.02]))
+    with pytest.raises(OptionError, match=r"--select box 2 \("):
+        prepare_bodies(scene, AnimationConfig(num_cubature=256, select=f"{boxes[0]};{bare}"))
+
+
+def test_viewer_add_component_makes_several_bodies(table_capture, tmp_path):
+    """In the viewer (the table capture as a file, ``--select largest``: one body), "pick component" on the ball
+    and "add component" on the cow, as a browser clicks them, list two boxes; "apply selection" re-prepares two
+    bodies, each its object's rows, and shows the Bodies folder."""
+    pytest.importorskip("websockets")
+    from physskin_gs.bodies import SceneBodies
+    from physskin_gs.io import save_scene
+    from physskin_gs.pipeline import AnimationConfig
+    from physskin_gs_viewer.app import ViewerApp
+    from physskin_gs_viewer.testing import ViserWsClient, wait_until
+
+    scene, truth = table_capture
+    n = scene.num_gaussians
+    src = tmp_path / "table.ply"
+    save_scene(scene, str(src))
+    centre = {i: scene.means.numpy()[_rows(truth, f"object{i}", n)].mean(0) for i in (0, 2)}
+    app = ViewerApp(src, AnimationConfig(num_cubature=256, select="largest"), host="127.0.0.1", port=0)
+    app.start()
+    c = None
+    try:
+        assert app.wait_ready(120), app.failed
+        assert not isinstance(app.live.anim, SceneBodies) and not app.gui["bodies_folder"].visible
+        c = ViserWsClient(app.port)
+        c.send_camera((0.0, -4.0, 0.5), (0.0, 0.0, 0.0), up=tuple(app.live.up))
+        assert wait_until(lambda: len(app.server.get_clients()) == 1, 10, interval=0.05)
+        g = app.gui
+
+        def click_down(i, button):  # straight down (+y in the file: up is -y) onto object i's middle
+            c.gui_set(g[button], True)
+            assert wait_until(lambda: app.interaction.pick_armed, 5)
+            c.click(origin=[centre[i][0], -3.0, centre[i][2]], direction=[0.0, 1.0, 0.0])
+            assert wait_until(lambda: "component of" in g["scene_note"].content, 10), (g["scene_note"].content,
+                                                                                     app.error_log)
+
+        click_down(2, "pick")
+        assert app.selection.others == [] and g["select"].value == "box"
+        g["scene_note"].content = ""
+        click_down(0, "add_pick")
+        assert len(app.selection.others) == 1 and g["box_list"].visible and "2 boxes" in g["box_list"].content
+        spec = app.selection.spec()
+        assert spec.count(";") == 1
+        gen = app.switcher.generation
+        c.gui_set(g["apply_select"], True)
+        assert wait_until(lambda: app.switcher.generation > gen and not app.switcher.busy, 180, 0.05), app.error_log
+        anim = app.live.anim
+        assert isinstance(anim, SceneBodies) and anim.num_bodies == 2, app.switcher.last_error
+        assert app.config.select == spec and anim.info["selection"] == "2 boxes"
+        for b, i in zip(anim.bodies, (2, 0)):
+            obj = _rows(truth, f"object{i}", n)
+            m = b.moving.numpy()
+            assert (m & obj).sum() >= 0.9 * obj.sum() and (m & ~obj).sum() <= 0.02 * m.sum()
+        assert wait_until(lambda: g["bodies_folder"].visible, 10, interval=0.05)
+        assert list(g["body"].options) == ["body 0 (heaviest)", "body 1"]
+        assert app.error_log == []
+    finally:
+        if c is not None:
+            c.close()
+        app.stop()
+
+
+def test_animate_select_given_per_box(table_capture, tmp_path, capsys):
+    """``animate --select BOX --select BOX``: argparse would keep the last; each box is a body (the log and
+    sequence.json say so). ``--select auto --select BOX`` is refused before any work."""
+    from physskin_gs.cli import main
+    from physskin_gs.io import save_scene
+
+    scene, truth = table_capture
+    src = tmp_path / "table.ply"
+    save_scene(scene, str(src))
+    b2, b0 = _object_box(scene, truth, 2), _object_box(scene, truth, 0)
+    out = tmp_path / "boxes"
+    assert main(["animate", str(src), "--headless", "--frames", "3", "--cubature", "256", "--select", b2,
+                 "--select", b0, "--export", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "selection 2 boxes" in err and "body 1:" in err and "body 2:" not in err, err
+    meta = json.loads((out / "sequence.json").read_text())
+    assert len(meta["bodies"]) == 2 and meta["select"] == f"{b2};{b0}"
+    mixed = tmp_path / "mixed"
+    assert main(["animate", str(src), "--headless", "--select", "auto", "--select", b0, "--export", str(mixed)]) == 2
+    err = capsys.readouterr().err
+    assert "several selections must all be boxes" in err and "analysing" not in err, err
+    assert not mixed.exists()

@@ -200,7 +200,7 @@ class ControlPanel:
         else:  # built when the first preparation failed (build_recovery)
             self.show_scene_facts(anim)
             self.set_note("")
-            g["pick"].disabled = not can_switch
+            g["pick"].disabled = g["add_pick"].disabled = not can_switch
             app.selection.on_live(live)
         with gui.add_folder("Skinning"):
             names = skinning_names(aliases=False)
@@ -254,7 +254,7 @@ class ControlPanel:
             )
             app.selection.build(gui, cfg)
             if not can_switch:
-                for k in ("select", "box_min", "box_max", "pick", "apply_select"):
+                for k in ("select", "box_min", "box_max", "pick", "add_pick", "clear_boxes", "apply_select"):
                     g[k].disabled = True
 
         @g["up"].on_update

@@ -8,7 +8,8 @@
   holding a given row; what "pick component" puts into the box.
 - :class:`BoxGizmo`: the box in the scene, a wireframe with a transform gizmo on each of its two corners.
 - :class:`SelectionControl`: the "Scene" folder's selection widgets (mode dropdown, box min / max inputs kept in
-  step with the gizmo, "pick component", "apply selection"); applying goes through
+  step with the gizmo, "pick component", "add component" (several boxes, one body each), "apply selection");
+  applying goes through
   :meth:`physskin_gs_viewer.switching.SceneSwitcher.request`.
 
 The app surface used: ``live``, ``server``, ``gui``, ``switcher``, ``interaction.arm_pick``,
@@ -18,7 +19,7 @@ The app surface used: ``live``, ``server``, ``gui``, ``switcher``, ``interaction
 from __future__ import annotations
 
 import threading
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -38,6 +39,8 @@ COMPONENT_CLEARANCE = 0.015
 COMPONENT_PAD = 0.01
 #: Colour of the selection box.
 BOX_COLOR = (255, 190, 0)
+#: Colour of the boxes kept before it ("add component": one body each).
+OTHER_BOX_COLOR = (90, 200, 255)
 
 
 # ------------------------------------------------------------------------------------------- facts
@@ -256,12 +259,21 @@ class SelectionControl:
 
     Widgets (in ``app.gui``): ``select`` (auto / all / box, plus the configured rule when it is another one),
     ``box_min`` / ``box_max`` (vector inputs, in step with the gizmo), ``pick`` (the next click in the scene sets
-    the box to the clicked connected component), ``apply_select`` (re-prepare on the selection shown).
+    the box to the clicked connected component), ``add_pick`` (the next click adds the clicked component as one
+    more body: the box shown so far is kept as a body of its own), ``box_list`` (markdown: the boxes, one body
+    each), ``clear_boxes`` (keep only the box shown), ``apply_select`` (re-prepare on the selection shown).
+
+    Several boxes: :attr:`others` are the boxes added before the one the inputs and the gizmo show (each drawn as a
+    wireframe); :meth:`spec` joins them all (``"BOX;BOX"``, one body per box,
+    :func:`physskin_gs.bodies.prepare_bodies`).
     """
 
     def __init__(self, app) -> None:
         self.app = app
         self.gizmo: Optional[BoxGizmo] = None
+        #: boxes (lo, hi) kept before the one shown (one body each, in order)
+        self.others: List[Tuple[np.ndarray, np.ndarray]] = []
+        self._other_nodes: list = []
         self._syncing = threading.local()
         #: the support plane of the last scene analysis seen (scene coordinates; kept when later preparations
         #: skip the analysis), used by :meth:`pick_component`
@@ -272,6 +284,10 @@ class SelectionControl:
         """Add the widgets (inside the caller's folder) for the configured selection ``config.select``."""
         g = self.app.gui
         spec = str(getattr(config, "select", None) or SELECT_ALL).strip()
+        boxes = [parse_box(part) for part in spec.split(";") if part.strip()] if ";" in spec else []
+        if len(boxes) > 1 and all(b is not None for b in boxes):  # several boxes: the last one shown, the rest kept
+            self.others = boxes[:-1]
+            spec = box_spec(*boxes[-1])
         box = parse_box(spec)
         if box is not None:
             mode, options = SELECT_BOX, list(SELECT_CHOICES)
@@ -286,12 +302,20 @@ class SelectionControl:
         g["box_max"] = gui.add_vector3("box max", tuple(float(v) for v in hi), step=1e-3, visible=mode == SELECT_BOX)
         g["pick"] = gui.add_button("pick component", visible=mode == SELECT_BOX,
                                    hint="the next click in the scene sets the box to the clicked connected part")
+        g["add_pick"] = gui.add_button(
+            "add component", visible=mode == SELECT_BOX,
+            hint="the next click adds the clicked connected part as one more body (the box shown so far stays a "
+                 "body of its own); apply selection moves them all, in contact")
+        g["box_list"] = gui.add_markdown("", visible=False)
+        g["clear_boxes"] = gui.add_button("clear other boxes", visible=False,
+                                          hint="keep only the box shown (one body)")
         g["apply_select"] = gui.add_button("apply selection",
                                            hint="re-prepare the animation on this selection (server keeps running)")
         live = self.app.live
         size = live.extent if live is not None else float(np.linalg.norm(np.asarray(hi) - np.asarray(lo))) or 1.0
         self.gizmo = BoxGizmo(self.app.server, lo, hi, scale=0.15 * size, on_change=self._show_box,
                               visible=mode == SELECT_BOX)
+        self._show_others()
         self._wire()
         if live is not None:
             self.on_live(live)
@@ -312,10 +336,11 @@ class SelectionControl:
         @g["select"].on_update
         def _(_e) -> None:
             box = g["select"].value == SELECT_BOX
-            for k in ("box_min", "box_max", "pick"):
+            for k in ("box_min", "box_max", "pick", "add_pick"):
                 g[k].visible = box
             if self.gizmo is not None:
                 self.gizmo.visible = box
+            self._show_others()
 
         def inputs_changed(_e) -> None:
             if getattr(self._syncing, "on", False) or self.gizmo is None:
@@ -330,6 +355,16 @@ class SelectionControl:
         def _(_e) -> None:
             self.app.interaction.arm_pick(self.pick_component)
             self.app.panel.set_note("click the part to select")
+
+        @g["add_pick"].on_click
+        def _(_e) -> None:
+            self.app.interaction.arm_pick(self.add_component)
+            self.app.panel.set_note("click the part to add as one more body")
+
+        @g["clear_boxes"].on_click
+        def _(_e) -> None:
+            self.others = []
+            self._show_others()
 
         @g["apply_select"].on_click
         def _(_e) -> None:
@@ -362,11 +397,33 @@ class SelectionControl:
         return np.minimum(a, b), np.maximum(a, b)
 
     def spec(self) -> str:
-        """The selection the widgets show, as ``AnimationConfig.select`` takes it."""
+        """The selection the widgets show, as ``AnimationConfig.select`` takes it (box mode: the boxes kept
+        before the one shown, then it, joined by ``;``)."""
         mode = self.app.gui["select"].value
         if mode == SELECT_BOX:
-            return box_spec(*self.box())
+            return ";".join(box_spec(lo, hi) for lo, hi in self.others + [self.box()])
         return mode
+
+    def _show_others(self) -> None:
+        """Draw the kept boxes (wireframes, in box mode) and list every box in ``box_list``."""
+        g = self.app.gui
+        box_mode = g["select"].value == SELECT_BOX
+        for node in self._other_nodes:
+            try:
+                node.remove()
+            except Exception:  # noqa: BLE001
+                pass
+        self._other_nodes = []
+        for i, (lo, hi) in enumerate(self.others):
+            self._other_nodes.append(self.app.server.scene.add_box(
+                f"/selection/body{i}", color=OTHER_BOX_COLOR, dimensions=tuple(float(v) for v in np.maximum(hi - lo, 1e-9)),
+                wireframe=True, position=tuple(float(v) for v in 0.5 * (lo + hi)), visible=box_mode))
+        several = bool(self.others)
+        g["box_list"].visible = g["clear_boxes"].visible = several and box_mode
+        if several:
+            lines = [f"**{len(self.others) + 1} boxes, one body each** (the last is the one shown):"]
+            lines += [f"{i}. `{box_spec(lo, hi)}`" for i, (lo, hi) in enumerate(self.others + [self.box()])]
+            g["box_list"].content = "  \n".join(lines)
 
     def apply(self) -> None:
         """Re-prepare the animation on :meth:`spec` (in the background; the server keeps running)."""
@@ -403,15 +460,46 @@ class SelectionControl:
             return None
         rest = to_numpy(live.anim.scene.means)
         rows, lo, hi = component_bounds(rest, int(pick.index), live.opac, plane=self.support_plane)
+        self.others = []
         self.set_box(lo, hi)
+        self._show_others()
         self.app.panel.set_note(f"box set to a component of {len(rows):,} Gaussians; press apply selection")
         return rows
 
+    def add_component(self, client, origin, direction) -> Optional[np.ndarray]:
+        """The click handler armed by "add component": the box shown so far is kept as a body of its own (in box
+        mode) and the box is set to the clicked connected component, one more body. Returns its rows (None when
+        the ray hits nothing)."""
+        live = self.app.live
+        if live is None or self.app._stop.is_set():
+            return None
+        pick = pick_on_ray(live.worker.slot.get().means, origin, direction, live.scene_extent)
+        if pick is None:
+            self.app.panel.set_note("the click hit nothing; press add component again")
+            return None
+        rest = to_numpy(live.anim.scene.means)
+        rows, lo, hi = component_bounds(rest, int(pick.index), live.opac, plane=self.support_plane)
+        if self.app.gui["select"].value == SELECT_BOX:
+            self.others.append(self.box())
+        else:
+            self.others = []
+        self.set_box(lo, hi)
+        self._show_others()
+        self.app.panel.set_note(f"added a component of {len(rows):,} Gaussians as body {len(self.others)}; "
+                                "press apply selection")
+        return rows
+
     def teardown(self) -> None:
-        """Remove the box gizmo (the app stops)."""
+        """Remove the box gizmo and the kept boxes' wireframes (the app stops)."""
         if self.gizmo is not None:
             self.gizmo.remove()
             self.gizmo = None
+        for node in self._other_nodes:
+            try:
+                node.remove()
+            except Exception:  # noqa: BLE001
+                pass
+        self._other_nodes = []
 
 
 __all__ = [

@@ -23,6 +23,7 @@ Without ``--headless`` the browser viewer starts (``physskin_gs_viewer.app.run_v
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import os
@@ -49,6 +50,17 @@ _PNG_FILE = re.compile(r"^frame\d{4,}\.png$")
 #: run's leftovers, removed by the next run that holds the folder's lock.
 _SEQUENCE_TEMP = re.compile(r"^\.?(frame\d{4,}\.(ply|obj|compressed\.ply|png)|animation\.usdc|row_order\.npy|"
                             r"sequence\.json)(\.[A-Za-z0-9_]{8})?\.tmp(\.[A-Za-z0-9]+)*$")
+
+
+class _SelectAction(argparse.Action):
+    """``--select`` given several times: the values joined by ``;`` (several boxes, one body each), where argparse
+    would keep only the last."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        given = getattr(namespace, "_select_given", None)
+        value = str(values) if given is None else f"{given};{values}"
+        namespace._select_given = value
+        setattr(namespace, self.dest, value)
 
 
 def register(sub) -> None:
@@ -111,12 +123,13 @@ def register(sub) -> None:
                    "axis the object stands on most stably when that is clear, else the format's convention: "
                    ".splat/compressed -y, INRIA PLY +z, meshes +y, glTF +y), y, -y, z, -z, x, -x or 'ux,uy,uz'")
     p.add_argument("--scale", type=float, help="metres per scene unit (default: the object is 1 m across)")
-    p.add_argument("--select", default="auto",
+    p.add_argument("--select", default="auto", action=_SelectAction,
                    help="moving part: auto (default: every object the scene analysis finds standing on the support, "
                         "each a body of its own, in contact with the others and the static scene; the support, "
                         "background and floaters stay static but are rendered and exported), largest (only the "
                         "heaviest object), all, a box "
-                        "'xmin,ymin,zmin,xmax,ymax,zmax' (scene units) or a rule like 'opacity>0.1'")
+                        "'xmin,ymin,zmin,xmax,ymax,zmax' (scene units) or a rule like 'opacity>0.1'; give --select "
+                        "once per box (or 'BOX;BOX') for several bodies, one per box")
     p.add_argument("--cubature", dest="num_cubature", type=int, default=None,
                    help="about this many cubature points sampled from the object's volume (one per cell of a grid "
                         "over it). Default: one per voxel of the skinning basis' voxel mesh (a splat's modes or "
