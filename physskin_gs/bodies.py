@@ -79,30 +79,58 @@ def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opti
     return anim
 
 
-def box_masks(scene: GaussianScene, boxes, analysis) -> List[torch.Tensor]:
-    """(N,) bool row masks of the bodies of a box list (``--select BOX --select BOX ...``): per box the finite rows
-    inside it or under it (with a support: rows whose ray along up enters the box, so that a box above the support,
-    as the viewer's picked components are, takes its object's base down to the support), without the support's rows and anything under the support's slab (the table a box reaches into stays
-    static; an object's base in the slab moves with it) and without rows an earlier box took. Raises OptionError naming a box that keeps no row."""
+def box_masks(scene: GaussianScene, boxes, analysis) -> Tuple[List[torch.Tensor], List[str]]:
+    """Row masks of the bodies of a box list (``--select BOX --select BOX ...``) and notes on them. Per box (N,)
+    bool: the finite rows inside it or under it (with a support: rows whose ray along up enters the box, so that a
+    box above the support, as the viewer's picked components are, takes its object's base down to the support),
+    without the support's rows and anything under the support's slab (the table a box reaches into stays static; an
+    object's base in the slab moves with it) and without rows an earlier box took. A note names each box that takes
+    only part (3-97 %) of a connected part the scene analysis found (the rest stays static or is another box's
+    body: the object is cut in two). Raises OptionError naming a box that keeps no row, with what is in it."""
     means = scene.means.numpy()
     finite = _pipeline._finite_rows(scene).numpy()
     keep = finite.copy()
+    below = np.zeros_like(keep)
     if analysis.plane is not None:
-        keep &= ~analysis.support & (analysis.plane.signed_distance(means) >= -analysis.plane.band)
+        below = analysis.support | (analysis.plane.signed_distance(means) < -analysis.plane.band)
+        keep &= ~below
     taken = np.zeros(scene.num_gaussians, dtype=bool)
     out = []
     for i, (lo, hi) in enumerate(boxes):
-        inside = np.all((means >= np.asarray(lo)) & (means <= np.asarray(hi)), axis=1)
+        lo, hi = np.asarray(lo, np.float64), np.asarray(hi, np.float64)
+        inside = np.all((means >= lo) & (means <= hi), axis=1)
+        reach = inside.copy()
         if analysis.plane is not None:  # and the rows under it down to the support: the object's base
-            inside |= _under_box(means, np.asarray(lo, np.float64), np.asarray(hi, np.float64), analysis.plane.normal)
-        m = inside & keep & ~taken
+            reach |= _under_box(means, lo, hi, analysis.plane.normal)
+        m = reach & keep & ~taken
         if not m.any():
-            what = "above the support" if analysis.plane is not None else "finite"
-            raise OptionError(f"--select box {i + 1} ({','.join(f'{v:g}' for v in list(lo) + list(hi))}) holds no "
-                              f"Gaussian {what} that an earlier box did not take ({int(inside.sum())} rows inside it)")
+            where = ",".join(f"{v:g}" for v in list(lo) + list(hi))
+            n_in = int(inside.sum())
+            detail = (f"{n_in} rows inside it: {int((inside & below).sum())} of the support or under it, "
+                      f"{int((inside & taken).sum())} taken by an earlier box" if n_in else "no row inside it")
+            raise OptionError(f"--select box {i + 1} ({where}) keeps no Gaussian of an object above the support "
+                              f"({detail}); draw it around an object" if analysis.plane is not None else
+                              f"--select box {i + 1} ({where}) keeps no Gaussian ({detail})")
         taken |= m
         out.append(torch.from_numpy(m))
-    return out
+    notes = []
+    parts = [analysis.object | analysis.transparent_in_object]
+    for rows, tr in getattr(analysis, "other_bodies", []):
+        mk = np.zeros(scene.num_gaussians, dtype=bool)
+        mk[np.concatenate([rows, tr]).astype(np.int64)] = True
+        parts.append(mk)
+    for part in parts:
+        n = int(part.sum())
+        if n < 50:
+            continue
+        for i, m in enumerate(out):
+            frac = float((m.numpy() & part).sum()) / n
+            if 0.03 < frac < 0.97:
+                c = means[part].mean(0)
+                notes.append(f"box {i + 1} takes {frac:.0%} of a connected part of {n} Gaussians centred at "
+                             f"[{', '.join(f'{v:.3g}' for v in c)}] (scene units): the rest of it stays static or "
+                             "moves as another box's body, so the part is cut in two; draw the box around all of it")
+    return out, notes
 
 
 def _under_box(points: np.ndarray, lo: np.ndarray, hi: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -128,6 +156,8 @@ def _prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opt
             raise OptionError(f"--select with {len(boxes)} boxes makes one body per box of a splat capture; a mesh "
                               "input is one body (give one box or none)")
         return _box_bodies(scene, config, boxes, progress)
+    if kind == "box" and getattr(scene, "mesh", None) is None:
+        return _one_box(scene, config, boxes, progress)
     auto = kind == "auto" and getattr(scene, "mesh", None) is None
     if not auto:
         return _pipeline.prepare_animation(scene, config, progress)
@@ -162,6 +192,29 @@ def _prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opt
     return SceneBodies.build(scene, config, analysis, masks, progress, seconds)
 
 
+def _one_box(scene: GaussianScene, config: AnimationConfig, box, progress: Optional[Callable]):
+    """One box: with a support found, the box's body as in a box list (:func:`box_masks`: its rows and those under
+    it down to the support, without the support's); without one, every finite row in the box (``parse_selection``)."""
+    t0 = time.perf_counter()
+    if progress is not None:
+        progress("analysing the scene", 0.0)
+    given_up = str(getattr(config, "up", "auto")).strip().lower()
+    analysis = analyze_for_animation(scene, up=None if given_up == "auto"
+                                     else _pipeline.resolve_up(config.up, scene).double().numpy())
+    seconds = time.perf_counter() - t0
+    if analysis.plane is None:
+        anim = _pipeline.prepare_animation(scene, config, progress, analysis=analysis)
+    else:
+        masks, notes = box_masks(scene, [box], analysis)
+        if progress is not None:
+            for note in notes:
+                progress(f"note: {note}", 0.0)
+        anim = _pipeline.prepare_animation(scene, config, progress, analysis=analysis, moving=masks[0])
+        anim.info["selection"] = str(config.select).strip()
+    anim.info["timings"]["scene_analysis"] = seconds
+    return anim
+
+
 def _box_bodies(scene: GaussianScene, config: AnimationConfig, boxes, progress: Optional[Callable]):
     """One body per box (:func:`box_masks`), with the scene analysis' support (when it finds one) as the floor and
     every other static row (the analysis' object and background outside the boxes) as the collider."""
@@ -172,9 +225,12 @@ def _box_bodies(scene: GaussianScene, config: AnimationConfig, boxes, progress: 
     analysis = analyze_for_animation(scene, up=None if given_up == "auto"
                                      else _pipeline.resolve_up(config.up, scene).double().numpy())
     seconds = time.perf_counter() - t0
-    masks = box_masks(scene, boxes, analysis)
     if getattr(config, "regions", None):
         raise OptionError("--region applies to one object; with several boxes (several bodies) leave it out")
+    masks, notes = box_masks(scene, boxes, analysis)
+    if progress is not None:
+        for note in notes:
+            progress(f"note: {note}", 0.0)
     static = analysis.background | analysis.object
     return SceneBodies.build(scene, config, analysis, masks, progress, seconds, static=static,
                              selection=f"{len(masks)} boxes")
@@ -225,8 +281,11 @@ class SceneBodies:
               selection: Optional[str] = None) -> "SceneBodies":
         """Prepare every body in the first one's frame, then the support region and the static collider (from the
         rows ``static`` (N,) bool, default the analysis' background, less the bodies' rows). Without a support
-        plane the floor is an endless plane at the lowest body's lowest point."""
+        plane the floor is an endless plane at the lowest body's lowest point. ``config.pin`` pins the bodies that
+        hold part of its region (:meth:`set_pin`; OptionError when none does)."""
         k = len(masks)
+        pin = getattr(config, "pin", None)
+        config = replace(config, pin=None)  # a pin region is the bodies' together (set_pin below), not each one's
 
         def part(i):
             if progress is None:
@@ -322,7 +381,12 @@ class SceneBodies:
                      "height_m": h, "contact_radius_m": r, "skinning": b.skinning_source,
                      "center_scene": [float(v) for v in b.scene.means[b.moving_index].double().mean(0)]}
                     for b, h, r in zip(bodies, heights, radii)])
-        return cls(scene, bodies, system, info)
+        out = cls(scene, bodies, system, info)
+        if pin is not None and str(pin).strip():
+            out.set_pin(pin)  # every body holding part of the region (OptionError when none does)
+            for b_info, spec in zip(info["bodies"], out.pins):
+                b_info["pin"] = spec
+        return out
 
     # ------------------------------------------------------------------------------------------ facts
     @property
@@ -479,7 +543,7 @@ class SceneBodies:
     def _body(self, body: Optional[int]) -> int:
         if body is None:
             return 0
-        if not (isinstance(body, (int, np.integer)) and 0 <= int(body) < len(self.bodies)):
+        if isinstance(body, bool) or not (isinstance(body, (int, np.integer)) and 0 <= int(body) < len(self.bodies)):
             raise OptionError(f"body {body!r} outside [0, {len(self.bodies) - 1}] (the {len(self.bodies)} bodies)")
         return int(body)
 
@@ -606,15 +670,19 @@ class SceneBodies:
                 b.set_pin(None)
             self.system._L = None
             return
-        pinned = 0
+        _pipeline.parse_region(str(spec).strip(), "--pin")  # a malformed spec is said as such, nothing changed
+        holds = []
         for b in self.bodies:
             try:
-                b.set_pin(spec)
-                pinned += 1
+                b.region_mask(str(spec).strip(), "--pin")
+                holds.append(True)
             except OptionError:
-                b.set_pin(None)
-        if not pinned:
-            raise OptionError(f"--pin {spec!r} holds none of the {len(self.bodies)} bodies' simulation points")
+                holds.append(False)
+        if not any(holds):  # nothing changed: every body keeps its pin
+            raise OptionError(f"--pin {spec!r} holds none of the {len(self.bodies)} bodies' simulation (cubature) "
+                              "points; bodies' centres and heights are in the log (scene units)")
+        for b, on in zip(self.bodies, holds):
+            b.set_pin(spec if on else None)
         self.system._L = None
 
     @property

@@ -281,7 +281,12 @@ def parse_selection_spec(spec: Optional[str]):
             return parse_selection_spec("")
         boxes = []
         for i, part in enumerate(parts):
-            kind, val = parse_selection_spec(part)
+            try:
+                kind, val = parse_selection_spec(part)
+            except OptionError as exc:
+                raise OptionError(f"--select {spec!r}: several selections must all be boxes "
+                                  f"'xmin,ymin,zmin,xmax,ymax,zmax' (one body each); value {i + 1} ({part!r}): "
+                                  f"{str(exc).split(': ', 1)[-1]}") from None
             if kind != "box":
                 raise OptionError(f"--select {spec!r}: several selections must all be boxes "
                                   f"'xmin,ymin,zmin,xmax,ymax,zmax' (one body each); value {i + 1} is {part!r}")

@@ -625,3 +625,71 @@ def test_animate_select_given_per_box(table_capture, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "several selections must all be boxes" in err and "analysing" not in err, err
     assert not mixed.exists()
+
+
+def test_pins_of_several_bodies_change_all_or_nothing(table_capture):
+    """``SceneBodies.set_pin`` with no body: a malformed spec is said as such and a region no body holds is refused,
+    and either way every body keeps its pin (a fresh user's find: both unpinned every body); a sphere on one body
+    pins that body only; ``body`` must be an integer (True is not body 1)."""
+    from physskin_gs.bodies import prepare_bodies
+    from physskin_gs.errors import OptionError
+    from physskin_gs.pipeline import AnimationConfig
+
+    scene, _ = table_capture
+    anim = prepare_bodies(scene, AnimationConfig(num_cubature=128))
+    anim.set_pin("base", body=0)
+    anim.set_pin("below:0.1", body=2)
+    before = anim.pins
+    with pytest.raises(OptionError, match="expected 'base'"):
+        anim.set_pin("nonsense")
+    with pytest.raises(OptionError, match="holds none of the 3 bodies"):
+        anim.set_pin("sphere:9,9,9,0.1")
+    assert anim.pins == before == ["base", None, "below:0.1"]
+    c = anim.body_centres()[1]
+    anim.set_pin(f"sphere:{c[0]},{c[1]},{c[2]},0.1")
+    assert [p is not None for p in anim.pins] == [False, True, False]
+    with pytest.raises(OptionError, match="body True"):
+        anim.set_frozen(True, True)
+
+
+def test_one_box_and_box_notes(table_capture, tmp_path, capsys):
+    """One box takes its object as a box of a list does (the rows under it down to the support: a box whose top
+    stops short of the table still takes the cow's hooves, and none of the table); a box that takes only part of an
+    object says so; an empty box says what is in it; ``--pin`` with a sphere on one body pins that body (it was
+    checked against body 0 alone and refused)."""
+    from physskin_gs.bodies import prepare_bodies
+    from physskin_gs.cli import main
+    from physskin_gs.errors import OptionError
+    from physskin_gs.io import save_scene
+    from physskin_gs.pipeline import AnimatedScene, AnimationConfig
+
+    scene, truth = table_capture
+    n = scene.num_gaussians
+    cow = _rows(truth, "object0", n)
+    p = scene.means.numpy()[cow]
+    lo, hi = p.min(0) - 0.02, p.max(0) + 0.02
+    hi[1] = p[:, 1].max() - 0.05  # up is -y: the box stops 0.05 above the table (its hooves are under it)
+    box = ",".join(f"{v:.4f}" for v in np.concatenate([lo, hi]))
+    anim = prepare_bodies(scene, AnimationConfig(num_cubature=128, select=box))
+    assert isinstance(anim, AnimatedScene) and anim.info["selection"] == box
+    m = anim.moving.numpy()
+    table = _rows(truth, "table", n) | _rows(truth, "floor", n)
+    assert (m & cow).sum() >= 0.97 * cow.sum() and not (m & table).any()
+    half = ",".join(f"{v:.4f}" for v in np.concatenate([lo, [0.5 * (lo[0] + hi[0]), hi[1], hi[2]]]))
+    notes = []
+    prepare_bodies(scene, AnimationConfig(num_cubature=128, select=f"{half};{_object_box(scene, truth, 2)}"),
+                   progress=lambda stage, frac: notes.append(stage))
+    assert any("box 1 takes" in s and "cut in two" in s for s in notes), notes
+    with pytest.raises(OptionError, match=r"box 2 \(.*keeps no Gaussian.*no row inside it"):
+        prepare_bodies(scene, AnimationConfig(num_cubature=128, select=f"{box};5,5,5,6,6,6"))
+    src = tmp_path / "table.ply"
+    save_scene(scene, str(src))
+    ball = scene.means.numpy()[_rows(truth, "object2", n)].mean(0)
+    sphere = f"sphere:{ball[0]:.4f},{ball[1]:.4f},{ball[2]:.4f},0.15"
+    assert main(["animate", str(src), "--headless", "--frames", "2", "--cubature", "128", "--pin", sphere,
+                 "--export", str(tmp_path / "pinned")]) == 0
+    err = capsys.readouterr().err
+    pinned = [line for line in err.splitlines() if "pinned sphere:" in line]
+    assert len(pinned) == 1 and "body 1:" in pinned[0], err
+    meta = json.loads((tmp_path / "pinned" / "sequence.json").read_text())
+    assert [b.get("pin") for b in meta["bodies"]] == [None, sphere, None]

@@ -891,8 +891,9 @@ def run_headless(args) -> int:
                   "object", file=sys.stderr)
     for i, b in enumerate(anim.info.get("bodies") or []):
         print(f"[physskin-gs] body {i}: {b['rows']} Gaussians, {b['handles']} handles, {b['cubature_points']} "
-              f"cubature points, {b['height_m']:.3g} m tall, centre [{', '.join(f'{v:.3g}' for v in b['center_scene'])}] "
-              "(scene units)",
+              f"cubature points, {b['height_m']:.3g} m tall ({b['height_m'] / anim.sim_scale:.3g} scene units), centre "
+              f"[{', '.join(f'{v:.3g}' for v in b['center_scene'])}] (scene units)"
+              + (f", pinned {b['pin']}" if b.get("pin") else ""),
               file=sys.stderr)
     col = anim.info.get("collider")
     few = [(i, b["cubature_points"]) for i, b in enumerate(anim.info.get("bodies") or [])
@@ -904,11 +905,16 @@ def run_headless(args) -> int:
               "table capture: 64 sank 4 % of a body's height, 32 up to 13 %, 16 fell through the table); pass "
               f"--cubature {CONTACT_CUBATURE} or more", file=sys.stderr)
     if col:
-        print(f"[physskin-gs] contact: the support holds the bodies where it was captured"
-              + (f" ({col['support_region']['cells']} cells of {col['support_region']['cell_m']:.3g} m)"
-                 if col.get("support_region") else "")
-              + (f", ground {col['ground']}" if col.get("ground") else "")
-              + f"; {col['static_points']} static points of the scene collide", file=sys.stderr)
+        if col.get("support_region"):
+            where = (f"the support holds the bodies where it was captured ({col['support_region']['cells']} cells of "
+                     f"{col['support_region']['cell_m']:.3g} m)" + (f", ground {col['ground']}" if col.get("ground")
+                                                                   else ""))
+        elif col.get("ground"):
+            where = col["ground"]
+        else:
+            where = "the floor as set (--floor)"
+        print(f"[physskin-gs] contact: {where}; {col['static_points']} static points of the scene collide",
+              file=sys.stderr)
     nh = anim.num_handles
     bodies = anim.info.get("bodies")
     sources = [str(b.get("skinning", anim.skinning_source)) for b in bodies] if bodies else []

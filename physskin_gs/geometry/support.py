@@ -25,6 +25,10 @@ The plane is a support when something stands on it and
 * it is at least as wide as that footprint: the area of its carrying surface's hull (the widest of its parallel
   layers) covers the footprint's (a flat face of an isolated object, a chair's back, a figure's side, a guitar's
   body, is narrower than the rest of the object standing on it; a table cut off at the object still covers it);
+* it carries what stands on it on *one piece*: the standing parts' centre of mass lies inside the hull of their
+  contacts on a single connected piece of the plane's surface (a table, a floor, a plinth's lid is one surface
+  around and under the footprint, even cut off at its edge; a drone's four propeller discs are four pieces, none
+  under its centre of mass);
 * it is a surface, not a cut through a body: right under its carrying surface (one to three voxels below the
   slab) there are, per unit thickness, less than half as many points as in the slab (a table top or a plinth's lid
   is a dense layer over sparser legs, walls and inside; a surface crossing the plane continues as densely);
@@ -71,6 +75,9 @@ REPLACE_RATIO = 1.25
 NEAREST_HELD = 0.8
 
 _FULL_3D = np.ones((3, 3, 3), dtype=bool)
+#: a support carries what stands on it on one connected piece of its surface (:func:`_on_one_piece`); False: the
+#: test is skipped (the rule before 2026-12-06, twelfth session)
+ONE_PIECE = True
 
 
 @dataclass
@@ -433,6 +440,34 @@ def _carrying_region(slab2: np.ndarray, contact: np.ndarray, p: np.ndarray, B: n
     return slab2[np.isin(labels[tuple(ij.T)], under)]
 
 
+def _on_one_piece(slab2: np.ndarray, parts, p: np.ndarray, w: np.ndarray, B: np.ndarray, voxel: float) -> bool:
+    """Whether what stands on the plane is carried by one piece of its surface: the standing parts' joint centre
+    of mass, projected, lies inside the hull of their contacts over some single connected piece of the slab (2-D
+    occupancy at ``voxel``, 8-connected; within a tenth of that hull's size, the margin of :func:`_stable`). A table,
+    a floor, a plinth's lid is one surface around and under an object's footprint, even cut off at its edge; the
+    pads of an object lying on them (a drone's four propeller discs, the feet of an upturned table) are separate
+    pieces, none of which carries its centre of mass."""
+    lo = slab2.min(0)
+    ij = np.floor((slab2 - lo) / voxel).astype(np.int64)  # [S, 2]
+    dims = ij.max(0) + 1
+    occ = np.zeros(tuple(dims), dtype=bool)
+    occ[tuple(ij.T)] = True
+    labels, _ = ndimage.label(occ, structure=np.ones((3, 3), dtype=bool))
+    idx = np.concatenate([a for a, _ in parts])
+    contact = np.concatenate([c for _, c in parts])
+    com = B @ ((w[idx, None] * p[idx]).sum(0) / max(float(w[idx].sum()), 1e-30))
+    c2 = p[contact] @ B.T  # [K, 2]
+    cij = np.floor((c2 - lo) / voxel).astype(np.int64)
+    ok = np.all((cij >= 0) & (cij < dims), axis=1)
+    lab = np.zeros(contact.shape[0], dtype=np.int64)
+    lab[ok] = labels[tuple(cij[ok].T)]
+    for piece in np.unique(lab[lab > 0]):
+        on = c2[lab == piece]
+        if on.shape[0] >= 3 and _hull_margin(on, com) <= 0.1 * max(_hull_size(on), voxel):
+            return True
+    return False
+
+
 def _candidates(p: np.ndarray, rng: np.random.Generator, band: float, hypotheses: int, max_planes: int,
                 axis_layers: int = 2):
     """Distinct well-populated planes of the subsample (PCA normals of random seeds, refined by least squares),
@@ -602,6 +637,10 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
         if beyond < min_beyond:
             cand.why = (f"it ends at the footprint of what stands on it ({beyond:.0%} of it beyond): the flat "
                         "base of the object itself")
+            continue
+        if ONE_PIECE and not _on_one_piece(slab2, parts, p, w, B, voxel):
+            cand.why = ("no one piece of it carries what stands on it (its centre of mass lies between separate "
+                        "pieces: pads of the object, such as propeller discs, not a surface it stands on)")
             continue
         deep = (sd < -band - voxel) & (sd >= -band - 3.0 * voxel)
         if deep.any():  # a support is a surface with little right under it; a cut through a body is not
