@@ -148,6 +148,17 @@ def _under_box(points: np.ndarray, lo: np.ndarray, hi: np.ndarray, up: np.ndarra
     return ok & (t0 <= t1)
 
 
+def _analyse(scene: GaussianScene, config: AnimationConfig, progress: Optional[Callable]):
+    """(scene analysis, its seconds): with a given ``--up`` taken as known (the support must agree with it)."""
+    t0 = time.perf_counter()
+    if progress is not None:
+        progress("analysing the scene", 0.0)
+    given_up = str(getattr(config, "up", "auto")).strip().lower()
+    analysis = analyze_for_animation(scene, up=None if given_up == "auto"
+                                     else _pipeline.resolve_up(config.up, scene).double().numpy())
+    return analysis, time.perf_counter() - t0
+
+
 def _prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Optional[Callable] = None):
     """:func:`prepare_bodies` before the material is stiffened to stand."""
     kind, boxes = _pipeline.parse_selection_spec(getattr(config, "select", None))
@@ -161,14 +172,8 @@ def _prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opt
     auto = kind == "auto" and getattr(scene, "mesh", None) is None
     if not auto:
         return _pipeline.prepare_animation(scene, config, progress)
-    t0 = time.perf_counter()
-    if progress is not None:
-        progress("analysing the scene", 0.0)
     given_up = str(getattr(config, "up", "auto")).strip().lower()
-    # a given --up is taken as known: the support (and so the bodies) must agree with it
-    analysis = analyze_for_animation(scene, up=None if given_up == "auto"
-                                     else _pipeline.resolve_up(config.up, scene).double().numpy())
-    seconds = time.perf_counter() - t0
+    analysis, seconds = _analyse(scene, config, progress)  # a given --up: the support (and the bodies) agree with it
     masks = body_masks(scene, analysis)
     if given_up != "auto":  # an --up the support agrees with keeps the bodies; else one object
         deg = _pipeline.up_off_support_deg(_pipeline.resolve_up(config.up, scene).double().numpy(), analysis)
@@ -195,13 +200,7 @@ def _prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opt
 def _one_box(scene: GaussianScene, config: AnimationConfig, box, progress: Optional[Callable]):
     """One box: with a support found, the box's body as in a box list (:func:`box_masks`: its rows and those under
     it down to the support, without the support's); without one, every finite row in the box (``parse_selection``)."""
-    t0 = time.perf_counter()
-    if progress is not None:
-        progress("analysing the scene", 0.0)
-    given_up = str(getattr(config, "up", "auto")).strip().lower()
-    analysis = analyze_for_animation(scene, up=None if given_up == "auto"
-                                     else _pipeline.resolve_up(config.up, scene).double().numpy())
-    seconds = time.perf_counter() - t0
+    analysis, seconds = _analyse(scene, config, progress)
     if analysis.plane is None:
         anim = _pipeline.prepare_animation(scene, config, progress, analysis=analysis)
     else:
@@ -218,13 +217,7 @@ def _one_box(scene: GaussianScene, config: AnimationConfig, box, progress: Optio
 def _box_bodies(scene: GaussianScene, config: AnimationConfig, boxes, progress: Optional[Callable]):
     """One body per box (:func:`box_masks`), with the scene analysis' support (when it finds one) as the floor and
     every other static row (the analysis' object and background outside the boxes) as the collider."""
-    t0 = time.perf_counter()
-    if progress is not None:
-        progress("analysing the scene", 0.0)
-    given_up = str(getattr(config, "up", "auto")).strip().lower()
-    analysis = analyze_for_animation(scene, up=None if given_up == "auto"
-                                     else _pipeline.resolve_up(config.up, scene).double().numpy())
-    seconds = time.perf_counter() - t0
+    analysis, seconds = _analyse(scene, config, progress)
     if getattr(config, "regions", None):
         raise OptionError("--region applies to one object; with several boxes (several bodies) leave it out")
     masks, notes = box_masks(scene, boxes, analysis)

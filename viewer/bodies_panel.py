@@ -17,6 +17,7 @@ import threading
 from typing import List, Optional
 
 from .constants import DEFAULT_PIN
+from .sim import viser_wakeup_race
 
 
 def body_label(k: int) -> str:
@@ -115,8 +116,12 @@ class BodiesControl:
         g = self.app.gui
         if "bodies_table" not in g or int(getattr(anim, "num_bodies", 1)) < 2:
             return
-        g["bodies_table"].content = bodies_markdown(anim)
-        self.sync(anim)
+        try:
+            g["bodies_table"].content = bodies_markdown(anim)
+            self.sync(anim)
+        except RuntimeError as exc:  # set from the simulation thread: the values are set, the page's wake-up
+            if not viser_wakeup_race(exc):  # comes with the next message
+                raise
 
     def sync(self, anim=None) -> None:
         """Set the checkboxes to the chosen body's pin and freeze (their callbacks post nothing then)."""

@@ -47,7 +47,7 @@ import torch
 
 from .bodies_panel import body_times_line
 from .constants import DIM_GREY, DIM_MIX, DIM_OPACITY, DISPLAY_CLIENT, FIELD_ALL, FIELD_NONE, XRAY_OPACITY
-from .sim import Frame, set_thread_torch_threads, to_numpy
+from .sim import Frame, set_thread_torch_threads, to_numpy, viser_wakeup_race
 from .splats import (
     display_scale,
     rest_wire,
@@ -102,6 +102,7 @@ class DisplayLoop:
         self.threads = int(threads)
         self.max_live = int(max_live)
         self.updates = 0
+        self.wakeup_races = 0  # viser wake-up races met and passed over (viser_wakeup_race)
         self._times: Deque[float] = deque(maxlen=30)  # times of the last 30 updates (fps)
         self.field_choice = FIELD_NONE
         self.xray = False
@@ -157,6 +158,9 @@ class DisplayLoop:
             except Exception as exc:  # noqa: BLE001 - shown in the page, the loop goes on
                 if app.live is not live or live.retired:
                     continue  # the scene was re-prepared meanwhile: its nodes are gone, nothing was lost
+                if viser_wakeup_race(exc):
+                    self.wakeup_races += 1
+                    continue
                 app.report_error("display update", exc, traceback.format_exc())
                 self._stop.wait(0.5)
 

@@ -408,12 +408,7 @@ class SelectionControl:
         """Draw the kept boxes (wireframes, in box mode) and list every box in ``box_list``."""
         g = self.app.gui
         box_mode = g["select"].value == SELECT_BOX
-        for node in self._other_nodes:
-            try:
-                node.remove()
-            except Exception:  # noqa: BLE001
-                pass
-        self._other_nodes = []
+        self._remove_others()
         for i, (lo, hi) in enumerate(self.others):
             self._other_nodes.append(self.app.server.scene.add_box(
                 f"/selection/body{i}", color=OTHER_BOX_COLOR, dimensions=tuple(float(v) for v in np.maximum(hi - lo, 1e-9)),
@@ -494,6 +489,10 @@ class SelectionControl:
         if self.gizmo is not None:
             self.gizmo.remove()
             self.gizmo = None
+        self._remove_others()
+
+    def _remove_others(self) -> None:
+        """Remove the kept boxes' wireframes from the scene."""
         for node in self._other_nodes:
             try:
                 node.remove()

@@ -427,17 +427,30 @@ def _carrying_region(slab2: np.ndarray, contact: np.ndarray, p: np.ndarray, B: n
     """The slab points (S, 2), projected, that form one connected surface (2-D occupancy at ``voxel``,
     8-connected) with the points under the contacts ``contact`` (indices into p): the support itself, not other
     things the plane happens to slice (floaters, a wall's edge, the top of a ball)."""
+    labels, piece_of = _slab_pieces(slab2, voxel)
+    under = np.unique(piece_of(p[contact] @ B.T))
+    under = under[under > 0]
+    return slab2[np.isin(piece_of(slab2), under)]
+
+
+def _slab_pieces(slab2: np.ndarray, voxel: float):
+    """The connected pieces of the projected slab points (S, 2): (labels of a 2-D occupancy grid at ``voxel``,
+    8-connected; a function giving the piece (1..; 0: no slab cell) of any (K, 2) projected points)."""
     lo = slab2.min(0)
     ij = np.floor((slab2 - lo) / voxel).astype(np.int64)  # [S, 2]
     dims = ij.max(0) + 1
     occ = np.zeros(tuple(dims), dtype=bool)
     occ[tuple(ij.T)] = True
     labels, _ = ndimage.label(occ, structure=np.ones((3, 3), dtype=bool))
-    cij = np.floor((p[contact] @ B.T - lo) / voxel).astype(np.int64)
-    ok = np.all((cij >= 0) & (cij < dims), axis=1)
-    under = np.unique(labels[tuple(cij[ok].T)])
-    under = under[under > 0]
-    return slab2[np.isin(labels[tuple(ij.T)], under)]
+
+    def piece_of(q2: np.ndarray) -> np.ndarray:
+        cij = np.floor((q2 - lo) / voxel).astype(np.int64)
+        ok = np.all((cij >= 0) & (cij < dims), axis=1)
+        out = np.zeros(q2.shape[0], dtype=np.int64)
+        out[ok] = labels[tuple(cij[ok].T)]
+        return out
+
+    return labels, piece_of
 
 
 def _on_one_piece(slab2: np.ndarray, parts, p: np.ndarray, w: np.ndarray, B: np.ndarray, voxel: float) -> bool:
@@ -447,20 +460,12 @@ def _on_one_piece(slab2: np.ndarray, parts, p: np.ndarray, w: np.ndarray, B: np.
     a floor, a plinth's lid is one surface around and under an object's footprint, even cut off at its edge; the
     pads of an object lying on them (a drone's four propeller discs, the feet of an upturned table) are separate
     pieces, none of which carries its centre of mass."""
-    lo = slab2.min(0)
-    ij = np.floor((slab2 - lo) / voxel).astype(np.int64)  # [S, 2]
-    dims = ij.max(0) + 1
-    occ = np.zeros(tuple(dims), dtype=bool)
-    occ[tuple(ij.T)] = True
-    labels, _ = ndimage.label(occ, structure=np.ones((3, 3), dtype=bool))
+    _, piece_of = _slab_pieces(slab2, voxel)
     idx = np.concatenate([a for a, _ in parts])
     contact = np.concatenate([c for _, c in parts])
     com = B @ ((w[idx, None] * p[idx]).sum(0) / max(float(w[idx].sum()), 1e-30))
     c2 = p[contact] @ B.T  # [K, 2]
-    cij = np.floor((c2 - lo) / voxel).astype(np.int64)
-    ok = np.all((cij >= 0) & (cij < dims), axis=1)
-    lab = np.zeros(contact.shape[0], dtype=np.int64)
-    lab[ok] = labels[tuple(cij[ok].T)]
+    lab = piece_of(c2)  # [K] the piece under each contact (0: none)
     for piece in np.unique(lab[lab > 0]):
         on = c2[lab == piece]
         if on.shape[0] >= 3 and _hull_margin(on, com) <= 0.1 * max(_hull_size(on), voxel):
