@@ -40,7 +40,11 @@ def _angle(a, b) -> float:
     return math.degrees(math.acos(float(np.clip(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)), -1.0, 1.0))))
 
 
-def _axis(text: str) -> np.ndarray:
+def _axis(text) -> np.ndarray:
+    """The manifest's up axis: an axis name ("-y", "+z (...)") or a list of 3 numbers (a tilted capture)."""
+    if isinstance(text, (list, tuple)):
+        v = np.asarray(text, dtype=float)
+        return v / np.linalg.norm(v)
     t = text.strip().lower().split()[0]
     v = np.zeros(3)
     v["xyz".index(t.lstrip("+-"))] = -1.0 if t.startswith("-") else 1.0
