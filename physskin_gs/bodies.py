@@ -42,7 +42,7 @@ from physskin_gs import pipeline as _pipeline
 from physskin_gs.pipeline import UP_AGREES_DEG, USABLE_OPACITY, AnimatedScene, AnimationConfig, analyze_for_animation
 from physskin_gs.scene import GaussianScene
 
-__all__ = ["SceneBodies", "prepare_bodies", "body_masks"]
+__all__ = ["SceneBodies", "prepare_bodies", "body_masks", "body_lines", "box_masks"]
 
 #: static rows within this many body sizes of the bodies' rest boxes join the point collider
 COLLIDER_REACH = 1.5
@@ -50,6 +50,19 @@ COLLIDER_REACH = 1.5
 SUPPORT_DEPTH = 0.1
 #: with nothing captured under the support, the ground lies this many (largest) body heights below it
 GROUND_DROP = 2.0
+
+
+def body_lines(anim) -> List[str]:
+    """One line per body of ``anim`` (a :class:`SceneBodies`; none for one object), as ``animate`` and the viewer
+    print them: rows, handles, cubature points, height (metres and scene units), centre (scene units), pin."""
+    out = []
+    scale = float(getattr(anim, "sim_scale", 1.0) or 1.0)
+    for i, b in enumerate((getattr(anim, "info", None) or {}).get("bodies") or []):
+        out.append(f"body {i}: {b['rows']} Gaussians, {b['handles']} handles, {b['cubature_points']} cubature points, "
+                   f"{b['height_m']:.3g} m tall ({b['height_m'] / scale:.3g} scene units), centre "
+                   f"[{', '.join(f'{v:.3g}' for v in b['center_scene'])}] (scene units)"
+                   + (f", pinned {b['pin']}" if b.get("pin") else ""))
+    return out
 
 
 def body_masks(scene: GaussianScene, analysis) -> List[torch.Tensor]:

@@ -543,10 +543,10 @@ def test_a_list_of_boxes_makes_one_body_per_box(table_capture):
         prepare_bodies(scene, AnimationConfig(num_cubature=256, select=f"{boxes[0]};{bare}"))
 
 
-def test_viewer_add_component_makes_several_bodies(table_capture, tmp_path):
+def test_viewer_add_component_makes_several_bodies(table_capture, tmp_path, capsys):
     """In the viewer (the table capture as a file, ``--select largest``: one body), "pick component" on the ball
     and "add component" on the cow, as a browser clicks them, list two boxes; "apply selection" re-prepares two
-    bodies, each its object's rows, and shows the Bodies folder."""
+    bodies, each its object's rows, lists them on the console and shows the Bodies folder."""
     pytest.importorskip("websockets")
     from physskin_gs.bodies import SceneBodies
     from physskin_gs.io import save_scene
@@ -596,6 +596,8 @@ def test_viewer_add_component_makes_several_bodies(table_capture, tmp_path):
             assert (m & obj).sum() >= 0.9 * obj.sum() and (m & ~obj).sum() <= 0.02 * m.sum()
         assert wait_until(lambda: g["bodies_folder"].visible, 10, interval=0.05)
         assert list(g["body"].options) == ["body 0 (heaviest)", "body 1"]
+        err = capsys.readouterr().err  # the console lists the bodies, as animate --headless does
+        assert "[physskin-gs] body 0:" in err and "[physskin-gs] body 1:" in err, err[-2000:]
         assert app.error_log == []
     finally:
         if c is not None:

@@ -533,10 +533,17 @@ class ViewerApp:
         with self._lock:
             self._preparing.add(me)
         try:
-            return prepare(self.source_scene, config, progress=report)
+            anim = prepare(self.source_scene, config, progress=report)
         finally:
             with self._lock:
                 self._preparing.discard(me)
+        if int(getattr(anim, "num_bodies", 1)) > 1:  # the bodies, as animate lists them (scripts and the panel's
+            from physskin_gs.bodies import body_lines  # Bodies folder number them the same way)
+
+            stream = self.progress_stream if self.progress_stream is not None else sys.stderr
+            for line in body_lines(anim):
+                print(f"[physskin-gs] {line}", file=stream, flush=True)
+        return anim
 
     def _prepare_and_activate(self) -> None:
         try:

@@ -889,12 +889,10 @@ def run_headless(args) -> int:
             print(f"[physskin-gs] note: {k} more object{'s stand' if k > 1 else ' stands'} on the support and "
                   f"stay{'s' if k == 1 else ''} static (--select largest); pass --select auto to move every "
                   "object", file=sys.stderr)
-    for i, b in enumerate(anim.info.get("bodies") or []):
-        print(f"[physskin-gs] body {i}: {b['rows']} Gaussians, {b['handles']} handles, {b['cubature_points']} "
-              f"cubature points, {b['height_m']:.3g} m tall ({b['height_m'] / anim.sim_scale:.3g} scene units), centre "
-              f"[{', '.join(f'{v:.3g}' for v in b['center_scene'])}] (scene units)"
-              + (f", pinned {b['pin']}" if b.get("pin") else ""),
-              file=sys.stderr)
+    from physskin_gs.bodies import body_lines
+
+    for line in body_lines(anim):
+        print(f"[physskin-gs] {line}", file=sys.stderr)
     col = anim.info.get("collider")
     few = [(i, b["cubature_points"]) for i, b in enumerate(anim.info.get("bodies") or [])
            if b["cubature_points"] < CONTACT_CUBATURE]
