@@ -298,10 +298,18 @@ class SceneBodies:
                 return None
             return lambda stage, frac: progress(f"body {i} ({i + 1} of {k}): {stage}", (i + frac) / k)
 
-        bodies = [_pipeline.prepare_animation(scene, config, part(0), analysis=analysis, moving=masks[0])]
-        frame = (bodies[0].center, bodies[0].sim_scale)
-        for i in range(1, k):
-            bodies.append(_pipeline.prepare_animation(scene, config, part(i), analysis=analysis, moving=masks[i], frame=frame))
+        # the shared frame (centre, metres per unit) is the heaviest body's, whatever the bodies' order (a box list's
+        # is the user's): the same scale, and so the same stiffening, for the same objects in any order
+        op = scene.opacities.double()
+        heaviest = int(np.argmax([float(op[m].sum()) for m in masks]))
+        prepared = {heaviest: _pipeline.prepare_animation(scene, config, part(heaviest), analysis=analysis,
+                                                          moving=masks[heaviest])}
+        frame = (prepared[heaviest].center, prepared[heaviest].sim_scale)
+        for i in range(k):
+            if i != heaviest:
+                prepared[i] = _pipeline.prepare_animation(scene, config, part(i), analysis=analysis, moving=masks[i],
+                                                          frame=frame)
+        bodies = [prepared[i] for i in range(k)]
         t = time.perf_counter()
         main = bodies[0]
         s, c = main.sim_scale, main.center

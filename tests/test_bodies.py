@@ -519,6 +519,11 @@ def test_a_list_of_boxes_makes_one_body_per_box(table_capture):
         parse_selection_spec(boxes[0] + ";auto")
     anim = prepare_bodies(scene, AnimationConfig(num_cubature=256, select=";".join(boxes)))
     assert isinstance(anim, SceneBodies) and anim.num_bodies == 2 and anim.info["selection"] == "2 boxes"
+    # the heaviest body (the cow, the second box) sets the shared frame whatever the order (a fresh user's find: the
+    # first box did, so the scale and the stiffening changed with the order)
+    swapped = prepare_bodies(scene, AnimationConfig(num_cubature=256, select=";".join(boxes[::-1])))
+    assert swapped.sim_scale == pytest.approx(anim.sim_scale, rel=1e-9)
+    assert swapped.bodies[1].sim.E == pytest.approx(anim.bodies[0].sim.E, rel=1e-6)
     table = _rows(truth, "table", n) | _rows(truth, "floor", n)
     for b, i in zip(anim.bodies, (2, 0)):
         m = b.moving.numpy()
