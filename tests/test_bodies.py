@@ -700,3 +700,44 @@ def test_one_box_and_box_notes(table_capture, tmp_path, capsys):
     assert len(pinned) == 1 and "body 1:" in pinned[0], err
     meta = json.loads((tmp_path / "pinned" / "sequence.json").read_text())
     assert [b.get("pin") for b in meta["bodies"]] == [None, sphere, None]
+
+
+def test_a_script_freezes_a_body(table_capture, tmp_path, capsys):
+    """``--script`` with a ``freezes`` list: the ball (body 1) frozen at frame 2 until frame 6 does not move while a
+    drag lifts it (its rows in frames 2 and 6 identical), moves once let go; a freeze with one object moving, or of a
+    body that does not exist, is refused before anything is written; sequence.json's step stats carry per-body
+    times."""
+    from physskin_gs.cli import main
+    from physskin_gs.io import load_scene, save_scene
+
+    scene, truth = table_capture
+    n = scene.num_gaussians
+    src = tmp_path / "table.ply"
+    save_scene(scene, str(src))
+    ball = _rows(truth, "object2", n)
+    script = tmp_path / "freeze.json"
+    script.write_text(json.dumps({
+        "freezes": [{"body": 1, "frame": 2, "until": 6}],
+        "drags": [{"body": 1, "handle": 0, "keyframes": [{"frame": 2, "offset": [0, 0, 0]},
+                                                         {"frame": 10, "offset": [0, -0.6, 0]}]}]}))
+    out = tmp_path / "seq"
+    assert main(["animate", str(src), "--headless", "--frames", "12", "--cubature", "128", "--script", str(script),
+                 "--export", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "frame 2: body 1 frozen until frame 6" in err and "frame 7: body 1 unfrozen" in err, err
+    f = {k: load_scene(str(out / f"frame{k:04d}.ply")).means.numpy()[ball] for k in (2, 6, 12)}
+    assert np.array_equal(f[2], f[6])  # frozen: not a row moved under the drag
+    assert -(f[12][:, 1].mean() - f[6][:, 1].mean()) > 0.05  # let go: the drag lifts it (up is -y)
+    meta = json.loads((out / "sequence.json").read_text())
+    assert len(meta["step_stats"][-1]["body_ms"]) == 3
+    for bad, msg in (({"body": 5, "frame": 2}, "freezes[0].body 5: the scene has 3 bodies"),
+                     ({"body": 1, "frame": 4, "until": 2}, "freezes[0].until must be an integer >= its frame")):
+        script.write_text(json.dumps({"freezes": [bad]}))
+        assert main(["animate", str(src), "--headless", "--frames", "3", "--cubature", "128", "--script",
+                     str(script), "--export", str(tmp_path / "bad")]) == 2
+        assert msg in capsys.readouterr().err
+    script.write_text(json.dumps({"freezes": [{"body": 0, "frame": 2}]}))
+    assert main(["animate", str(src), "--headless", "--frames", "3", "--cubature", "128", "--select", "largest",
+                 "--script", str(script), "--export", str(tmp_path / "one")]) == 2
+    assert "freezing holds one body still among several" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists() and not (tmp_path / "one").exists()

@@ -16,7 +16,9 @@ colour through R_F). ``--script MOTION.json`` scripts drags::
 interpolated between keyframes and held after the last one; the drag starts at ``start_frame`` (default: first
 keyframe) and is released after ``end_frame`` (default: last keyframe; -1 = never). With several bodies
 (``--select auto`` on a capture with several objects on its support) ``"body": K`` names the body a drag grabs
-(0 = the heaviest; the log lists them); a point drag without it grabs the body nearest its point.
+(0 = the heaviest; the log lists them); a point drag without it grabs the body nearest its point. With several
+bodies a ``"freezes"`` list holds bodies still: ``{"body": K, "frame": F, "until": G}`` freezes body K where it is at
+frame F (its velocity zeroed; an obstacle the others rest on) and lets it go after frame G (default -1: to the end).
 
 Without ``--headless`` the browser viewer starts (``physskin_gs_viewer.app.run_viewer``) on --host/--port.
 """
@@ -88,7 +90,7 @@ def register(sub) -> None:
     p.add_argument("--width", type=int, default=384, help="video width in pixels (multiple of 16; default 384)")
     p.add_argument("--height", type=int, default=384, help="video height in pixels (multiple of 16; default 384)")
     p.add_argument("--orbit", type=float, default=90.0, help="degrees the video camera orbits over the clip (default 90)")
-    p.add_argument("--script", metavar="MOTION.json", help='scripted drags: {"drags": [{"body": 1, "handle": 3 | "point": [x,y,z], "radius": r, "keyframes": [{"frame": 10, "offset"|"target": [x,y,z]}], "start_frame": 5, "end_frame": 50}]} (targets in scene units; "body": K, as the log lists the bodies, when the scene has several; see docs/usage.md)')
+    p.add_argument("--script", metavar="MOTION.json", help='scripted drags: {"drags": [{"body": 1, "handle": 3 | "point": [x,y,z], "radius": r, "keyframes": [{"frame": 10, "offset"|"target": [x,y,z]}], "start_frame": 5, "end_frame": 50}], "freezes": [{"body": 2, "frame": 10, "until": 40}]} (targets in scene units; "body": K, as the log lists the bodies, when the scene has several; freezes need several bodies; see docs/usage.md)')
     add_skinning_arguments(p)
     p.add_argument("--material", default=None, metavar="NAME",
                    help="a material by name, setting E, nu and density at once: " + ", ".join(
@@ -214,13 +216,16 @@ def parse_regions(items) -> tuple:
 class MotionScript:
     """Parsed MOTION.json: a list of drags with keyframed targets (see the module docstring)."""
 
-    def __init__(self, drags: List[dict], path: str) -> None:
+    def __init__(self, drags: List[dict], path: str, freezes: Optional[List[dict]] = None) -> None:
         self.drags = drags
         self.path = path
+        self.freezes = list(freezes or [])  # {"body", "frame", "until"} (several bodies: SceneBodies.set_frozen)
         self.active = {}  # index -> drag id
 
-    #: Known keys of the script, of a drag and of a keyframe ("comment" is allowed everywhere and ignored).
-    SCRIPT_KEYS = ("drags", "comment")
+    #: Known keys of the script, of a drag, of a keyframe and of a freeze ("comment" is allowed everywhere and
+    #: ignored).
+    SCRIPT_KEYS = ("drags", "freezes", "comment")
+    FREEZE_KEYS = ("body", "frame", "until", "comment")
     DRAG_KEYS = ("handle", "point", "body", "radius", "keyframes", "start_frame", "end_frame", "comment")
     KEYFRAME_KEYS = ("frame", "target", "offset", "comment")
 
@@ -238,11 +243,30 @@ class MotionScript:
         except (OSError, ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError, an
             # integer over Python's 4300-digit conversion limit
             raise OptionError(f"{path}: not a readable JSON motion script ({exc})") from None
-        if not isinstance(data, dict) or not isinstance(data.get("drags"), list):
-            raise OptionError(f"{path}: a motion script is an object with a 'drags' list")
+        if not isinstance(data, dict) or not (isinstance(data.get("drags"), list)
+                                              or isinstance(data.get("freezes"), list)) \
+                or not isinstance(data.get("drags", []), list) or not isinstance(data.get("freezes", []), list):
+            raise OptionError(f"{path}: a motion script is an object with a 'drags' list (and, with several bodies, "
+                              "a 'freezes' list)")
         _known_keys(data, cls.SCRIPT_KEYS, f"{path}: the script")
+        freezes = []
+        for i, z in enumerate(data.get("freezes", [])):
+            where = f"{path}: freezes[{i}]"
+            if not isinstance(z, dict) or "body" not in z or "frame" not in z:
+                raise OptionError(f"{where} must be an object with 'body' and 'frame' (and optionally 'until')")
+            _known_keys(z, cls.FREEZE_KEYS, where)
+            fz = {"body": _script_int(z["body"], f"{where}.body", 0, "an integer >= 0 (0 = the heaviest object)"),
+                  "frame": _script_int(z["frame"], f"{where}.frame", 1, "an integer >= 1 (frame 1 is the rest state)"),
+                  "until": -1}
+            if "until" in z:
+                until = z["until"]
+                if not (_is_int(until) and (int(until) == -1 or int(until) >= fz["frame"])):
+                    raise OptionError(f"{where}.until must be an integer >= its frame ({fz['frame']}), or -1 (frozen "
+                                      f"to the end), got {until!r}")
+                fz["until"] = int(until)
+            freezes.append(fz)
         drags = []
-        for i, d in enumerate(data["drags"]):
+        for i, d in enumerate(data.get("drags", [])):
             where = f"{path}: drags[{i}]"
             if not isinstance(d, dict):
                 raise OptionError(f"{where} must be an object")
@@ -299,7 +323,7 @@ class MotionScript:
                                   "run")
             drag["_start"], drag["_end"] = start, end
             drags.append(drag)
-        return cls(drags, path)
+        return cls(drags, path, freezes)
 
     def validate(self, anim, frames: Optional[int] = None) -> None:
         """Check the script against the prepared scene (before any frame is simulated or written): handle and body
@@ -308,6 +332,18 @@ class MotionScript:
         frame, or keyframes it never reaches, get a one-line warning. Raises OptionError naming the script and the
         drag."""
         bodies = getattr(anim, "bodies", None)
+        for i, z in enumerate(self.freezes):
+            n = len(bodies) if bodies else 1
+            if n < 2:
+                raise OptionError(f"{self.path}: freezes[{i}]: freezing holds one body still among several; the scene "
+                                  "has one moving object (--select auto on a capture with several objects on its "
+                                  "support, or one --select box per body)")
+            if z["body"] >= n:
+                raise OptionError(f"{self.path}: freezes[{i}].body {z['body']}: the scene has {n} bodies (0..{n - 1}; "
+                                  "the animate log lists them)")
+            if frames is not None and z["frame"] > frames:
+                warn_option(f"{self.path}: freezes[{i}] starts at frame {z['frame']}, after the last frame ({frames}; "
+                            "--frames): it never runs")
         for i, d in enumerate(self.drags):
             if frames is not None and d["_start"] > frames:
                 warn_option(f"{self.path}: drags[{i}] starts at frame {d['_start']}, after the last frame ({frames}; "
@@ -362,7 +398,15 @@ class MotionScript:
         return kf[-1][2]
 
     def apply(self, anim, frame: int) -> None:
-        """Start, update or end drags for ``frame`` (1-based)."""
+        """Freeze or unfreeze bodies, and start, update or end drags, for ``frame`` (1-based)."""
+        for z in self.freezes:
+            if frame == z["frame"]:
+                anim.set_frozen(z["body"], True)
+                print(f"[physskin-gs] frame {frame}: body {z['body']} frozen"
+                      + ("" if z["until"] < 0 else f" until frame {z['until']}"), file=sys.stderr)
+            elif z["until"] >= 0 and frame == z["until"] + 1:
+                anim.set_frozen(z["body"], False)
+                print(f"[physskin-gs] frame {frame}: body {z['body']} unfrozen", file=sys.stderr)
         for i, d in enumerate(self.drags):
             if i not in self.active and d["_start"] <= frame and (d["_end"] < 0 or frame <= d["_end"]):
                 kw = {"body": d["body"]} if "body" in d and hasattr(anim, "bodies") else {}
@@ -1028,7 +1072,8 @@ def run_headless(args) -> int:
                        "hessians": st.get("hessians", 0), "rejected": st["rejected"]}
                 if "contacts_body" in st:  # several bodies: contacts at the end of the frame's steps
                     row.update(contacts_body=st["contacts_body"], contacts_static=st["contacts_static"],
-                               contacts_support=st["contacts_support"], max_overlap_m=round(st["max_overlap_m"], 6))
+                               contacts_support=st["contacts_support"], max_overlap_m=round(st["max_overlap_m"], 6),
+                               body_ms=[round(v, 2) for v in st.get("body_ms", [])])
                 stats_log.append(row)
                 bar.set_postfix(ms=f"{st['ms']:.0f}", it=st["newton_iters"])
             elif script is not None:
