@@ -362,9 +362,14 @@ def test_viewer_drags_any_body_and_shows_every_body(table_capture):
         assert d[-1] > 3 * max(d[:-1].max(), 1e-4)  # the dragged body moved, the others hardly
         # the panel's stats show the contact counts (the three bodies stand on the table)
         stats = lambda: app.gui["stats"].content  # noqa: E731
-        assert wait_until(lambda: "contacts:" in stats(), 10, interval=0.05), stats()
-        on_support = int(re.search(r"\*\*(\d+)\*\* on the support", stats()).group(1))
-        assert on_support > 10, stats()
+
+        def on_support() -> int:  # the count of the latest stats line (-1 before there is one)
+            m = re.search(r"\*\*(\d+)\*\* on the support", stats())
+            return int(m.group(1)) if m else -1
+
+        # (waited for: on a fresh install the first step compiles the native kernels, 0.2 s, and the line can still
+        # be the first frame's, before the bodies have settled onto the table)
+        assert wait_until(lambda: on_support() > 10, 30, interval=0.05), stats()
         assert app.error_log == []
     finally:
         if c is not None:
