@@ -93,8 +93,11 @@ def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opti
 
 
 def box_masks(scene: GaussianScene, boxes, analysis) -> Tuple[List[torch.Tensor], List[str]]:
-    """Row masks of the bodies of a box list (``--select BOX --select BOX ...``) and notes on them. Per box (N,)
-    bool: the finite rows inside it or under it (with a support: rows whose ray along up enters the box, so that a
+    """Row masks of the bodies of a box list (``--select BOX --select BOX ...``) and notes on them.
+
+    ``boxes``: a sequence of (lo (3,), hi (3,)) corners, scene units; ``analysis``: the scene analysis (its support
+    plane, support rows and parts). Returns (masks: one (N,) bool tensor per box, notes: list of str). Per box: the
+    finite rows inside it or under it (with a support: rows whose ray along up enters the box, so that a
     box above the support, as the viewer's picked components are, takes its object's base down to the support),
     without the support's rows and anything under the support's slab (the table a box reaches into stays static; an
     object's base in the slab moves with it) and without rows an earlier box took. A note names each box that takes
@@ -285,7 +288,8 @@ class SceneBodies:
     def build(cls, scene: GaussianScene, config: AnimationConfig, analysis, masks: List[torch.Tensor],
               progress: Optional[Callable], analysis_seconds: float, static: Optional[np.ndarray] = None,
               selection: Optional[str] = None) -> "SceneBodies":
-        """Prepare every body in the first one's frame, then the support region and the static collider (from the
+        """Prepare every body in the heaviest one's frame (centre, metres per unit; the bodies keep the order of
+        ``masks``), then the support region and the static collider (from the
         rows ``static`` (N,) bool, default the analysis' background, less the bodies' rows). Without a support
         plane the floor is an endless plane at the lowest body's lowest point. ``config.pin`` pins the bodies that
         hold part of its region (:meth:`set_pin`; OptionError when none does)."""

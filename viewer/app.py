@@ -57,6 +57,7 @@ import numpy as np
 
 from physskin_gs.errors import OptionError, SceneFormatError
 
+from .bodies_panel import BodiesControl
 from .constants import DISPLAY_ALIASES, DISPLAY_CLIENT, DISPLAY_GSPLAT, DISPLAY_TORCH, FIELD_NONE
 from .constants import XRAY_OPACITY  # noqa: F401 - re-exported under its old name (tests read app.XRAY_OPACITY)
 from .display import DisplayLoop
@@ -65,7 +66,6 @@ from .panel import ControlPanel
 from .panel import set_fast_solver as _set_fast_solver
 from .recording import RecordingControl
 from .render_server import ClientRenderThread, cuda_available
-from .bodies_panel import BodiesControl
 from .selection import SelectionControl
 from .sim import SimWorker, default_threads, set_thread_torch_threads, to_numpy
 from .splats import SplatPacker, display_scale, robust_extent, sh_dc_to_rgb, subsample_index

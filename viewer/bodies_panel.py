@@ -8,7 +8,7 @@ and becomes an obstacle the others rest on and bounce off: ``SceneBodies.set_fro
 to the simulation worker. The per-body step times are on the panel's stats line (:mod:`.display`).
 
 The app surface used: ``gui`` (``app.gui``, the panel's widgets by name), ``live`` (``anim``, ``worker``),
-``config`` (``pin``), ``panel.set_note``.
+``config`` (``pin``).
 """
 
 from __future__ import annotations
@@ -156,12 +156,11 @@ class BodiesControl:
 
 def body_times_line(stats: dict) -> Optional[str]:
     """The stats line of the per-body step times (ms a step; bodies solved together share one number), or None
-    without them (one body). ``stats``: a step's statistics (``body_ms``, ``solved_together``, ``frozen``, and
-    ``steps`` when they sum several steps)."""
+    without them (one body). ``stats``: one step's statistics (``body_ms``, ``solved_together``, ``frozen``: what
+    ``SceneBodies.step(1)`` returns; the viewer's worker steps one at a time)."""
     ms = stats.get("body_ms")
     if not ms or len(ms) < 2:
         return None
-    n = max(int(stats.get("steps", 1) or 1), 1)
     groups = stats.get("solved_together") or [[k] for k in range(len(ms))]
     frozen = stats.get("frozen") or [False] * len(ms)
     parts = []
@@ -169,7 +168,7 @@ def body_times_line(stats: dict) -> Optional[str]:
         grp = [int(k) for k in grp]
         name = "+".join(str(k) for k in grp)
         cold = "" if not all(frozen[k] for k in grp) else " (frozen)"
-        parts.append(f"{name} **{ms[grp[0]] / n:.1f}**{cold}")
+        parts.append(f"{name} **{ms[grp[0]]:.1f}**{cold}")
     return "per body, ms/step: " + " · ".join(parts) + (" (a + joins bodies solved together)"
                                                        if any(len(g) > 1 for g in groups) else "")
 

@@ -440,21 +440,27 @@ class SelectionControl:
             c.scale = 0.15 * live.extent
 
     # ------------------------------------------------------------------ picking
-    def pick_component(self, client, origin, direction) -> Optional[np.ndarray]:
-        """The click handler armed by "pick component": set the box to the clicked connected component.
-
-        Returns the component's rows (None when the ray hits nothing)."""
+    def _clicked_component(self, origin, direction, button: str):
+        """(rows (K,) int64, lo (3,), hi (3,)) of the connected component under the click's ray (scene units;
+        :func:`component_bounds`), or None (the app is stopping, or the ray hits nothing: the note says to press
+        ``button`` again)."""
         live = self.app.live
         if live is None or self.app._stop.is_set():
             return None
-        frame = live.worker.slot.get()
-        pts = frame.means
-        pick = pick_on_ray(pts, origin, direction, live.scene_extent)
+        pick = pick_on_ray(live.worker.slot.get().means, origin, direction, live.scene_extent)
         if pick is None:
-            self.app.panel.set_note("the click hit nothing; press pick component again")
+            self.app.panel.set_note(f"the click hit nothing; press {button} again")
             return None
         rest = to_numpy(live.anim.scene.means)
-        rows, lo, hi = component_bounds(rest, int(pick.index), live.opac, plane=self.support_plane)
+        return component_bounds(rest, int(pick.index), live.opac, plane=self.support_plane)
+
+    def pick_component(self, client, origin, direction) -> Optional[np.ndarray]:
+        """The click handler armed by "pick component": set the box to the clicked connected component (the boxes
+        kept before it are dropped). Returns the component's rows (None when the ray hits nothing)."""
+        got = self._clicked_component(origin, direction, "pick component")
+        if got is None:
+            return None
+        rows, lo, hi = got
         self.others = []
         self.set_box(lo, hi)
         self._show_others()
@@ -465,15 +471,10 @@ class SelectionControl:
         """The click handler armed by "add component": the box shown so far is kept as a body of its own (in box
         mode) and the box is set to the clicked connected component, one more body. Returns its rows (None when
         the ray hits nothing)."""
-        live = self.app.live
-        if live is None or self.app._stop.is_set():
+        got = self._clicked_component(origin, direction, "add component")
+        if got is None:
             return None
-        pick = pick_on_ray(live.worker.slot.get().means, origin, direction, live.scene_extent)
-        if pick is None:
-            self.app.panel.set_note("the click hit nothing; press add component again")
-            return None
-        rest = to_numpy(live.anim.scene.means)
-        rows, lo, hi = component_bounds(rest, int(pick.index), live.opac, plane=self.support_plane)
+        rows, lo, hi = got
         if self.app.gui["select"].value == SELECT_BOX:
             self.others.append(self.box())
         else:

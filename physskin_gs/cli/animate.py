@@ -243,9 +243,8 @@ class MotionScript:
         except (OSError, ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError, an
             # integer over Python's 4300-digit conversion limit
             raise OptionError(f"{path}: not a readable JSON motion script ({exc})") from None
-        if not isinstance(data, dict) or not (isinstance(data.get("drags"), list)
-                                              or isinstance(data.get("freezes"), list)) \
-                or not isinstance(data.get("drags", []), list) or not isinstance(data.get("freezes", []), list):
+        lists = isinstance(data, dict) and all(isinstance(data.get(k, []), list) for k in ("drags", "freezes"))
+        if not (lists and ("drags" in data or "freezes" in data)):
             raise OptionError(f"{path}: a motion script is an object with a 'drags' list (and, with several bodies, "
                               "a 'freezes' list)")
         _known_keys(data, cls.SCRIPT_KEYS, f"{path}: the script")

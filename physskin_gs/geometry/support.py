@@ -427,15 +427,16 @@ def _carrying_region(slab2: np.ndarray, contact: np.ndarray, p: np.ndarray, B: n
     """The slab points (S, 2), projected, that form one connected surface (2-D occupancy at ``voxel``,
     8-connected) with the points under the contacts ``contact`` (indices into p): the support itself, not other
     things the plane happens to slice (floaters, a wall's edge, the top of a ball)."""
-    labels, piece_of = _slab_pieces(slab2, voxel)
+    piece_of = _slab_pieces(slab2, voxel)
     under = np.unique(piece_of(p[contact] @ B.T))
     under = under[under > 0]
     return slab2[np.isin(piece_of(slab2), under)]
 
 
 def _slab_pieces(slab2: np.ndarray, voxel: float):
-    """The connected pieces of the projected slab points (S, 2): (labels of a 2-D occupancy grid at ``voxel``,
-    8-connected; a function giving the piece (1..; 0: no slab cell) of any (K, 2) projected points)."""
+    """The connected pieces of the projected slab points ``slab2`` (S, 2) (2-D occupancy grid at ``voxel``, scene
+    units, 8-connected), as a function mapping any (K, 2) projected points to their piece, (K,) int64 (1..; 0:
+    outside every slab cell)."""
     lo = slab2.min(0)
     ij = np.floor((slab2 - lo) / voxel).astype(np.int64)  # [S, 2]
     dims = ij.max(0) + 1
@@ -450,7 +451,7 @@ def _slab_pieces(slab2: np.ndarray, voxel: float):
         out[ok] = labels[tuple(cij[ok].T)]
         return out
 
-    return labels, piece_of
+    return piece_of
 
 
 def _on_one_piece(slab2: np.ndarray, parts, p: np.ndarray, w: np.ndarray, B: np.ndarray, voxel: float) -> bool:
@@ -460,7 +461,7 @@ def _on_one_piece(slab2: np.ndarray, parts, p: np.ndarray, w: np.ndarray, B: np.
     a floor, a plinth's lid is one surface around and under an object's footprint, even cut off at its edge; the
     pads of an object lying on them (a drone's four propeller discs, the feet of an upturned table) are separate
     pieces, none of which carries its centre of mass."""
-    _, piece_of = _slab_pieces(slab2, voxel)
+    piece_of = _slab_pieces(slab2, voxel)
     idx = np.concatenate([a for a, _ in parts])
     contact = np.concatenate([c for _, c in parts])
     com = B @ ((w[idx, None] * p[idx]).sum(0) / max(float(w[idx].sum()), 1e-30))

@@ -986,8 +986,6 @@ class BodyContactSystem:
         or None."""
         islands = self._islands(p0)
         static_at = set(self._sample_body[p0.s_i].tolist())  # bodies touching the collider at the start
-        if len(stats.body_ms) != self.num_bodies:
-            stats.body_ms = [0.0] * self.num_bodies
         if len(islands) == 1 and (self.num_bodies > 1 or 0 in static_at):
             return self._joint_solve(h, stats)
         done = {}  # island -> (qs, evs, x (n, 3) in the island's sample order, pairs or None)
