@@ -15,8 +15,11 @@ import os
 import sys
 import time
 
+from physskin_gs._runtime import application_threads
+
+application_threads()  # as the CLI does: thread settings before torch and numpy load
+
 import numpy as np
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does (physskin_gs/cli/__init__.py), before torch
 import torch
 
 from physskin_gs.io import load_scene, save_scene

@@ -15,15 +15,16 @@ Usage:
 
 from __future__ import annotations
 
-import os
-
 import argparse
 import gc
 import resource
 import sys
 import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does (physskin_gs/cli/__init__.py), before torch
+from physskin_gs._runtime import application_threads
+
+application_threads()  # as the CLI does: thread settings before torch and numpy load
+
 import torch
 
 from physskin_gs.render import project_gaussians, rasterize, rasterize_pairs_reference

@@ -6,11 +6,13 @@ feed-forward skinning of 100k points <= 2 s on 2 cores.
 """
 
 import argparse
-import os
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does (physskin_gs/cli/__init__.py), before torch
+from physskin_gs._runtime import application_threads
+
+application_threads()  # as the CLI does: thread settings before torch and numpy load
+
 import torch
 
 from physskin_gs.model import PhysSkinNet, RBFSkinningField, default_checkpoint_path, load_checkpoint, skinning_from_model

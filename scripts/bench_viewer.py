@@ -48,8 +48,11 @@ import time
 from pathlib import Path
 from typing import Tuple
 
+from physskin_gs._runtime import application_threads
+
+application_threads()  # as the CLI does: thread settings before torch and numpy load
+
 import numpy as np
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the CLI does (physskin_gs/cli/__init__.py), before torch
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]

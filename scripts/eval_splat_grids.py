@@ -32,12 +32,14 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import sys
 import time
 from pathlib import Path
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from physskin_gs._runtime import application_threads
+
+application_threads()  # as the CLI does: thread settings before torch and numpy load
+
 import numpy as np  # noqa: E402
 
 OFFSETS = (0.0, 0.25, 0.5)

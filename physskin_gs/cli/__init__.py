@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import signal
 import sys
 import warnings
 from typing import List, Optional
 
-if "torch" not in sys.modules:
-    # Application setting (not the library's): OpenMP worker threads that spin while they wait stall a 2-thread
-    # torch kernel 3-10x whenever another process holds one of the cores (measured on 2-core machines: a 100k
-    # render 0.86-2.3 s -> 0.62 s, a 2-thread GEMM 16 ms -> 4 ms); passive waiting is within noise on idle cores.
-    # It must be set before torch loads its OpenMP runtime; an explicit OMP_WAIT_POLICY in the environment wins.
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from physskin_gs._runtime import application_threads
+
+# Application settings (not the library's): passive OpenMP waiting and single-threaded OpenBLAS, before torch and
+# numpy load their runtimes (physskin_gs/_runtime.py gives the measurements); an explicit value in the environment wins.
+application_threads()
 
 from physskin_gs.errors import PhysSkinError
 

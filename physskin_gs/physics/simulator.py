@@ -71,6 +71,19 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
+def _add_kron(M: torch.Tensor, A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
+    """``M += kron(A, B)`` in place, block by block, for A (3, 3), B (K, K), M (3K, 3K); the zero entries of A (all
+    but one for a floor whose up is an axis) cost nothing. Returns M. ``torch.kron`` is the reference (a test)."""
+    K = B.shape[0]
+    Mv = M.view(3, K, 3, K)
+    for a in range(3):
+        for b in range(3):
+            c = float(A[a, b])
+            if c != 0.0:
+                Mv[a, :, b, :].add_(B, alpha=c)
+    return M
+
+
 def _chol_solve(L: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
     """(n,) solution of (L L^T) d = g for a lower Cholesky factor L (n, n): two triangular solves (about half the
     time of ``torch.cholesky_solve`` for one right-hand side at the simulator's sizes), in L's precision (a float32
@@ -289,6 +302,8 @@ class SubspaceSimulator:
         self._chol_age = 0
         self._chol_converged = False  # the last step converged (the adaptive policy may reuse its factor)
         self._chol_contacts = None  # floor-contact mask (n,) bool of the iterate the factor was computed at
+        self._chol_elastic = None  # (12H', 12H') elastic part of the factor's Hessian (:meth:`_elastic_hessian`)
+        self._chol_partial = False  # the factor kept an earlier factor's elastic part (KEEP_ELASTIC)
         self._density = float(density)
         self._stiff_scale: Optional[np.ndarray] = None  # (n,) per-point factor on E (None: uniform)
         self._stiff_scale_t: Optional[torch.Tensor] = None  # the same as a tensor
@@ -478,6 +493,10 @@ class SubspaceSimulator:
     #: default's worst unconverged step on four captures: 2.5 weights; the default ``grad_tol`` is 1e-3 weights).
     FAR_RESIDUAL = 10.0
     NEWTON_EXTRA = 4
+    #: a factor refreshed only because the floor contacts changed keeps its elastic part (the GEMM over the
+    #: cubature points, most of a Hessian's cost) and takes the new contacts' penalty; False: every refresh
+    #: recomputes it (the reference). As ``BodyContactSystem.KEEP_ELASTIC`` for contacts between bodies.
+    KEEP_ELASTIC = True
     MEAN_DILATATION_POINT_LAMBDA = 1.0  # lam_p / mu of the per-point volumetric share with volume clusters
     use_native = True  # use the C Hessian-rows kernel when it is available (physics/_hessian_native.py)
 
@@ -816,15 +835,17 @@ class SubspaceSimulator:
         with single_thread(self.hessian_threads):  # the one kernel of a step that gains from a second core
             R = torch.mm(GT, Y.view(n * 3, 6 * K4))
         R = R.view(K4, 6, K4)  # [4H, (pair, k')] float32, like the GEMM
-        out = torch.empty(3, K4, 3, K4, dtype=torch.float32)
+        out = torch.empty(3, K4, 3, K4, dtype=torch.float64)  # the copies below convert
         for p, (a, c) in enumerate(self._PAIRS):
             blk = R[:, p, :]
             if a == c:
-                out[a, :, a, :] = 0.5 * (blk + blk.T)
+                out[a, :, a, :] = blk
+                out[a, :, a, :] += blk.T
+                out[a, :, a, :] *= 0.5
             else:
                 out[a, :, c, :] = blk
                 out[c, :, a, :] = blk.T
-        return out.reshape(3 * K4, 3 * K4).to(torch.float64)
+        return out.reshape(3 * K4, 3 * K4)
 
     def _assemble_reference(self, Hc: torch.Tensor) -> torch.Tensor:
         """Plain reference of :meth:`_assemble`: ``sum_c J_c^T Hc_c J_c`` with the dense J_c = I_3 (x) G_c (9, 12H'),
@@ -1046,7 +1067,7 @@ class SubspaceSimulator:
             act = torch.from_numpy(ev.d < 0)
             if bool(act.any()):
                 Pa = self.Phi[act]
-                Hmat += (2.0 * self.m_p * self.FLOOR_K * h2) * torch.kron(torch.outer(self.up, self.up), Pa.T @ Pa)
+                _add_kron(Hmat, (2.0 * self.m_p * self.FLOOR_K * h2) * torch.outer(self.up, self.up), Pa.T @ Pa)
         if ctx.D is not None:
             Hmat += ctx.D
         return Hmat
@@ -1070,13 +1091,16 @@ class SubspaceSimulator:
 
     # ------------------------------------------------------------------------------------------ stepping
     def _factor(self, Hm: torch.Tensor):
-        """Cholesky factor of Hm + eps I (eps = HESS_EPS x total mass, x100 on failure, 6 tries) or None."""
+        """Cholesky factor of Hm + eps I (eps = HESS_EPS x total mass, x100 on failure, 6 tries) or None. Hm is
+        regularised in place (its diagonal keeps the last eps)."""
         reg = self.HESS_EPS * self.m_p * self.n
-        eye = torch.eye(Hm.shape[0], dtype=Hm.dtype)
+        diag = Hm.diagonal()
+        diag += reg
         for _ in range(6):
-            L, info = torch.linalg.cholesky_ex(Hm + reg * eye)
+            L, info = torch.linalg.cholesky_ex(Hm)
             if int(info) == 0:
                 return L
+            diag += 99.0 * reg  # eps x 100
             reg *= 100.0
         return None
 
@@ -1119,19 +1143,28 @@ class SubspaceSimulator:
             # contacts changed since it was computed: it lacks (or still carries) their stiff penalty
             stale = self._chol is not None and factor_at < it and (
                 backtracked or not _same_mask(contacts, self._chol_contacts))
+            # only the contacts changed: the elastic part of the factor is still the chord's model, the floor's
+            # stiff penalty is what it lacks; a factor that already kept it, or one poor at its line search, is
+            # refreshed whole
+            keep = (stale and self.KEEP_ELASTIC and not backtracked and not self._chol_partial
+                    and self._chol_elastic is not None)
             # past the budget, a subset Hessian is no longer trusted: the exact one, once (on a thin plant at 32
             # handles the subset's model took 44 iterations a step and rejected most steps, the exact one 5)
             exact = it >= self.newton_iters and self._hsub is not None
             if exact and not exact_factor:
-                stale, exact_factor = True, True
+                stale, exact_factor, keep = True, True, False
             if self._chol is None or self.solver == "newton" or stale:
-                Hm = self._hessian(ev, ctx, exact=exact)
-                if not torch.isfinite(Hm).all():
+                Hel = self._chol_elastic if keep else self._elastic_hessian(ev, exact)
+                Hm = self._hessian(ev, ctx, exact=exact, elastic=Hel)
+                if not math.isfinite(float(Hm.sum())):  # any NaN or inf entry makes the sum one (10x cheaper)
                     return q, None, iters, float("nan"), False
                 self._chol = self._factor(Hm)
                 if self._chol is None:
+                    self._chol_elastic = None
                     return q, None, iters, gnorm, False
-                self._chol_key, self._chol_age = key, 0
+                if not keep:  # the age counts from the elastic part's iterate, as a reused factor's
+                    self._chol_key, self._chol_age = key, 0
+                self._chol_elastic, self._chol_partial = Hel, keep
                 self._chol_contacts = contacts
                 factor_at = it
                 stats.hessians += 1
@@ -1202,8 +1235,9 @@ class SubspaceSimulator:
                 if self._friction_D_key != key:
                     Pc = self.Phi[torch.from_numpy(touch)]  # [c, K4]
                     PT = torch.eye(3, dtype=torch.float64) - torch.outer(self.up, self.up)
-                    Kf = (h * self.friction * self.m_p) * torch.kron(PT, Pc.T @ (torch.from_numpy(w)[:, None] * Pc))
-                    self._friction_D = Kf if D is None else D + Kf
+                    Kf = torch.zeros(3 * self.K4, 3 * self.K4, dtype=torch.float64) if D is None else D.clone()
+                    self._friction_D = _add_kron(Kf, (h * self.friction * self.m_p) * PT,
+                                                 Pc.T @ (torch.from_numpy(w)[:, None] * Pc))
                     self._friction_D_key = key
                 D = self._friction_D
         return D
