@@ -731,7 +731,8 @@ class SceneBodies:
         self.bodies[k].update_drag(did, target)
 
     def end_drag(self, drag_id: int) -> None:
-        """Release a drag."""
+        """Release a drag; an unknown or already released id is ignored (a release is idempotent, as a mouse-up
+        after a reset must be)."""
         if drag_id in self._drags:
             k, did = self._drags.pop(drag_id)
             self.bodies[k].end_drag(did)

@@ -1180,7 +1180,7 @@ class AnimatedScene:
         self.sim.update_drag(drag_id, info["x0"] + (t - info["p0"]))
 
     def end_drag(self, drag_id: int) -> None:
-        """Release a drag (its spring is removed)."""
+        """Release a drag (its spring is removed); an unknown or already released id is ignored (idempotent)."""
         self._drag_info.pop(drag_id, None)
         self.sim.remove_drag(drag_id)
 

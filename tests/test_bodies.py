@@ -456,13 +456,14 @@ def test_viewer_pins_and_freezes_each_body(table_capture):
         assert app.wait_ready(90), app.failed
         g = app.gui
         assert g["bodies_folder"].visible
-        assert list(g["body"].options) == ["body 0 (heaviest)", "body 1", "body 2"]
+        labels = [f"body {k} ({int(b.moving_index.numel()):,} Gaussians)" for k, b in enumerate(anim.bodies)]
+        assert list(g["body"].options) == labels
         c = ViserWsClient(app.port)
         c.send_camera((4.0, -2.0, 4.0), (0.0, 0.0, 0.0), up=tuple(app.live.up))
         assert wait_until(lambda: len(app.server.get_clients()) == 1, 10, interval=0.05)
         stats = lambda: g["stats"].content  # noqa: E731
         assert wait_until(lambda: "per body, ms/step" in stats(), 20, interval=0.05), stats()
-        c.gui_set(g["body"], "body 1")
+        c.gui_set(g["body"], labels[1])
         assert wait_until(lambda: app.bodies.chosen() == 1, 10, interval=0.05)
         c.gui_set(g["body_freeze"], True)
         assert wait_until(lambda: anim.frozen == [False, True, False], 10, interval=0.05), anim.frozen
@@ -486,7 +487,7 @@ def test_viewer_pins_and_freezes_each_body(table_capture):
 
         assert wait_until(lambda: lifted() > 0.1 * anim.bodies[1].height_scene, 60, interval=0.05), lifted()
         c.drag_end(name)
-        c.gui_set(g["body"], "body 2")
+        c.gui_set(g["body"], labels[2])
         assert wait_until(lambda: app.bodies.chosen() == 2, 10, interval=0.05)
         assert g["body_freeze"].value is False and g["body_pin"].value is False
         c.gui_set(g["body_pin"], True)
@@ -605,7 +606,9 @@ def test_viewer_add_component_makes_several_bodies(table_capture, tmp_path, caps
             m = b.moving.numpy()
             assert (m & obj).sum() >= 0.9 * obj.sum() and (m & ~obj).sum() <= 0.02 * m.sum()
         assert wait_until(lambda: g["bodies_folder"].visible, 10, interval=0.05)
-        assert list(g["body"].options) == ["body 0 (heaviest)", "body 1"]
+        # numbered as the console lists them (box order here: the ball's box first), with their sizes, not "heaviest"
+        assert list(g["body"].options) == [f"body {k} ({int(b.moving_index.numel()):,} Gaussians)"
+                                           for k, b in enumerate(anim.bodies)]
         err = capsys.readouterr().err  # the console lists the bodies, as animate --headless does
         assert "[physskin-gs] body 0:" in err and "[physskin-gs] body 1:" in err, err[-2000:]
         assert app.error_log == []

@@ -20,9 +20,10 @@ from .constants import DEFAULT_PIN
 from .sim import viser_wakeup_race
 
 
-def body_label(k: int) -> str:
-    """The dropdown entry of body ``k`` (0 = the heaviest, as the log and ``--script``'s ``"body"`` count)."""
-    return f"body {k}" + (" (heaviest)" if k == 0 else "")
+def body_label(k: int, gaussians: Optional[int] = None) -> str:
+    """The dropdown entry of body ``k`` (numbered as the log lists the bodies and ``--script``'s ``"body"`` counts
+    them: heaviest first with ``auto``, in box order with a box list), with its Gaussian count when given."""
+    return f"body {k}" + ("" if gaussians is None else f" ({gaussians:,} Gaussians)")
 
 
 def bodies_markdown(anim) -> str:
@@ -51,7 +52,7 @@ class BodiesControl:
         g["bodies_folder"] = gui.add_folder("Bodies", visible=False)
         with g["bodies_folder"]:
             g["body"] = gui.add_dropdown("body", [body_label(0)], initial_value=body_label(0),
-                                         hint="the object the two boxes below act on (0: the heaviest)")
+                                         hint="the object the two boxes below act on (numbered as the console lists the bodies)")
             g["body_pin"] = gui.add_checkbox(
                 "pin its base", False,
                 hint="hold the body's bottom where it was captured (its own pin region; the Environment folder's "
@@ -147,7 +148,7 @@ class BodiesControl:
         g["bodies_folder"].visible = n > 1
         if n < 2:
             return
-        labels: List[str] = [body_label(k) for k in range(n)]
+        labels: List[str] = [body_label(k, int(b.moving_index.numel())) for k, b in enumerate(anim.bodies)]
         g["body"].options = labels
         if g["body"].value not in labels:
             g["body"].value = labels[0]
