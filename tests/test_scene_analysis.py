@@ -343,3 +343,23 @@ def test_floaters_a_little_off_an_object_cut_free_move_with_it():
     near, far = np.arange(30000, 30024), np.arange(30024, 30048)
     assert a.object[near].all(), (a.object[near].sum(), a.floater[near].sum())
     assert not a.object[far].any() and a.floater[far].all()
+
+
+def test_least_gaps_match_the_distance_transform():
+    """The k-d tree gaps between components (``scene_analysis._least_gaps``) equal the minimum of the Euclidean
+    distance transform to the main component over each component's voxels, its reference."""
+    from scipy import ndimage
+
+    from physskin_gs.geometry.scene_analysis import _FULL_3D, _least_gaps
+
+    rng = np.random.default_rng(5)
+    occ = rng.random((23, 17, 29)) < 0.04
+    occ[2:9, 3:12, 4:20] = True  # a big block: the main component
+    labels, k = ndimage.label(occ, structure=_FULL_3D)
+    main = int(np.argmax(np.bincount(labels.ravel())[1:])) + 1
+    comps = np.array([c for c in range(1, k + 1) if c != main])
+    assert comps.size > 10
+    edt = ndimage.distance_transform_edt(labels != main)
+    ref = np.array([edt[labels == c].min() for c in comps])
+    assert np.array_equal(_least_gaps(labels, main, comps), ref)
+    assert ref.min() >= 1.0 and ref.max() > 5.0  # neighbours and far ones
