@@ -167,8 +167,8 @@ def _refine(p: np.ndarray, n: np.ndarray, d: float, band: float, iters: int = 3)
         if inl.shape[0] < 3:
             break
         c = inl.mean(axis=0)
-        _, _, vt = np.linalg.svd(inl - c, full_matrices=False)
-        n_new = vt[2]
+        r = inl - c  # [k, 3]
+        n_new = np.linalg.eigh(r.T @ r)[1][:, 0]  # the scatter's least-variance axis (the SVD's last, without U)
         if n_new @ n < 0:
             n_new = -n_new
         n, d = n_new, float(n_new @ c)
