@@ -1,5 +1,5 @@
-"""A synthetic capture of several objects on a table of finite size (issue 24): three objects on a table top, one
-of them near the table's edge, the table on four legs over the room's floor.
+"""A synthetic capture of several objects on a table of finite size: three objects on a table top, one of them
+near the table's edge, the table on four legs over the room's floor.
 
     python scripts/make_table_capture.py out/table.ply [--seed 0] [--force]
 
@@ -73,7 +73,7 @@ def make_table_capture(seed: int = 0):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     ap.add_argument("out", help="output .ply")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--force", action="store_true", help="replace an existing file")

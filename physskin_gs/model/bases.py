@@ -347,7 +347,8 @@ class TetBasis(SkinningBasis):
         m = _bounded(options, options.num_handles)
         if m == 0:
             return ConstantSkinningField(), "tet"
-        _report(progress, "skinning: tet mesh of the input mesh and its Laplacian eigenmodes", 0.35)
+        _report(progress, "skinning: tet mesh of the input mesh (TetGen, or a voxel fill of its inside) "
+                "and its Laplacian eigenmodes", 0.35)
         try:
             tm, path = input_tetmesh(options)
         except OptionError as exc:
@@ -496,7 +497,8 @@ class ModesBasis(SkinningBasis):
                           SkinningFallbackWarning, stacklevel=3)
         tm = None
         if options.mesh is not None:
-            _report(progress, "skinning: tet mesh of the input mesh and its elastic modes", 0.35)
+            _report(progress, "skinning: tet mesh of the input mesh (TetGen, or a voxel fill of its inside) "
+                    "and its elastic modes", 0.35)
             try:
                 tm, path = input_tetmesh(options)
             except OptionError as exc:

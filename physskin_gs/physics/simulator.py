@@ -236,7 +236,8 @@ class SubspaceSimulator:
             (farthest-point subset, each standing for n / k points' volume), while the energy and the gradient
             keep all n: an inexact Newton model, k / n of the assembly's cost (the cost that grows as n H^2). The
             solution is the same (the line search and the convergence test use the exact objective and gradient);
-            iterations may be more. See :meth:`set_hessian_points`.
+            iterations may be more. Once a step's line search backtracks with it, or past the step's iteration
+            budget, the rest of the step uses the exact sum. See :meth:`set_hessian_points`.
         stabilization: None, or the sub-points of one-point-per-cell cubature (a voxel mesh's cells, each point
             standing for its cell): ``(points (m, 3) m, weights (m, H), weight_grads (m, H, 3) 1/m, owner (m,)
             int cubature index, fraction (m,) of the owner's volume)``, e.g. the 6 tets of each cube. The elastic
@@ -1148,9 +1149,11 @@ class SubspaceSimulator:
             # refreshed whole
             keep = (stale and self.KEEP_ELASTIC and not backtracked and not self._chol_partial
                     and self._chol_elastic is not None)
-            # past the budget, a subset Hessian is no longer trusted: the exact one, once (on a thin plant at 32
-            # handles the subset's model took 44 iterations a step and rejected most steps, the exact one 5)
-            exact = it >= self.newton_iters and self._hsub is not None
+            # a subset Hessian is no longer trusted past the budget, nor once a line search backtracked with it: the
+            # exact one for the rest of the step (on a thin plant at 32 handles the subset's model took 44
+            # iterations a step and rejected most steps, the exact one 5; a duck's modes basis at 32 handles
+            # backtracked every step, 5 iterations and 3 factors a step, 52 ms, and now rests at 8 ms)
+            exact = self._hsub is not None and (exact_factor or backtracked or it >= self.newton_iters)
             if exact and not exact_factor:
                 stale, exact_factor, keep = True, True, False
             if self._chol is None or self.solver == "newton" or stale:
