@@ -81,12 +81,15 @@ def body_masks(scene: GaussianScene, analysis) -> List[torch.Tensor]:
     return out
 
 
-def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Optional[Callable] = None):
+def prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Optional[Callable] = None,
+                   on_bodies: Optional[Callable[[int], None]] = None):
     """An :class:`~physskin_gs.pipeline.AnimatedScene` for one object, or :class:`SceneBodies` when ``--select auto``
     finds several objects on a support (module docstring); with ``config.stand_sag`` its E raised so that it
-    stands (:func:`~physskin_gs.pipeline.stiffen_to_stand`). Raises what
-    :func:`~physskin_gs.pipeline.prepare_animation` raises."""
-    anim = _prepare_bodies(scene, config, progress)
+    stands (:func:`~physskin_gs.pipeline.stiffen_to_stand`). ``on_bodies(n)``: called with the number of bodies
+    once it is known (after the scene analysis) and before any body is prepared, so that a caller can refuse what
+    does not fit (``animate --script`` naming a body the scene does not have) before the costly part. Raises what
+    :func:`~physskin_gs.pipeline.prepare_animation` raises, and what ``on_bodies`` raises."""
+    anim = _prepare_bodies(scene, config, progress, on_bodies or (lambda n: None))
     if getattr(config, "stand_sag", None):
         _pipeline.stiffen_to_stand(anim, float(config.stand_sag))
     return anim
@@ -175,18 +178,22 @@ def _analyse(scene: GaussianScene, config: AnimationConfig, progress: Optional[C
     return analysis, time.perf_counter() - t0
 
 
-def _prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Optional[Callable] = None):
+def _prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Optional[Callable],
+                    on_bodies: Callable[[int], None]):
     """:func:`prepare_bodies` before the material is stiffened to stand."""
     kind, boxes = _pipeline.parse_selection_spec(getattr(config, "select", None))
     if kind == "boxes":
         if getattr(scene, "mesh", None) is not None:
             raise OptionError(f"--select with {len(boxes)} boxes makes one body per box of a splat capture; a mesh "
                               "input is one body (give one box or none)")
+        on_bodies(len(boxes))
         return _box_bodies(scene, config, boxes, progress)
     if kind == "box" and getattr(scene, "mesh", None) is None:
+        on_bodies(1)
         return _one_box(scene, config, boxes, progress)
     auto = kind == "auto" and getattr(scene, "mesh", None) is None
     if not auto:
+        on_bodies(1)
         return _pipeline.prepare_animation(scene, config, progress)
     given_up = str(getattr(config, "up", "auto")).strip().lower()
     analysis, seconds = _analyse(scene, config, progress)  # a given --up: the support (and the bodies) agree with it
@@ -198,8 +205,10 @@ def _prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opt
                 progress(f"note: --up {config.up} is {deg:.0f} degrees from the support plane's normal, so the "
                          f"support and the {len(masks) - 1} other object(s) on it are not used: one object moves "
                          "and the rest is static (--up auto moves every object on the support)", 0.0)
+            on_bodies(1)
             return _pipeline.prepare_animation(scene, config, progress, analysis=analysis)
     if analysis.plane is None or len(masks) < 2:
+        on_bodies(1)
         anim = _pipeline.prepare_animation(scene, config, progress, analysis=analysis)
         anim.info["timings"]["scene_analysis"] = seconds
         return anim
@@ -207,9 +216,11 @@ def _prepare_bodies(scene: GaussianScene, config: AnimationConfig, progress: Opt
         if progress is not None:
             progress(f"note: --region applies to one object, so only the largest of the {len(masks)} objects on the "
                      "support moves and the others stay static (without --region every object moves)", 0.0)
+        on_bodies(1)
         anim = _pipeline.prepare_animation(scene, config, progress, analysis=analysis)
         anim.info["timings"]["scene_analysis"] = seconds
         return anim
+    on_bodies(len(masks))
     return SceneBodies.build(scene, config, analysis, masks, progress, seconds)
 
 

@@ -324,22 +324,37 @@ class MotionScript:
             drags.append(drag)
         return cls(drags, path, freezes)
 
-    def validate(self, anim, frames: Optional[int] = None) -> None:
-        """Check the script against the prepared scene (before any frame is simulated or written): handle and body
-        indices, and a point drag's point within one object height of the object it grabs (a point farther off
-        grabs nothing of it: refused). With ``frames`` (the run's frame count), a drag that starts after the last
-        frame, or keyframes it never reaches, get a one-line warning. Raises OptionError naming the script and the
-        drag."""
-        bodies = getattr(anim, "bodies", None)
+    #: how the bodies are numbered, for the errors of :meth:`check_bodies` (which run before the log lists them)
+    NUMBERING = ("numbered as the log lists them once prepared: heaviest first with --select auto, in box order with "
+                 "a box list")
+
+    def check_bodies(self, n: int) -> None:
+        """Check the script's body numbers against a scene of ``n`` bodies (``prepare_bodies``' ``on_bodies``: once
+        the scene analysis has counted them, before they are prepared). Raises OptionError naming the script and
+        the drag or freeze."""
         for i, z in enumerate(self.freezes):
-            n = len(bodies) if bodies else 1
             if n < 2:
                 raise OptionError(f"{self.path}: freezes[{i}]: freezing holds one body still among several; the scene "
                                   "has one moving object (--select auto on a capture with several objects on its "
                                   "support, or one --select box per body)")
             if z["body"] >= n:
                 raise OptionError(f"{self.path}: freezes[{i}].body {z['body']}: the scene has {n} bodies (0..{n - 1}; "
-                                  "the animate log lists them)")
+                                  f"{self.NUMBERING})")
+        for i, d in enumerate(self.drags):
+            k = d.get("body", 0)
+            if k >= n:
+                raise OptionError(f"{self.path}: drags[{i}].body {k}: the scene has {n} bod{'ies' if n > 1 else 'y'} "
+                                  f"(0..{n - 1}" + (f"; {self.NUMBERING})" if n > 1 else ")"))
+
+    def validate(self, anim, frames: Optional[int] = None) -> None:
+        """Check the script against the prepared scene (before any frame is simulated or written): handle and body
+        indices (:meth:`check_bodies`), and a point drag's point within one object height of the object it grabs (a
+        point farther off grabs nothing of it: refused). With ``frames`` (the run's frame count), a drag that starts
+        after the last frame, or keyframes it never reaches, get a one-line warning. Raises OptionError naming the
+        script and the drag."""
+        bodies = getattr(anim, "bodies", None)
+        self.check_bodies(len(bodies) if bodies else 1)
+        for i, z in enumerate(self.freezes):
             if frames is not None and z["frame"] > frames:
                 warn_option(f"{self.path}: freezes[{i}] starts at frame {z['frame']}, after the last frame ({frames}; "
                             "--frames): it never runs")
@@ -353,10 +368,6 @@ class MotionScript:
             if "point" in d:
                 self._check_point(anim, i, d)
             k = d.get("body", 0)
-            if k >= (len(bodies) if bodies else 1):
-                raise OptionError(f"{self.path}: drags[{i}].body {k}: the scene has "
-                                  f"{len(bodies) if bodies else 1} bod{'ies' if bodies and len(bodies) > 1 else 'y'} "
-                                  f"(0..{len(bodies) - 1 if bodies else 0}; the animate log lists them)")
             nh = bodies[k].num_handles if bodies and "body" in d else anim.num_handles  # (no body: global index)
             if "handle" in d and not 0 <= d["handle"] < nh - 1:
                 raise OptionError(f"{self.path}: drags[{i}].handle {d['handle']} outside [0, {nh - 2}] "
@@ -878,7 +889,8 @@ def run_headless(args) -> int:
     with warnings.catch_warnings():
         warnings.simplefilter("default")
         try:
-            anim = prepare_bodies(scene, config, progress=progress)
+            anim = prepare_bodies(scene, config, progress=progress,
+                                  on_bodies=None if script is None else script.check_bodies)
         except PhysSkinError:
             discard_created_folders()  # nothing was written: no empty output folders left behind
             raise
