@@ -7,8 +7,9 @@ environment before torch and numpy load their runtimes, and a value the user set
 - ``OPENBLAS_NUM_THREADS=1``: numpy's and scipy's OpenBLAS split even a 2048-element dot product over 2 threads,
   whose workers then spin between calls. In a simulation step (float64 rows of ~1e3 points, evaluated by numpy)
   that doubled the CPU time for no gain and took the core the step's own 2-thread GEMM (torch, MKL) and the
-  viewer's render thread need (2026-12-06, 33-handle step: CPU 39 -> 19 ms per step, wall 19 -> 16 ms; a capture's
-  whole ``animate --headless`` run 6.3 -> 5.4 s wall, 8.6 -> 6.2 s CPU; a mesh's tet-mode basis within noise).
+  viewer's render thread need (2026-12-06, a 33-handle step, 2048 cubature points, best of 3: CPU 48.5-49.5 ->
+  25.7-26.6 ms, wall 25.1-25.5 -> 21.7-22.2 ms; a capture's whole ``animate --headless`` run 6.3 -> 5.4 s wall,
+  8.6 -> 6.2 s CPU; a mesh's modes basis and a 1M-row scene analysis within noise).
 """
 
 from __future__ import annotations

@@ -51,8 +51,9 @@ class BodiesControl:
         g = self.app.gui
         g["bodies_folder"] = gui.add_folder("Bodies", visible=False)
         with g["bodies_folder"]:
-            g["body"] = gui.add_dropdown("body", [body_label(0)], initial_value=body_label(0),
-                                         hint="the object the two boxes below act on (numbered as the console lists the bodies)")
+            g["body"] = gui.add_dropdown(
+                "body", [body_label(0)], initial_value=body_label(0),
+                hint="the object the two boxes below act on (numbered as the console lists the bodies)")
             g["body_pin"] = gui.add_checkbox(
                 "pin its base", False,
                 hint="hold the body's bottom where it was captured (its own pin region; the Environment folder's "

@@ -16,9 +16,10 @@ colour through R_F). ``--script MOTION.json`` scripts drags::
 interpolated between keyframes and held after the last one; the drag starts at ``start_frame`` (default: first
 keyframe) and is released after ``end_frame`` (default: last keyframe; -1 = never). With several bodies
 (``--select auto`` on a capture with several objects on its support) ``"body": K`` names the body a drag grabs
-(numbered as the log lists them: heaviest first with ``auto``, in box order with a box list); a point drag without it grabs the body nearest its point. With several
-bodies a ``"freezes"`` list holds bodies still: ``{"body": K, "frame": F, "until": G}`` freezes body K where it is at
-frame F (its velocity zeroed; an obstacle the others rest on) and lets it go after frame G (default -1: to the end).
+(numbered as the log lists them: heaviest first with ``auto``, in box order with a box list); a point drag without
+it grabs the body nearest its point. With several bodies a ``"freezes"`` list holds bodies still:
+``{"body": K, "frame": F, "until": G}`` freezes body K where it is at frame F (its velocity zeroed; an obstacle the
+others rest on) and lets it go after frame G (default -1: to the end).
 
 Without ``--headless`` the browser viewer starts (``physskin_gs_viewer.app.run_viewer``) on --host/--port.
 """
@@ -228,6 +229,8 @@ class MotionScript:
     FREEZE_KEYS = ("body", "frame", "until", "comment")
     DRAG_KEYS = ("handle", "point", "body", "radius", "keyframes", "start_frame", "end_frame", "comment")
     KEYFRAME_KEYS = ("frame", "target", "offset", "comment")
+    #: what a drag's or freeze's "body" must be
+    BODY_INT = "an integer >= 0 (the bodies as the log lists them)"
 
     @classmethod
     def load(cls, path: str) -> "MotionScript":
@@ -254,7 +257,7 @@ class MotionScript:
             if not isinstance(z, dict) or "body" not in z or "frame" not in z:
                 raise OptionError(f"{where} must be an object with 'body' and 'frame' (and optionally 'until')")
             _known_keys(z, cls.FREEZE_KEYS, where)
-            fz = {"body": _script_int(z["body"], f"{where}.body", 0, "an integer >= 0 (the bodies as the log lists them)"),
+            fz = {"body": _script_int(z["body"], f"{where}.body", 0, cls.BODY_INT),
                   "frame": _script_int(z["frame"], f"{where}.frame", 1, "an integer >= 1 (frame 1 is the rest state)"),
                   "until": -1}
             if "until" in z:
@@ -286,7 +289,7 @@ class MotionScript:
                     raise OptionError(f"{where}.radius applies to a 'point' drag only (a handle drag grabs the "
                                       "handle's own region)")
             if "body" in d:
-                drag["body"] = _script_int(d["body"], f"{where}.body", 0, "an integer >= 0 (the bodies as the log lists them)")
+                drag["body"] = _script_int(d["body"], f"{where}.body", 0, cls.BODY_INT)
             kfs = d.get("keyframes")
             if not isinstance(kfs, list) or not kfs:
                 raise OptionError(f"{where}.keyframes must be a non-empty list")

@@ -1146,9 +1146,9 @@ class SubspaceSimulator:
                 backtracked or not _same_mask(contacts, self._chol_contacts))
             # only the contacts changed: the elastic part of the factor is still the chord's model, the floor's
             # stiff penalty is what it lacks; a factor that already kept it, or one poor at its line search, is
-            # refreshed whole
-            keep = (stale and self.KEEP_ELASTIC and not backtracked and not self._chol_partial
-                    and self._chol_elastic is not None)
+            # refreshed whole ("newton", the reference, always is)
+            keep = (stale and self.KEEP_ELASTIC and self.solver != "newton" and not backtracked
+                    and not self._chol_partial and self._chol_elastic is not None)
             # a subset Hessian is no longer trusted past the budget, nor once a line search backtracked with it: the
             # exact one for the rest of the step (on a thin plant at 32 handles the subset's model took 44
             # iterations a step and rejected most steps, the exact one 5; a duck's modes basis at 32 handles
