@@ -2,8 +2,11 @@
 
 The scene: a box-shaped object (surface samples; one side face denser than the floor) on a wide thin floor
 disc, 1 % random floaters in a box three times the scene's size, 10 % near-transparent rows and a few NaN
-rows, all rotated by a fixed random rotation. Prints per-stage times of ``analyze_scene`` next to the time
-to generate the arrays and to copy them once (the O(N) floor any pass over the data pays), in this run.
+rows, all rotated by a fixed random rotation; the object and the floor of two colours (with noise), random quats.
+Prints per-stage times of ``analyze_scene`` (given the colours and quats, as ``animate`` gives them) next to the
+time to generate the arrays and to copy them once (the O(N) floor any pass over the data pays), and the total
+without the colours and quats (no base claim, :func:`physskin_gs.geometry.scene_analysis._claim_base`) as a
+ratio, in this run.
 
 Usage: OPENBLAS_NUM_THREADS=1 python scripts/bench_scene_analysis.py [--n 1000000] [--repeat 3] [--threads 2]
 """
@@ -22,7 +25,8 @@ from physskin_gs.geometry.scene_analysis import analyze_scene
 
 def synthetic_capture(n: int, seed: int = 0):
     """(means (n, 3) float32, opacities (n,) float32, log_scales (n, 3) float32, object rows (n,) bool,
-    true up (3,)) of the synthetic capture described in the module docstring."""
+    true up (3,), colors (n, 3) float32 in [0, 1], quats (n, 4) float32 wxyz) of the synthetic capture described in
+    the module docstring."""
     rng = np.random.default_rng(seed)
     n_float = n // 100
     n_nan = 10
@@ -56,7 +60,11 @@ def synthetic_capture(n: int, seed: int = 0):
     opac = rng.uniform(0.1, 1.0, n).astype(np.float32)
     opac[rng.random(n) < 0.1] = 0.01
     log_scales = np.full((n, 3), -4.0, dtype=np.float32)
-    return means, opac, log_scales, is_obj, rot @ np.array([0.0, 0.0, 1.0])
+    colors = np.where(is_obj[:, None], np.array([0.7, 0.3, 0.2]), np.array([0.5, 0.5, 0.5]))
+    colors = np.clip(colors + 0.05 * rng.standard_normal((n, 3)), 0.0, 1.0).astype(np.float32)
+    quats = rng.standard_normal((n, 4)).astype(np.float32)
+    quats /= np.linalg.norm(quats, axis=1, keepdims=True)
+    return means, opac, log_scales, is_obj, rot @ np.array([0.0, 0.0, 1.0]), colors, quats
 
 
 def main() -> None:
@@ -68,16 +76,17 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     t = time.perf_counter()
-    means, opac, log_scales, is_obj, up_true = synthetic_capture(args.n)
+    means, opac, log_scales, is_obj, up_true, colors, quats = synthetic_capture(args.n)
     t_gen = time.perf_counter() - t
     t = time.perf_counter()
     copies = (means.copy(), opac.copy(), log_scales.copy())
     t_copy = time.perf_counter() - t
     del copies
 
-    runs = []
-    for _ in range(args.repeat):
-        a = analyze_scene(means, opac, log_scales)
+    runs, plain = [], []
+    for _ in range(args.repeat):  # (alternating, so both see the same machine)
+        plain.append(analyze_scene(means, opac, log_scales).timings["total"])
+        a = analyze_scene(means, opac, log_scales, quats=quats, colors=colors)
         runs.append(a.timings)
     stages = list(runs[0].keys())
     print(f"N = {args.n:,} Gaussians, {args.repeat} runs (min / median seconds)")
@@ -90,6 +99,9 @@ def main() -> None:
     err = np.degrees(np.arccos(np.clip(a.up @ up_true, -1.0, 1.0)))
     opaque = ~(a.invalid | a.transparent)
     agree = (a.object == is_obj)[opaque].mean()
+    looks = np.array([r["total"] for r in runs])
+    print(f"{'no looks':<12}{min(plain):9.3f}{np.median(plain):9.3f}   (total with the looks / without: "
+          f"{looks.min() / min(plain):.2f}x min, {np.median(looks) / np.median(plain):.2f}x median)")
     print(a.summary())
     print(f"up error {err:.2f} deg; object mask agrees with the truth on {agree:.2%} of the opaque rows")
 

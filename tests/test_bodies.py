@@ -125,7 +125,9 @@ def _rows(truth, role, n) -> np.ndarray:
 
 def test_analysis_finds_every_object_on_the_table(table_capture):
     """The table top (not the floor under it) is the support, exactly level; each of the three objects is one body
-    holding at least 90 % of its rows and nothing of the table, the floor or the other objects."""
+    holding at least 99.9 % of its rows and nothing of the table, the floor or the other objects (the base of each
+    in the table's own slab, 16-23 rows, a visible ring under the ball, stayed on the table before the base claim:
+    99.5-99.8 %; now none stays)."""
     from physskin_gs.bodies import body_masks
     from physskin_gs.pipeline import analyze_for_animation
 
@@ -141,7 +143,7 @@ def test_analysis_finds_every_object_on_the_table(table_capture):
     for m in masks:
         hit = [float((m & o).sum()) / o.sum() for o in objects]
         k = int(np.argmax(hit))
-        assert hit[k] >= 0.9
+        assert hit[k] >= 0.999, hit
         assert (m & ~objects[k]).sum() <= 0.02 * m.sum()
         assert not (m & static).any()
 

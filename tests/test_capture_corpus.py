@@ -134,11 +134,12 @@ def generator():
 
 def test_generated_hard_captures(generator):
     """Twenty generated captures (seeds 0-19): the up axis within 5 degrees on at least 19 and never wrong without
-    saying so; of the rows called object, 94 % truly are (mean), and 94 % of the support and background rows stay
-    static (measured: 20 / 20, 0.963 and 0.974)."""
+    saying so; of the rows called object, 94 % truly are (mean), 94 % of the support and background rows stay
+    static, and 98 % of the objects' rows move with their body (measured: 20 / 20, 0.963, 0.974 and 0.9935; the
+    last was 0.948 before the base in the support's slab was told apart by its look)."""
     from physskin_gs.pipeline import analyze_for_animation
 
-    ok, silent, precision, static = 0, 0, [], []
+    ok, silent, precision, static, recall = 0, 0, [], [], []
     for seed in range(20):
         cap = generator.make_hard_capture(seed)
         a = analyze_for_animation(cap.scene)
@@ -150,8 +151,92 @@ def test_generated_hard_captures(generator):
         rest = cap.mask("support") | cap.mask("background")
         precision.append(float(truth[obj].mean()) if obj.any() else 0.0)
         static.append(float((~obj[rest]).mean()))
+        moving = obj.copy()
+        for rows, _ in a.other_bodies:
+            moving[rows] = True
+        recall.append(float(moving[truth].mean()))
     assert ok >= 19 and silent == 0, (ok, silent)
     assert np.mean(precision) >= 0.94 and np.mean(static) >= 0.94, (np.mean(precision), np.mean(static))
+    assert np.mean(recall) >= 0.98, np.mean(recall)
+
+
+def _on_a_table(generator, kind: str, rgb, table_rgb, noise: float):
+    """(scene, object rows (N,) bool) of one object standing on a square table top at y = 0 (-y up in the file): a
+    sphere (radius 0.5, 8000 rows) or a crate (0.8 x 0.6 x 0.7, 8000 rows less its bottom face, which no camera
+    sees), on 12000 rows of table (3 x 3, height noise ``noise``), each of one colour (with the generator's
+    noise)."""
+    import trimesh
+
+    rng = np.random.default_rng(0)
+    if kind == "sphere":
+        mesh = trimesh.creation.icosphere(subdivisions=4, radius=0.5)
+        mesh.apply_translation((0.0, 0.5, 0.0))
+    else:
+        mesh = trimesh.creation.box(extents=(0.8, 0.6, 0.7))
+        mesh.apply_translation((0.0, 0.3, 0.0))
+    obj = generator._surface(mesh, 8000, rng, rgb)
+    if kind == "crate":
+        seen = obj.normals[:, 1] > -0.9
+        obj.means, obj.normals, obj.size, obj.rgb, obj.opacity = (obj.means[seen], obj.normals[seen],
+                                                                  obj.size[seen], obj.rgb[seen], obj.opacity[seen])
+    table = generator._rect(-1.5, 1.5, -1.5, 1.5, 0.0, 12000, rng, table_rgb, noise=noise)
+    scene, _ = generator.parts_to_scene([("object0", obj), ("support", table)], np.diag([1.0, -1.0, -1.0]))
+    truth = np.zeros(scene.num_gaussians, dtype=bool)
+    truth[: obj.means.shape[0]] = True
+    return scene, truth
+
+
+def _analyses_with_and_without_looks(scene):
+    """The analysis ``animate`` runs, and the same without the colours and quats (positions, opacities and scales
+    only, as before the base claim)."""
+    from physskin_gs.geometry import scene_analysis
+    from physskin_gs.pipeline import analyze_for_animation
+
+    a = analyze_for_animation(scene)
+    b = scene_analysis.analyze_scene(scene.means, scene.opacities, scene.log_scales,
+                                     format_prior_up=np.array([0.0, -1.0, 0.0]), stable_base=True, seed=0)
+    return a, b
+
+
+@pytest.mark.parametrize("kind, rgb, table_rgb, noise, left_before", [
+    ("sphere", (0.8, 0.2, 0.2), (0.5, 0.5, 0.5), 0.002, 46),  # told by its colour
+    ("crate", (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), 0.004, 92),  # the table's colour: told by its sides' normals
+])
+def test_the_base_inside_the_supports_slab_moves_with_the_object(generator, kind, rgb, table_rgb, noise,
+                                                                  left_before):
+    """A sphere's lowest cap and a crate's lowest edge lie within the table top's own slab: by position they are
+    the support's, and they stayed on the table when the object moved (46 and 92 rows, a visible ring). Told apart by
+    how they look against this capture's own rows on each side, every row of the object moves, and no more of the
+    table than before (its rows in the contact layer next to the object)."""
+    scene, truth = _on_a_table(generator, kind, rgb, table_rgb, noise)
+    a, b = _analyses_with_and_without_looks(scene)
+    assert a.up_source == "support-plane" and _angle(a.up, [0.0, -1.0, 0.0]) < 1.0
+    assert int((~b.object[truth]).sum()) == left_before  # (the analysis without the looks: the ring stays)
+    assert a.object[truth].all()
+    assert int(a.object[~truth].sum()) == int(b.object[~truth].sum()) <= 4
+
+
+def test_a_base_that_looks_like_its_support_is_left_to_position(generator):
+    """A grey sphere on a grey table: its cap and the table look alike in colour and in the flat normal, so the
+    examples of the two are not separable and nothing is claimed: the analysis is the one without the looks (a claim
+    would be a coin toss tearing rows out of the table; a grey cap left on a grey table is not seen)."""
+    scene, truth = _on_a_table(generator, "sphere", (0.5, 0.5, 0.5), (0.5, 0.5, 0.5), 0.002)
+    a, b = _analyses_with_and_without_looks(scene)
+    assert np.array_equal(a.object, b.object) and np.array_equal(a.support, b.support)
+    assert int((~a.object[truth]).sum()) > 0  # (its cap is still in the slab: the case is the one above)
+
+
+def test_a_generated_vase_takes_its_bottom_off_the_table(generator):
+    """Seed 1: a vase on a noisy, slightly curved table with a wall behind. 623 of its 6000 rows (its bottom and
+    lowest side, within the table's slab) stayed static; now every row moves and no table or wall row does."""
+    from physskin_gs.pipeline import analyze_for_animation
+
+    cap = generator.make_hard_capture(1)
+    assert cap.draws["kinds"] == ["vase"]
+    a = analyze_for_animation(cap.scene)
+    truth = cap.mask("object")
+    assert a.object[truth].all()
+    assert not a.object[cap.mask("support") | cap.mask("background")].any()
 
 
 def test_wall_touching_the_object_stays_static(generator):
@@ -504,3 +589,27 @@ def test_a_support_carries_on_one_piece_of_its_surface(under):
         assert best is None and "no one piece of it carries" in why, why
     else:
         assert best is not None and best.normal[2] > 0.99, why
+
+
+def test_the_base_claim_grows_as_its_reference_classifies_all(generator, monkeypatch):
+    """The base claim's growth from the object's base (classifying only the candidates it meets) claims exactly the
+    rows its plain reference does (every candidate classified, the claimed ones kept whose connected component holds
+    a row of the object's base), on generated captures where it claims hundreds of rows (seeds 1, 3, 10, 26)."""
+    from physskin_gs.geometry import scene_analysis
+    from physskin_gs.pipeline import analyze_for_animation
+
+    grow = scene_analysis._claim_base
+    claimed = []
+
+    def both(obj, *args, **kwargs):
+        ref = obj.copy()
+        n_ref = grow(ref, *args[:-1], np.random.default_rng(7), reference=True)
+        n = grow(obj, *args[:-1], np.random.default_rng(7))
+        assert n == n_ref and np.array_equal(obj, ref)
+        claimed.append(n)
+        return n
+
+    monkeypatch.setattr(scene_analysis, "_claim_base", both)
+    for seed in (1, 3, 10, 26):
+        analyze_for_animation(generator.make_hard_capture(seed).scene)
+    assert sum(claimed) >= 1000, claimed

@@ -53,7 +53,11 @@ classification of all rows O(N)):
    left static. A wall so close that even those voxels join it to the object is found by its foot: the object's
    contact points over something that continues below the support, lying along a line past the standing
    contact's hull; the object's rows are then shared geodesically between the wall and what stands, and the
-   wall's share is left static.
+   wall's share is left static. Last, the object's base inside the support's own slab (a ball's lowest cap, a
+   crate's lowest edge, feet in a noisy or tilted top) is told from the support by how it looks, when colours
+   (and quats) are given: rows under the object's footprint whose colour (or colour and flat normal) is the
+   object's, learned from this capture's own rows on each side, and only when the two are separable there
+   (:func:`_claim_base`).
    Everything else valid, opaque and not a floater is ``background`` (static), except the plane's inliers,
    which are ``support``.
 
@@ -78,6 +82,7 @@ from scipy import ndimage
 from scipy.spatial import ConvexHull, QhullError
 
 from physskin_gs.geometry.normalize import DegenerateGeometryError, finite_rows
+from physskin_gs.scene import quat_to_rotmat
 
 ArrayLike = Union[np.ndarray, torch.Tensor]
 
@@ -379,6 +384,18 @@ HAZE_VOXELS = 3
 #: ... and at most this fraction of the scene's size (a sparse capture's voxels are coarse: a 1000-row fragment's
 #: are a tenth of it)
 HAZE_REACH = 0.1
+#: the base claim (:func:`_claim_base`): the support's examples lie in this many cells (of the standing test's
+#: voxel) around the object's footprint; neighbours voted on, and how many of them must be the object's for a claim;
+#: the chain tolerance, in the object's row spacing at its base; least leave-one-out accuracy of each set of examples
+#: for the claim to be made; most examples per set; weight of the flat-normal cue against the colour's (a unit of
+#: which spans black to white)
+BASE_RING_CELLS = 3
+BASE_VOTES = 7
+BASE_CLAIM_VOTES = 6
+BASE_GAP = 4.0
+BASE_SEPARABLE = 0.9
+BASE_EXAMPLES = 1500
+BASE_NORMAL_WEIGHT = 0.25
 
 
 def analyze_scene(
@@ -409,6 +426,8 @@ def analyze_scene(
     prior_if_it_stands: bool = False,
     prior_recorded: bool = False,
     support_search: bool = True,
+    quats: Optional[ArrayLike] = None,
+    colors: Optional[ArrayLike] = None,
 ) -> SceneAnalysis:
     """Classify the rows of a Gaussian capture and find its support plane and up axis (see module doc).
 
@@ -454,6 +473,10 @@ def analyze_scene(
             degrees of it (a flat part of an exported, deformed frame is not a support).
         support_search: look for a support plane (False for a mesh: a mesh is the object, and a flat part of it,
             a chair's base or a scorpion's feet, was taken as a support and kept half of it static).
+        quats: optional (N, 4) unit quaternions (wxyz) of the Gaussians; with ``log_scales``, the normal (shortest
+            axis) of a flat Gaussian is one of the cues that claim an object's base out of the support's slab
+            (:func:`_claim_base`).
+        colors: optional (N, 3) base colours in [0, 1] (``0.5 + C0 * sh_dc``), the other cue of the base claim.
 
     Returns:
         A :class:`SceneAnalysis`.
@@ -592,6 +615,13 @@ def analyze_scene(
 
     # 6. classification of all rows ------------------------------------------------------------------------
     t = time.perf_counter()
+    colors_np = None if colors is None else _to_numpy(colors, np.float32)
+    quats_np = None if quats is None or log_scales is None else _to_numpy(quats, np.float32)
+    scales_np = None if quats_np is None else _to_numpy(log_scales, np.float32)
+    for name_, arr, w in (("colors", colors_np, 3), ("quats", quats_np, 4)):
+        if arr is not None and arr.shape != (n, w):
+            raise ValueError(f"{name_} must have shape ({n}, {w}), got {arr.shape}")
+    base_cues = colors_np is not None or quats_np is not None
     cand = opaque & ~floater  # [N]
     support = np.zeros(n, dtype=bool)
     above = cand.copy()
@@ -686,6 +716,10 @@ def analyze_scene(
                     _drop_through_parts(m, pts, plane, scale / support_voxels)
                 if plane is not None and not small:
                     _drop_wall_strips(m, pts, sd, band, scale / support_voxels, plane["normal"], rng)
+                    if base_cues:  # the base inside the support's own slab (docstring, _claim_base)
+                        clear = max(object_clearance * scale, band)
+                        _claim_base(m, cand & (sd >= -band) & (sd <= clear), pts, sd, clear, band,
+                                    scale / support_voxels, plane["normal"], colors_np, quats_np, scales_np, rng)
                 return m
 
             def transparent_in(label: int, taken: np.ndarray) -> np.ndarray:
@@ -782,7 +816,158 @@ def analyze_gaussian_scene(scene, **kwargs) -> SceneAnalysis:
     Raises:
         ValueError / DegenerateGeometryError: as :func:`analyze_scene`.
     """
+    kwargs.setdefault("quats", scene.quats)
+    kwargs.setdefault("colors", scene.colors())
     return analyze_scene(scene.means, torch.sigmoid(scene.opacity_logits), scene.log_scales, **kwargs)
+
+
+def _base_features(idx: np.ndarray, up: np.ndarray, colors: Optional[np.ndarray] = None,
+                   quats: Optional[np.ndarray] = None, log_scales: Optional[np.ndarray] = None) -> np.ndarray:
+    """(len(idx), F) features of rows ``idx`` for :func:`_claim_base`: the base colour (3 columns, [0, 1]) when
+    ``colors`` is given, and when ``quats`` (wxyz) and ``log_scales`` are, ``BASE_NORMAL_WEIGHT`` times
+    ``|n . up| * flatness``: n the Gaussian's shortest axis, flatness ``1 - s_min / s_mid`` (0 for a round blob, whose
+    shortest axis means nothing)."""
+    cols = []
+    if colors is not None:
+        cols.append(np.clip(colors[idx].astype(np.float64), 0.0, 1.0))
+    if quats is not None and log_scales is not None:
+        ls = log_scales[idx].astype(np.float64)
+        k = np.argmin(ls, axis=1)  # [M] the shortest axis
+        srt = np.sort(ls, axis=1)
+        flat = 1.0 - np.exp(srt[:, 0] - srt[:, 1])  # [M] in [0, 1)
+        rot = quat_to_rotmat(torch.from_numpy(quats[idx].astype(np.float64))).numpy()  # [M, 3, 3] local -> scene
+        nrm = rot[np.arange(len(idx)), :, k]  # [M, 3] the shortest axis's column
+        cols.append((BASE_NORMAL_WEIGHT * np.abs(nrm @ up) * flat)[:, None])
+    return np.concatenate(cols, axis=1) if cols else np.zeros((len(idx), 0))
+
+
+def _claim_base(obj: np.ndarray, slab: np.ndarray, pts: np.ndarray, sd: np.ndarray, clear: float, band: float,
+                h: float, up: np.ndarray, colors: Optional[np.ndarray], quats: Optional[np.ndarray],
+                log_scales: Optional[np.ndarray], rng: np.random.Generator, reference: bool = False) -> int:
+    """Claim for the object mask ``obj`` (N,) bool, in place, the rows of its base that lie inside the support's own
+    slab: a ball's lowest cap, a crate's lowest edge, a vase's bottom, feet sunk into a noisy or tilted top. Returns
+    how many.
+
+    The slab is the support's by position alone; what tells its rows apart is where they are and how they look.
+
+    * Candidates: the ``slab`` rows (N,) bool (from the band under the support's surface up to the clearance
+      ``clear``, scene units) under the object's footprint: the cells (edge ``h``, scene units, in the plane) of its
+      lowest rows above the clearance (``sd`` (N,), signed distance above the plane in scene units, in ``(clear,
+      clear + 2 band]``; else its 200 lowest rows above it), grown by one cell and their holes filled.
+    * Examples, learned from this capture: those lowest rows of the object (above the contact layer, which holds
+      the support's own noisy or tilted rows too), and the slab's rows in the ``BASE_RING_CELLS`` cells around the
+      footprint (the support next to the object), as many of each (at most ``BASE_EXAMPLES``).
+    * Features (:func:`_base_features`): the colour alone first, what a viewer sees; when that does not separate
+      the examples, the colour with the flat Gaussians' normal against the support's ``up`` (3,) (a crate's side
+      the colour of its table).
+    * A candidate goes to the object when at least ``BASE_CLAIM_VOTES`` of its ``BASE_VOTES`` nearest examples are
+      the object's, and only when the examples are separable (leave-one-out majority votes right for at least
+      ``BASE_SEPARABLE`` of each set). Where the object's base looks like its support, a claim would be a coin toss
+      that tears rows out of the table, and rows that look like the table are not seen when left on it.
+    * Only what joins the object is claimed: the claim grows from the object's base through the candidates, each
+      claimed row within ``BASE_GAP`` times the object's row spacing at its base of the next (a lone table row whose
+      colour noise matches the object stays), and only the candidates it meets are classified. ``reference=True``:
+      every candidate is classified and the claimed ones kept whose connected component (pairs within that
+      distance, ``scipy.sparse.csgraph``) holds a row of the object's base, the plain version a test holds the
+      growth to.
+
+    Measured on 200 generated hard captures: the object rows that move 0.935 -> 0.983 (mean), the rows called
+    object that are 0.9734 -> 0.9733, the support and background left static 0.9752 -> 0.9749 (most of the
+    support rows taken lie under the object, where a real capture has none). ``pts`` (N, 3) scene units;
+    ``colors`` (N, 3) in [0, 1], ``quats`` (N, 4) wxyz and ``log_scales`` (N, 3) or None."""
+    from scipy.spatial import cKDTree
+
+    from physskin_gs.geometry.support import plane_axes
+
+    low = np.flatnonzero(obj & (sd > clear) & (sd <= clear + 2.0 * band))
+    if low.shape[0] < 4 * BASE_VOTES:
+        above = np.flatnonzero(obj & (sd > clear))
+        low = above[np.argsort(sd[above], kind="stable")[:200]]
+    if low.shape[0] < 4 * BASE_VOTES:
+        return 0
+    B = plane_axes(up)  # [2, 3]
+    l2 = pts[low].astype(np.float64) @ B.T  # [L, 2]
+    pad = BASE_RING_CELLS + 2
+    lo = l2.min(0) - pad * h
+    dims = np.floor((l2.max(0) + pad * h - lo) / h).astype(np.int64) + 1
+    if float(np.prod(dims)) > 16e6:  # (a base spread far wider than its cells)
+        return 0
+    foot = np.zeros(tuple(dims), dtype=bool)  # [D0, D1] the footprint's cells
+    ij = np.floor((l2 - lo) / h).astype(np.int64)
+    foot[ij[:, 0], ij[:, 1]] = True
+    foot = ndimage.binary_fill_holes(ndimage.binary_dilation(foot, structure=np.ones((3, 3), bool)))
+    around = ndimage.binary_dilation(foot, structure=np.ones((3, 3), bool), iterations=BASE_RING_CELLS) & ~foot
+    rows = np.flatnonzero(slab & ~obj)
+    r2 = pts[rows] @ B.T.astype(np.float32)  # [S, 2] (float32: cells are a fortieth of the scene)
+    # the grid's border cells are in neither set (padded), so a row outside it can be clamped onto the border
+    ri = np.clip(np.floor((r2[:, 0] - lo[0]) / h).astype(np.int64), 0, dims[0] - 1)  # [S]
+    rj = np.clip(np.floor((r2[:, 1] - lo[1]) / h).astype(np.int64), 0, dims[1] - 1)  # [S]
+    cand = rows[foot[ri, rj]]
+    sup = rows[around[ri, rj]]
+    k_ex = min(low.shape[0], sup.shape[0], BASE_EXAMPLES)
+    if cand.shape[0] == 0 or k_ex < 4 * BASE_VOTES:
+        return 0
+    body, sup = _subsample(low, k_ex, rng), _subsample(sup, k_ex, rng)
+    ex = np.concatenate([body, sup])
+    is_body = np.arange(2 * k_ex) < k_ex  # [2K]
+    # the colour alone first (what a viewer sees), then with the normal (a base the colour of its support)
+    cues = ([dict(colors=colors)] if colors is not None else []) + (
+        [dict(colors=colors, quats=quats, log_scales=log_scales)] if quats is not None and log_scales is not None
+        else [])
+    for cue in cues:
+        feats = _base_features(ex, up, **cue)  # [2K, F]
+        tree = cKDTree(feats)
+        _, nb = tree.query(feats, k=BASE_VOTES + 1)  # [2K, V + 1] (the first: the example or its twin)
+        vote = is_body[nb[:, 1:]].mean(axis=1) > 0.5  # [2K] leave-one-out votes
+        if min(float(vote[is_body].mean()), float((~vote[~is_body]).mean())) >= BASE_SEPARABLE:
+            break
+    else:
+        return 0
+    # grown from the object's base through the candidates, one ring of neighbours at a time: only what joins the
+    # object is claimed, by a chain of claimed rows each within BASE_GAP times the object's row spacing at its base
+    # of the next (a lone table row whose colour noise matches the object's stays), and only the candidates met
+    # are classified (the table under a crate with no bottom face is not)
+    sub = _subsample(low, 5000, rng)  # (the spacing of a subsample, scaled to all rows of a surface: 1 / sqrt(n))
+    spacing = float(np.median(cKDTree(pts[sub]).query(pts[sub[:1000]], k=2)[0][:, 1]))
+    gap = BASE_GAP * spacing * float(np.sqrt(sub.shape[0] / low.shape[0]))
+    base = np.flatnonzero(obj & (sd <= clear + gap))  # [A] the object's rows a candidate can be within gap of
+    cpts = pts[cand].astype(np.float64)  # [C, 3]
+    ctree = None
+    seen = np.zeros(cand.shape[0], dtype=bool)  # [C] classified
+    won = np.zeros(cand.shape[0], dtype=bool)  # [C] claimed
+    if base.shape[0] == 0:
+        return 0
+    if reference:
+        from scipy.sparse import coo_matrix
+        from scipy.sparse.csgraph import connected_components
+
+        _, nb = tree.query(_base_features(cand, up, **cue), k=BASE_VOTES)  # [C, V]
+        voted = cand[is_body[nb].sum(axis=1) >= BASE_CLAIM_VOTES]
+        pool = np.concatenate([base, voted])
+        pairs = cKDTree(pts[pool].astype(np.float64)).query_pairs(gap, output_type="ndarray")  # [P, 2]
+        graph = coo_matrix((np.ones(pairs.shape[0]), (pairs[:, 0], pairs[:, 1])), shape=(pool.shape[0],) * 2)
+        _, comp = connected_components(graph, directed=False)
+        joined = np.zeros(comp.max() + 1, dtype=bool)
+        joined[comp[: base.shape[0]]] = True
+        won_rows = voted[joined[comp[base.shape[0]:]]]
+        obj[won_rows] = True
+        return int(won_rows.shape[0])
+    d, _ = cKDTree(pts[base].astype(np.float64)).query(cpts, k=1, distance_upper_bound=gap, workers=-1)  # [C]
+    front = np.flatnonzero(np.isfinite(d))
+    while front.shape[0]:
+        seen[front] = True
+        _, nb = tree.query(_base_features(cand[front], up, **cue), k=BASE_VOTES)  # [F, V]
+        new = front[is_body[nb].sum(axis=1) >= BASE_CLAIM_VOTES]
+        won[new] = True
+        if new.shape[0] == 0:
+            break
+        ctree = cKDTree(cpts) if ctree is None else ctree
+        nxt = ctree.query_ball_point(cpts[new], r=gap, return_sorted=False)
+        front = np.unique(np.concatenate([np.asarray(x, np.int64) for x in nxt] + [np.zeros(0, np.int64)]))
+        front = front[~seen[front]]
+    won = cand[won]
+    obj[won] = True
+    return int(won.shape[0])
 
 
 def _drop_through_parts(obj: np.ndarray, pts: np.ndarray, plane: dict, h: float) -> None:
