@@ -322,7 +322,7 @@ def test_animate_headless_writes_every_body(table_capture, tmp_path, capsys):
     learned = [int(h) - 1 for h in re.findall(r"body \d: \d+ Gaussians, (\d+) handles", err)]
     assert sum(learned[:k]) + local == 40 and 0 <= local < learned[k], (k, local, learned)
     note = next(line for line in err.splitlines() if "contact is resolved at their spacing" in line)
-    assert re.search(r"body 1 has 4\d, body 2 has 4\d cubature points", note) and "--cubature 128" in note, note
+    assert re.search(r"body 1 has [45]\d, body 2 has [45]\d cubature points", note) and "--cubature 128" in note, note
 
 
 def test_viewer_drags_any_body_and_shows_every_body(table_capture):

@@ -99,3 +99,24 @@ def test_cli_turntable_video(inria_sh3, tmp_path):
     frames = [f for f in r]
     r.close()
     assert len(frames) == 3 and frames[0].shape == (32, 48, 3)  # rounded to multiples of 16
+
+
+def test_cli_render_says_the_up_as_animate_does(tmp_path, capsys):
+    """``render`` with ``--up auto`` names the analysis' up as ``animate``'s scene line does: the axis (the tarot
+    box's paper is 0.6 degrees off -y: "-y", not "+0.007, -1.000, +0.008"), where it came from, then the reason,
+    with no bracket around a reason that holds brackets of its own."""
+    from conftest import DATA_DIR
+
+    src = DATA_DIR / "captures" / "tarot_box_on_paper_padilla.splat"
+    assert main(["render", str(src), "-o", str(tmp_path / "t.png"), "--width", "48", "--height", "48"]) == 0
+    note = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("note: up "))
+    assert note.startswith("note: up -y, from the normal of the support it stands on: support plane with "), note
+    assert "[" not in note and "support-plane" not in note, note
+
+
+def test_up_sentence_names_the_axis_and_its_source():
+    from physskin_gs.cli._common import up_sentence
+
+    assert up_sentence([0.0, -1.0, 0.0], "stable-base", "r (x)") == (
+        "up -y, from the side it stands on most stably (no support found): r (x)")
+    assert up_sentence([0.6, 0.8, 0.0], "support-plane", "r").startswith("up [+0.600, +0.800, +0.000], from the normal")

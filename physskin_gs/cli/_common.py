@@ -145,17 +145,30 @@ def resolve_up_option(value) -> Tuple[bool, Any]:
     return False, up
 
 
+#: where an analysis' up came from, in words (animate's scene line, render's and convert's note)
+UP_SOURCES = {"support-plane": "the normal of the support it stands on",
+              "stable-base": "the side it stands on most stably (no support found)",
+              "format-prior": "the file format's up-axis convention (no support, no clear base)",
+              "default": "the default (no support, no convention)"}
+
+
+def up_sentence(up, source: str, reason: str) -> str:
+    """``up -y, from the normal of the support it stands on: REASON``: the analysis' up ``up`` (3,) by its axis name
+    (:func:`axis_name`: within 1 degree of an axis, else its components), where it came from (``source``, a key of
+    :data:`UP_SOURCES`) and the analysis' ``reason``, with no nested brackets. Raises nothing."""
+    return f"up {axis_name(up)}, from {UP_SOURCES.get(source, source)}: {reason}"
+
+
 def scene_up(scene) -> List[float]:
     """``--up auto``: the (3,) unit up vector of the scene analysis (the support plane's normal, else the axis
     the object stands on most stably or the format's convention, as animate does), as floats; prints
-    ``note: up X, Y, Z (source: reason)`` on stderr.
+    ``note: up -y, from ...: reason`` (:func:`up_sentence`, as animate's scene line) on stderr.
     Raises DegenerateGeometryError (from the scene analysis) when no row is valid and opaque."""
     from physskin_gs.pipeline import analyze_for_animation
 
     analysis = analyze_for_animation(scene)
     up = [float(v) for v in analysis.up]
-    print(f"note: up {', '.join(f'{v:+.3f}' for v in up)} ({analysis.up_source}: {analysis.reason})",
-          file=sys.stderr)
+    print(f"note: {up_sentence(up, analysis.up_source, analysis.reason)}", file=sys.stderr)
     if getattr(analysis, "unsure", False):
         print(f"note: {UNSURE_UP}", file=sys.stderr)
     return up

@@ -40,6 +40,7 @@ from typing import List, Optional
 from physskin_gs.cli._common import (OutputError, check_int, check_number, require_input_file, strict_json,
                                      verify_written, warn_option)
 from physskin_gs.cli._common import axis_name as _axis_name
+from physskin_gs.cli._common import up_sentence
 from physskin_gs.cli._skinning import add_skinning_arguments, check_handles
 from physskin_gs.errors import OptionError, PhysSkinError
 from physskin_gs.materials import DEFAULT_MATERIAL, MATERIALS, material
@@ -912,19 +913,13 @@ def run_headless(args) -> int:
         c = sa["counts"]
         static = anim.scene.num_gaussians - anim.info["num_moving"]
         given_up = str(args.up).strip().lower() != "auto"
-        whence = {"support-plane": "the normal of the support it stands on",
-                  "stable-base": "the side it stands on most stably (no support found)",
-                  "format-prior": "the file format's up-axis convention (no support, no clear base)",
-                  "default": "the default (no support, no convention)"}.get(sa["up_source"], sa["up_source"])
         if given_up:  # the analysis took the given up as known: its support (if any) agrees with it
             found = ("a support plane found near it" if sa["up_source"] == "support-plane"
                      else "no support plane near it")
-            print(f"[physskin-gs] scene: up {args.up} as given (--up); {found} [{sa['up_source']}: {sa['reason']}]",
-                  file=sys.stderr)
+            print(f"[physskin-gs] scene: up {args.up} as given (--up); {found}: {sa['reason']}", file=sys.stderr)
             _note_support_against_up(scene, anim.up_vector, args.up)
         else:
-            print(f"[physskin-gs] scene: up {_axis_name(sa['up'])}, from {whence} [{sa['up_source']}: "
-                  f"{sa['reason']}]", file=sys.stderr)
+            print(f"[physskin-gs] scene: {up_sentence(sa['up'], sa['up_source'], sa['reason'])}", file=sys.stderr)
         auto_select = str(args.select).strip().lower() == "auto"
         ob = anim.info.get("other_bodies_rows", (0, 0))  # the other bodies' rows: counted as background (or
         # transparent) by the analysis, moving here
@@ -1229,8 +1224,10 @@ def run_headless(args) -> int:
         ms = sorted(r["ms"] for r in stats_log)
         its = sorted(r["newton_iters"] for r in stats_log)
         per = f" ({args.steps_per_frame} steps each)" if args.steps_per_frame != 1 else ""
-        print(f"[physskin-gs] simulation: {len(ms)} frames{per}, median {ms[len(ms) // 2]:.1f} ms a frame (slowest "
-              f"{ms[-1]:.1f}), median {its[len(its) // 2]} Newton iterations, "
+        it_mid = its[len(its) // 2]
+        print(f"[physskin-gs] simulation: {len(ms)} frame{'s' if len(ms) != 1 else ''}{per}, median "
+              f"{ms[len(ms) // 2]:.1f} ms a frame (slowest {ms[-1]:.1f}), median {it_mid} Newton "
+              f"iteration{'s' if it_mid != 1 else ''}, "
               f"{sum(r['hessians'] for r in stats_log) / len(ms):.2f} Hessian factors a frame; the frames took "
               f"{time.perf_counter() - t_loop:.1f} s with deformation, rendering and writing", file=sys.stderr)
     if export is not None:

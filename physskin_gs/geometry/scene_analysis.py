@@ -154,7 +154,7 @@ class SceneAnalysis:
         invalid: rows with a non-finite mean (or opacity).
         transparent: valid rows with opacity below the threshold.
         floater: opaque rows in small or far clusters, in isolated sparse voxels, or outside the padded grid.
-        support: opaque non-floater rows in the support plane's slab.
+        support: opaque non-floater rows in the support plane's slab, less the base an object claimed out of it.
         object: the object: largest connected component above the support, with the floaters in the voxels next
             to its own, within :data:`HAZE_VOXELS` voxels without a support (its haze: static, they would hang in the
             air where it had been).
@@ -766,6 +766,9 @@ def analyze_scene(
                 taken |= m | t_in
                 more_bodies.append((np.flatnonzero(m), np.flatnonzero(t_in)))
             others = len(more_bodies)
+    support &= ~obj  # (the base an object claimed out of the slab is its own, and the other bodies' theirs)
+    for rows, _ in more_bodies:
+        support[rows] = False
     background = cand & ~support & ~obj
     timings["classify"] = time.perf_counter() - t
 
