@@ -320,3 +320,38 @@ def test_closing_notes_name_the_body_and_never_the_option_given(capsys):
     assert "turned 90 degrees (it tipped over)" in capsys.readouterr().err
     _note_motion(turned, SimpleNamespace(**{**vars(args), "script": "push.json"}), _moving_sample(turned))
     assert "tipped over" not in capsys.readouterr().err  # scripted drags may turn it on purpose
+
+
+def test_a_tall_object_on_its_floor_keeps_its_top_in_the_frame(tmp_path, capsys):
+    """The headless camera looks a quarter of the object's height lower, to keep the floor contact in view; its
+    distance now counts that shift, so a pole five times as tall as it is wide, standing on a captured floor disc,
+    has its top inside a square frame (before: its top row of pixels was the pole's, a fresh user's headpiece)."""
+    import sys
+
+    import imageio.v2 as imageio
+    import trimesh
+
+    from conftest import REPO_ROOT
+    from physskin_gs.io import save_scene
+
+    sys.path.insert(0, str(REPO_ROOT / "scripts"))
+    try:
+        import make_hard_captures as gen
+    finally:
+        sys.path.remove(str(REPO_ROOT / "scripts"))
+    rng = np.random.default_rng(0)
+    pole = trimesh.creation.box(extents=(0.4, 2.0, 0.4))
+    pole.apply_translation((0.0, 1.0, 0.0))
+    parts = [("object0", gen._surface(pole, 6000, rng, (0.8, 0.7, 0.2))),
+             ("support", gen._rect(-1.2, 1.2, -1.2, 1.2, 0.0, 8000, rng, (0.5, 0.5, 0.5), noise=0.002))]
+    scene, _ = gen.parts_to_scene(parts, np.diag([1.0, -1.0, -1.0]))
+    src = tmp_path / "pole.ply"
+    save_scene(scene, str(src))
+    assert _run(["animate", src, "--headless", "--frames", "1", "--png", tmp_path / "png", "--width", "64",
+                 "--height", "64", *FAST]) == 0
+    img = imageio.imread(tmp_path / "png" / "frame0001.png").astype(int)  # [64, 64, 3]
+    background = np.array([33, 36, 43])  # (0.13, 0.14, 0.17)
+    drawn = np.abs(img - background).max(axis=2) > 12  # [64, 64]
+    rows = np.flatnonzero(drawn.any(axis=1))
+    assert rows.min() >= 2, rows.min()  # the top is inside the frame
+    assert rows.min() <= 16, rows.min()  # and the frame is not far off: the pole fills most of its height

@@ -118,5 +118,5 @@ def test_up_sentence_names_the_axis_and_its_source():
     from physskin_gs.cli._common import up_sentence
 
     assert up_sentence([0.0, -1.0, 0.0], "stable-base", "r (x)") == (
-        "up -y, from the side it stands on most stably (no support found): r (x)")
+        "up -y, from the side it stands on most stably: r (x)")
     assert up_sentence([0.6, 0.8, 0.0], "support-plane", "r").startswith("up [+0.600, +0.800, +0.000], from the normal")

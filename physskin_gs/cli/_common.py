@@ -145,11 +145,12 @@ def resolve_up_option(value) -> Tuple[bool, Any]:
     return False, up
 
 
-#: where an analysis' up came from, in words (animate's scene line, render's and convert's note)
+#: where an analysis' up came from, in words (animate's scene line, render's and convert's note; the analysis'
+#: reason that follows says why there was no support or no clear base)
 UP_SOURCES = {"support-plane": "the normal of the support it stands on",
-              "stable-base": "the side it stands on most stably (no support found)",
-              "format-prior": "the file format's up-axis convention (no support, no clear base)",
-              "default": "the default (no support, no convention)"}
+              "stable-base": "the side it stands on most stably",
+              "format-prior": "the file format's up-axis convention",
+              "default": "the default"}
 
 
 def up_sentence(up, source: str, reason: str) -> str:

@@ -516,6 +516,7 @@ class OrbitVideo:
         self.frames = max(1, frames)
         self.orbit = orbit_deg
         up = anim.up_vector
+        self.up = up
         m = anim.scene.means[anim.moving].double()
         floor_h = None
         counts = (getattr(anim, "info", None) or {}).get("scene_analysis", {}).get("counts", {})
@@ -536,14 +537,50 @@ class OrbitVideo:
             # look a bit lower so the floor contact stays in view
             center = center - 0.5 * (float(center @ up) - floor_h) * up * 0.5
         self.target = center
-        self.distance = 3.4 * radius
+        self.distance = self._fit_distance(m, up.to(m), center, 3.4 * radius, orbit_constructor=orbit_camera)
         self._orbit_camera = orbit_camera
-        self.up = up
         # the checker stands in for a floor nobody captured: a captured support is drawn as it is (a checker at its
         # top hid the seal's pavement and its plate's sides: a fresh user's find)
         self.floor = self._floor_gaussians(center, radius, floor_h, up) if floor_h is not None and not captured \
             else None
         self.torch = torch
+
+    def _fit_distance(self, m, up, target, distance: float, orbit_constructor, margin: float = 0.05) -> float:
+        """The camera distance (scene units) at which the box of ``m`` (M, 3) (the moving rows, and where they
+        land), in the frame of ``up`` (3,), projects inside the frame with ``margin`` of its size to spare at every
+        azimuth the orbit passes (9 of them), starting from ``distance`` and backing off 5 % at a time (at most 40
+        times): a tall object's top touched the frame's edge once the target was lowered to keep the floor contact
+        in view (a fresh user's headpiece). A box that fits at ``distance`` keeps it. Raises nothing."""
+        import torch
+
+        from physskin_gs.geometry.support import plane_axes
+
+        B = torch.from_numpy(plane_axes(up.numpy())).to(m)  # [2, 3]
+        frame = torch.cat([B, up[None]])  # [3, 3] rows: two horizontal axes and up
+        loc = m @ frame.T  # [M, 3]
+        lo, hi = loc.min(0).values, loc.max(0).values
+        sel = torch.tensor([[i >> k & 1 for k in range(3)] for i in range(8)], dtype=m.dtype)  # [8, 3]
+        corners = (lo + sel * (hi - lo)) @ frame  # [8, 3] scene units
+        azimuths = [30.0 + self.orbit * t / 8.0 for t in range(9)]
+        for _ in range(40):
+            inside = True
+            for az in azimuths:
+                cam = orbit_constructor(az, 15.0, distance, target, self.up, self.width, self.height)
+                vm, K = cam.viewmat.double(), cam.K.double()
+                pc = corners.double() @ vm[:3, :3].T + vm[:3, 3]  # [8, 3] camera frame
+                if bool((pc[:, 2] <= 1e-9).any()):
+                    inside = False
+                    break
+                u = K[0, 0] * pc[:, 0] / pc[:, 2] + K[0, 2]
+                v = K[1, 1] * pc[:, 1] / pc[:, 2] + K[1, 2]
+                if bool((u < margin * self.width).any() or (u > (1 - margin) * self.width).any()
+                        or (v < margin * self.height).any() or (v > (1 - margin) * self.height).any()):
+                    inside = False
+                    break
+            if inside:
+                break
+            distance *= 1.05
+        return float(distance)
 
     def _floor_gaussians(self, center, radius, h, up):
         import torch
@@ -1231,9 +1268,11 @@ def run_headless(args) -> int:
               f"{sum(r['hessians'] for r in stats_log) / len(ms):.2f} Hessian factors a frame; the frames took "
               f"{time.perf_counter() - t_loop:.1f} s with deformation, rendering and writing", file=sys.stderr)
     if export is not None:
-        print(f"[physskin-gs] wrote {args.frames} frames to {export}/", file=sys.stderr)
+        print(f"[physskin-gs] wrote {args.frames} frame{'s' if args.frames != 1 else ''} to {export}/",
+              file=sys.stderr)
     if png_dir is not None:
-        print(f"[physskin-gs] wrote {args.frames} PNG frames to {png_dir}/", file=sys.stderr)
+        print(f"[physskin-gs] wrote {args.frames} PNG frame{'s' if args.frames != 1 else ''} to {png_dir}/",
+              file=sys.stderr)
     if args.video:
         try:
             written = _write_video(args.video, frames_rgb, fps)

@@ -648,7 +648,7 @@ def analyze_scene(
         up, source = prior, "format-prior"
         why = why.replace("; using the file's up-axis convention instead", "")
         prior_sure = prior_margin >= max(base.margins.values())  # the evidence's best axis too
-        reason = (f"no support plane found ({why}); using {prior_name}: the object can stand that way (stability "
+        reason = (f"no support plane found: {why}; using {prior_name}: the object can stand that way (stability "
                   f"margin {prior_margin:+.2f}" + (")" if prior_sure else
                   f"; it would rest more stably with {base.axis} up, as objects modelled standing often do: a cup "
                   "upside down, a chair on its back)"))
@@ -657,16 +657,16 @@ def analyze_scene(
         up, source = base.up, "stable-base"
         why = why.replace("; using the file's up-axis convention instead", "")  # (the evidence is used instead)
         agrees = prior is not None and float(base.up @ prior) > cos30
-        reason = f"no support plane found ({why}); {base.reason}" + ("" if agrees or prior is None
+        reason = f"no support plane found: {why}; {base.reason}" + ("" if agrees or prior is None
                                                                       else f", not {prior_name}")
         unsure = not agrees  # sure only when the evidence and the file's convention agree
     elif prior is not None:
         up, source = prior, "format-prior"
         unsure = unsure and not prior_sure  # a recorded up axis (our exports, glTF) is not a guess
-        reason = f"no support plane found ({why}); using {prior_name}" + (f" ({base.reason})" if base else "")
+        reason = f"no support plane found: {why}; using {prior_name}" + (f"; {base.reason}" if base else "")
     else:
         up, source = DEFAULT_UP.copy(), "default"
-        reason = f"no support plane found ({why}) and no format prior given; using the default -y"
+        reason = f"no support plane found: {why}; no format prior given, so the default -y"
 
     above_idx = np.flatnonzero(above)
     others = 0

@@ -364,7 +364,7 @@ def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: 
             if below_tree is not None:
                 dist, _ = below_tree.query(c2, k=1, distance_upper_bound=0.75 * voxel)
                 if np.mean(np.isfinite(dist)) > 0.5:
-                    what = "continues below the plane (a wall, a leg)"
+                    what = "continues below the plane, as a wall or a leg does"
             if what is None:
                 dist, _ = slab_tree.query(c2, k=1, distance_upper_bound=2.0 * voxel)
                 carried = np.isfinite(dist)
@@ -373,9 +373,9 @@ def standing_parts(p: np.ndarray, w: np.ndarray, n: np.ndarray, d: float, band: 
                 else:  # stability on the contact the plane's points carry (not on a rim that overhangs it)
                     contact, c2 = contact[carried], c2[carried]
             if what is None and _is_sheet(p[idx], w[idx], n):
-                what = "is a sheet parallel to it (the plane's own surface, cut by a tilted plane)"
+                what = "is a sheet parallel to it, the plane's own surface cut by a tilted plane"
             if what is None and not _stable(p, w, sd, idx, c2, B, band, voxel):
-                what = "is not stable on it (its centre of mass is outside its contact, or it stands on an edge)"
+                what = "is not stable on it: its centre of mass is outside its contact, or it stands on an edge"
                 if not _on_edge(sd, idx, c2, band):  # (a wall or a sheet on its edge is never grouped)
                     unstable.append((c, idx, contact, c2))
         if what is None:
@@ -694,8 +694,9 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
     accepted = sorted(nearest or accepted, key=lambda c: -c.standing_mass * c.inlier_fraction)
     if not accepted:
         tried = [c for c in examined if c.why][:1]  # the best-populated candidate and why it is not one
-        detail = "; ".join(f"{c.inlier_fraction:.1%} of points: {c.why}" for c in tried)
-        return None, f"no plane carries the object ({detail})", True, examined
+        detail = "".join(f"; of the best-populated one ({c.inlier_fraction:.1%} of the points), {c.why}"
+                         for c in tried)
+        return None, f"no plane carries the object{detail}", True, examined
     score = lambda c: c.standing_mass * c.inlier_fraction  # noqa: E731
     top = accepted[0]
     if prior is not None:  # between near equals, the one the file's own convention agrees with
