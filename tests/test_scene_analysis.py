@@ -259,6 +259,10 @@ def test_transparent_rows_and_errors():
         analyze_scene(pts, opac[:-1])
     with pytest.raises(ValueError, match="format_prior_up"):
         analyze_scene(pts, opac, format_prior_up=(0.0, 0.0, 0.0))
+    with pytest.raises(ValueError, match=r"colors must have shape \(\d+, 3\)"):
+        analyze_scene(pts, opac, colors=np.zeros((len(pts), 4), np.float32))
+    with pytest.raises(ValueError, match=r"quats must have shape \(\d+, 4\)"):
+        analyze_scene(pts, opac, np.zeros((len(pts), 3), np.float32), quats=np.zeros((len(pts) - 1, 4)))
     with pytest.raises(DegenerateGeometryError, match="no valid opaque"):
         analyze_scene(pts, np.zeros(len(pts), np.float32))
 

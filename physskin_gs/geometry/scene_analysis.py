@@ -491,6 +491,12 @@ def analyze_scene(
     if pts.ndim != 2 or pts.shape[1] != 3:
         raise ValueError(f"means must have shape (N, 3), got {pts.shape}")
     n = pts.shape[0]
+    colors_np = None if colors is None else _to_numpy(colors, np.float32)
+    quats_np = None if quats is None or log_scales is None else _to_numpy(quats, np.float32)
+    scales_np = None if quats_np is None else _to_numpy(log_scales, np.float32)
+    for name_, arr, w in (("colors", colors_np, 3), ("quats", quats_np, 4)):
+        if arr is not None and arr.shape != (n, w):
+            raise ValueError(f"{name_} must have shape ({n}, {w}), got {arr.shape}")
     op = _to_numpy(opacities, np.float32).reshape(-1)
     if op.shape[0] != n:
         raise ValueError(f"opacities has {op.shape[0]} rows, means has {n}")
@@ -615,12 +621,6 @@ def analyze_scene(
 
     # 6. classification of all rows ------------------------------------------------------------------------
     t = time.perf_counter()
-    colors_np = None if colors is None else _to_numpy(colors, np.float32)
-    quats_np = None if quats is None or log_scales is None else _to_numpy(quats, np.float32)
-    scales_np = None if quats_np is None else _to_numpy(log_scales, np.float32)
-    for name_, arr, w in (("colors", colors_np, 3), ("quats", quats_np, 4)):
-        if arr is not None and arr.shape != (n, w):
-            raise ValueError(f"{name_} must have shape ({n}, {w}), got {arr.shape}")
     base_cues = colors_np is not None or quats_np is not None
     cand = opaque & ~floater  # [N]
     support = np.zeros(n, dtype=bool)
