@@ -193,7 +193,7 @@ def test_a_log_gets_one_line_per_stage(splat_file, tmp_path, capsys):
     line = next(x for x in err.splitlines() if x.startswith(f"[physskin-gs] wrote {tmp_path / 'v.mp4'}"))
     assert "rendering the video on the CPU took" in line and "(--width / --height 64x48 set its size" in line
     # the simulation's speed, said once at the end (no bar shows the per-frame ms in a log)
-    sim = [x for x in err.splitlines() if x.startswith("[physskin-gs] simulation: 4 frames, median ")]
+    sim = [x for x in err.splitlines() if x.startswith("[physskin-gs] simulation: 4 frames after the rest frame, median ")]
     assert len(sim) == 1 and "Newton iteration" in sim[0] and "Hessian factors a frame" in sim[0], err
     ms = float(sim[0].split("median ")[1].split(" ms")[0])
     assert 0.0 < ms < 5000.0
@@ -355,3 +355,50 @@ def test_a_tall_object_on_its_floor_keeps_its_top_in_the_frame(tmp_path, capsys)
     rows = np.flatnonzero(drawn.any(axis=1))
     assert rows.min() >= 2, rows.min()  # the top is inside the frame
     assert rows.min() <= 16, rows.min()  # and the frame is not far off: the pole fills most of its height
+
+
+def test_a_floor_inside_the_object_is_refused(splat_file, tmp_path, capsys):
+    """``--floor`` above the object's lowest point started it inside the floor: at 0.3 (up -y) Spot sank and was
+    gone by frame 5, at 99 every frame was empty, and both runs said they wrote their frames. Now refused with the
+    object's lowest point to pass instead, and no output folder is left; at that point it runs."""
+    src = splat_file("spot_mesh2splat_10k.splat")
+    for floor in ("0.3", "99"):
+        assert _run(["animate", src, "--headless", "--frames", 2, "--png", tmp_path / f"f{floor}", "--floor", floor,
+                     *FAST]) == 2
+        err = capsys.readouterr().err
+        assert f"--floor {floor}: that floor lies" in err and "above the object's lowest point" in err, err
+        assert not (tmp_path / f"f{floor}").exists()
+    lowest = err.split("pass --floor ")[1].split(" ")[0]
+    assert -0.6 < float(lowest) < -0.4  # (Spot's hooves, along up -y)
+    assert _run(["animate", src, "--headless", "--frames", 2, "--png", tmp_path / "ok", "--floor", lowest,
+                 *FAST]) == 0
+    assert (tmp_path / "ok" / "frame0002.png").is_file()
+
+
+def test_a_region_says_the_rest_is_not_raised_to_stand(splat_file, tmp_path, capsys):
+    """With ``--region`` and no ``--material`` / ``--E`` the soft default is not raised until the object stands (it
+    is without ``--region``); a fresh user's guitar, given ``--region base=wood`` to stand better, bent instead,
+    24x softer and with no word of it. The log now says so and names the options; with ``--material`` it does not."""
+    src = splat_file("spot_mesh2splat_10k.splat")
+    assert _run(["animate", src, "--headless", "--frames", 2, "--png", tmp_path / "a", "--region", "base=wood",
+                 *FAST]) == 0
+    err = capsys.readouterr().err
+    assert "note: with --region, the rest of the object keeps the soft material as it is (E 100000 Pa)" in err, err
+    assert "--material or --E" in err
+    assert _run(["animate", src, "--headless", "--frames", 2, "--png", tmp_path / "b", "--region", "base=wood",
+                 "--material", "rubber", *FAST]) == 0
+    assert "note: with --region" not in capsys.readouterr().err
+
+
+def test_png_frames_take_any_size_a_video_multiples_of_16(splat_file, tmp_path, capsys):
+    """PNG frames render at any size, as ``render`` does (a fresh user's --width 250 was refused for PNGs that need no
+    macroblocks); a video still needs multiples of 16, and says it is for the video."""
+    import imageio.v2 as imageio
+
+    src = splat_file("spot_mesh2splat_10k.splat")
+    assert _run(["animate", src, "--headless", "--frames", 2, "--png", tmp_path / "p", "--width", 250, "--height",
+                 130, *FAST]) == 0
+    assert imageio.imread(tmp_path / "p" / "frame0002.png").shape == (130, 250, 3)
+    assert _run(["animate", src, "--headless", "--frames", 2, "--video", tmp_path / "v.mp4", "--width", 250,
+                 *FAST]) == 2
+    assert "multiples of 16 up to 8192 for a video, got 250x" in capsys.readouterr().err

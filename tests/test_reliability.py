@@ -201,7 +201,7 @@ def test_render_turntable_and_image_write_failures_are_errors(capsys, blob, tmp_
     (["--select", "1,2,3"], "--select '1,2,3': expected auto, largest, all, 'xmin,ymin,zmin,xmax,ymax,zmax'"),
     (["--select", "opacity>"], "--select 'opacity>': expected auto, largest, all"),
     (["--select", "0,0,0,-1,1,1"], "--select '0,0,0,-1,1,1': box max must exceed min on every axis"),
-    (["--video", "v.mp4", "--width", "40"], "--width/--height must be positive multiples of 16 up to 8192, got 40x384"),
+    (["--video", "v.mp4", "--width", "40"], "--width/--height must be positive multiples of 16 up to 8192 for a video, got 40x384"),
 ])
 def test_animate_options_are_checked_before_loading(capsys, garbage, tmp_path, extra, message):
     extra = [str(tmp_path / e) if e == "v.mp4" else e for e in extra]

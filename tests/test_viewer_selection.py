@@ -352,3 +352,27 @@ def test_material_regions_from_the_panel(app_and_client):
     assert wait_until(lambda: len(anim.regions) == 1 and anim.regions[0]["spec"] == spec, 10)
     assert 0 < anim.regions[0]["cubature_points"] < 128
     assert app.error_log == []
+
+
+def test_the_viewer_prints_what_the_analysis_found(capture_path):
+    """The browser viewer's terminal gets the scene lines ``animate --headless`` prints (the up and where it came
+    from, the selection's counts): a fresh user's viewer run printed only the progress stages."""
+    import io
+
+    cfg = pipeline.AnimationConfig(num_cubature=128, skinning="rbf", num_handles=6, gravity=0.0, fit_seconds=2.0)
+    log = io.StringIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        app = ViewerApp(capture_path, cfg, host="127.0.0.1", port=0, progress_stream=log)
+        app.start()
+        try:
+            assert app.wait_ready(60), app.failed
+        finally:
+            app.stop()
+    text = log.getvalue()
+    scene_line = next(x for x in text.splitlines() if x.startswith("[physskin-gs] scene: up "))
+    assert "from the normal of the support it stands on: support plane with" in scene_line, text
+    sel = next(x for x in text.splitlines() if x.startswith("[physskin-gs] selection auto: moving "))
+    import re
+
+    assert re.search(r"moving \d+, static \d+ \(support \d+, background \d+, floaters \d+", sel), sel

@@ -537,10 +537,17 @@ class ViewerApp:
         finally:
             with self._lock:
                 self._preparing.discard(me)
+        stream = self.progress_stream if self.progress_stream is not None else sys.stderr
+        try:  # what the analysis found and what moves, as animate --headless says it (a fresh user missed it here)
+            from physskin_gs.cli._common import scene_summary
+
+            for line in scene_summary(anim, config):
+                print(f"[physskin-gs] {line}", file=stream, flush=True)
+        except Exception as exc:  # noqa: BLE001 - a summary line must never stop the viewer
+            self.report_error("scene summary", exc, traceback.format_exc())
         if int(getattr(anim, "num_bodies", 1)) > 1:  # the bodies, as animate lists them (scripts and the panel's
             from physskin_gs.bodies import body_lines  # Bodies folder number them the same way)
 
-            stream = self.progress_stream if self.progress_stream is not None else sys.stderr
             for line in body_lines(anim):
                 print(f"[physskin-gs] {line}", file=stream, flush=True)
         return anim

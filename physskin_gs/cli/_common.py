@@ -149,7 +149,7 @@ def resolve_up_option(value) -> Tuple[bool, Any]:
 #: reason that follows says why there was no support or no clear base)
 UP_SOURCES = {"support-plane": "the normal of the support it stands on",
               "stable-base": "the side it stands on most stably",
-              "format-prior": "the file format's up-axis convention",
+              "format-prior": "the file's up axis",
               "default": "the default"}
 
 
@@ -158,6 +158,45 @@ def up_sentence(up, source: str, reason: str) -> str:
     (:func:`axis_name`: within 1 degree of an axis, else its components), where it came from (``source``, a key of
     :data:`UP_SOURCES`) and the analysis' ``reason``, with no nested brackets. Raises nothing."""
     return f"up {axis_name(up)}, from {UP_SOURCES.get(source, source)}: {reason}"
+
+
+def scene_summary(anim, config) -> List[str]:
+    """The lines (without the ``[physskin-gs]`` prefix) that say what the scene analysis found and what moves, as
+    ``animate`` prints them and the viewer too: the up and where it came from, the selection's counts, and the notes
+    (a floor under the support, an unsure up, objects left static by ``--select largest``). ``anim``: an
+    AnimatedScene or SceneBodies with ``info["scene_analysis"]`` (no lines without it); ``config``: its
+    AnimationConfig (``up``, ``select``, ``floor``, ``floor_height``). Raises nothing."""
+    sa = anim.info.get("scene_analysis")
+    if sa is None:
+        return []
+    lines = []
+    c = sa["counts"]
+    static = anim.scene.num_gaussians - anim.info["num_moving"]
+    given_up = str(config.up).strip().lower() != "auto"
+    if given_up:  # the analysis took the given up as known: its support (if any) agrees with it
+        found = "a support plane found near it" if sa["up_source"] == "support-plane" else "no support plane near it"
+        lines.append(f"scene: up {config.up} as given (--up); {found}: {sa['reason']}")
+    else:
+        lines.append(f"scene: {up_sentence(sa['up'], sa['up_source'], sa['reason'])}")
+    auto_select = str(config.select).strip().lower() == "auto"
+    ob = anim.info.get("other_bodies_rows", (0, 0))  # the other bodies' rows: counted as background (or
+    # transparent) by the analysis, moving here
+    lines.append(f"selection {anim.info['selection']}: moving {anim.info['num_moving']}, static {static}"
+                 + (f" (support {c['support']}, background {c['background'] - ob[0]}, floaters {c['floater']}, "
+                    f"transparent {c['transparent'] - sa['moving_transparent'] - ob[1]}, invalid {c['invalid']})"
+                    if auto_select else "")
+                 + ("; floor = support plane" if anim.support_height is not None and config.floor
+                    and config.floor_height is None else ""))
+    if anim.info.get("support_below_moving") is not None and config.floor and config.floor_height is None:
+        lines.append("note: what moves reaches below the support, so the floor is a quarter of its height under it, "
+                     "not the support (a floor at the support would throw the rows under it up)")
+    if sa.get("unsure") and not given_up:
+        lines.append(f"note: {UNSURE_UP}")
+    k = int(sa.get("other_objects") or 0)
+    if k and str(config.select).strip().lower() == "largest":
+        lines.append(f"note: {k} more object{'s stand' if k > 1 else ' stands'} on the support and "
+                     f"stay{'s' if k == 1 else ''} static (--select largest); pass --select auto to move every object")
+    return lines
 
 
 def scene_up(scene) -> List[float]:

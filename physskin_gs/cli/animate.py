@@ -40,7 +40,7 @@ from typing import List, Optional
 from physskin_gs.cli._common import (OutputError, check_int, check_number, require_input_file, strict_json,
                                      verify_written, warn_option)
 from physskin_gs.cli._common import axis_name as _axis_name
-from physskin_gs.cli._common import up_sentence
+from physskin_gs.cli._common import scene_summary
 from physskin_gs.cli._skinning import add_skinning_arguments, check_handles
 from physskin_gs.errors import OptionError, PhysSkinError
 from physskin_gs.materials import DEFAULT_MATERIAL, MATERIALS, material
@@ -510,8 +510,8 @@ class OrbitVideo:
 
         from physskin_gs.render import orbit_camera
 
-        if width % 16 or height % 16 or width <= 0 or height <= 0:
-            raise OptionError(f"--width/--height must be positive multiples of 16, got {width}x{height}")
+        if width <= 0 or height <= 0:  # (multiples of 16 for a video: checked with the options)
+            raise OptionError(f"--width/--height must be positive, got {width}x{height}")
         self.anim, self.width, self.height = anim, width, height
         self.frames = max(1, frames)
         self.orbit = orbit_deg
@@ -695,9 +695,11 @@ def validate_args(args) -> None:
     resolve_up(args.up)  # an axis name or 'ux,uy,uz'
     if getattr(args, "headless", False) and (args.video or args.png):
         w, h = args.width, args.height
-        if isinstance(w, bool) or isinstance(h, bool) or w <= 0 or h <= 0 or w % 16 or h % 16 \
-                or w > 8192 or h > 8192:
-            raise OptionError(f"--width/--height must be positive multiples of 16 up to 8192, got {w}x{h}")
+        if isinstance(w, bool) or isinstance(h, bool) or w <= 0 or h <= 0 or w > 8192 or h > 8192:
+            raise OptionError(f"--width/--height must be positive, up to 8192, got {w}x{h}")
+        if args.video and (w % 16 or h % 16):  # (a video's macroblocks; PNG frames take any size, as render does)
+            raise OptionError(f"--width/--height must be positive multiples of 16 up to 8192 for a video, got "
+                              f"{w}x{h}")
     pin = getattr(args, "pin", None)
     if pin:
         from physskin_gs.pipeline import parse_region
@@ -938,6 +940,15 @@ def run_headless(args) -> int:
         except ValueError as exc:  # the geometry / basis layers reject an unusable input with a ValueError
             discard_created_folders()
             raise PhysSkinError(f"{args.path}: cannot prepare the animation: {exc}") from None
+    if config.floor_height is not None:  # a floor given above the object's lowest point starts it inside the floor
+        gap = _start_gap(anim)
+        if gap is not None and gap[0] < -FLOOR_INSIDE:
+            discard_created_folders()
+            raise OptionError(
+                f"--floor {args.floor_spec}: that floor lies {-gap[0]:.0%} of the object's height above the "
+                f"object's lowest point ({gap[1]:.4g} along up {_axis_name(anim.up_vector)}, scene units): the object "
+                f"would start inside it, and be pushed away or swallowed; pass --floor {gap[1]:.4g} (its lowest "
+                "point) or lower, or auto")
     stand = anim.info.get("stand")
     if stand:
         args.E = stand["E_to"]
@@ -945,40 +956,10 @@ def run_headless(args) -> int:
     if anim.num_invalid:
         print(f"[physskin-gs] warning: {anim.num_invalid} rows hold NaN/Inf values: they stay static and are written "
               "to the exported frames as invisible points (no NaN in the output)", file=sys.stderr)
-    sa = anim.info.get("scene_analysis")
-    if sa is not None:
-        c = sa["counts"]
-        static = anim.scene.num_gaussians - anim.info["num_moving"]
-        given_up = str(args.up).strip().lower() != "auto"
-        if given_up:  # the analysis took the given up as known: its support (if any) agrees with it
-            found = ("a support plane found near it" if sa["up_source"] == "support-plane"
-                     else "no support plane near it")
-            print(f"[physskin-gs] scene: up {args.up} as given (--up); {found}: {sa['reason']}", file=sys.stderr)
-            _note_support_against_up(scene, anim.up_vector, args.up)
-        else:
-            print(f"[physskin-gs] scene: {up_sentence(sa['up'], sa['up_source'], sa['reason'])}", file=sys.stderr)
-        auto_select = str(args.select).strip().lower() == "auto"
-        ob = anim.info.get("other_bodies_rows", (0, 0))  # the other bodies' rows: counted as background (or
-        # transparent) by the analysis, moving here
-        print(f"[physskin-gs] selection {anim.info['selection']}: moving {anim.info['num_moving']}, static {static}"
-              + (f" (support {c['support']}, background {c['background'] - ob[0]}, floaters {c['floater']}, "
-                 f"transparent {c['transparent'] - sa['moving_transparent'] - ob[1]}, invalid {c['invalid']})"
-                 if auto_select else "")
-              + ("; floor = support plane" if anim.support_height is not None and config.floor
-                 and config.floor_height is None else ""), file=sys.stderr)
-        if anim.info.get("support_below_moving") is not None and config.floor and config.floor_height is None:
-            print("[physskin-gs] note: what moves reaches below the support, so the floor is a quarter of its height "
-                  "under it, not the support (a floor at the support would throw the rows under it up)",
-                  file=sys.stderr)
-        if sa.get("unsure") and str(args.up).strip().lower() == "auto":
-            from physskin_gs.cli._common import UNSURE_UP
-
-            print(f"[physskin-gs] note: {UNSURE_UP}", file=sys.stderr)
-        k = int(sa.get("other_objects") or 0)
-        if k and str(args.select).strip().lower() == "largest":
-            print(f"[physskin-gs] note: {k} more object{'s stand' if k > 1 else ' stands'} on the support and "
-                  f"stay{'s' if k == 1 else ''} static (--select largest); pass --select auto to move every "
-                  "object", file=sys.stderr)
+    for line in scene_summary(anim, config):  # (the viewer prints the same lines: physskin_gs_viewer.app)
+        print(f"[physskin-gs] {line}", file=sys.stderr)
+    if str(args.up).strip().lower() != "auto" and anim.info.get("scene_analysis") is not None:
+        _note_support_against_up(scene, anim.up_vector, args.up)
     from physskin_gs.bodies import body_lines
 
     for line in body_lines(anim):
@@ -1043,6 +1024,12 @@ def run_headless(args) -> int:
     for r in getattr(anim, "regions", []):
         print(f"[physskin-gs] region {r['spec']}: {r['material']} (E {r['E']:.3g} Pa, {r['density']:g} kg/m^3), "
               f"{r['cubature_points']} of {anim.info['num_cubature']} cubature points", file=sys.stderr)
+    if getattr(anim, "regions", None) and not getattr(args, "material_chosen", True):
+        # (a fresh user's guitar: --region base=wood, as the README suggests for a tall object, left the rest 24x
+        # softer than the run without it, and it bent)
+        print(f"[physskin-gs] note: with --region, the rest of the object keeps the {args.material} material as it is "
+              f"(E {args.E:g} Pa): it is not raised until the object stands, as it is without --region, and a tall "
+              "object may bend; give the rest a stiffer one with --material or --E", file=sys.stderr)
     gap = _start_gap(anim)  # (of its height above the floor it falls onto, its lowest point) or None
     args.starts_on_floor = gap is None or gap[0] <= 0.02
     args.floor_at_base = None if gap is None else gap[1]
@@ -1262,8 +1249,8 @@ def run_headless(args) -> int:
         its = sorted(r["newton_iters"] for r in stats_log)
         per = f" ({args.steps_per_frame} steps each)" if args.steps_per_frame != 1 else ""
         it_mid = its[len(its) // 2]
-        print(f"[physskin-gs] simulation: {len(ms)} frame{'s' if len(ms) != 1 else ''}{per}, median "
-              f"{ms[len(ms) // 2]:.1f} ms a frame (slowest {ms[-1]:.1f}), median {it_mid} Newton "
+        print(f"[physskin-gs] simulation: {len(ms)} frame{'s' if len(ms) != 1 else ''} after the rest frame{per}, "
+              f"median {ms[len(ms) // 2]:.1f} ms a frame (slowest {ms[-1]:.1f}), median {it_mid} Newton "
               f"iteration{'s' if it_mid != 1 else ''}, "
               f"{sum(r['hessians'] for r in stats_log) / len(ms):.2f} Hessian factors a frame; the frames took "
               f"{time.perf_counter() - t_loop:.1f} s with deformation, rendering and writing", file=sys.stderr)
@@ -1282,7 +1269,8 @@ def run_headless(args) -> int:
             kept = f"; the {args.frames} simulated frames are in {export}/" if export is not None else ""
             raise OutputError(f"{exc}{kept}") from None
         loop = time.perf_counter() - t_loop
-        print(f"[physskin-gs] wrote {written} ({len(frames_rgb)} frames, {fps:.1f} fps); rendering the video on the "
+        print(f"[physskin-gs] wrote {written} ({len(frames_rgb)} frame{'s' if len(frames_rgb) != 1 else ''}, "
+              f"{fps:.1f} fps); rendering the video on the "
               f"CPU took {video_seconds:.1f} s of the {loop:.1f} s the frames took (--width / --height "
               f"{args.width}x{args.height} set its size and cost)", file=sys.stderr)
     if not all(bool(torch.isfinite(b.sim.q).all()) for b in getattr(anim, "bodies", [anim])):  # pragma: no cover
@@ -1352,6 +1340,10 @@ def _note_support_against_up(scene, up, given: str) -> None:
         print(f"[physskin-gs] note: without --up, a support plane carries the object with up {_axis_name(auto.up)} "
               f"({deg:.0f} degrees from --up {given}); the given up is used (--up auto takes the support's)",
               file=sys.stderr)
+
+
+#: a --floor more than this fraction of the object's height above its lowest point is refused (:func:`_start_gap`)
+FLOOR_INSIDE = 0.02
 
 
 def _start_gap(anim) -> Optional[tuple]:

@@ -396,6 +396,8 @@ BASE_GAP = 4.0
 BASE_SEPARABLE = 0.9
 BASE_EXAMPLES = 1500
 BASE_NORMAL_WEIGHT = 0.25
+#: voxels the inside of an object (:func:`_interior`) grows from the voxels enclosed along all six axis directions
+INSIDE_GROW = 3
 
 
 def analyze_scene(
@@ -669,6 +671,9 @@ def analyze_scene(
         reason = f"no support plane found: {why}; no format prior given, so the default -y"
 
     above_idx = np.flatnonzero(above)
+    sup_vox = np.zeros(int(np.prod(grid.shape)), dtype=bool)  # [G] the support's voxels: a lid under what stands
+    sup_fl = flat_all[support]
+    sup_vox[sup_fl[sup_fl >= 0]] = True
     others = 0
     obj = np.zeros(n, dtype=bool)
     in_object = np.zeros(n, dtype=bool)
@@ -749,6 +754,12 @@ def analyze_scene(
                 haze = min(HAZE_VOXELS, int(HAZE_REACH * scale / grid.h))  # (a sparse scene's voxels are coarse)
                 wide = near if plane is not None or haze <= 1 else ndimage.binary_dilation(  # cut free: wider
                     own, structure=_FULL_3D, iterations=haze).ravel()
+                # what lies inside it moves with it too (_interior): large blobs inside a box, hidden while it stands,
+                # stayed where it had stood once it fell over (a fresh user's card box, 189 floaters)
+                # (not a voxel that holds something else: the wall behind a crate is not the crate's inside)
+                inside = _interior(own | _voxels_of(obj & ~above, flat_all, grid.shape), sup_vox) \
+                    & ~((olabels > 0) & ~own).ravel()  # [G]
+                near, wide = near | inside, wide | inside
                 for rows, into, next_to in ((floater, obj, wide), (transparent, in_object, near)):
                     r_idx = np.flatnonzero(rows & ~obj & ~in_object)
                     fl = flat_all[r_idx]
@@ -762,6 +773,17 @@ def analyze_scene(
                 m = body_mask(lab) & ~taken
                 if m.mean() == 0.0 or not m.any():
                     continue
+                if not small:  # what lies inside it (above)
+                    r_idx = np.flatnonzero(floater & ~taken & ~m)
+                    fl = flat_all[r_idx]
+                    mine = olabels == lab
+                    inside = _interior(mine | _voxels_of(m & ~above, flat_all, grid.shape), sup_vox) \
+                        & ~((olabels > 0) & ~mine).ravel()  # [G]
+                    hit = (fl >= 0) & inside[np.maximum(fl, 0)]
+                    if plane is not None:
+                        hit &= sd[r_idx] > thick
+                    m[r_idx[hit]] = True
+                    floater = floater & ~m
                 t_in = transparent_in(lab, taken | m)
                 taken |= m | t_in
                 more_bodies.append((np.flatnonzero(m), np.flatnonzero(t_in)))
@@ -811,6 +833,45 @@ def analyze_scene(
         other_bodies=more_bodies,
     )
 
+
+def _voxels_of(rows: np.ndarray, flat_all: np.ndarray, shape) -> np.ndarray:
+    """(D0, D1, D2) bool: the voxels (of the analysis grid ``shape``) holding a row of ``rows`` (N,) bool, given
+    every row's voxel ``flat_all`` (N,) (-1 outside the grid). Raises nothing."""
+    vox = np.zeros(int(np.prod(shape)), dtype=bool)
+    fl = flat_all[rows]
+    vox[fl[fl >= 0]] = True
+    return vox.reshape(shape)
+
+
+def _interior(own: np.ndarray, lid: np.ndarray) -> np.ndarray:
+    """(G,) bool: the voxels inside an object. Seeds: empty voxels from which a line along each of the grid's six
+    axis directions meets the object's voxels ``own`` (D0, D1, D2) bool (its rows', down to its feet in the contact
+    layer) or the support's voxels ``lid`` (G,) bool (which close it from below: an object's underside is never
+    captured); grown by ``INSIDE_GROW`` voxels into empty ones whose lines miss in at most two directions.
+
+    Lines, not a flood fill: a wall a voxel thin has gaps where few rows fell, and a flood fill leaked out through
+    them (a card box's inside was not enclosed at any closing radius that kept it a box). An open cavity is not
+    inside (no voxel of a cup's sees its walls upward, so it has no seed), nor the space under a table between its
+    legs (the sides miss). Computed in the object's box grown by two voxels. Raises nothing."""
+    out = np.zeros(own.size, dtype=bool)
+    occ = np.argwhere(own)
+    if occ.shape[0] == 0:
+        return out
+    lo = np.maximum(occ.min(0) - 2, 0)
+    hi = np.minimum(occ.max(0) + 3, own.shape)
+    sl = tuple(slice(int(a), int(b)) for a, b in zip(lo, hi))
+    shell = own[sl] | lid.reshape(own.shape)[sl]  # [d0, d1, d2]
+    hits = np.zeros(shell.shape, dtype=np.int8)  # [d0, d1, d2] directions whose line meets the shell
+    for ax in range(3):
+        hits += np.logical_or.accumulate(shell, axis=ax)
+        hits += np.flip(np.logical_or.accumulate(np.flip(shell, axis=ax), axis=ax), axis=ax)
+    cav = (hits == 6) & ~shell
+    if cav.any():  # grown into the empty neighbours that miss along one or two directions (lines through gaps)
+        cav |= ndimage.binary_dilation(cav, structure=_FULL_3D, iterations=INSIDE_GROW,
+                                       mask=(hits >= 4) & ~shell)
+    full = np.zeros(own.shape, dtype=bool)
+    full[sl] = cav
+    return full.ravel()
 
 def analyze_gaussian_scene(scene, **kwargs) -> SceneAnalysis:
     """:func:`analyze_scene` of a :class:`physskin_gs.scene.GaussianScene` (means (N, 3) in scene units,
