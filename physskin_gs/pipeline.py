@@ -529,6 +529,7 @@ def scene_analysis_facts(analysis) -> Dict:
     return {"up": [float(v) for v in analysis.up], "up_source": analysis.up_source, "reason": analysis.reason,
             "unsure": bool(getattr(analysis, "unsure", False)),
             "other_objects": int(getattr(analysis, "other_objects", 0)),
+            "flat_part": float(getattr(analysis, "flat_part", 0.0)),
             "support_plane": plane, "counts": analysis.counts,
             "moving_transparent": int(analysis.transparent_in_object.sum()),
             "robust_center": [float(v) for v in analysis.center], "robust_size": [float(v) for v in analysis.size],

@@ -402,3 +402,20 @@ def test_png_frames_take_any_size_a_video_multiples_of_16(splat_file, tmp_path, 
     assert _run(["animate", src, "--headless", "--frames", 2, "--video", tmp_path / "v.mp4", "--width", 250,
                  *FAST]) == 2
     assert "multiples of 16 up to 8192 for a video, got 250x" in capsys.readouterr().err
+
+
+def test_the_headless_camera_keeps_where_a_script_drags_in_view(tmp_path):
+    """MotionScript.framing_points: the box of what moves, moved by each keyframe's offset (its 8 corners), and each
+    keyframe's target: the headless camera frames them too (a fresh user's pushed bust fell out of the frame, and
+    the README's pushed ball was a sliver by frame 80)."""
+    from physskin_gs.cli.animate import MotionScript
+
+    f = tmp_path / "m.json"
+    f.write_text(json.dumps({"drags": [
+        {"handle": 0, "keyframes": [{"frame": 2, "offset": [0, 0, 0]}, {"frame": 9, "offset": [2.0, 0, 0]}]},
+        {"handle": 1, "keyframes": [{"frame": 3, "target": [5.0, 6.0, 7.0]}]}]}))
+    pts = np.array(MotionScript.load(str(f)).framing_points(([0.0, 0.0, 0.0], [1.0, 1.0, 1.0])))
+    assert pts.shape == (17, 3)
+    assert np.allclose(pts[:16].min(0), [0, 0, 0]) and np.allclose(pts[:16].max(0), [3.0, 1.0, 1.0])
+    assert np.allclose(pts[8:16].min(0), [2.0, 0, 0])  # the box moved by the last offset
+    assert np.allclose(pts[16], [5.0, 6.0, 7.0])

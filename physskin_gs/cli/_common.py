@@ -160,10 +160,17 @@ def up_sentence(up, source: str, reason: str) -> str:
     return f"up {axis_name(up)}, from {UP_SOURCES.get(source, source)}: {reason}"
 
 
+#: with no support found, a plane turned down that holds at least this share of the sampled points gets a note: it
+#: moves with the object (a photo frame's table 55 %, a hovering robot's ground 79 %; of objects cut free of their
+#: support in the corpus, none above 21 %)
+FLAT_PART_NOTE = 0.3
+
+
 def scene_summary(anim, config) -> List[str]:
     """The lines (without the ``[physskin-gs]`` prefix) that say what the scene analysis found and what moves, as
     ``animate`` prints them and the viewer too: the up and where it came from, the selection's counts, and the notes
-    (a floor under the support, an unsure up, objects left static by ``--select largest``). ``anim``: an
+    (a floor under the support, an unsure up, a large flat part moving with the object when no support was found,
+    objects left static by ``--select largest``). ``anim``: an
     AnimatedScene or SceneBodies with ``info["scene_analysis"]`` (no lines without it); ``config``: its
     AnimationConfig (``up``, ``select``, ``floor``, ``floor_height``). Raises nothing."""
     sa = anim.info.get("scene_analysis")
@@ -192,6 +199,11 @@ def scene_summary(anim, config) -> List[str]:
                      "not the support (a floor at the support would throw the rows under it up)")
     if sa.get("unsure") and not given_up:
         lines.append(f"note: {UNSURE_UP}")
+    flat = float(sa.get("flat_part") or 0.0)
+    if sa.get("support_plane") is None and flat >= FLAT_PART_NOTE and auto_select:
+        lines.append(f"note: no support was found, and a flat part holding {flat:.0%} of the capture's points moves "
+                     "with the object; if the object stands on it (a table, the ground), pick the object with --select "
+                     "(a box, see docs/usage.md) so that it stays")
     k = int(sa.get("other_objects") or 0)
     if k and str(config.select).strip().lower() == "largest":
         lines.append(f"note: {k} more object{'s stand' if k > 1 else ' stands'} on the support and "

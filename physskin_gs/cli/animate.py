@@ -462,6 +462,19 @@ class MotionScript:
                 anim.update_drag(did, tgt)
 
 
+    def framing_points(self, box) -> List[List[float]]:
+        """Points (scene units) a headless camera should keep in view for this script: the corners of ``box``
+        ((lo, hi), two 3-lists: what moves) moved by each keyframe's offset, and each keyframe's target (a fresh
+        user's pushed bust fell out of the frame). Raises nothing."""
+        lo, hi = box
+        corners = [[(hi if i >> k & 1 else lo)[k] for k in range(3)] for i in range(8)]
+        out: List[List[float]] = []
+        for d in self.drags:
+            for _, kind, v in d.get("_kf", []):
+                out += [[c + o for c, o in zip(cn, v)] for cn in corners] if kind == "offset" else [list(v)]
+        return out
+
+
 def _vec3(v, where: str) -> List[float]:
     if not isinstance(v, (list, tuple)) or len(v) != 3 \
             or any(isinstance(x, bool) or not isinstance(x, (int, float)) for x in v):
@@ -505,7 +518,7 @@ class OrbitVideo:
     """Orbit-camera renderer for the headless video (CPU torch rasteriser; floor drawn as a checker of flat
     Gaussians when enabled)."""
 
-    def __init__(self, anim, width: int, height: int, frames: int, orbit_deg: float) -> None:
+    def __init__(self, anim, width: int, height: int, frames: int, orbit_deg: float, script=None) -> None:
         import torch
 
         from physskin_gs.render import orbit_camera
@@ -530,6 +543,11 @@ class OrbitVideo:
             drop = float((m @ u).min()) - float(floor_h)
             if drop > 0:
                 m = torch.cat([m, m - drop * u])
+        if script is not None:  # where the script drags it (MotionScript.framing_points)
+            box = (m.min(0).values.tolist(), m.max(0).values.tolist())
+            pts = script.framing_points(box)
+            if pts:
+                m = torch.cat([m, torch.tensor(pts, dtype=m.dtype)])
         lo, hi = m.min(0).values, m.max(0).values
         center = 0.5 * (lo + hi)
         radius = 0.5 * float((hi - lo).norm())
@@ -1056,7 +1074,7 @@ def run_headless(args) -> int:
     video = None
     png_dir = Path(args.png) if args.png else None
     if args.video or png_dir:
-        video = OrbitVideo(anim, args.width, args.height, args.frames, args.orbit)
+        video = OrbitVideo(anim, args.width, args.height, args.frames, args.orbit, script=script)
     for folder in (export, png_dir):  # temporary files an interrupted or killed run left (this run holds the lock)
         stale = (_remove_old_run(folder, _SEQUENCE_TEMP, False) + _remove_stages(folder)) if folder is not None else 0
         if stale:

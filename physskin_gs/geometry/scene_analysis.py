@@ -196,6 +196,9 @@ class SceneAnalysis:
     other_objects: int = 0  # other objects standing on the support (at least a quarter of the object's mass)
     #: rows of each other object: (object rows, transparent rows in it) int64 arrays, disjoint from ``object``
     other_bodies: List[Tuple[np.ndarray, np.ndarray]] = field(default_factory=list)
+    #: no support found: the share of the sampled points in the best-populated plane that was turned down (it moves
+    #: with the object: a table under a photo frame, the ground under a hovering robot, when it holds much of them)
+    flat_part: float = 0.0
 
     @property
     def num_rows(self) -> int:
@@ -591,15 +594,20 @@ def analyze_scene(
 
     # 5. support plane -------------------------------------------------------------------------------------
     t = time.perf_counter()
+    flat_part = 0.0  # (no support: the share of the sampled points in the best-populated plane turned down)
     plane_idx = _subsample(sub, plane_points, rng)
     band = plane_band * scale
     from physskin_gs.geometry.support import find_support
 
     if support_search:
-        found, why, unsure, _ = find_support(pts[plane_idx].astype(np.float64), op[plane_idx].astype(np.float64),
-                                             rng, band=band, voxel=scale / support_voxels,
-                                             hypotheses=plane_hypotheses, min_beyond=min_beyond, prior=prior,
-                                             prior_fixed=prior_recorded)
+        found, why, unsure, examined = find_support(pts[plane_idx].astype(np.float64),
+                                                    op[plane_idx].astype(np.float64),
+                                                    rng, band=band, voxel=scale / support_voxels,
+                                                    hypotheses=plane_hypotheses, min_beyond=min_beyond, prior=prior,
+                                                    prior_fixed=prior_recorded)
+        if found is None:  # the best-populated plane turned down, and how much of the capture it holds
+            tried = [c for c in examined if c.why][:1]
+            flat_part = float(tried[0].inlier_fraction) if tried else 0.0
     else:
         found, why, unsure = None, "a mesh is the object: no support searched", True
     plane = None
@@ -831,6 +839,7 @@ def analyze_scene(
         unsure=bool(unsure or (plane is None and source != "stable-base" and not prior_sure)),
         other_objects=int(others),
         other_bodies=more_bodies,
+        flat_part=float(flat_part if plane is None else 0.0),
     )
 
 
