@@ -193,7 +193,8 @@ def test_a_log_gets_one_line_per_stage(splat_file, tmp_path, capsys):
     line = next(x for x in err.splitlines() if x.startswith(f"[physskin-gs] wrote {tmp_path / 'v.mp4'}"))
     assert "rendering the video on the CPU took" in line and "(--width / --height 64x48 set its size" in line
     # the simulation's speed, said once at the end (no bar shows the per-frame ms in a log)
-    sim = [x for x in err.splitlines() if x.startswith("[physskin-gs] simulation: 4 frames after the rest frame, median ")]
+    sim = [x for x in err.splitlines()
+           if x.startswith("[physskin-gs] simulation: 4 frames after the rest frame, median ")]
     assert len(sim) == 1 and "Newton iteration" in sim[0] and "Hessian factors a frame" in sim[0], err
     ms = float(sim[0].split("median ")[1].split(" ms")[0])
     assert 0.0 < ms < 5000.0

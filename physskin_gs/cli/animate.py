@@ -461,7 +461,6 @@ class MotionScript:
                 tgt = [g + o for g, o in zip(grab, v)] if d["_kf"][0][1] == "offset" else v
                 anim.update_drag(did, tgt)
 
-
     def framing_points(self, box) -> List[List[float]]:
         """Points (scene units) a headless camera should keep in view for this script: the corners of ``box``
         ((lo, hi), two 3-lists: what moves) moved by each keyframe's offset, and each keyframe's target (a fresh
