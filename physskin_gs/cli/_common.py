@@ -171,9 +171,9 @@ def scene_summary(anim, config) -> List[str]:
     ``animate`` prints them and the viewer too: the up and where it came from, the selection's counts, and the notes
     (a floor under the support, an unsure up, a large flat part moving with the object when no support was found,
     objects left static by ``--select largest``). ``anim``: an
-    AnimatedScene or SceneBodies with ``info["scene_analysis"]`` (no lines without it); ``config``: its
-    AnimationConfig (``up``, ``select``, ``floor``, ``floor_height``). Raises nothing."""
-    sa = anim.info.get("scene_analysis")
+    AnimatedScene or SceneBodies with ``info["scene_analysis"]`` (no lines without it, or without ``info``);
+    ``config``: its AnimationConfig (``up``, ``select``, ``floor``, ``floor_height``). Raises nothing."""
+    sa = (getattr(anim, "info", None) or {}).get("scene_analysis")
     if sa is None:
         return []
     lines = []
