@@ -693,3 +693,17 @@ def test_a_large_flat_part_moving_with_the_object_gets_a_note():
         from physskin_gs.pipeline import analyze_for_animation
 
         assert analyze_for_animation(load_scene(path)).flat_part > 0.5
+
+
+def test_the_base_claim_takes_non_finite_colours_and_scales(generator):
+    """A row with a finite mean but a NaN colour or log-scale is valid (its mean places it); the base claim's
+    nearest-example search needs finite features, so such rows vote as black and round instead of failing the
+    analysis (scipy's k-d tree refuses NaN)."""
+    from physskin_gs.pipeline import analyze_for_animation
+
+    scene, truth = _on_a_table(generator, "sphere", (0.8, 0.2, 0.2), (0.5, 0.5, 0.5), 0.002)
+    rows = np.flatnonzero(truth)[:: 400]
+    scene.sh_dc[rows] = float("nan")
+    scene.log_scales[rows[::2]] = float("nan")
+    a = analyze_for_animation(scene)
+    assert a.up_source == "support-plane" and a.object[truth].mean() > 0.99

@@ -911,7 +911,10 @@ def _base_features(idx: np.ndarray, up: np.ndarray, colors: Optional[np.ndarray]
         rot = quat_to_rotmat(torch.from_numpy(quats[idx].astype(np.float64))).numpy()  # [M, 3, 3] local -> scene
         nrm = rot[np.arange(len(idx)), :, k]  # [M, 3] the shortest axis's column
         cols.append((BASE_NORMAL_WEIGHT * np.abs(nrm @ up) * flat)[:, None])
-    return np.concatenate(cols, axis=1) if cols else np.zeros((len(idx), 0))
+    if not cols:
+        return np.zeros((len(idx), 0))
+    # (a row with a finite mean but a non-finite colour or scale is a valid row: it votes as black / round)
+    return np.nan_to_num(np.concatenate(cols, axis=1), nan=0.0, posinf=0.0, neginf=0.0)
 
 
 def _claim_base(obj: np.ndarray, slab: np.ndarray, pts: np.ndarray, sd: np.ndarray, clear: float, band: float,
