@@ -765,3 +765,39 @@ def test_a_script_freezes_a_body(table_capture, tmp_path, capsys):
                  "--script", str(script), "--export", str(tmp_path / "one")]) == 2
     assert "freezing holds one body still among several" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists() and not (tmp_path / "one").exists()
+
+
+def test_overlapping_freezes_of_one_body_are_refused(tmp_path, capsys):
+    """Two freezes of one body that overlap ended at the first one's end (a fresh user's body 1 moved during frames
+    7-12 while the log said it was frozen until 12): refused before any work, with the one freeze to give instead;
+    freezes of different bodies, or one after the other, are fine."""
+    from physskin_gs.cli.animate import MotionScript
+    from physskin_gs.errors import OptionError
+
+    def load(freezes):
+        f = tmp_path / "s.json"
+        f.write_text(json.dumps({"freezes": freezes}))
+        return MotionScript.load(str(f))
+
+    with pytest.raises(OptionError, match=r"freezes\[1\] \(body 1, frames 5-12\) overlaps freezes\[0\] \(frames 3-6\); "
+                                          r"give that body one freeze from frame 3 until 12"):
+        load([{"body": 1, "frame": 3, "until": 6}, {"body": 1, "frame": 5, "until": 12}])
+    with pytest.raises(OptionError, match=r"frames 9-end\) overlaps freezes\[0\] \(frames 3-10\).* until -1"):
+        load([{"body": 1, "frame": 3, "until": 10}, {"body": 1, "frame": 9}])
+    assert len(load([{"body": 1, "frame": 3, "until": 6}, {"body": 1, "frame": 7, "until": 9},
+                     {"body": 2, "frame": 4, "until": 8}]).freezes) == 3
+
+
+def test_skin_counts_every_body_animate_moves(table_capture, tmp_path, capsys):
+    """``skin``'s note said animate moves "only the object ... (10000 of them)" on the table capture, where animate
+    moves its three objects (21609 rows): the note now counts every body."""
+    from physskin_gs.cli import main
+    from physskin_gs.io import save_scene
+
+    scene, truth = table_capture
+    src = tmp_path / "table.ply"
+    save_scene(scene, str(src))
+    assert main(["skin", str(src), "-o", str(tmp_path / "w.npz")]) == 0
+    note = next(x for x in capsys.readouterr().err.splitlines() if "animate moves only" in x)
+    n = sum(b - a for a, b in truth["rows"]["object"])
+    assert "the 3 objects its scene analysis finds on the support" in note and f"({n} of them" in note, note

@@ -406,3 +406,34 @@ def test_exported_normals_stay_smooth_across_uv_seams(tmp_path):
     ring = seam[np.abs(V[seam, 2]) < 0.9]  # away from the poles
     radial = V[ring] / np.linalg.norm(V[ring], axis=1, keepdims=True)
     assert angle(n[ring], radial).max() < 0.5 and angle(one_sided[ring], radial).mean() > 3.0
+
+
+def test_a_mesh_with_no_seams_keeps_its_vertex_order_in_exported_frames(tmp_path):
+    """Welding sorts the vertices by position even where it merges none; the file's layout was kept only when the
+    count changed, so a seamless OBJ's frames came out sorted by x, its faces renumbered (a fresh user's cat: frame
+    1's vertex 1 was another vertex), useless as a morph target of the original. Now the layout is the file's
+    whenever the welded order differs: vertex k of a frame is the file's vertex k."""
+    sphere = trimesh.creation.icosphere(subdivisions=2)  # no duplicated positions
+    rng = np.random.default_rng(0)
+    perm = rng.permutation(sphere.vertices.shape[0])  # a file order that is not sorted
+    inv = np.argsort(perm)
+    V, F = sphere.vertices[perm], inv[sphere.faces]
+    path = tmp_path / "ball.obj"
+    trimesh.Trimesh(V, F, process=False).export(path)
+    m = load_mesh(path)
+    assert m.num_vertices == V.shape[0]  # nothing welded
+    vertex, faces = m.export_layout()
+    np.testing.assert_allclose(m.vertices[vertex], V, atol=1e-6)  # the file's order
+    np.testing.assert_array_equal(faces, F)
+
+
+def test_non_finite_vertices_are_dropped_with_a_warning(tmp_path):
+    """A vertex with a NaN coordinate, and the faces that use it, are dropped (a surface cannot hold them); a fresh
+    user's tetrahedron came back as one triangle with no word of it. Now a SceneWarning counts both."""
+    from physskin_gs.io.ply_header import SceneWarning
+
+    path = tmp_path / "nan.obj"
+    path.write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nv nan 0 1\nf 1 2 3\nf 1 2 4\nf 2 3 4\nf 1 3 4\n")
+    with pytest.warns(SceneWarning, match="1 vertices with non-finite coordinates dropped, and the 3 faces"):
+        m = load_mesh(path)
+    assert m.num_vertices == 3 and m.faces.shape[0] == 1

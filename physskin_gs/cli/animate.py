@@ -267,6 +267,16 @@ class MotionScript:
                     raise OptionError(f"{where}.until must be an integer >= its frame ({fz['frame']}), or -1 (frozen "
                                       f"to the end), got {until!r}")
                 fz["until"] = int(until)
+            end = float("inf") if fz["until"] < 0 else fz["until"]
+            for j, o in enumerate(freezes):  # (one body's freezes overlapping ended at the first one's end)
+                o_end = float("inf") if o["until"] < 0 else o["until"]
+                if o["body"] == fz["body"] and fz["frame"] <= o_end and o["frame"] <= end:
+                    span = lambda a, b: f"frames {a}-{'end' if b == float('inf') else int(b)}"  # noqa: E731
+                    last = max(end, o_end)
+                    raise OptionError(
+                        f"{where} (body {fz['body']}, {span(fz['frame'], end)}) overlaps freezes[{j}] "
+                        f"({span(o['frame'], o_end)}); give that body one freeze from frame "
+                        f"{min(fz['frame'], o['frame'])} until {-1 if last == float('inf') else int(last)}")
             freezes.append(fz)
         drags = []
         for i, d in enumerate(data.get("drags", [])):

@@ -55,6 +55,7 @@ class PreparedObject:
     max_handles: Optional[int] = None  # bound on the learned handles: usable - 1 for a splat, None for a mesh
     path: Optional[str] = None  # the input file (a mesh is re-read for the tet basis)
     selected: Optional[int] = None  # a splat's rows the scene analysis takes as the object (None: not analysed)
+    bodies: int = 1  # the objects among them (animate moves each as a body of its own)
 
 
 def prepare_object(path, seed: int = 0, warn: bool = False) -> PreparedObject:
@@ -100,11 +101,15 @@ def prepare_object(path, seed: int = 0, warn: bool = False) -> PreparedObject:
         # scene has none (the analysis' own rule)
         from physskin_gs.geometry.scene_analysis import analyze_gaussian_scene
 
-        selected = None
+        selected, n_bodies = None, 1
         if keep.sum() >= SMALL_SCENE_ROWS:
             an = analyze_gaussian_scene(scene)
             keep &= ~an.floater
-            selected = int(np.asarray(an.object).sum())  # the rows animate's scene analysis moves
+            moving = np.asarray(an.object).copy()  # the rows animate's scene analysis moves: the object, and
+            for rows_, _ in an.other_bodies:  # the other objects on its support (each a body of its own)
+                moving[rows_] = True
+            selected = int(moving.sum())
+            n_bodies = 1 + len(an.other_bodies)
         usable = int(keep.sum())
         if usable == 0:
             raise DegenerateGeometryError(f"{path}: no usable Gaussians (finite, opacity >= 0.05) among its "
@@ -129,14 +134,14 @@ def prepare_object(path, seed: int = 0, warn: bool = False) -> PreparedObject:
         norm = compute_normalization(mesh.vertices[used].astype(np.float64), allow_flat=True, what=str(path))
         sample = sample_from_mesh(mesh, seed=seed, allow_flat=True)  # the field's points: sampled, any vertex count
         surface, volume = sample.surface, sample.volume
-        pts, kind = mesh.vertices.astype(np.float64), "mesh"
+        pts, kind, n_bodies = mesh.vertices.astype(np.float64), "mesh", 1
         usable = int(np.isfinite(mesh.vertices[used]).all(axis=1).sum())
     valid = finite_rows(pts)
     q = np.zeros_like(pts)
     q[valid] = norm.to_normalized(pts[valid])
     return PreparedObject(path.name, kind, np.asarray(norm.center, np.float64), float(norm.scale), surface,
                           volume, torch.from_numpy(q.astype(np.float32)), valid, usable, max_handles, str(path),
-                          selected if kind == "splat" else None)
+                          selected if kind == "splat" else None, n_bodies if kind == "splat" else 1)
 
 
 def mesh_in_frame(obj: PreparedObject):
@@ -306,10 +311,11 @@ def run(args) -> int:
     t0 = time.perf_counter()
     obj = prepare_object(args.path, seed=args.seed, warn=True)
     if obj.kind == "splat" and obj.selected is not None and obj.selected < 0.98 * obj.usable:
+        what = ("the object its scene analysis finds" if obj.bodies == 1 else
+                f"the {obj.bodies} objects its scene analysis finds on the support, each a body with a field of its own")
         print(f"[physskin-gs] note: skin builds the field on every usable Gaussian of the file ({obj.usable}, floaters "
-              f"left out); animate moves only the object its scene analysis finds ({obj.selected} of them, without "
-              "the support and background) and builds its field there, so the two fields differ",
-              file=sys.stderr, flush=True)
+              f"left out); animate moves only {what} ({obj.selected} of them, without the support and background) and "
+              "builds its field there, so the two fields differ", file=sys.stderr, flush=True)
     if args.points:
         query, _ = load_query_points(args.points, obj)
         valid = np.ones(query.shape[0], bool)

@@ -197,7 +197,7 @@ class Mesh:
     def export_layout(self) -> Tuple[np.ndarray, np.ndarray]:
         """(vertex (S,) int64, faces (F, 3) int64): the vertices a frame writes, as indices into :attr:`vertices`,
         and its faces into them: the file's own layout (its vertex order, UV seams and hard edges, so a flat-shaded
-        model stays flat and frames match the file point for point) when welding changed it, else the welded
+        model stays flat and frames match the file point for point) when welding changed it or its order, else the welded
         mesh."""
         if self.source_vertex is not None and self.source_faces is not None:
             return self.source_vertex, self.source_faces
@@ -357,6 +357,15 @@ def _finish(path: str, vertices: np.ndarray, faces: np.ndarray, weld: bool,
             colours: Optional[MeshColours] = None) -> Mesh:
     """:func:`load_mesh`'s last stage: clean (and weld) the arrays and check that a surface is left."""
     original = np.asarray(faces, dtype=np.int64)
+    bad = ~np.isfinite(np.asarray(vertices, dtype=np.float64)).all(axis=1)  # [V]
+    if bad.any():  # (dropped silently before: a fresh user's tetrahedron came back as one triangle)
+        import warnings
+
+        from physskin_gs.io.ply_header import SceneWarning
+
+        n_faces = int(bad[np.clip(original, 0, bad.shape[0] - 1)].any(axis=1).sum()) if original.size else 0
+        warnings.warn(f"{path}: {int(bad.sum())} vertices with non-finite coordinates dropped, and the {n_faces} "
+                      "faces that use them", SceneWarning, stacklevel=3)
     vertices, faces, kept, to_out = _clean(vertices, faces, weld=weld)
     if vertices.shape[0] == 0 or faces.shape[0] == 0:
         raise SceneFormatError(f"{path}: no valid faces left after dropping non-finite vertices and degenerate faces")
@@ -366,7 +375,9 @@ def _finish(path: str, vertices: np.ndarray, faces: np.ndarray, weld: bool,
     # the file's own vertex layout (before welding): exported frames keep its vertex order, UV seams and hard edges
     used_src, src_faces = np.unique(original[kept], return_inverse=True)
     layout = None
-    if used_src.shape[0] != vertices.shape[0]:
+    if used_src.shape[0] != vertices.shape[0] or not np.array_equal(to_out[used_src],
+                                                                     np.arange(vertices.shape[0])):
+        # (welding sorts the vertices even where it merges none: a file with no seams came out sorted by x)
         layout = (to_out[used_src], src_faces.reshape(-1, 3).astype(np.int64))
     return Mesh(vertices=vertices.astype(np.float32), faces=faces, source=path,
                 colours=None if colours is None else colours.select(kept),
