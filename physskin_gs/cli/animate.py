@@ -564,15 +564,15 @@ class OrbitVideo:
             # look a bit lower so the floor contact stays in view
             center = center - 0.5 * (float(center @ up) - floor_h) * up * 0.5
         self.target = center
-        self.distance = self._fit_distance(m, up.to(m), center, 3.4 * radius, orbit_constructor=orbit_camera)
         self._orbit_camera = orbit_camera
+        self.distance = self._fit_distance(m, up.to(m), center, 3.4 * radius)
         # the checker stands in for a floor nobody captured: a captured support is drawn as it is (a checker at its
         # top hid the seal's pavement and its plate's sides: a fresh user's find)
         self.floor = self._floor_gaussians(center, radius, floor_h, up) if floor_h is not None and not captured \
             else None
         self.torch = torch
 
-    def _fit_distance(self, m, up, target, distance: float, orbit_constructor, margin: float = 0.05) -> float:
+    def _fit_distance(self, m, up, target, distance: float, margin: float = 0.05) -> float:
         """The camera distance (scene units) at which the box of ``m`` (M, 3) (the moving rows, and where they
         land), in the frame of ``up`` (3,), projects inside the frame with ``margin`` of its size to spare at every
         azimuth the orbit passes (9 of them), starting from ``distance`` and backing off 5 % at a time (at most 40
@@ -592,7 +592,7 @@ class OrbitVideo:
         for _ in range(40):
             inside = True
             for az in azimuths:
-                cam = orbit_constructor(az, 15.0, distance, target, self.up, self.width, self.height)
+                cam = self._orbit_camera(az, 15.0, distance, target, self.up, self.width, self.height)
                 vm, K = cam.viewmat.double(), cam.K.double()
                 pc = corners.double() @ vm[:3, :3].T + vm[:3, 3]  # [8, 3] camera frame
                 if bool((pc[:, 2] <= 1e-9).any()):

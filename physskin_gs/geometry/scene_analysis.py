@@ -679,9 +679,7 @@ def analyze_scene(
         reason = f"no support plane found: {why}; no format prior given, so the default -y"
 
     above_idx = np.flatnonzero(above)
-    sup_vox = np.zeros(int(np.prod(grid.shape)), dtype=bool)  # [G] the support's voxels: a lid under what stands
-    sup_fl = flat_all[support]
-    sup_vox[sup_fl[sup_fl >= 0]] = True
+    sup_vox = _voxels_of(support, flat_all, grid.shape).ravel()  # [G] the support's voxels: a lid under what stands
     others = 0
     obj = np.zeros(n, dtype=bool)
     in_object = np.zeros(n, dtype=bool)
