@@ -68,12 +68,16 @@ class BodiesControl:
     def _wire(self) -> None:
         g = self.app.gui
 
+        # Coroutines: viser awaits them on its event loop right after it sets the value, in the order the browser
+        # sent the clicks. Plain callbacks run on a thread pool, where the dropdown's sync (setting the boxes to the
+        # newly chosen body's state) could run after a freeze click that followed it had set its box, and the freeze
+        # callback then read the box as sync left it (seen under load: the click was lost).
         @g["body"].on_update
-        def _(_e) -> None:
+        async def _(_e) -> None:
             self.sync()
 
         @g["body_pin"].on_update
-        def _(_e) -> None:
+        async def _(_e) -> None:
             if getattr(self._syncing, "on", False):
                 return
             k, on = self.chosen(), bool(g["body_pin"].value)
@@ -81,7 +85,7 @@ class BodiesControl:
             self._post(f"pin body {k}", lambda a: a.set_pin(spec, body=k))
 
         @g["body_freeze"].on_update
-        def _(_e) -> None:
+        async def _(_e) -> None:
             if getattr(self._syncing, "on", False):
                 return
             k, on = self.chosen(), bool(g["body_freeze"].value)
