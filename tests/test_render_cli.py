@@ -120,3 +120,37 @@ def test_up_sentence_names_the_axis_and_its_source():
     assert up_sentence([0.0, -1.0, 0.0], "stable-base", "r (x)") == (
         "up -y, from the side it stands on most stably: r (x)")
     assert up_sentence([0.6, 0.8, 0.0], "support-plane", "r").startswith("up [+0.600, +0.800, +0.000], from the normal")
+
+
+def test_render_and_convert_take_a_mesh_as_animate_samples_it(tmp_path, capsys):
+    """A mesh (an exported ``frame*.obj`` is one) is drawn and converted as the Gaussians ``animate`` samples on
+    its surface: ``--mesh-gaussians`` of them, every mean on the box's faces, coloured by the file's red face
+    colours; the converted PLY renders to the same image as the mesh itself (same samples, up recorded)."""
+    import imageio.v2 as imageio
+    import numpy as np
+    import trimesh
+
+    from physskin_gs.io import load_scene
+
+    box = trimesh.creation.box(extents=(2.0, 1.0, 0.5))
+    box.visual.face_colors = np.tile([200, 30, 30, 255], (len(box.faces), 1))
+    src = tmp_path / "box.obj"
+    box.export(src)
+    img = tmp_path / "box.png"
+    assert main(["render", str(src), "-o", str(img), "--width", "64", "--height", "64", "--mesh-gaussians", "3000"]) == 0
+    assert "is a mesh: 3,000 Gaussians sampled on its surface" in capsys.readouterr().err
+    out = tmp_path / "box.ply"
+    assert main(["convert", str(src), str(out), "--mesh-gaussians", "3000"]) == 0
+    scene = load_scene(out)
+    assert scene.num_gaussians == 3000
+    m = scene.means.double().abs().numpy()
+    half = np.array([1.0, 0.5, 0.25])
+    on_face = np.abs(m - half).min(1)  # distance to the nearest face plane, each point inside the box
+    assert (m <= half + 1e-5).all() and on_face.max() < 1e-5
+    rgb = scene.sh_dc.numpy() * 0.28209479177387814 + 0.5  # [N, 3], shaded red
+    assert (rgb[:, 0] > 2.5 * rgb[:, 1]).all() and (rgb[:, 0] > 0.2).all()
+    img2 = tmp_path / "box_ply.png"
+    assert main(["render", str(out), "-o", str(img2), "--width", "64", "--height", "64"]) == 0
+    a, b = imageio.imread(img).astype(int), imageio.imread(img2).astype(int)
+    assert (a[..., :3] < 250).any(axis=-1).mean() > 0.05  # the box is in view
+    assert np.abs(a - b).max() <= 1

@@ -373,3 +373,21 @@ def warn_scene(scene, path) -> None:
     """Print :func:`scene_load_warnings` as ``[physskin-gs] warning: PATH: ...`` lines on stderr."""
     for w in scene_load_warnings(scene):
         warn_option(f"{path}: {w}")
+
+
+def load_scene_or_mesh(path, quat_order: str = "wxyz", mesh_gaussians: int = 20000):
+    """The Gaussian scene of ``path`` for ``render`` and ``convert``: a scene file as :func:`physskin_gs.io.load_scene`
+    reads it; a mesh (.obj, .stl, .glb/.gltf without Gaussians, .off, a mesh .ply) as the ``mesh_gaussians`` flat
+    Gaussians ``animate`` samples on its surface (:func:`physskin_gs.pipeline.load_for_animation`: the file's colours,
+    shaded from above), with a note on stderr saying so. Raises FileNotFoundError or SceneFormatError as the loaders
+    do."""
+    from physskin_gs.io import detect_format, load_scene
+
+    if detect_format(str(path)) not in ("mesh", "mesh-ply"):
+        return load_scene(path, quat_order=quat_order)
+    from physskin_gs.pipeline import load_for_animation
+
+    scene = load_for_animation(path, num_mesh_gaussians=mesh_gaussians)
+    print(f"note: {path} is a mesh: {scene.num_gaussians:,} Gaussians sampled on its surface, as animate samples "
+          "them (--mesh-gaussians)", file=sys.stderr)
+    return scene

@@ -59,11 +59,13 @@ def register(sub) -> None:
     """Add the ``convert`` parser to ``sub`` (an argparse subparsers object)."""
     p = sub.add_parser(
         "convert",
-        help="convert a Gaussian scene to an INRIA PLY, a compressed PLY, OpenUSD or glTF (.glb)",
+        help="convert a Gaussian scene (or a mesh, sampled as animate does) to an INRIA PLY, a compressed PLY, "
+             "OpenUSD or glTF (.glb)",
         description="Convert any supported Gaussian scene (INRIA PLY, .splat, compressed PLY) to a binary INRIA "
                     "3DGS PLY with raw values (.ply), a PlayCanvas/SuperSplat compressed PLY (.compressed.ply), an "
                     "OpenUSD ParticleField3DGaussianSplat (.usd/.usdc/.usda; needs usd-core) or a glTF binary with "
-                    "KHR_gaussian_splatting (.glb, +Y up).",
+                    "KHR_gaussian_splatting (.glb, +Y up). A mesh input (.obj, .stl, .glb, .off, mesh .ply) is "
+                    "first turned into the flat Gaussians animate samples on its surface.",
     )
     p.add_argument("input", help="input scene file")
     p.add_argument("output", help="output path (must differ from the input); its name selects the format")
@@ -85,6 +87,9 @@ def register(sub) -> None:
     p.add_argument("--sh-degree", dest="sh_degree", type=int, default=None, metavar="N",
                    help="keep spherical harmonics up to degree N (0-4; default: all the input has). Compressed PLY, "
                         ".glb and .usd store at most degree 3")
+    p.add_argument("--mesh-gaussians", dest="mesh_gaussians", type=int, default=20000,
+                   help="a mesh input (.obj, .stl, .glb, .off, mesh .ply) becomes this many flat Gaussians sampled on "
+                        "its surface, coloured and shaded as animate makes them (default 20000)")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.set_defaults(func=run)
 
@@ -99,7 +104,8 @@ def run(args) -> int:
         SceneFormatError / FileNotFoundError: unreadable input (see :func:`physskin_gs.io.load_scene`).
         OutputError: the output folder cannot be written, or the written file is missing.
     """
-    from physskin_gs.io import drop_invalid, load_scene, save_scene, validate
+    from physskin_gs.cli._common import load_scene_or_mesh
+    from physskin_gs.io import drop_invalid, save_scene, validate
 
     require_input_file(args.input)
     if not str(args.output).strip():
@@ -128,10 +134,12 @@ def run(args) -> int:
     if fmt in ("ply", "compressed-ply") and mpu is not None:
         warn_option(f"--meters-per-unit has no effect on a {fmt} output (the values are written in the input's own "
                     "units); it applies to .glb and .usd")
+    mesh_gaussians = int(getattr(args, "mesh_gaussians", 20000))
+    check_int("--mesh-gaussians", mesh_gaussians, 16, 10_000_000)
     claim_outputs([target], inputs=[args.input])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        scene = load_scene(args.input, quat_order=args.quat_order)
+        scene = load_scene_or_mesh(args.input, args.quat_order, mesh_gaussians)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     top = MAX_SH_DEGREE[fmt]

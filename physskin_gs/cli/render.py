@@ -28,9 +28,10 @@ _VIDEO_EXT = {".mp4", ".mov", ".mkv", ".webm"}
 def register(sub) -> None:
     p = sub.add_parser(
         "render",
-        help="render a Gaussian scene to a PNG, or a turntable video with --turntable N",
+        help="render a Gaussian scene (or a mesh, as animate samples it) to a PNG, or a turntable video with --turntable N",
         description=(
-            "Render a Gaussian scene (INRIA PLY, .splat, compressed PLY) from an orbit camera that frames the "
+            "Render a Gaussian scene (INRIA PLY, .splat, compressed PLY, glTF, USD; a mesh is drawn as the Gaussians "
+            "animate samples on its surface) from an orbit camera that frames the "
             "scene's robust bounding box. Default up axis auto: the support plane's normal when the object stands "
             "on one; without one the file axis the object stands on most stably when that is clear, else the "
             "format's convention (.splat/compressed -y, INRIA PLY +z, meshes +y)."
@@ -56,6 +57,9 @@ def register(sub) -> None:
     p.add_argument("--turntable", type=int, default=0, metavar="N", help="render N frames around the up axis into a video")
     p.add_argument("--fps", type=float, default=30.0, help="turntable frames per second (default 30)")
     p.add_argument("--quat-order", choices=["wxyz", "xyzw"], default="wxyz", help="stored quaternion order (default wxyz)")
+    p.add_argument("--mesh-gaussians", dest="mesh_gaussians", type=int, default=20000,
+                   help="a mesh input (.obj, .stl, .glb, .off, mesh .ply) is drawn as this many Gaussians sampled on "
+                        "its surface, as animate sees it (default 20000)")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.set_defaults(func=run)
 
@@ -81,12 +85,13 @@ def parse_background(text: str):
 def run(args) -> int:
     import torch
 
-    from physskin_gs.io import drop_invalid, load_scene
+    from physskin_gs.io import drop_invalid
     from physskin_gs.render import auto_frame, render_scene_frame, to_uint8, write_video
 
     src, out = require_input_file(args.path), str(args.output)
     ext = Path(out).suffix.lower()
     check_int("--turntable", args.turntable, 0, 100_000, unit="frames")
+    check_int("--mesh-gaussians", args.mesh_gaussians, 16, 10_000_000)
     if args.turntable and ext not in _VIDEO_EXT:
         raise OptionError(f"--turntable writes a video; give -o a {'/'.join(sorted(_VIDEO_EXT))} path, got {out!r}")
     if not args.turntable and ext not in _IMAGE_EXT:
@@ -113,8 +118,9 @@ def run(args) -> int:
             print(f"note: video frames must be multiples of 16; rendering {w16}x{h16}", file=sys.stderr)
         width, height = w16, h16
 
-    scene = load_scene(src, quat_order=args.quat_order)
-    from physskin_gs.cli._common import warn_scene
+    from physskin_gs.cli._common import load_scene_or_mesh, warn_scene
+
+    scene = load_scene_or_mesh(src, args.quat_order, args.mesh_gaussians)
 
     warn_scene(scene, src)
     if auto_up:

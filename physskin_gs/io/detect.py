@@ -43,8 +43,8 @@ CONVERT_HINT = (
 )
 
 #: What to do with a mesh given to a command (or function) that reads Gaussian scenes only.
-MESH_HINT = ("meshes are read by `physskin-gs animate` and `physskin-gs skin`, which sample Gaussians on the "
-             "surface (Python: physskin_gs.io.load_mesh)")
+MESH_HINT = ("meshes are read by `physskin-gs animate`, `skin`, `render` and `convert`, which sample Gaussians on "
+             "the surface (Python: physskin_gs.io.load_mesh, physskin_gs.pipeline.load_for_animation)")
 
 MESH_EXTENSIONS = {".obj", ".stl", ".glb", ".gltf", ".off"}
 
