@@ -218,8 +218,8 @@ def resolve_up(up: str, scene: Optional[GaussianScene] = None) -> torch.Tensor:
     :func:`prepare_animation` and ``render`` use when the scene analysis finds no support plane): meshes +y (OBJ
     convention), antimatter15 .splat and PlayCanvas compressed PLY -y (COLMAP-style captures; both spot and
     plant files are -y up), INRIA PLY +z (Blender / NeRF-synthetic exports such as lego), glTF +y (the glTF
-    convention), unless the file records its up axis (``scene.up_hint``: the frames physskin_gs exports, and +y for
-    a glTF mesh, whose specification fixes it). A capture
+    convention), unless the file records its up axis (``scene.up_hint``: the frames physskin_gs exports, an OpenUSD
+    stage's authored ``upAxis``, and +y for glTF meshes and splats, whose specification fixes it). A capture
     that stands
     on a support gets its up axis from the support plane instead, whatever its format.
 

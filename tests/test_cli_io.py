@@ -126,5 +126,7 @@ def test_convert_drop_invalid_and_refusals(capsys, inria_sh3, mesh_file, tmp_pat
     assert "refusing to overwrite the input" in _error(capsys, ["convert", str(splat), str(splat)])
     assert splat.read_bytes() == b"\0" * 64
     assert ".ply" in _error(capsys, ["convert", str(src), str(tmp_path / "out.splat")])
-    assert "not a 3DGS PLY" in _error(capsys, ["convert", str(mesh_file("pyvista_ant.ply")),
-                                               str(tmp_path / "ant.ply")])
+    # a mesh PLY is no 3DGS PLY: it is converted as the Gaussians animate samples on its surface, and says so
+    assert main(["convert", str(mesh_file("pyvista_ant.ply")), str(tmp_path / "ant.ply"), "--mesh-gaussians", "500"]) == 0
+    assert "is a mesh: 500 Gaussians sampled on its surface" in capsys.readouterr().err
+    assert load_scene(tmp_path / "ant.ply").num_gaussians == 500

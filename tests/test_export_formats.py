@@ -311,6 +311,31 @@ def test_headless_usd_matches_ply_frames(capture, tmp_path):
         assert torch.allclose(b.sh_dc, a.sh_dc, atol=1e-6) and torch.allclose(b.sh_rest, a.sh_rest, atol=1e-5)
 
 
+def test_render_reads_a_frame_of_an_animated_usd(capture, tmp_path, capsys):
+    """``render --frame K`` of an exported animation.usdc draws frame K: the same image as PLY frame K (the same
+    up, recorded by both); without --frame a note names the frames it holds; a frame outside them, or --frame on a
+    single scene, is refused before anything is written."""
+    pytest.importorskip("pxr", reason="usd-core (the [usd] extra) is not installed")
+    import imageio.v2 as imageio
+
+    assert _headless(capture, tmp_path / "ply", "ply", frames=3) == 0
+    assert _headless(capture, tmp_path / "usd", "usd", frames=3) == 0
+    usd, size = tmp_path / "usd" / "animation.usdc", ["--width", "48", "--height", "48"]
+    capsys.readouterr()
+    assert main(["render", str(usd), "-o", str(tmp_path / "u3.png"), "--frame", "3", *size]) == 0
+    assert main(["render", str(tmp_path / "ply" / "frame0003.ply"), "-o", str(tmp_path / "p3.png"), *size]) == 0
+    assert main(["render", str(tmp_path / "ply" / "frame0001.ply"), "-o", str(tmp_path / "p1.png"), *size]) == 0
+    u3, p3, p1 = (imageio.imread(tmp_path / f).astype(int) for f in ("u3.png", "p3.png", "p1.png"))
+    assert np.abs(u3 - p3).max() <= 1 and np.abs(p3 - p1).max() > 10  # frame 3, not the rest
+    assert main(["render", str(usd), "-o", str(tmp_path / "u.png"), *size]) == 0
+    assert "is an animation (frames 1-3); this is its rest state, --frame K reads frame K" in capsys.readouterr().err
+    assert main(["render", str(usd), "-o", str(tmp_path / "u4.png"), "--frame", "4", *size]) == 2
+    assert "holds frames 1-3" in capsys.readouterr().err and not (tmp_path / "u4.png").exists()
+    assert main(["convert", str(capture), str(tmp_path / "c.ply"), "--frame", "2"]) == 2
+    assert "--frame reads one frame of an animated OpenUSD file" in capsys.readouterr().err
+    assert not (tmp_path / "c.ply").exists()
+
+
 def test_convert_to_usd(capture, tmp_path):
     pytest.importorskip("pxr", reason="usd-core (the [usd] extra) is not installed")
     from physskin_gs.io.usd import load_usd
@@ -354,6 +379,11 @@ def test_glb_splats_load_by_content_and_render_like_the_source(tmp_path):
     from physskin_gs.pipeline import resolve_up
 
     assert resolve_up("auto", sc).tolist() == [0.0, 1.0, 0.0]
+    assert sc.up_hint == (0.0, 1.0, 0.0)  # fixed by the glTF specification: recorded, not a guess
+    from physskin_gs.io.gltf import load_gltf
+
+    # the demo's -y up, found by the analysis on the .splat, is glTF's +Y turned back into the source frame
+    assert np.allclose(load_gltf(glb, source_frame=True).up_hint, (0.0, -1.0, 0.0), atol=1e-6)
     mesh = tmp_path / "box.glb"
     trimesh.creation.box().export(str(mesh))
     assert detect_format(mesh) == "mesh"
@@ -496,7 +526,8 @@ def test_usd_output_reads_back_through_load_scene(tmp_path):
         assert back.format == "openusd" and torch.allclose(back.means, load_scene(src).means, atol=1e-6)
 
 
-@pytest.mark.parametrize("fmt, pattern", [("ply", "frame0002.ply"), ("compressed-ply", "frame0002.compressed.ply")])
+@pytest.mark.parametrize("fmt, pattern", [("ply", "frame0002.ply"), ("compressed-ply", "frame0002.compressed.ply"),
+                                          ("usd", "animation.usdc")])
 def test_exported_frames_record_the_up_axis(tmp_path, fmt, pattern):
     """Frames carry the simulation's up axis in a header comment; the auto up rule (render, animate) uses it, so a
     frame of a -y-up .splat source is not rendered on its side as an INRIA (+z) file; convert keeps it."""
@@ -506,7 +537,9 @@ def test_exported_frames_record_the_up_axis(tmp_path, fmt, pattern):
     out = tmp_path / "seq"
     assert main(["animate", str(src), "--headless", "--frames", "2", "--export", str(out), "--export-format", fmt,
                  *FAST]) == 0
-    frame = load_scene(out / pattern)
+    if fmt == "usd":
+        pytest.importorskip("pxr", reason="usd-core (the [usd] extra) is not installed")
+    frame = load_scene(out / pattern)  # a USD stage: Y up, the -y scene under a half turn on /Splats
     assert frame.up_hint == pytest.approx((0.0, -1.0, 0.0))
     assert resolve_up("auto", frame).tolist() == [0.0, -1.0, 0.0]
     assert main(["convert", str(out / pattern), str(tmp_path / "copy.ply")]) == 0

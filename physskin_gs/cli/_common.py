@@ -375,15 +375,35 @@ def warn_scene(scene, path) -> None:
         warn_option(f"{path}: {w}")
 
 
-def load_scene_or_mesh(path, quat_order: str = "wxyz", mesh_gaussians: int = 20000):
+def load_scene_or_mesh(path, quat_order: str = "wxyz", mesh_gaussians: int = 20000, frame: Optional[int] = None):
     """The Gaussian scene of ``path`` for ``render`` and ``convert``: a scene file as :func:`physskin_gs.io.load_scene`
     reads it; a mesh (.obj, .stl, .glb/.gltf without Gaussians, .off, a mesh .ply) as the ``mesh_gaussians`` flat
     Gaussians ``animate`` samples on its surface (:func:`physskin_gs.pipeline.load_for_animation`: the file's colours,
-    shaded from above), with a note on stderr saying so. Raises FileNotFoundError or SceneFormatError as the loaders
-    do."""
+    shaded from above), with a note on stderr saying so. ``frame``: the time code to read from an animated OpenUSD
+    file (an exported ``--export-format usd`` sequence, frames 1..F); without it such a file gives its rest state
+    and a note names the frames it holds. Raises OptionError (``frame`` given for a file that is not an animated
+    USD, or outside its frames), FileNotFoundError or SceneFormatError as the loaders do."""
     from physskin_gs.io import detect_format, load_scene
 
-    if detect_format(str(path)) not in ("mesh", "mesh-ply"):
+    fmt = detect_format(str(path))
+    if fmt == "usd":
+        from physskin_gs.io.usd import load_usd, usd_frame_range
+
+        span = usd_frame_range(path)
+        if frame is None:
+            if span is not None:
+                print(f"note: {path} is an animation (frames {span[0]:g}-{span[1]:g}); this is its rest state, "
+                      "--frame K reads frame K", file=sys.stderr)
+            return load_usd(path)
+        if span is None:
+            raise OptionError(f"--frame {frame}: {path} holds no animation (no time samples); leave --frame out")
+        if not span[0] <= frame <= span[1]:
+            raise OptionError(f"--frame {frame}: {path} holds frames {span[0]:g}-{span[1]:g}")
+        return load_usd(path, time=frame)
+    if frame is not None:
+        raise OptionError(f"--frame reads one frame of an animated OpenUSD file (--export-format usd); {path} is a "
+                          f"single scene ({fmt}); an exported PLY or OBJ sequence has a file per frame")
+    if fmt not in ("mesh", "mesh-ply"):
         return load_scene(path, quat_order=quat_order)
     from physskin_gs.pipeline import load_for_animation
 

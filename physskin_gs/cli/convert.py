@@ -90,6 +90,9 @@ def register(sub) -> None:
     p.add_argument("--mesh-gaussians", dest="mesh_gaussians", type=int, default=20000,
                    help="a mesh input (.obj, .stl, .glb, .off, mesh .ply) becomes this many flat Gaussians sampled on "
                         "its surface, coloured and shaded as animate makes them (default 20000)")
+    p.add_argument("--frame", type=int, default=None, metavar="K",
+                   help="of an animated OpenUSD file (animate --export-format usd): read frame K (1..F) instead of "
+                        "its rest state")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.set_defaults(func=run)
 
@@ -136,10 +139,12 @@ def run(args) -> int:
                     "units); it applies to .glb and .usd")
     mesh_gaussians = int(getattr(args, "mesh_gaussians", 20000))
     check_int("--mesh-gaussians", mesh_gaussians, 16, 10_000_000)
+    if getattr(args, "frame", None) is not None:
+        check_int("--frame", getattr(args, "frame", None), 1, 10_000_000)
     claim_outputs([target], inputs=[args.input])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        scene = load_scene_or_mesh(args.input, args.quat_order, mesh_gaussians)
+        scene = load_scene_or_mesh(args.input, args.quat_order, mesh_gaussians, frame=getattr(args, "frame", None))
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     top = MAX_SH_DEGREE[fmt]

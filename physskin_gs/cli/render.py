@@ -60,6 +60,9 @@ def register(sub) -> None:
     p.add_argument("--mesh-gaussians", dest="mesh_gaussians", type=int, default=20000,
                    help="a mesh input (.obj, .stl, .glb, .off, mesh .ply) is drawn as this many Gaussians sampled on "
                         "its surface, as animate sees it (default 20000)")
+    p.add_argument("--frame", type=int, default=None, metavar="K",
+                   help="of an animated OpenUSD file (animate --export-format usd): read frame K (1..F) instead of "
+                        "its rest state")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.set_defaults(func=run)
 
@@ -92,6 +95,8 @@ def run(args) -> int:
     ext = Path(out).suffix.lower()
     check_int("--turntable", args.turntable, 0, 100_000, unit="frames")
     check_int("--mesh-gaussians", args.mesh_gaussians, 16, 10_000_000)
+    if args.frame is not None:
+        check_int("--frame", args.frame, 1, 10_000_000)
     if args.turntable and ext not in _VIDEO_EXT:
         raise OptionError(f"--turntable writes a video; give -o a {'/'.join(sorted(_VIDEO_EXT))} path, got {out!r}")
     if not args.turntable and ext not in _IMAGE_EXT:
@@ -120,7 +125,7 @@ def run(args) -> int:
 
     from physskin_gs.cli._common import load_scene_or_mesh, warn_scene
 
-    scene = load_scene_or_mesh(src, args.quat_order, args.mesh_gaussians)
+    scene = load_scene_or_mesh(src, args.quat_order, args.mesh_gaussians, frame=args.frame)
 
     warn_scene(scene, src)
     if auto_up:

@@ -646,7 +646,7 @@ def load_gltf(path, *, source_frame: bool = False) -> GaussianScene:
         GaussianScene (float32, CPU): means (N, 3), quats (N, 4) wxyz as stored (unit), log_scales =
         log(max(SCALE, float32 tiny)), opacity_logits = logit(OPACITY clamped to [float32 tiny, 1 - 2^-24]),
         sh_dc (N, 3), sh_rest (N, K, 3) with K = 0, 3, 8 or 15; ``source`` = absolute path, ``format`` =
-        ``"gltf-gaussian-splatting"``.
+        ``"gltf-gaussian-splatting"``, ``up_hint`` glTF's +Y (in the source frame with ``source_frame``).
     Raises:
         FileNotFoundError: missing file.
         SceneFormatError: not GLB/glTF, bad container, no splat primitive, mode not POINTS, missing or partial
@@ -700,6 +700,7 @@ def load_gltf(path, *, source_frame: bool = False) -> GaussianScene:
         sh_rest=torch.from_numpy(cat["sh_rest"]).to(f),
         source=os.path.abspath(path),
         format=GLTF_FORMAT,
+        up_hint=(0.0, 1.0, 0.0),  # the glTF specification: "+Y is up"
     )
     if source_frame:
         info = (gltf.get("asset", {}).get("extras") or {}).get("physskin_gs")
@@ -711,4 +712,5 @@ def load_gltf(path, *, source_frame: bool = False) -> GaussianScene:
                                    "a file written by save_gltf") from None
         scene = transform_scene(scene, R.T, 1.0 / float(k))
         scene.source, scene.format = os.path.abspath(path), GLTF_FORMAT
+        scene.up_hint = tuple(float(v) for v in R.T @ np.array([0.0, 1.0, 0.0]))  # glTF's +Y in the source frame
     return scene

@@ -718,6 +718,51 @@ def _read_prim(px, gs, time, path: str) -> dict:
     return dict(means=p, quats=quats, log_scales=log_scales, logits=logits, sh=sh, idx=idx)
 
 
+def _stage_up_local(px, stage, time) -> Optional[tuple]:
+    """The stage's authored up axis (``upAxis`` metadata: +Y or +Z) in the splat prims' local frame, the frame
+    :func:`load_usd` returns (the inverse of the first prim's local-to-world rotation applied to it: our exports
+    put a -y scene on a Y-up stage under one orientation on /Splats), as a unit 3-tuple; None when the stage
+    authors no up axis or the transform is singular."""
+    if not stage.HasAuthoredMetadata("upAxis"):
+        return None
+    world = np.array([0.0, 1.0, 0.0]) if px.UsdGeom.GetStageUpAxis(stage) == px.UsdGeom.Tokens.y else \
+        np.array([0.0, 0.0, 1.0])
+    prim = next((p for p in stage.Traverse() if p.IsA(px.UsdVol.ParticleField3DGaussianSplat)), None)
+    M = np.array(px.UsdGeom.Xformable(prim).ComputeLocalToWorldTransform(time), dtype=np.float64)[:3, :3]
+    try:
+        v = np.linalg.solve(M.T, world)  # USD matrices act on row vectors: world = local @ M
+    except np.linalg.LinAlgError:
+        return None
+    n = float(np.linalg.norm(v))
+    if not (np.isfinite(n) and n > 0):
+        return None
+    v = v / n
+    v[np.abs(v) < 1e-9] = 0.0  # a half turn's cos(pi) residue
+    return tuple(float(c) for c in v)
+
+
+def usd_frame_range(path) -> Optional[tuple]:
+    """``(first, last)`` time codes (floats) at which the ``ParticleField3DGaussianSplat`` prims of the USD file
+    ``path`` hold position samples (an animation: frames 1..F of an exported sequence), or None when no prim is
+    time sampled (a single scene). Raises OptionError (usd-core missing), FileNotFoundError, SceneFormatError (not
+    a readable OpenUSD file)."""
+    px = _pxr()
+    path = os.path.abspath(os.fspath(path))
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path}: no such file")
+    try:
+        stage = px.Usd.Stage.Open(path)
+    except px.Tf.ErrorException as e:
+        raise SceneFormatError(f"{path}: not a readable OpenUSD file ({str(e).strip().splitlines()[-1]})") from e
+    if stage is None:
+        raise SceneFormatError(f"{path}: not a readable OpenUSD file")
+    times: list = []
+    for p in stage.Traverse():
+        if p.IsA(px.UsdVol.ParticleField3DGaussianSplat):
+            times += list(px.UsdVol.ParticleField3DGaussianSplat(p).GetPositionsAttr().GetTimeSamples())
+    return (float(min(times)), float(max(times))) if times else None
+
+
 def load_usd(path, time: Optional[float] = None) -> GaussianScene:
     """Read every ``ParticleField3DGaussianSplat`` prim of a USD file into one GaussianScene (raw 3DGS values).
 
@@ -736,7 +781,8 @@ def load_usd(path, time: Optional[float] = None) -> GaussianScene:
     Returns:
         GaussianScene with float32 tensors: means, unit wxyz quats, log_scales = log(max(scale, 1.18e-38)),
         opacity_logits = logit(clip(opacity, 1.18e-38, 1 - 2**-24)) (saturates at +16.64 / -87.3), sh_dc,
-        sh_rest (N, K, 3); ``source`` = absolute path, ``format`` = ``"openusd"``.
+        sh_rest (N, K, 3); ``source`` = absolute path, ``format`` = ``"openusd"``; ``up_hint`` the stage's
+        authored up axis in that local frame (None when the stage authors none).
 
     Raises:
         OptionError: usd-core missing.
@@ -779,6 +825,7 @@ def load_usd(path, time: Optional[float] = None) -> GaussianScene:
         cat = {k: np.ascontiguousarray(v[order]) for k, v in cat.items()}
     sh = cat["sh"]
     return GaussianScene(
+        up_hint=_stage_up_local(px, stage, tc),
         means=torch.from_numpy(cat["means"]),
         quats=torch.from_numpy(np.ascontiguousarray(cat["quats"])),
         log_scales=torch.from_numpy(cat["log_scales"]),
