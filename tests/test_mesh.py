@@ -301,6 +301,28 @@ def test_an_obj_whose_material_file_is_missing_has_no_colour(tmp_path):
     assert load_mesh(path).colours is None
 
 
+def test_a_ply_with_texture_coordinates_but_no_texture_has_no_colour(tmp_path):
+    """A PLY with UVs and no ``comment TextureFile`` (or one naming a missing image) gets trimesh's stand-in grey
+    image: no colour (the clay); with the named image beside it, the texture's colour is read."""
+    import trimesh
+    from PIL import Image
+
+    box = trimesh.creation.box()
+    box.visual = trimesh.visual.TextureVisuals(uv=np.full((len(box.vertices), 2), 0.5))
+    plain = tmp_path / "uv.ply"
+    box.export(plain)
+    assert load_mesh(plain).colours is None
+    data = plain.read_bytes()
+    head = data.index(b"element vertex")
+    named = tmp_path / "named.ply"
+    named.write_bytes(data[:head] + b"comment TextureFile tex.png\n" + data[head:])
+    assert load_mesh(named).colours is None  # the image is not there
+    Image.new("RGB", (4, 4), (200, 20, 20)).save(tmp_path / "tex.png")
+    m = load_mesh(named)
+    rgb = m.colours.at(np.zeros(5, np.int64), np.full((5, 3), 1 / 3))
+    np.testing.assert_allclose(rgb, np.tile([200 / 255, 20 / 255, 20 / 255], (5, 1)), atol=1e-2)
+
+
 @pytest.mark.parametrize("inverted", [False, True], ids=["outward", "inward"])
 def test_mesh_gaussians_carry_the_colour_shaded_from_above(tmp_path, inverted):
     """load_for_animation colours a mesh's Gaussians with the file's colour times the Lambert factor of a light

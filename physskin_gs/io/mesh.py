@@ -333,8 +333,27 @@ def load_mesh(path: str, *, weld: bool = True) -> Mesh:
         raise SceneFormatError(f"{path}: mesh has {vertices.shape[0]} vertices but no faces (a point cloud, not a "
                                "triangle mesh)")
 
-    colours = None if ext == ".obj" and _missing_mtl(path) else _colours_of(loaded)  # (trimesh's stand-in grey)
+    stand_in = (ext == ".obj" and _missing_mtl(path)) or (
+        ext == ".ply" and getattr(loaded.visual, "kind", None) == "texture" and _missing_ply_texture(path))
+    colours = None if stand_in else _colours_of(loaded)  # (trimesh's stand-in grey)
     return _finish(path, vertices, faces, weld, colours)
+
+
+def _missing_ply_texture(path: str) -> bool:
+    """True when a PLY's header names no texture image (``comment TextureFile NAME``) that is beside it: its
+    texture coordinates then point into trimesh's stand-in grey image, which is not the model's colour. Raises
+    nothing."""
+    try:
+        comments = read_ply_header(path).comments
+    except (SceneFormatError, OSError):
+        return True
+    folder = os.path.dirname(os.path.abspath(path))
+    for c in comments:
+        if c.lower().startswith("texturefile"):
+            name = c[len("texturefile"):].strip()
+            if name and os.path.isfile(os.path.join(folder, name)):
+                return False
+    return True
 
 
 def _missing_mtl(path: str) -> bool:
