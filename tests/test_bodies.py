@@ -749,6 +749,7 @@ def test_a_script_freezes_a_body(table_capture, tmp_path, capsys):
                  "--export", str(out)]) == 0
     err = capsys.readouterr().err
     assert "frame 2: body 1 frozen until frame 6" in err and "frame 7: body 1 unfrozen" in err, err
+    assert "moves nothing" not in err  # the drag outlasts the freeze
     f = {k: load_scene(str(out / f"frame{k:04d}.ply")).means.numpy()[ball] for k in (2, 6, 12)}
     assert np.array_equal(f[2], f[6])  # frozen: not a row moved under the drag
     assert -(f[12][:, 1].mean() - f[6][:, 1].mean()) > 0.05  # let go: the drag lifts it (up is -y)
@@ -760,6 +761,13 @@ def test_a_script_freezes_a_body(table_capture, tmp_path, capsys):
         assert main(["animate", str(src), "--headless", "--frames", "3", "--cubature", "128", "--script",
                      str(script), "--export", str(tmp_path / "bad")]) == 2
         assert msg in capsys.readouterr().err
+    # a point drag (no body named: the nearest, the ball) frozen for all its frames (to the end): a warning, it runs
+    script.write_text(json.dumps({"freezes": [{"body": 1, "frame": 2}], "drags": [
+        {"point": scene.means[ball].mean(0).tolist(), "keyframes": [{"frame": 2, "offset": [0, -0.6, 0]}]}]}))
+    assert main(["animate", str(src), "--headless", "--frames", "3", "--cubature", "128", "--script", str(script),
+                 "--export", str(tmp_path / "held")]) == 0
+    assert "drags[0] pulls body 1, which freezes[0] holds still for all of its frames (frames 2-end): the drag " \
+           "moves nothing" in capsys.readouterr().err
     script.write_text(json.dumps({"freezes": [{"body": 0, "frame": 2}]}))
     assert main(["animate", str(src), "--headless", "--frames", "3", "--cubature", "128", "--select", "largest",
                  "--script", str(script), "--export", str(tmp_path / "one")]) == 2

@@ -301,7 +301,7 @@ def test_animate_sequence_json_is_strict_end_to_end(capsys, blob, tmp_path, monk
     ({"handle": 0, "keyframes": [{"frame": 2, "offset": [0, 0, 0]}], "speed": 3},
      "drags[0]: unknown key 'speed' (known keys: handle, point, body, radius, keyframes, start_frame, end_frame, comment)"),
     ({"handle": 0, "keyframes": [{"frame": 2, "ofset": [0, 0, 0]}]},
-     "drags[0].keyframes[0]: unknown key 'ofset' (known keys: frame, target, offset, comment)"),
+     "drags[0].keyframes[0]: unknown key 'ofset'; did you mean 'offset'? (known keys: frame, target, offset, comment)"),
     ({"handle": "3", "keyframes": [{"frame": 2, "offset": [0, 0, 0]}]},
      "drags[0].handle must be an integer >= 0, got '3'"),
     ({"handle": 0, "keyframes": [{"frame": True, "offset": [0, 0, 0]}]},
@@ -321,6 +321,26 @@ def test_motion_script_schema_names_the_key_path(tmp_path, drag, message):
 
     p = tmp_path / "motion.json"
     p.write_text(json.dumps({"drags": [drag]}))
+    with pytest.raises(OptionError) as info:
+        MotionScript.load(str(p))
+    assert str(info.value).startswith(f"{p}: {message}")
+
+
+@pytest.mark.parametrize("doc, message", [
+    ({"drag": [{"handle": 0, "keyframes": [{"frame": 2, "offset": [0, 0, 0]}]}]},
+     "the script: unknown key 'drag'; did you mean 'drags'? (known keys: drags, freezes, comment)"),
+    ({"drags": [], "freeze": []}, "the script: unknown key 'freeze'; did you mean 'freezes'?"),
+    ({"drags": [{"handle": 0, "keyframe": [{"frame": 2, "offset": [0, 0, 0]}]}]},
+     "drags[0]: unknown key 'keyframe'; did you mean 'keyframes'?"),
+    ({"motion": 1}, "the script: unknown key 'motion' (known keys: drags, freezes, comment)"),
+])
+def test_motion_script_names_a_misspelt_key(tmp_path, doc, message):
+    """A misspelt key, even the top-level 'drags' itself, is named with the closest known key (a misspelt
+    'drags' used to get the generic "a motion script is an object with a 'drags' list")."""
+    from physskin_gs.cli.animate import MotionScript
+
+    p = tmp_path / "motion.json"
+    p.write_text(json.dumps(doc))
     with pytest.raises(OptionError) as info:
         MotionScript.load(str(p))
     assert str(info.value).startswith(f"{p}: {message}")

@@ -247,11 +247,12 @@ class MotionScript:
         except (OSError, ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError, an
             # integer over Python's 4300-digit conversion limit
             raise OptionError(f"{path}: not a readable JSON motion script ({exc})") from None
+        if isinstance(data, dict):
+            _known_keys(data, cls.SCRIPT_KEYS, f"{path}: the script")  # first: a misspelt 'drags' is named as such
         lists = isinstance(data, dict) and all(isinstance(data.get(k, []), list) for k in ("drags", "freezes"))
         if not (lists and ("drags" in data or "freezes" in data)):
             raise OptionError(f"{path}: a motion script is an object with a 'drags' list (and, with several bodies, "
                               "a 'freezes' list)")
-        _known_keys(data, cls.SCRIPT_KEYS, f"{path}: the script")
         freezes = []
         for i, z in enumerate(data.get("freezes", [])):
             where = f"{path}: freezes[{i}]"
@@ -386,6 +387,28 @@ class MotionScript:
             if "handle" in d and not 0 <= d["handle"] < nh - 1:
                 raise OptionError(f"{self.path}: drags[{i}].handle {d['handle']} outside [0, {nh - 2}] "
                                   f"(the {nh - 1} learned handles; the constant handle is not draggable)")
+            self._warn_frozen_drag(anim, i, d, frames)
+
+    def _warn_frozen_drag(self, anim, i: int, d: dict, frames: Optional[int]) -> None:
+        """A one-line warning when drags[i] pulls a body that one freeze holds for all of the drag's frames (it
+        would move nothing; a user's misnumbered body, or a freeze meant to end earlier)."""
+        if not self.freezes or not getattr(anim, "bodies", None):
+            return
+        if "body" in d:
+            k = d["body"]
+        elif "handle" in d:
+            k = anim.handle_owner(d["handle"])[0]
+        else:
+            k = anim.nearest_body(d["point"])
+        last = frames if frames is not None else float("inf")
+        end = last if d["_end"] == -1 else min(d["_end"], last)
+        for j, z in enumerate(self.freezes):
+            until = last if z["until"] == -1 else z["until"]
+            if z["body"] == k and z["frame"] <= d["_start"] and until >= end:
+                span = f"frames {z['frame']}-{'end' if z['until'] == -1 else z['until']}"
+                warn_option(f"{self.path}: drags[{i}] pulls body {k}, which freezes[{j}] holds still for all of its "
+                            f"frames ({span}): the drag moves nothing")
+                return
 
     def _check_point(self, anim, i: int, d: dict) -> None:
         """Refuse drags[i]'s point when it lies more than the grabbed object's height (scene units) from all of
@@ -517,9 +540,15 @@ def _script_int(v, where: str, lo: int, what: str) -> int:
 
 
 def _known_keys(obj: dict, known, where: str) -> None:
+    """Raise OptionError naming the first key of ``obj`` not in ``known`` (with the closest known key, if one is
+    close: a misspelling), and the known keys."""
+    import difflib
+
     unknown = [k for k in obj if k not in known]
     if unknown:
-        raise OptionError(f"{where}: unknown key {unknown[0]!r} (known keys: {', '.join(known)})")
+        close = difflib.get_close_matches(str(unknown[0]), list(known), n=1, cutoff=0.6)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise OptionError(f"{where}: unknown key {unknown[0]!r}{hint} (known keys: {', '.join(known)})")
 
 
 # ------------------------------------------------------------------------------------------------ video
