@@ -38,6 +38,7 @@ object falls, lands and jiggles.
 from __future__ import annotations
 
 import math
+import os
 import re
 import time
 import warnings
@@ -369,7 +370,7 @@ def load_for_animation(path, num_mesh_gaussians: int = 20000, seed: int = 0) -> 
         raise FileNotFoundError(f"no such file: {path}")
     fmt = pio.detect_format(path)
     if fmt not in ("mesh", "mesh-ply"):
-        return pio.load_scene(path)
+        return with_camera_up(pio.load_scene(path), path)
     mesh = pio.load_mesh(path)
     from physskin_gs.geometry.sampling import sample_surface_faces
     from physskin_gs.scene import rotmat_to_quat
@@ -401,6 +402,39 @@ def load_for_animation(path, num_mesh_gaussians: int = 20000, seed: int = 0) -> 
     )
     scene.mesh = mesh  # type: ignore[attr-defined]
     return scene
+
+
+#: how the log names an up found from the trainer's cameras (``GaussianScene.up_hint_source``)
+CAMERAS_SOURCE = "the capture's cameras"
+
+
+def with_camera_up(scene: GaussianScene, path) -> GaussianScene:
+    """``scene`` (an INRIA PLY read from ``path``) with the up direction of its trainer's cameras as its
+    ``up_hint`` (``up_hint_source`` :data:`CAMERAS_SOURCE` plus the file and the rule), when a ``cameras.json``
+    is where the trainer writes it (:func:`physskin_gs.io.cameras.find_cameras_json`) and the cameras are held
+    level (:func:`physskin_gs.geometry.camera_up.camera_up`). The scene analysis then takes that up as known, as
+    it does an up recorded in the file: a support plane within 30 degrees of it still levels the capture. Other
+    formats, and scenes whose file records an up, are returned as they are. An unreadable ``cameras.json``, or
+    cameras that do not say, give a SceneWarning and the scene unchanged. Raises nothing else."""
+    if scene.format != "inria-ply" or scene.up_hint is not None:
+        return scene
+    from physskin_gs.geometry.camera_up import camera_up
+    from physskin_gs.io.cameras import find_cameras_json, read_camera_rotations
+    from physskin_gs.io.ply_header import SceneFormatError, SceneWarning
+
+    found = find_cameras_json(path)
+    if found is None:
+        return scene
+    try:
+        est = camera_up(read_camera_rotations(found))
+    except (OSError, SceneFormatError) as exc:
+        warnings.warn(f"{found}: not used for the up axis: {exc}", SceneWarning, stacklevel=2)
+        return scene
+    if est.up is None:
+        warnings.warn(f"{found}: not used for the up axis: {est.reason}", SceneWarning, stacklevel=2)
+        return scene
+    return replace(scene, up_hint=tuple(float(v) for v in est.up),
+                   up_hint_source=f"{CAMERAS_SOURCE}, {os.path.basename(found)}: {est.reason}")
 
 
 #: RGB of a mesh whose file gives no colour: a light clay (a grey one vanished against the video's grey floor).
@@ -506,14 +540,19 @@ def analyze_for_animation(scene: GaussianScene, up: Optional[np.ndarray] = None)
         return a
     prior = resolve_up("auto", scene).numpy()
     name = ("glTF's +y up (fixed by the format)" if scene.up_hint is not None and scene.format == "mesh"
+            else scene.up_hint_source if scene.up_hint is not None and scene.up_hint_source
             else "the up axis recorded in the file" if scene.up_hint is not None
             else f"the up-axis convention of {scene.format} files" if scene.format else "the format prior")
     # an up axis recorded in the file (our own exports) is the truth; a format's convention is only a guess, and
     # the axis the object stands on most stably is evidence against it
-    return analyze_scene(scene.means, scene.opacities, scene.log_scales, format_prior_up=prior, prior_name=name,
-                         stable_base=scene.up_hint is None, prior_if_it_stands=scene.format == "mesh",
-                         prior_recorded=scene.up_hint is not None, support_search=scene.format != "mesh",
-                         seed=0, quats=scene.quats, colors=scene.colors())
+    a = analyze_scene(scene.means, scene.opacities, scene.log_scales, format_prior_up=prior, prior_name=name,
+                      stable_base=scene.up_hint is None, prior_if_it_stands=scene.format == "mesh",
+                      prior_recorded=scene.up_hint is not None, support_search=scene.format != "mesh",
+                      seed=0, quats=scene.quats, colors=scene.colors())
+    if a.up_source == "format-prior" and scene.up_hint is not None and (scene.up_hint_source or "").startswith(
+            CAMERAS_SOURCE):
+        a.up_source = "cameras"
+    return a
 
 
 def scene_analysis_facts(analysis) -> Dict:

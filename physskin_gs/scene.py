@@ -34,6 +34,8 @@ class GaussianScene:
         up_hint: (3,) up vector recorded in the file (``comment physskin_gs up_axis X Y Z`` in the PLYs that
             physskin_gs exports; +y for a glTF mesh, whose specification fixes it), or None; the ``auto`` up
             rule uses it before the format's convention.
+        up_hint_source: where ``up_hint`` came from when not from the file itself (the capture's cameras:
+            :func:`physskin_gs.pipeline.with_camera_up`), for the log; None: recorded in the file.
     """
 
     means: torch.Tensor
@@ -46,6 +48,7 @@ class GaussianScene:
     source: Optional[str] = None
     format: Optional[str] = None
     up_hint: Optional[Tuple[float, float, float]] = None
+    up_hint_source: Optional[str] = None
 
     def __post_init__(self) -> None:
         n = self.means.shape[0]

@@ -150,6 +150,7 @@ def resolve_up_option(value) -> Tuple[bool, Any]:
 UP_SOURCES = {"support-plane": "the normal of the support it stands on",
               "stable-base": "the side it stands on most stably",
               "format-prior": "the file's up axis",
+              "cameras": "the capture's cameras",
               "default": "the default"}
 
 
@@ -404,7 +405,9 @@ def load_scene_or_mesh(path, quat_order: str = "wxyz", mesh_gaussians: int = 200
         raise OptionError(f"--frame reads one frame of an animated OpenUSD file (--export-format usd); {path} is a "
                           f"single scene ({fmt}); an exported PLY or OBJ sequence has a file per frame")
     if fmt not in ("mesh", "mesh-ply"):
-        return load_scene(path, quat_order=quat_order)
+        from physskin_gs.pipeline import with_camera_up
+
+        return with_camera_up(load_scene(path, quat_order=quat_order), path)
     from physskin_gs.pipeline import load_for_animation
 
     scene = load_for_animation(path, num_mesh_gaussians=mesh_gaussians)
