@@ -48,7 +48,7 @@ class CameraUp:
     roll_deg: Optional[float] = None
 
 
-def camera_up(rotations, max_roll_deg: float = 12.0, min_upright: float = 0.5,
+def camera_up(rotations, max_roll_deg: float = 8.0, min_upright: float = 0.5,
               min_spread: float = 0.01) -> CameraUp:
     """The capture's up direction from its cameras' orientations.
 
