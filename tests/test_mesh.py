@@ -194,9 +194,9 @@ def test_a_tristrips_ply_loads_as_its_closed_surface(tmp_path):
 
 
 def test_a_mesh_keeps_its_plus_y_when_it_can_stand_that_way(tmp_path):
-    """Meshes are modelled standing in their +y convention: a chair rests more stably on its back (a cup, a bowl, a
-    table upside down), yet is kept +y up because its centre of mass lies over its legs (and marked unsure, naming
-    --up); a z-up file seen +y up that cannot stand that way (a cone on its side touches along a line) gets
+    """Meshes are modelled standing in their +y convention: a chair rests more stably on its back, yet is kept +y up
+    because its centre of mass lies over its legs (and marked unsure, naming --up, since the more stable pose is on
+    another axis; a cup more stable only upside down is sure: test_scene_analysis); a z-up file seen +y up that cannot stand that way (a cone on its side touches along a line) gets
     the axis it stands on (+z), as before. On the gathered meshes: the cups, bowls, plates and tables of the corpus
     came out upside down, the PartNet chair on its back and a figure lying down."""
     import trimesh

@@ -657,11 +657,15 @@ def analyze_scene(
         # modelled standing as the file has it: keep the convention
         up, source = prior, "format-prior"
         why = why.replace("; using the file's up-axis convention instead", "")
-        prior_sure = prior_margin >= max(base.margins.values())  # the evidence's best axis too
+        most_stable = prior_margin >= max(base.margins.values())  # the evidence's best axis too
+        # more stable only upside down (a cup, a bowl, a plate, a table on its top): a file's convention is swapped
+        # between axes (y up, z up), not turned over, so that is no doubt about the axis
+        flipped = bool(float(base.up @ prior) < -cos30)
         reason = (f"no support plane found: {why}; using {prior_name}: the object can stand that way (stability "
-                  f"margin {prior_margin:+.2f}" + (")" if prior_sure else
+                  f"margin {prior_margin:+.2f}" + (")" if most_stable else
                   f"; it would rest more stably with {base.axis} up, as objects modelled standing often do: a cup "
                   "upside down, a chair on its back)"))
+        prior_sure = most_stable or flipped
         unsure = not prior_sure
     elif base is not None and base.up is not None:
         up, source = base.up, "stable-base"
