@@ -140,6 +140,9 @@ def test_an_inria_output_folder_gets_its_up_from_the_cameras(tmp_path, capsys):
     assert main(["render", str(ply), "-o", str(tmp_path / "r.png"), "--width", "32", "--height", "32"]) == 0
     note = next(x for x in capsys.readouterr().err.splitlines() if x.startswith("note: up "))
     assert note.startswith("note: up ") and ", from the capture's cameras: " in note, note
+    assert main(["info", str(ply), "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert _angle(info["up_known"], true_up) < 1.0 and info["up_known_source"].startswith("the capture's cameras")
     (tmp_path / "model" / "cameras.json").rename(tmp_path / "model" / "other.json")
     b = analyze_for_animation(load_for_animation(ply))
     assert _angle(b.up, true_up) > 20.0  # the file's axes alone cannot give an odd direction

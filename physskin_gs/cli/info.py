@@ -29,7 +29,9 @@ def scene_info(path: str, quat_order: str = "wxyz") -> dict:
     warnings, plus the :func:`physskin_gs.io.validate` counts and its robust ``extent``; for meshes
     num_vertices/num_faces instead).
 
-    ``warnings`` holds the loader's warnings, then validate's. Sizes are judged relative to the scene's robust
+    ``up_known`` ((3,) list, or None) is an up the file records (our exports, glTF, an OpenUSD stage) or, for an
+    INRIA PLY in its trainer's folder, its cameras' up (:func:`physskin_gs.pipeline.with_camera_up`), with
+    ``up_known_source`` saying which. ``warnings`` holds the loader's warnings, then validate's. Sizes are judged relative to the scene's robust
     extent, so the same capture in other units (means times s, log-scales plus log s) gets the same warnings.
 
     Raises:
@@ -44,7 +46,9 @@ def scene_info(path: str, quat_order: str = "wxyz") -> dict:
         return _mesh_info(path, fmt)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        scene = load_scene(path, quat_order=quat_order)
+        from physskin_gs.pipeline import with_camera_up
+
+        scene = with_camera_up(load_scene(path, quat_order=quat_order), path)
     rep = validate(scene)
     lo, hi = finite_bbox(scene)
     info = {
@@ -55,6 +59,8 @@ def scene_info(path: str, quat_order: str = "wxyz") -> dict:
         "bbox_min": lo,
         "bbox_max": hi,
         "extra_properties": list(scene.extra),
+        "up_known": None if scene.up_hint is None else list(scene.up_hint),
+        "up_known_source": None if scene.up_hint is None else (scene.up_hint_source or "recorded in the file"),
         "warnings": [str(w.message) for w in caught] + rep.pop("warnings"),
     }
     info.update({k: v for k, v in rep.items() if k != "num_gaussians"})
@@ -122,6 +128,10 @@ def run(args) -> int:
         print(f"sh degree:     {info['sh_degree']}")
         if info.get("extra_properties"):
             print(f"extra props:   {', '.join(info['extra_properties'])}")
+    if info.get("up_known") is not None:
+        from physskin_gs.cli._common import axis_name
+
+        print(f"up:            {axis_name(info['up_known'])} ({info['up_known_source']})")
     print(f"bbox min:      {_fmt_vec(info['bbox_min'])}")
     print(f"bbox max:      {_fmt_vec(info['bbox_max'])}")
     if "num_invalid" in info:
