@@ -431,7 +431,11 @@ def _tetra_obj(path: Path) -> Path:
     return path
 
 
-def test_render_and_convert_on_a_mesh_point_to_the_commands(capsys, tmp_path):
+def test_render_and_convert_on_a_mesh_sample_it_as_animate_does(capsys, tmp_path):
+    """An OBJ and a mesh PLY (a tetrahedron) given to render and convert are drawn and converted as the Gaussians
+    animate samples on their surface, with a note saying so (they used to be refused, pointing at animate)."""
+    from physskin_gs.io import load_scene
+
     obj = _tetra_obj(tmp_path / "tet.obj")
     rows = np.zeros(4, dtype=[("x", "<f4"), ("y", "<f4"), ("z", "<f4")])
     rows["x"][1] = rows["y"][2] = rows["z"][3] = 1.0
@@ -439,12 +443,13 @@ def test_render_and_convert_on_a_mesh_point_to_the_commands(capsys, tmp_path):
             "element face 4\nproperty list uchar int vertex_indices\nend_header\n")
     ply = tmp_path / "tet.ply"
     ply.write_text(head + "0 0 0\n1 0 0\n0 1 0\n0 0 1\n3 0 2 1\n3 0 1 3\n3 0 3 2\n3 1 2 3\n")
-    for mesh in (obj, ply):
-        for cmd in (["render", mesh, "-o", tmp_path / "o.png"], ["convert", mesh, tmp_path / "o.ply"]):
+    for k, mesh in enumerate((obj, ply)):
+        out_png, out_ply = tmp_path / f"o{k}.png", tmp_path / f"o{k}.ply"
+        for cmd in (["render", mesh, "-o", out_png, "--width", "32", "--height", "32", "--mesh-gaussians", "200"],
+                    ["convert", mesh, out_ply, "--mesh-gaussians", "200"]):
             code, _, err = _run(capsys, cmd)
-            msg = _last_error(err)
-            assert code == 2 and "`physskin-gs animate` and `physskin-gs skin`" in msg, msg
-            assert "load it with" not in msg and "load meshes with" not in msg
+            assert code == 0 and "is a mesh: 200 Gaussians sampled on its surface" in err, err
+        assert out_png.stat().st_size > 0 and load_scene(out_ply).num_gaussians == 200
 
 
 def test_one_wording_for_a_missing_input_file(capsys, tmp_path, monkeypatch):
