@@ -625,3 +625,37 @@ def test_xray_lowers_sent_opacity(live_app):
 
     expected = np.clip(anim.scene.opacities.numpy() * appmod.XRAY_OPACITY * 255, 0, 255).astype(np.uint8)
     assert wait_until(lambda: alpha_on_wire() is not None and np.array_equal(alpha_on_wire(), expected), 10)
+
+
+def test_viewer_says_the_default_was_raised_and_offers_it_as_a_preset(splat_file):
+    """The demo cow with the default material, raised until it stands (animate's config): the terminal gets
+    animate's lines (the raise, the scale), and the Material dropdown starts at "soft, raised to stand", a preset
+    that gives the raised E back after trying another material (a fresh user's cat lost it for good)."""
+    import io
+
+    from physskin_gs.materials import MATERIALS
+    from physskin_gs.pipeline import STAND_SAG, AnimationConfig
+
+    soft = MATERIALS["soft"]
+    cfg = AnimationConfig(material="soft", E=soft.E, nu=soft.nu, density=soft.density, stand_sag=STAND_SAG,
+                          num_cubature=256)
+    log = io.StringIO()
+    app = ViewerApp(splat_file("spot_mesh2splat_10k.splat"), cfg, port=0, progress_stream=log, play=False)
+    app.start()
+    try:
+        assert app.wait_ready(90), app.failed
+        stand = app.live.anim.info["stand"]
+        assert stand["E_to"] > soft.E
+        text = log.getvalue()
+        assert f"material soft: E {soft.E:g} -> {stand['E_to']:g} Pa, so that its own weight bends it" in text, text
+        assert "10000 moving Gaussians" in text and "m/unit, material soft (E " in text, text
+        g = app.gui
+        assert g["material"].value == "soft, raised to stand" and float(g["E"].value) == pytest.approx(stand["E_to"])
+        g["material"].value = "rubber"
+        assert wait_until(lambda: float(g["E"].value) == pytest.approx(MATERIALS["rubber"].E), 10)
+        g["material"].value = "soft"
+        assert wait_until(lambda: float(g["E"].value) == pytest.approx(soft.E), 10)
+        g["material"].value = "soft, raised to stand"
+        assert wait_until(lambda: float(g["E"].value) == pytest.approx(stand["E_to"]), 10)
+    finally:
+        app.stop()

@@ -160,9 +160,19 @@ class ControlPanel:
 
             names = ("custom",) + tuple(MATERIALS)
             initial = getattr(cfg, "material", None)
+            initial = initial if initial in MATERIALS else "custom"
+            stand = (getattr(anim, "info", None) or {}).get("stand")
+            self.presets = {}  # extra presets: label -> (E, nu, density)
+            if stand and initial in MATERIALS:  # the default raised until the object stands: a preset of its own,
+                label = f"{initial}, raised to stand"  # so that it can be picked again after trying others
+                base = MATERIALS[initial]
+                self.presets[label] = (float(stand["E_to"]), min(base.nu, 0.49), base.density)
+                names = ("custom", label) + tuple(MATERIALS)
+                initial = label
             g["material"] = gui.add_dropdown(
-                "material", names, initial_value=initial if initial in MATERIALS else "custom",
-                hint="sets E, nu and density to a named material (physskin_gs.materials); custom: keep them")
+                "material", names, initial_value=initial,
+                hint="sets E, nu and density to a named material (physskin_gs.materials); custom: keep them; "
+                     "'..., raised to stand': the default as animate raised it so that the object stands")
             g["E"] = gui.add_number("E (Pa)", float(getattr(cfg, "E", 2e4)), min=1.0, max=1e12, step=100.0)
             g["nu"] = gui.add_slider("nu", 0.0, 0.49, 0.01, float(getattr(cfg, "nu", 0.45)))
             g["density"] = gui.add_number("density (kg/m³)", float(getattr(cfg, "density", 100.0)), min=1e-3, max=1e5, step=1.0)
@@ -495,9 +505,12 @@ class ControlPanel:
         def _(_e) -> None:  # the three fields follow the preset; their own callbacks update the simulation
             from physskin_gs.materials import MATERIALS
 
-            mat = MATERIALS.get(str(g["material"].value))
+            name = str(g["material"].value)
+            mat = MATERIALS.get(name)
             if mat is not None:
                 g["E"].value, g["nu"].value, g["density"].value = mat.E, min(mat.nu, 0.49), mat.density
+            elif name in getattr(self, "presets", {}):
+                g["E"].value, g["nu"].value, g["density"].value = self.presets[name]
 
         g["fast"].on_update(apply_fast)
         g["gravity"].on_update(self._apply_gravity)

@@ -414,3 +414,42 @@ def load_scene_or_mesh(path, quat_order: str = "wxyz", mesh_gaussians: int = 200
     print(f"note: {path} is a mesh: {scene.num_gaussians:,} Gaussians sampled on its surface, as animate samples "
           "them (--mesh-gaussians)", file=sys.stderr)
     return scene
+
+
+def stand_lines(stand: Optional[dict], material_name: Optional[str]) -> List[str]:
+    """The lines (without the ``[physskin-gs]`` prefix) that say the default material was raised until the object
+    stands (``anim.info["stand"]``: E_from, E_to, sag_before, sag_after, body; :func:`physskin_gs.pipeline.
+    stiffen_to_stand`), as ``animate`` and the viewer print them; [] for None. Raises nothing."""
+    if not stand:
+        return []
+    from physskin_gs.pipeline import STAND_MAX_FACTOR, STAND_SAG
+
+    who = "" if stand.get("body") is None else f" (body {stand['body']} the most)"
+    capped = stand["sag_after"] > 1.05 * STAND_SAG  # the raise stopped at its cap, short of the target
+    why = (f"as far as the raise goes ({STAND_MAX_FACTOR:g}x): its own weight still bends it "
+           f"{stand['sag_after']:.1%} of its height, not {STAND_SAG:.0%}" if capped else
+           f"so that its own weight bends it {stand['sag_after']:.1%} of its height")
+    lines = [f"material {material_name or 'soft'}: E {stand['E_from']:g} -> {stand['E_to']:g} Pa, {why} "
+             f"({stand['sag_before']:.1%} at {stand['E_from']:g} Pa{who}; a linear estimate with its base held: a "
+             "top-heavy object on a small base can still lean over in a long run); --material or --E sets the "
+             "stiffness yourself"]
+    if stand["sag_after"] > 10.0 * STAND_SAG:  # the raise hit its cap far from standing: not one object
+        lines.append(f"note: even at {STAND_MAX_FACTOR:g}x the default stiffness its own weight bends it "
+                     f"{stand['sag_after']:.0%} of its height: what moves is probably not one free-standing object (a "
+                     "patch of ground, a room, a fragment of a scene); pick the object with --select (a box, see "
+                     "docs/usage.md) or set the stiffness with --material / --E")
+    return lines
+
+
+def prepared_line(anim, material_name: Optional[str], E: float, nu: float, density: float) -> str:
+    """``N moving Gaussians, H handles, C cubature points, scale S m/unit, material M (E .. Pa, nu .., .. kg/m^3)``:
+    what the viewer prepared (``animate`` prints a longer line of its own). Raises nothing."""
+    info = getattr(anim, "info", None) or {}
+    nm = int(info.get("num_moving", 0))
+    bodies = info.get("bodies")
+    nh = int(getattr(anim, "num_handles", 0))
+    hand = (f"{len(bodies)} bodies of {', '.join(str(b['handles']) for b in bodies)} handles (each with its constant "
+            "one)" if bodies else f"{nh} handle{'s' if nh != 1 else ''} ({nh - 1} + constant)")
+    return (f"{nm} moving Gaussian{'s' if nm != 1 else ''}, {hand}, {info.get('num_cubature', '?')} cubature points, "
+            f"scale {float(getattr(anim, 'sim_scale', 1.0)):.4g} m/unit, material {material_name or 'custom'} "
+            f"(E {E:g} Pa, nu {nu:g}, {density:g} kg/m^3)")

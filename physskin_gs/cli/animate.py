@@ -40,7 +40,7 @@ from typing import List, Optional
 from physskin_gs.cli._common import (OutputError, check_int, check_number, require_input_file, strict_json,
                                      verify_written, warn_option)
 from physskin_gs.cli._common import axis_name as _axis_name
-from physskin_gs.cli._common import scene_summary
+from physskin_gs.cli._common import scene_summary, stand_lines
 from physskin_gs.cli._skinning import add_skinning_arguments, check_handles
 from physskin_gs.errors import OptionError, PhysSkinError
 from physskin_gs.materials import DEFAULT_MATERIAL, MATERIALS, material
@@ -962,7 +962,7 @@ def run_headless(args) -> int:
     from physskin_gs.cli._outputs import discard_created_folders
     from physskin_gs.io.sequence import open_sequence_exporter
     from physskin_gs.bodies import prepare_bodies
-    from physskin_gs.pipeline import STAND_MAX_FACTOR, STAND_SAG, load_for_animation
+    from physskin_gs.pipeline import load_for_animation
 
     src = os.path.abspath(require_input_file(args.path))
     validate_args(args)
@@ -1056,21 +1056,8 @@ def run_headless(args) -> int:
         ask = f"--handles {asked}" if getattr(args, "num_handles_given", False) else f"{asked} handles, the default"
         hand += (f" ({ask}: the {kind} basis keeps {', '.join(str(m) for m in learned)}, so as not to "
                  f"split {why})")
-    if stand:
-        who = "" if stand["body"] is None else f" (body {stand['body']} the most)"
-        capped = stand["sag_after"] > 1.05 * STAND_SAG  # the raise stopped at its cap, short of the target
-        why = (f"as far as the raise goes ({STAND_MAX_FACTOR:g}x): its own weight still bends it "
-               f"{stand['sag_after']:.1%} of its height, not {STAND_SAG:.0%}" if capped else
-               f"so that its own weight bends it {stand['sag_after']:.1%} of its height")
-        print(f"[physskin-gs] material {args.material}: E {stand['E_from']:g} -> {stand['E_to']:g} Pa, {why} "
-              f"({stand['sag_before']:.1%} at "
-              f"{stand['E_from']:g} Pa{who}; a linear estimate with its base held: a top-heavy object on a small base "
-              "can still lean over in a long run); --material or --E sets the stiffness yourself", file=sys.stderr)
-        if stand["sag_after"] > 10.0 * STAND_SAG:  # the raise hit its cap far from standing: not one object
-            print(f"[physskin-gs] note: even at {STAND_MAX_FACTOR:g}x the default stiffness its own weight bends it "
-                  f"{stand['sag_after']:.0%} of its height: what moves is probably not one free-standing object (a "
-                  "patch of ground, a room, a fragment of a scene); pick the object with --select (a box, see "
-                  "docs/usage.md) or set the stiffness with --material / --E", file=sys.stderr)
+    for line in stand_lines(stand, args.material):
+        print(f"[physskin-gs] {line}", file=sys.stderr)
     nm = anim.info["num_moving"]
     print(f"[physskin-gs] {nm} moving Gaussian{'s' if nm != 1 else ''}, {hand}, {anim.info['num_cubature']} "
           f"cubature points, up {up_name}, scale {anim.sim_scale:.4g} m/unit, material "
