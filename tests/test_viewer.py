@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -353,6 +354,13 @@ def test_record_button_flow_writes_reloadable_frames(live_app, tmp_path):
     assert len(frames) == meta["frames"] >= 3
     back = io.load_scene(frames[-1])
     assert back.num_gaussians == anim.scene.num_gaussians
+    # two time-stamped recordings within one second: two folders (the second was refused)
+    app.gui["record_dir"].value = str(tmp_path / "recs")
+    firsts = []
+    for _ in range(2):
+        firsts.append(app.start_recording())
+        app.stop_recording()
+    assert firsts[0] != firsts[1] and all((f / "sequence.json").exists() for f in firsts), firsts
 
 
 # ------------------------------------------------------------------------------------------- bad input
@@ -659,3 +667,34 @@ def test_viewer_says_the_default_was_raised_and_offers_it_as_a_preset(splat_file
         assert wait_until(lambda: float(g["E"].value) == pytest.approx(stand["E_to"]), 10)
     finally:
         app.stop()
+
+
+def test_record_folder_rules(tmp_path, monkeypatch):
+    """The Record field: a file is refused with a clear message (it was a NotADirectoryError and a traceback), an
+    empty field too; a viewer reachable from the network records under --record-dir only (anyone who can open the
+    page can start a recording), a loopback one anywhere; two recordings started within one second get two
+    folders (the second was refused as "already holds a recording")."""
+    from types import SimpleNamespace
+
+    from physskin_gs.errors import OptionError
+    from physskin_gs_viewer.recording import RecordingControl, is_loopback
+
+    assert is_loopback("127.0.0.1") and is_loopback("localhost") and is_loopback("::1") and is_loopback("[::1]")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.5") and not is_loopback("myhost")
+    monkeypatch.chdir(tmp_path)
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    app = SimpleNamespace(host="127.0.0.1", live=SimpleNamespace(anim=None), gui={"record_dir": SimpleNamespace(value=str(afile))})
+    rc = RecordingControl(app, tmp_path / "recordings")
+    with pytest.raises(OptionError, match="is a file, not a folder"):
+        rc.start()
+    app.gui["record_dir"].value = "  "
+    with pytest.raises(OptionError, match="the Record folder is empty"):
+        rc.start()
+    assert rc._parent("/somewhere/else") == Path("/somewhere/else")  # loopback: the user's own machine
+    app.host = "0.0.0.0"
+    with pytest.raises(OptionError, match="recordings go under .*recordings only"):
+        rc._parent("/somewhere/else")
+    with pytest.raises(OptionError, match="recordings go under"):
+        rc._parent("recordings/../elsewhere")
+    assert rc._parent("recordings/mine") == (tmp_path / "recordings" / "mine").resolve()

@@ -855,6 +855,13 @@ def run_viewer(args) -> int:
     app.export_format = getattr(args, "export_format", None) or "ply"  # the Record folder's initial format
     app.start()
     print(f"[physskin-gs] viewer running at {app.url}  (Ctrl-C to stop)", flush=True)
+    from .recording import is_loopback
+
+    if not is_loopback(host):
+        print(f"[physskin-gs] warning: --host {host}: the viewer is reachable from other machines, and anyone who "
+              "can open the page can drive the simulation and start recordings (written under "
+              f"{app.recording.record_dir} only); use --host 127.0.0.1 (the default) to keep it to this machine",
+              file=sys.stderr, flush=True)
     try:
         _serve_until_interrupt(app)
     except KeyboardInterrupt:  # Ctrl-C is how the viewer is stopped: a normal end (exit 0), not an interrupted run

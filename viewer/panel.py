@@ -36,6 +36,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
+from physskin_gs.errors import OptionError
 from physskin_gs.io.sequence import EXPORT_FORMATS
 from physskin_gs.model.bases import resolve_skinning, skinning_names
 
@@ -577,6 +578,9 @@ class ControlPanel:
                     app.recording.start(client=event.client, mp4=bool(g["record_mp4"].value))
                 else:
                     threading.Thread(target=app.recording.stop, daemon=True).start()
+            except OptionError as exc:  # a user's mistake (the folder): said in the page, no traceback
+                app.report_error("recording", exc)
+                g["record_status"].content = f"**not recording:** {exc}"
             except Exception as exc:  # noqa: BLE001
                 app.report_error("recording", exc, traceback.format_exc())
 

@@ -9,6 +9,7 @@ the app through a small surface only: ``live`` (the current :class:`~physskin_gs
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -63,18 +64,47 @@ class RecordingControl:
         if self.recorder is not None:
             raise OptionError("already recording")
         gui = app.gui
-        parent = Path(gui["record_dir"].value) if "record_dir" in gui else self.record_dir
-        out = Path(out_dir) if out_dir is not None else parent / datetime.now().strftime("rec_%Y%m%d_%H%M%S")
+        parent = self._parent(str(gui["record_dir"].value)) if "record_dir" in gui else self.record_dir
+        if out_dir is not None:
+            out = Path(out_dir)
+        else:  # time-stamped; a second recording started within the same second gets _2, _3, ...
+            stamp = datetime.now().strftime("rec_%Y%m%d_%H%M%S")
+            out, k = parent / stamp, 2
+            while out.exists():
+                out, k = parent / f"{stamp}_{k}", k + 1
+        if parent.exists() and not parent.is_dir():
+            raise OptionError(f"the Record folder {parent} is a file, not a folder; name a folder")
         video = self._video_renderer(client) if mp4 else None
         fmt = gui["record_format"].value if "record_format" in gui else getattr(app, "export_format", "ply")
-        rec = Recorder(out, dt=float(getattr(live.anim, "dt", 0.03)), meta=self.sequence_meta(), video_renderer=video,
-                       export_format=fmt)
+        try:
+            rec = Recorder(out, dt=float(getattr(live.anim, "dt", 0.03)), meta=self.sequence_meta(),
+                           video_renderer=video, export_format=fmt)
+        except OSError as exc:  # the folder cannot be made (no permission, a file in the way, a read-only disk)
+            raise OptionError(f"cannot record to {out}: {exc.strerror or exc}") from None
         self.recorder = rec
         live.worker.submit("start recording", lambda a: setattr(live.worker, "on_step", lambda a2, st: rec.add(a2)))
         if "record" in gui:
             gui["record"].label = "Stop recording"
             gui["record_status"].content = f"recording to `{out}`"
         return out
+
+    def _parent(self, text: str) -> Path:
+        """The Record field's folder. When the viewer is reachable from other machines (``--host`` not a loopback
+        address) it must lie inside the ``--record-dir`` it started with (a relative path, no ``..``): anyone who
+        can open the page can start a recording, and must not choose where on this machine it is written. Raises
+        OptionError otherwise, or for an empty field."""
+        text = text.strip()
+        if not text:
+            raise OptionError("the Record folder is empty; name a folder")
+        path = Path(text)
+        if is_loopback(getattr(self.app, "host", "127.0.0.1")):
+            return path
+        root = self.record_dir.resolve()
+        full = (path if path.is_absolute() else Path.cwd() / path).resolve()
+        if full != root and root not in full.parents:
+            raise OptionError(f"the viewer is reachable from the network (--host {self.app.host}): recordings go "
+                              f"under {self.record_dir} only (--record-dir), not {text}")
+        return full
 
     def stop(self) -> Optional[Path]:
         """Stop the current recording, write sequence.json (and the video); returns its folder (None: none ran)."""
@@ -167,3 +197,14 @@ class RecordingControl:
             return render_frame(f, cam, w, h, rgb, opac, backend)
 
         return render
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` (the viewer's bind address) reaches this machine only: ``localhost`` or a loopback IP."""
+    h = str(host or "").strip().strip("[]").lower()
+    if h == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
