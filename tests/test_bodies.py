@@ -474,6 +474,9 @@ def test_viewer_pins_and_freezes_each_body(table_capture):
         assert g["bodies_folder"].visible
         labels = [f"body {k} ({int(b.moving_index.numel()):,} Gaussians)" for k, b in enumerate(anim.bodies)]
         assert list(g["body"].options) == labels
+        nl = sum(b.num_handles - 1 for b in anim.bodies)
+        assert f"{nl} + 3 handles (learned + constant, 3 bodies)" in g["status"].content, g["status"].content
+        assert "regions act on one object" in g["regions"].content and g["region_add"].disabled
         c = ViserWsClient(app.port)
         c.send_camera((4.0, -2.0, 4.0), (0.0, 0.0, 0.0), up=tuple(app.live.up))
         assert wait_until(lambda: len(app.server.get_clients()) == 1, 10, interval=0.05)

@@ -539,9 +539,11 @@ class ViewerApp:
                 self._preparing.discard(me)
         stream = self.progress_stream if self.progress_stream is not None else sys.stderr
         try:  # what the analysis found and what moves, as animate --headless says it (a fresh user missed it here)
-            from physskin_gs.cli._common import scene_summary
+            from physskin_gs.cli._common import UNSURE_UP, scene_summary
 
             for line in scene_summary(anim, config):
+                if UNSURE_UP in line:  # the page has the same choice
+                    line += "; in the page, the Scene folder's 'up axis' menu"
                 print(f"[physskin-gs] {line}", file=stream, flush=True)
             # the raise of the default material and the scale, as animate says them (a fresh user's viewer showed
             # "soft" at 3x its E with no word of why)
@@ -670,7 +672,9 @@ class ViewerApp:
         parts = [f"{n:,} Gaussians", f"{shown:,} moving shown live"]
         if len(live.static_idx):
             parts.append(f"{len(live.static_idx):,} static")
-        parts.append(f"{len(live.handle_gizmos)} + 1 handles (learned + constant)")
+        nb = int(getattr(live.anim, "num_bodies", 1) or 1)  # each body has its own constant handle
+        parts.append(f"{len(live.handle_gizmos)} + {nb} handles (learned + constant"
+                     + (f", {nb} bodies)" if nb > 1 else ")"))
         return " · ".join(parts)
 
     def _setup_live(self, anim) -> None:

@@ -195,7 +195,7 @@ class ControlPanel:
                                              hint="the region takes the material's E and density (nu stays the "
                                                   "object's); later regions win where they overlap")
             g["region_clear"] = gui.add_button("Clear regions", disabled=not can_regions)
-            g["regions"] = gui.add_markdown(regions_markdown(getattr(anim, "regions", [])))
+            g["regions"] = gui.add_markdown(regions_markdown(getattr(anim, "regions", []), can_regions))
         with gui.add_folder("Environment"):
             g["gravity"] = gui.add_checkbox("gravity", float(getattr(cfg, "gravity", 9.8) or 0.0) > 0)
             g["gravity_dir"] = gui.add_dropdown("gravity direction", GRAVITY_DIRS, initial_value=GRAVITY_DIRS[0])
@@ -321,7 +321,7 @@ class ControlPanel:
         can = callable(getattr(anim, "set_regions", None))
         for key in ("region_spec", "region_material", "region_pick", "region_radius", "region_add", "region_clear"):
             self.gui[key].disabled = not can
-        self.gui["regions"].content = regions_markdown(getattr(anim, "regions", []))
+        self.gui["regions"].content = regions_markdown(getattr(anim, "regions", []), can)
 
     def refresh(self, anim) -> None:
         """A new AnimatedScene is live: refresh what depends on it (field entries, dt, floor, scene facts)."""
@@ -585,8 +585,11 @@ class ControlPanel:
                 app.report_error("recording", exc, traceback.format_exc())
 
 
-def regions_markdown(regions) -> str:
-    """One line per region of ``AnimatedScene.regions`` (spec, material, cubature points), or a hint when none."""
+def regions_markdown(regions, available: bool = True) -> str:
+    """One line per region of ``AnimatedScene.regions`` (spec, material, cubature points), or a hint when none, or
+    (``available`` False: several bodies) why the region controls are off."""
+    if not available:
+        return "regions act on one object: with several bodies moving, each has the material above"
     if not regions:
         return "one material (add a region to make a part stiffer or softer)"
     return "  \n".join(f"**{r['spec']}**: {r['material']} (E {r['E']:.3g} Pa, {r['density']:g} kg/m³, "

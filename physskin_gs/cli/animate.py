@@ -936,7 +936,7 @@ def run(args) -> int:
     given = [f"{o} {v}" for o, v in (("--export", args.export), ("--video", args.video), ("--png", args.png)) if v]
     if given:  # the viewer writes its recordings itself: these would be silently ignored
         raise OptionError(f"{', '.join(given)}: written by --headless runs only; add --headless, or open the viewer "
-                          "without them and record from its Recording panel (into --record-dir, default "
+                          "without them and record from its Record folder (into --record-dir, default "
                           "./recordings)")
     validate_args(args)
     args.config = config_from_args(args)
