@@ -698,3 +698,40 @@ def test_record_folder_rules(tmp_path, monkeypatch):
     with pytest.raises(OptionError, match="recordings go under"):
         rc._parent("recordings/../elsewhere")
     assert rc._parent("recordings/mine") == (tmp_path / "recordings" / "mine").resolve()
+
+
+def test_a_browser_that_leaves_during_the_handshake_prints_no_traceback():
+    """websockets logs "opening handshake failed" with three chained tracebacks when a tab closes while it
+    connects; the viewer drops that record (EOFError / InvalidMessage / a reset in the chain), keeps any other."""
+    import logging
+
+    from physskin_gs_viewer.app import quiet_dropped_handshakes
+
+    quiet_dropped_handshakes()
+    quiet_dropped_handshakes()  # once only
+    log = logging.getLogger("websockets.server")
+    assert sum(type(f).__name__ == "_DroppedHandshake" for f in log.filters) == 1
+
+    class InvalidMessage(Exception):
+        pass
+
+    def record(exc):
+        try:
+            raise exc
+        except Exception:  # noqa: BLE001
+            import sys
+
+            return logging.LogRecord("websockets.server", logging.ERROR, __file__, 1, "opening handshake failed",
+                                     None, sys.exc_info())
+
+    try:
+        try:
+            raise EOFError("stream ends after 0 bytes")
+        except EOFError as e:
+            raise InvalidMessage("did not receive a valid HTTP request") from e
+    except InvalidMessage as chained:
+        dropped = record(chained)
+    f = next(f for f in log.filters if type(f).__name__ == "_DroppedHandshake")
+    assert not f.filter(dropped)
+    assert f.filter(record(ValueError("a real problem")))  # kept
+    assert f.filter(logging.LogRecord("websockets.server", logging.ERROR, __file__, 1, "other", None, None))

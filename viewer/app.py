@@ -45,6 +45,7 @@ Entry points: :func:`run_viewer` (the CLI) and :class:`ViewerApp` (programmatic,
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import sys
 import threading
@@ -425,6 +426,7 @@ class ViewerApp:
         Returns the app. Raises what ``viser.ViserServer`` raises when it cannot bind ``host``."""
         import viser
 
+        quiet_dropped_handshakes()
         self.server = viser.ViserServer(host=self.host, port=self.requested_port, verbose=self.verbose)
         if self.requested_port and self.port != self.requested_port:  # viser moves on to the next free port
             print(f"[physskin-gs] port {self.requested_port} is in use; serving on port {self.port} instead",
@@ -827,6 +829,29 @@ class ViewerApp:
         else:
             for client in self.server.get_clients().values():
                 self._start_renderer(client)
+
+
+class _DroppedHandshake(logging.Filter):
+    """Drops websockets' "opening handshake failed" record when the browser went away during the handshake (a tab
+    closed or reloaded while connecting: EOFError, a reset connection, an incomplete HTTP request), which printed
+    three chained tracebacks in the terminal for nothing; any other handshake failure is kept."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() != "opening handshake failed" or not record.exc_info:
+            return True
+        exc = record.exc_info[1]
+        while exc is not None:
+            if isinstance(exc, (EOFError, ConnectionError)) or type(exc).__name__ == "InvalidMessage":
+                return False
+            exc = exc.__cause__ or exc.__context__
+        return True
+
+
+def quiet_dropped_handshakes() -> None:
+    """Install :class:`_DroppedHandshake` on the ``websockets.server`` logger (once)."""
+    log = logging.getLogger("websockets.server")
+    if not any(isinstance(f, _DroppedHandshake) for f in log.filters):
+        log.addFilter(_DroppedHandshake())
 
 
 # ------------------------------------------------------------------------------------------- CLI entry
