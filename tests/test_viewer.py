@@ -735,3 +735,23 @@ def test_a_browser_that_leaves_during_the_handshake_prints_no_traceback():
     assert not f.filter(dropped)
     assert f.filter(record(ValueError("a real problem")))  # kept
     assert f.filter(logging.LogRecord("websockets.server", logging.ERROR, __file__, 1, "other", None, None))
+
+
+def test_a_second_ctrl_c_while_stopping_does_not_cut_the_recording_short():
+    """The viewer's stop finishes a running recording; a second Ctrl-C arriving in the middle used to interrupt
+    it (a fresh user's folder lost its sequence.json). It is held until the stop is done, then dropped."""
+    import os
+    import signal
+    from types import SimpleNamespace
+
+    from physskin_gs_viewer.app import _stop_shielded
+
+    done = []
+
+    def stop():
+        os.kill(os.getpid(), signal.SIGINT)  # the second Ctrl-C, in the middle of the stop
+        time.sleep(0.05)
+        done.append("sequence.json written")
+
+    _stop_shielded(SimpleNamespace(stop=stop, recording=SimpleNamespace(active=False)))
+    assert done == ["sequence.json written"]

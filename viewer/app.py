@@ -831,6 +831,22 @@ class ViewerApp:
                 self._start_renderer(client)
 
 
+def _stop_shielded(app) -> None:
+    """``app.stop()`` with a second Ctrl-C / SIGTERM held until it is done: the stop finishes a running recording
+    (its last frames and sequence.json), and a second signal in the middle of that left the folder without its
+    sequence.json (seen once by a fresh user). A signal that came meanwhile is dropped: the viewer is stopping."""
+    from physskin_gs import interrupts
+
+    if app.recording.active:
+        print("[physskin-gs] finishing the recording (its last frames and sequence.json) before stopping",
+              file=sys.stderr, flush=True)
+    try:
+        with interrupts.deferred():
+            app.stop()
+    except KeyboardInterrupt:  # the held signal, raised when the block ends: the viewer has stopped already
+        interrupts.reset()
+
+
 class _DroppedHandshake(logging.Filter):
     """Drops websockets' "opening handshake failed" record when the browser went away during the handshake (a tab
     closed or reloaded while connecting: EOFError, a reset connection, an incomplete HTTP request), which printed
@@ -899,7 +915,7 @@ def run_viewer(args) -> int:
         interrupts.reset()
         print("\n[physskin-gs] shutting down", file=sys.stderr, flush=True)
     finally:
-        app.stop()
+        _stop_shielded(app)
     if app.preparing:  # a stage longer than PREPARE_JOIN_S: leave without finalising under a busy worker thread
         sys.stdout.flush()
         sys.stderr.flush()
