@@ -833,8 +833,9 @@ class AnimatedScene:
         # field is large. Weighted by |W| the centres of global fields (elastic modes, eigenvectors, which span the
         # whole object) all fell within 5 % of the object's size of its centre of mass, one clump of 16 gizmos in
         # the viewer that no one could pick apart; by |W|^4 they spread over 18-22 % (Spot, the Cheburashka)
-        aw = self._Wc[:, :-1].abs() ** HANDLE_CENTRE_POWER
-        cen = (aw.T @ self._cub_rest_scene) / aw.sum(0).clamp_min(1e-300)[:, None]  # [H-1, 3]
+        aw = self._Wc[:, :-1].abs()
+        aw = (aw / aw.max(0).values.clamp_min(1e-30)) ** HANDLE_CENTRE_POWER  # [n_c, H-1], each column's max 1
+        cen = (aw.T @ self._cub_rest_scene) / aw.sum(0).clamp_min(1e-12)[:, None]  # [H-1, 3]
         self._handle_rest = cen
         self._handle_W = field.weights(norm.to_normalized(cen).float()).double()
         self._drag_info: Dict[int, dict] = {}
