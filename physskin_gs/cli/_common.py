@@ -453,3 +453,14 @@ def prepared_line(anim, material_name: Optional[str], E: float, nu: float, densi
     return (f"{nm} moving Gaussian{'s' if nm != 1 else ''}, {hand}, {info.get('num_cubature', '?')} cubature points, "
             f"scale {float(getattr(anim, 'sim_scale', 1.0)):.4g} m/unit, material {material_name or 'custom'} "
             f"(E {E:g} Pa, nu {nu:g}, {density:g} kg/m^3)")
+
+
+def add_mesh_and_frame_arguments(p, verb: str) -> None:
+    """``--mesh-gaussians`` and ``--frame`` of ``render`` and ``convert`` (see :func:`load_scene_or_mesh`); ``verb``
+    says what happens to a mesh ("drawn", "converted")."""
+    p.add_argument("--mesh-gaussians", dest="mesh_gaussians", type=int, default=20000,
+                   help=f"a mesh input (.obj, .stl, .glb, .off, mesh .ply) is {verb} as this many flat Gaussians "
+                        "sampled on its surface, coloured and shaded as animate makes them (default 20000)")
+    p.add_argument("--frame", type=int, default=None, metavar="K",
+                   help="of an animated OpenUSD file (animate --export-format usd): read frame K (1..F) instead of "
+                        "its rest state")

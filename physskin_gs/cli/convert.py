@@ -19,8 +19,8 @@ import os
 import sys
 import warnings
 
-from physskin_gs.cli._common import (OutputError, axis_name, check_int, check_number, require_input_file,
-                                     resolve_up_option, scene_up, verify_written, warn_option)
+from physskin_gs.cli._common import (OutputError, add_mesh_and_frame_arguments, axis_name, check_int, check_number,
+                                     require_input_file, resolve_up_option, scene_up, verify_written, warn_option)
 from physskin_gs.cli._outputs import Output, claim_outputs, refuse_inputs
 from physskin_gs.errors import OptionError
 
@@ -87,12 +87,7 @@ def register(sub) -> None:
     p.add_argument("--sh-degree", dest="sh_degree", type=int, default=None, metavar="N",
                    help="keep spherical harmonics up to degree N (0-4; default: all the input has). Compressed PLY, "
                         ".glb and .usd store at most degree 3")
-    p.add_argument("--mesh-gaussians", dest="mesh_gaussians", type=int, default=20000,
-                   help="a mesh input (.obj, .stl, .glb, .off, mesh .ply) becomes this many flat Gaussians sampled on "
-                        "its surface, coloured and shaded as animate makes them (default 20000)")
-    p.add_argument("--frame", type=int, default=None, metavar="K",
-                   help="of an animated OpenUSD file (animate --export-format usd): read frame K (1..F) instead of "
-                        "its rest state")
+    add_mesh_and_frame_arguments(p, "converted")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.set_defaults(func=run)
 

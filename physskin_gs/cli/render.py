@@ -16,8 +16,8 @@ import sys
 import time
 from pathlib import Path
 
-from physskin_gs.cli._common import (OutputError, check_int, check_number, require_input_file, resolve_up_option,
-                                     scene_up, verify_written)
+from physskin_gs.cli._common import (OutputError, add_mesh_and_frame_arguments, check_int, check_number,
+                                     require_input_file, resolve_up_option, scene_up, verify_written)
 from physskin_gs.cli._outputs import Output, claim_outputs, refuse_inputs
 from physskin_gs.errors import OptionError
 
@@ -57,12 +57,7 @@ def register(sub) -> None:
     p.add_argument("--turntable", type=int, default=0, metavar="N", help="render N frames around the up axis into a video")
     p.add_argument("--fps", type=float, default=30.0, help="turntable frames per second (default 30)")
     p.add_argument("--quat-order", choices=["wxyz", "xyzw"], default="wxyz", help="stored quaternion order (default wxyz)")
-    p.add_argument("--mesh-gaussians", dest="mesh_gaussians", type=int, default=20000,
-                   help="a mesh input (.obj, .stl, .glb, .off, mesh .ply) is drawn as this many Gaussians sampled on "
-                        "its surface, as animate sees it (default 20000)")
-    p.add_argument("--frame", type=int, default=None, metavar="K",
-                   help="of an animated OpenUSD file (animate --export-format usd): read frame K (1..F) instead of "
-                        "its rest state")
+    add_mesh_and_frame_arguments(p, "drawn")
     p.add_argument("--force", action="store_true", help="replace an existing output file")
     p.set_defaults(func=run)
 

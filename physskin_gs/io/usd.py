@@ -741,12 +741,9 @@ def _stage_up_local(px, stage, time) -> Optional[tuple]:
     return tuple(float(c) for c in v)
 
 
-def usd_frame_range(path) -> Optional[tuple]:
-    """``(first, last)`` time codes (floats) at which the ``ParticleField3DGaussianSplat`` prims of the USD file
-    ``path`` hold position samples (an animation: frames 1..F of an exported sequence), or None when no prim is
-    time sampled (a single scene). Raises OptionError (usd-core missing), FileNotFoundError, SceneFormatError (not
-    a readable OpenUSD file)."""
-    px = _pxr()
+def _open_stage(px, path) -> tuple:
+    """(absolute path, opened Usd.Stage) of ``path``. Raises FileNotFoundError, SceneFormatError (not a readable
+    OpenUSD file)."""
     path = os.path.abspath(os.fspath(path))
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path}: no such file")
@@ -756,6 +753,16 @@ def usd_frame_range(path) -> Optional[tuple]:
         raise SceneFormatError(f"{path}: not a readable OpenUSD file ({str(e).strip().splitlines()[-1]})") from e
     if stage is None:
         raise SceneFormatError(f"{path}: not a readable OpenUSD file")
+    return path, stage
+
+
+def usd_frame_range(path) -> Optional[tuple]:
+    """``(first, last)`` time codes (floats) at which the ``ParticleField3DGaussianSplat`` prims of the USD file
+    ``path`` hold position samples (an animation: frames 1..F of an exported sequence), or None when no prim is
+    time sampled (a single scene). Raises OptionError (usd-core missing), FileNotFoundError, SceneFormatError (not
+    a readable OpenUSD file)."""
+    px = _pxr()
+    path, stage = _open_stage(px, path)
     times: list = []
     for p in stage.Traverse():
         if p.IsA(px.UsdVol.ParticleField3DGaussianSplat):
@@ -790,15 +797,7 @@ def load_usd(path, time: Optional[float] = None) -> GaussianScene:
         SceneFormatError: not an OpenUSD file, no ParticleField3DGaussianSplat prim, inconsistent row indices.
     """
     px = _pxr()
-    path = os.path.abspath(os.fspath(path))
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path}: no such file")
-    try:
-        stage = px.Usd.Stage.Open(path)
-    except px.Tf.ErrorException as e:
-        raise SceneFormatError(f"{path}: not a readable OpenUSD file ({str(e).strip().splitlines()[-1]})") from e
-    if stage is None:
-        raise SceneFormatError(f"{path}: not a readable OpenUSD file")
+    path, stage = _open_stage(px, path)
     tc = px.Usd.TimeCode.Default() if time is None else px.Usd.TimeCode(float(time))
     parts = [_read_prim(px, px.UsdVol.ParticleField3DGaussianSplat(p), tc, path) for p in stage.Traverse()
              if p.IsA(px.UsdVol.ParticleField3DGaussianSplat)]
