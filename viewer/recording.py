@@ -85,7 +85,8 @@ class RecordingControl:
         live.worker.submit("start recording", lambda a: setattr(live.worker, "on_step", lambda a2, st: rec.add(a2)))
         if "record" in gui:
             gui["record"].label = "Stop recording"
-            gui["record_status"].content = f"recording to `{out}`"
+            gui["record_status"].content = (f"recording to `{out}`: every step is written, so the simulation "
+                                            "runs at the pace of the writing (slower for large scenes)")
         return out
 
     def _parent(self, text: str) -> Path:
