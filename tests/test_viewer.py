@@ -341,7 +341,7 @@ def test_recorder_writes_sequence_and_refuses_to_overwrite(tmp_path):
         Recorder(tmp_path / "rec", dt=0.02)
 
 
-def test_record_button_flow_writes_reloadable_frames(live_app, tmp_path):
+def test_record_button_flow_writes_reloadable_frames(live_app, tmp_path, monkeypatch):
     io = pytest.importorskip("physskin_gs.io")
     if not hasattr(io, "save_scene") or not hasattr(io, "load_scene"):
         pytest.skip("physskin_gs.io.save_scene/load_scene not available yet")
@@ -354,7 +354,17 @@ def test_record_button_flow_writes_reloadable_frames(live_app, tmp_path):
     assert len(frames) == meta["frames"] >= 3
     back = io.load_scene(frames[-1])
     assert back.num_gaussians == anim.scene.num_gaussians
-    # two time-stamped recordings within one second: two folders (the second was refused)
+    # two time-stamped recordings within one second: two folders (the second was refused); the clock is held
+    from datetime import datetime
+
+    import physskin_gs_viewer.recording as recording_mod
+
+    class _Frozen(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime(2026, 12, 6, 12, 0, 0)
+
+    monkeypatch.setattr(recording_mod, "datetime", _Frozen)
     app.gui["record_dir"].value = str(tmp_path / "recs")
     firsts = []
     for _ in range(2):

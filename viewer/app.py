@@ -541,7 +541,7 @@ class ViewerApp:
                 self._preparing.discard(me)
         stream = self.progress_stream if self.progress_stream is not None else sys.stderr
         try:  # what the analysis found and what moves, as animate --headless says it (a fresh user missed it here)
-            from physskin_gs.cli._common import UNSURE_UP, scene_summary
+            from physskin_gs.cli._common import UNSURE_UP, prepared_line, scene_summary, stand_lines
 
             for line in scene_summary(anim, config):
                 if UNSURE_UP in line:  # the page has the same choice
@@ -549,15 +549,12 @@ class ViewerApp:
                 print(f"[physskin-gs] {line}", file=stream, flush=True)
             # the raise of the default material and the scale, as animate says them (a fresh user's viewer showed
             # "soft" at 3x its E with no word of why)
-            from physskin_gs.cli._common import prepared_line, stand_lines
-
             stand = (getattr(anim, "info", None) or {}).get("stand")
             material = getattr(config, "material", None)
-            for line in stand_lines(stand, material):
-                print(f"[physskin-gs] {line}", file=stream, flush=True)
             E = float(stand["E_to"]) if stand else float(getattr(config, "E", 0.0) or 0.0)
-            print(f"[physskin-gs] {prepared_line(anim, material, E, float(getattr(config, 'nu', 0.0) or 0.0), float(getattr(config, 'density', 0.0) or 0.0))}",
-                  file=stream, flush=True)
+            nu, density = (float(getattr(config, k, 0.0) or 0.0) for k in ("nu", "density"))
+            for line in stand_lines(stand, material) + [prepared_line(anim, material, E, nu, density)]:
+                print(f"[physskin-gs] {line}", file=stream, flush=True)
         except Exception as exc:  # noqa: BLE001 - a summary line must never stop the viewer
             self.report_error("scene summary", exc, traceback.format_exc())
         if int(getattr(anim, "num_bodies", 1)) > 1:  # the bodies, as animate lists them (scripts and the panel's

@@ -92,6 +92,8 @@ class ControlPanel:
     def __init__(self, app) -> None:
         self.app = app
         self.gui: Dict[str, Any] = {}
+        #: presets beside the named materials (label -> (E Pa, nu, density kg/m^3)): the default raised to stand
+        self.presets: Dict[str, tuple] = {}
 
     # ================================================================== status
     def build_status(self, title: str) -> None:
@@ -163,7 +165,7 @@ class ControlPanel:
             initial = getattr(cfg, "material", None)
             initial = initial if initial in MATERIALS else "custom"
             stand = (getattr(anim, "info", None) or {}).get("stand")
-            self.presets = {}  # extra presets: label -> (E, nu, density)
+            self.presets = {}
             if stand and initial in MATERIALS:  # the default raised until the object stands: a preset of its own,
                 label = f"{initial}, raised to stand"  # so that it can be picked again after trying others
                 base = MATERIALS[initial]
@@ -510,7 +512,7 @@ class ControlPanel:
             mat = MATERIALS.get(name)
             if mat is not None:
                 g["E"].value, g["nu"].value, g["density"].value = mat.E, min(mat.nu, 0.49), mat.density
-            elif name in getattr(self, "presets", {}):
+            elif name in self.presets:
                 g["E"].value, g["nu"].value, g["density"].value = self.presets[name]
 
         g["fast"].on_update(apply_fast)

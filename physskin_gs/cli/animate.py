@@ -996,8 +996,8 @@ def run_headless(args) -> int:
         except ValueError as exc:  # the geometry / basis layers reject an unusable input with a ValueError
             discard_created_folders()
             raise PhysSkinError(f"{args.path}: cannot prepare the animation: {exc}") from None
+    gap = _start_gap(anim)  # (of its height above the floor it falls onto, its lowest point) or None
     if config.floor_height is not None:  # a floor given above the object's lowest point starts it inside the floor
-        gap = _start_gap(anim)
         if gap is not None and gap[0] < -FLOOR_INSIDE:
             discard_created_folders()
             raise OptionError(
@@ -1073,7 +1073,6 @@ def run_headless(args) -> int:
         print(f"[physskin-gs] note: with --region, the rest of the object keeps the {args.material} material as it is "
               f"(E {args.E:g} Pa): it is not raised until the object stands, as it is without --region, and a tall "
               "object may bend; give the rest a stiffer one with --material or --E", file=sys.stderr)
-    gap = _start_gap(anim)  # (of its height above the floor it falls onto, its lowest point) or None
     args.starts_on_floor = gap is None or gap[0] <= 0.02
     args.floor_at_base = None if gap is None else gap[1]
     if getattr(args, "pin", None) and not args.starts_on_floor:

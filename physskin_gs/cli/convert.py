@@ -132,14 +132,14 @@ def run(args) -> int:
     if fmt in ("ply", "compressed-ply") and mpu is not None:
         warn_option(f"--meters-per-unit has no effect on a {fmt} output (the values are written in the input's own "
                     "units); it applies to .glb and .usd")
-    mesh_gaussians = int(getattr(args, "mesh_gaussians", 20000))
+    mesh_gaussians, frame = int(getattr(args, "mesh_gaussians", 20000)), getattr(args, "frame", None)
     check_int("--mesh-gaussians", mesh_gaussians, 16, 10_000_000)
-    if getattr(args, "frame", None) is not None:
-        check_int("--frame", getattr(args, "frame", None), 1, 10_000_000)
+    if frame is not None:
+        check_int("--frame", frame, 1, 10_000_000)
     claim_outputs([target], inputs=[args.input])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        scene = load_scene_or_mesh(args.input, args.quat_order, mesh_gaussians, frame=getattr(args, "frame", None))
+        scene = load_scene_or_mesh(args.input, args.quat_order, mesh_gaussians, frame=frame)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     top = MAX_SH_DEGREE[fmt]

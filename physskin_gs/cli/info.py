@@ -31,8 +31,9 @@ def scene_info(path: str, quat_order: str = "wxyz") -> dict:
 
     ``up_known`` ((3,) list, or None) is an up the file records (our exports, glTF, an OpenUSD stage) or, for an
     INRIA PLY in its trainer's folder, its cameras' up (:func:`physskin_gs.pipeline.with_camera_up`), with
-    ``up_known_source`` saying which. ``warnings`` holds the loader's warnings, then validate's. Sizes are judged relative to the scene's robust
-    extent, so the same capture in other units (means times s, log-scales plus log s) gets the same warnings.
+    ``up_known_source`` saying which. ``warnings`` holds the loader's warnings, then validate's. Sizes are judged
+    relative to the scene's robust extent, so the same capture in other units (means times s, log-scales plus
+    log s) gets the same warnings.
 
     Raises:
         SceneFormatError / FileNotFoundError: unreadable file (see :func:`physskin_gs.io.load_scene`).

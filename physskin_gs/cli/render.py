@@ -28,7 +28,8 @@ _VIDEO_EXT = {".mp4", ".mov", ".mkv", ".webm"}
 def register(sub) -> None:
     p = sub.add_parser(
         "render",
-        help="render a Gaussian scene (or a mesh, as animate samples it) to a PNG, or a turntable video with --turntable N",
+        help="render a Gaussian scene (or a mesh, as animate samples it) to a PNG, or a turntable video with "
+             "--turntable N",
         description=(
             "Render a Gaussian scene (INRIA PLY, .splat, compressed PLY, glTF, USD; a mesh is drawn as the Gaussians "
             "animate samples on its surface) from an orbit camera that frames the "

@@ -312,7 +312,8 @@ def run(args) -> int:
     obj = prepare_object(args.path, seed=args.seed, warn=True)
     if obj.kind == "splat" and obj.selected is not None and obj.selected < 0.98 * obj.usable:
         what = ("the object its scene analysis finds" if obj.bodies == 1 else
-                f"the {obj.bodies} objects its scene analysis finds on the support, each a body with a field of its own")
+                f"the {obj.bodies} objects its scene analysis finds on the support, each a body with a field of its "
+                "own")
         print(f"[physskin-gs] note: skin builds the field on every usable Gaussian of the file ({obj.usable}, floaters "
               f"left out); animate moves only {what} ({obj.selected} of them, without the support and background) and "
               "builds its field there, so the two fields differ", file=sys.stderr, flush=True)

@@ -884,6 +884,7 @@ def _interior(own: np.ndarray, lid: np.ndarray) -> np.ndarray:
     full[sl] = cav
     return full.ravel()
 
+
 def analyze_gaussian_scene(scene, **kwargs) -> SceneAnalysis:
     """:func:`analyze_scene` of a :class:`physskin_gs.scene.GaussianScene` (means (N, 3) in scene units,
     sigmoid of the (N,) opacity logits, (N, 3) log-scales); keyword arguments are passed through.

@@ -584,7 +584,8 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
     for bound, cand, sd, n_ab in sorted(orientations, key=lambda t: -t[0]):
         n, d = cand.normal, cand.offset
         if prior_fixed and prior is not None and float(n @ prior) < cos30:
-            cand.why = "more than 30 degrees from the known up (recorded in the file, from the capture's cameras, or given with --up)"
+            cand.why = ("more than 30 degrees from the known up (recorded in the file, from the capture's cameras, or "
+                        "given with --up)")
             continue
         # (half the rival threshold: the best so far may still give way to a nearer support, and the rival test
         # is then made against that one)

@@ -197,8 +197,8 @@ class Mesh:
     def export_layout(self) -> Tuple[np.ndarray, np.ndarray]:
         """(vertex (S,) int64, faces (F, 3) int64): the vertices a frame writes, as indices into :attr:`vertices`,
         and its faces into them: the file's own layout (its vertex order, UV seams and hard edges, so a flat-shaded
-        model stays flat and frames match the file point for point) when welding changed it or its order, else the welded
-        mesh."""
+        model stays flat and frames match the file point for point) when welding changed it or its order, else the
+        welded mesh."""
         if self.source_vertex is not None and self.source_faces is not None:
             return self.source_vertex, self.source_faces
         return np.arange(self.num_vertices, dtype=np.int64), self.faces
