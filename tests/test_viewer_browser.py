@@ -42,6 +42,15 @@ def test_screenshot_changes_where_object_is_after_scripted_drag(tmp_path):
     region = panel_free_region(w, h)
     obj = object_mask(rest[region])
     assert obj.sum() > 300, "the object is not visible in the page"
+    # The panel is docked right, so the canvas ends at it and the initial camera centres the object left of it
+    # (a floating panel lay over the canvas, whose centre, w / 2, it partly covered).
+    # (A floating panel lay over the canvas's right part, and the object, centred in the page, partly under it.)
+    canvas = int(shots["canvas_width"].max())
+    assert canvas <= w - 250
+    # The blob is saturated blue to orange; the floor grid and the page are grey or white (the axes corner out).
+    saturated = np.ptp(rest[: h - 80, :canvas].astype(int), axis=2) > 80
+    xs_rest = np.nonzero(saturated)[1]
+    assert xs_rest.size > 300 and abs(0.5 * (xs_rest.min() + xs_rest.max()) - canvas / 2) < 0.1 * canvas
     changed = np.abs(dragged[region].astype(int) - rest[region].astype(int)).max(axis=2) > 40
     assert changed.sum() > 100, "the drag did not change the picture"
     # The change is where the object is (or where it moved to): near the object's bounding box.

@@ -99,6 +99,21 @@ def validate_scene_path(path) -> Any:
     return scene
 
 
+def dock_panel_right(server) -> bool:
+    """Dock viser's control panel to the right edge of the page, so the 3D canvas is the part left of it.
+
+    A floating panel lies over the canvas's right third, and the initial camera, which centres the object in
+    the canvas, put it partly under the panel. Docked, the canvas (and the browser's camera aspect) ends at the
+    panel, and the panel can still be collapsed from its corner. True when docked; False on a viser without
+    ``gui.main_panel`` (before 1.1), whose floating panel then stays.
+    """
+    panel = getattr(getattr(server, "gui", None), "main_panel", None)
+    if panel is None or not hasattr(panel, "dock_right"):
+        return False
+    panel.dock_right()
+    return True
+
+
 def side_view_direction(points: np.ndarray, up: np.ndarray) -> np.ndarray:
     """Unit horizontal direction (perpendicular to ``up``) along which ``points`` (N, 3) are thinnest.
 
@@ -433,6 +448,7 @@ class ViewerApp:
                   file=sys.stderr, flush=True)
         self._t_start = time.monotonic()
         self.server.gui.configure_theme(control_width="medium")
+        dock_panel_right(self.server)
         self.panel.build_status(self.path.name if self.path is not None else "scene")
         self.server.on_client_connect(self._on_connect)
         self.server.on_client_disconnect(self._on_disconnect)

@@ -130,6 +130,10 @@ def drag_session(
         browser.call("Runtime.evaluate", expression=_HIDE_NOTIFICATIONS_JS)
         time.sleep(0.3)
         shots["rest"] = rest = browser.screenshot()
+        # The 3D canvas's width in pixels as the tab reports it (the page less a docked panel).
+        widths = [c.camera.image_width for c in app.server.get_clients().values()]
+        if widths:
+            shots["canvas_width"] = np.asarray(widths, dtype=np.int64)
         if click:
             # Click the object's median pixel: the browser sends a ray, the app puts a grab gizmo there.
             ys, xs = np.nonzero(object_mask(rest[region]))
