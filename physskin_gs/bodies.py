@@ -23,6 +23,11 @@ between the bodies' cubature-point spheres and against a **static collider** bui
   collider: the static rows within reach of the bodies (1.5 body sizes around them), thinned to one point per cell
   of half a contact radius, without the rows that touch a body at rest (they would push it on the first step).
 
+Bodies that overlap as they start (two boxes of ``--select`` cutting one object, whose interior fills share up to
+a cell; objects leaning on each other) keep each overlapping pair of cubature points at its starting distance
+(:meth:`~physskin_gs.physics.contact.BodyContactSystem.touching_pairs`), so they rest as captured instead of being
+thrown apart by the overlap's penalty.
+
 Pure pipeline code: no viewer, no file I/O.
 """
 
@@ -390,7 +395,7 @@ class SceneBodies:
             sp = sp[d > max(radii) + r_s]
         system = BodyContactSystem([b.sim for b in bodies], radii=radii, static_points=sp if sp.shape[0] else None,
                                    static_radius=r_s)
-        collider.update(static_points=int(sp.shape[0]), static_radius_m=r_s)
+        collider.update(static_points=int(sp.shape[0]), static_radius_m=r_s, touching_at_rest=system.rest_overlaps)
         info = dict(main.info)
         timings = {}
         for b in bodies:

@@ -15,6 +15,8 @@ from physskin_gs.physics.simulator import SubspaceSimulator, _StepContext
 SIZE = 0.2  # cube edge (m)
 N = 6  # cubature points per cube edge
 SPACING = SIZE / N
+#: no pair touching at a rest distance of its own: overlapping samples at their full radii (the contact math's tests)
+NO_REST = (np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0))
 
 
 def _body(points, volume, handles=4, seed=1, **kw) -> SubspaceSimulator:
@@ -53,15 +55,22 @@ def test_default_radius_is_a_fraction_of_the_spacing():
     assert default_contact_radius(torch.from_numpy(P)) == pytest.approx(0.055)
 
 
-def test_joint_gradient_matches_finite_differences():
+@pytest.mark.parametrize("rest", ["full radii", "touching at rest"])
+def test_joint_gradient_matches_finite_differences(rest):
     """The contact and friction terms' gradient through both bodies' LBS (the Newton step's g) equals central
-    differences of the joint objective at an iterate where the cubes overlap; the Gauss-Newton Hessian is PSD."""
+    differences of the joint objective at an iterate where the cubes overlap, with every pair at its full contact
+    distance and with the pairs overlapping at construction at their rest distances."""
     a, b = _cube((0.0, 0.0, 0.0)), _cube((0.01, 0.005, SIZE - 0.3 * SPACING))  # overlapping a third of a spacing
-    sysm = BodyContactSystem([a, b])
+    sysm = BodyContactSystem([a, b], rest_pairs=NO_REST if rest == "full radii" else None)
+    assert (sysm.rest_overlaps > 10) == (rest != "full radii")
     h = sysm.dt
     ctxs = [_StepContext(h=h, q_pred=x.q.clone(), q_prev=x.q.clone(), D=None) for x in (a, b)]
     g = torch.Generator().manual_seed(3)
     qs = [x.q + 0.002 * torch.randn(x.q.shape, generator=g, dtype=torch.float64) for x in (a, b)]
+    if rest != "full radii":  # pressed 0.2 spacing further together: the rest pairs overlap
+        down = torch.zeros(b.n, 3, dtype=torch.float64)
+        down[:, 2] = -0.2 * SPACING
+        qs[1] = qs[1] + torch.linalg.lstsq(b.Phi, down).solution.T
     fric = sysm._friction_pairs(*sysm._current(), h)  # friction of pairs touching at the step's start
     assert fric is not None
     E, evs, x, pairs, gx, gn = sysm._joint(qs, ctxs, True, fric)
@@ -197,7 +206,7 @@ def test_a_head_on_push_passes_momentum_on():
 def test_contact_hessian_is_psd_and_couples_only_bodies_in_contact():
     a, b = _cube((0.0, 0.0, 0.0)), _cube((0.01, 0.005, SIZE - 0.3 * SPACING))
     far = _cube((3.0, 0.0, 0.0), seed=3)
-    sysm = BodyContactSystem([a, b, far])
+    sysm = BodyContactSystem([a, b, far], rest_pairs=NO_REST)
     ctxs = [_StepContext(h=sysm.dt, q_pred=x.q.clone(), q_prev=x.q.clone(), D=None) for x in (a, b, far)]
     qs = [x.q.clone() for x in (a, b, far)]
     fric = sysm._friction_pairs(*sysm._current(), sysm.dt)
@@ -224,7 +233,7 @@ def test_contact_hessian_matches_the_per_pair_reference():
     g = np.linspace(-0.3, 0.3, 25)
     floor = np.stack(np.meshgrid(g + 0.6, g, indexing="ij"), -1).reshape(-1, 2)
     floor = np.c_[floor, np.full(len(floor), -SIZE / 2 - 0.3 * SPACING)]  # under c, overlapping its bottom layer
-    sysm = BodyContactSystem([a, b, c], static_points=floor)
+    sysm = BodyContactSystem([a, b, c], static_points=floor, rest_pairs=NO_REST)
     ctxs = [_StepContext(h=sysm.dt, q_pred=x.q.clone(), q_prev=x.q.clone(), D=None) for x in (a, b, c)]
     gen = torch.Generator().manual_seed(5)
     qs = [x.q + 0.001 * torch.randn(x.q.shape, generator=gen, dtype=torch.float64) for x in (a, b, c)]
@@ -300,21 +309,23 @@ def test_islands_give_the_joint_solve():
         assert float((s.positions() - j.positions()).norm(dim=1).max()) < 5e-4
 
 
-def _three_bodies_on_a_collider(native):
-    """Two overlapping cubes and one resting into a static floor patch, each iterate jittered (seeded)."""
+def _three_bodies_on_a_collider(native, rest=NO_REST):
+    """Two overlapping cubes and one resting into a static floor patch, each iterate jittered (seeded); ``rest``:
+    the system's rest pairs (None: those overlapping as built)."""
     a, b = _cube((0.0, 0.0, 0.0)), _cube((0.01, 0.005, SIZE - 0.3 * SPACING), seed=2)
     c = _cube((0.6, 0.0, 0.0), seed=3)
     g = np.linspace(-0.3, 0.3, 25)
     floor = np.stack(np.meshgrid(g + 0.6, g, indexing="ij"), -1).reshape(-1, 2)
     floor = np.c_[floor, np.full(len(floor), -SIZE / 2 - 0.3 * SPACING)]
-    sysm = BodyContactSystem([a, b, c], static_points=floor, native=native)
+    sysm = BodyContactSystem([a, b, c], static_points=floor, native=native, rest_pairs=rest)
     ctxs = [_StepContext(h=sysm.dt, q_pred=x.q.clone(), q_prev=x.q.clone(), D=None) for x in (a, b, c)]
     gen = torch.Generator().manual_seed(5)
     qs = [x.q + 0.001 * torch.randn(x.q.shape, generator=gen, dtype=torch.float64) for x in (a, b, c)]
     return sysm, ctxs, qs
 
 
-def test_native_contact_terms_match_the_numpy_reference():
+@pytest.mark.parametrize("rest", [NO_REST, None], ids=["full radii", "touching at rest"])
+def test_native_contact_terms_match_the_numpy_reference(rest):
     """The C kernel's pass (pairs, contact and friction energies, dE/dx, the deepest overlap) equals the numpy
     reference (_pairs_near, _contact, _friction) on bodies touching each other and a static collider, with friction
     pairs from the step's start, and the Newton gradient built from it is the same."""
@@ -324,8 +335,8 @@ def test_native_contact_terms_match_the_numpy_reference():
         pytest.skip(f"no C kernel here: {_contact_native.unavailable_reason()}")
     out = {}
     for native in (False, True):
-        sysm, ctxs, qs = _three_bodies_on_a_collider(native)
-        assert sysm.native == native
+        sysm, ctxs, qs = _three_bodies_on_a_collider(native, rest)
+        assert sysm.native == native and (sysm.rest_overlaps > 10) == (rest is None)
         fric = sysm._friction_pairs(*sysm._current(), sysm.dt)
         E, evs, x, pairs, gx, gn = sysm._joint(qs, ctxs, True, fric)
         E0 = sysm._joint(qs, ctxs, False, fric)[0]
@@ -591,3 +602,72 @@ def test_per_body_step_times_follow_the_islands():
     assert st.solved_together == [(0, 1), (2,)]
     assert st.body_ms[0] == st.body_ms[1] > 0 and st.body_ms[2] > 0
     assert st.as_dict()["solved_together"] == [[0, 1], [2]]
+
+
+
+def _halves(overlap: float, **kw):
+    """Two halves of one 0.2 m block cut across z (8^3 samples each, the upper lattice turned, as two captured
+    bodies' points never line up), whose samples overlap by ``overlap`` x the spacing at the cut (as the fills of
+    two selection boxes cutting one object do), the lower one standing on the floor."""
+    n = 8
+    lower = _turned_cube((0.0, 0.0, SIZE / 2 + 0.001), 0.0, n=n, gravity=9.8, floor_height=0.0, friction=40.0, **kw)
+    upper = _turned_cube((0.0, 0.0, 1.5 * SIZE + 0.001 - overlap * SIZE / n), 0.4, n=n, gravity=9.8,
+                         floor_height=0.0, seed=2, friction=40.0, **kw)
+    return lower, upper
+
+
+def _relative_move(lower, upper, l0, u0) -> np.ndarray:
+    """(3,) mean displacement of the upper half less the lower half's (m) since positions l0, u0."""
+    return ((upper.positions() - u0).mean(0) - (lower.positions() - l0).mean(0)).numpy()
+
+
+def test_bodies_touching_as_they_start_rest_as_they_are():
+    """Two halves of a block whose samples overlap by 0.8 of a spacing at the cut (pairs up to 0.8 of a contact
+    distance deep): with the overlapping pairs at their rest distances the upper half stays on the lower one (it
+    settles by less than 2 % of its size under its weight, measured 1.0 %, and does not slide); at full radii the
+    same start pushes it off by 10 % (on a captured card box cut by two selection boxes, which overlap by up to
+    a whole contact distance, the upper part flew 5 m)."""
+    moved = {}
+    for rest in (None, NO_REST):
+        lower, upper = _halves(0.8)
+        sysm = BodyContactSystem([lower, upper], rest_pairs=rest)
+        l0, u0 = lower.positions().clone(), upper.positions().clone()
+        sysm.step(50)
+        moved["rest" if rest is None else "full"] = _relative_move(lower, upper, l0, u0)
+        if rest is None:
+            assert sysm.rest_overlaps > 100
+            assert sysm.max_overlap() < 0.01 * SIZE  # measured against the rest distances
+    assert np.abs(moved["rest"]).max() < 0.02 * SIZE, moved
+    assert moved["full"][2] > 0.05 * SIZE, moved
+
+
+def test_bodies_touching_at_rest_still_resist_being_pushed_together():
+    """The rest distance holds a touching pair apart at full stiffness: the upper half pressed into the lower one
+    at 0.5 m/s comes within 3 % of the block's size of it (measured 2.3 %; halves that start 0.1 spacing apart,
+    with no rest pairs, 2.6 %: the soft halves' own compression), with no pair overlapping past its rest distance
+    by more than 1 %."""
+    lower, upper = _halves(0.8)
+    sysm = BodyContactSystem([lower, upper])
+    l0, u0 = lower.positions().clone(), upper.positions().clone()
+    _set_velocity(upper, (0.0, 0.0, -0.5))
+    deepest, low = 0.0, 0.0
+    for _ in range(30):
+        st = sysm.step(1)
+        deepest = max(deepest, st.max_overlap)
+        low = min(low, float(_relative_move(lower, upper, l0, u0)[2]))
+    assert low > -0.03 * SIZE, low
+    assert deepest < 0.01 * SIZE
+
+
+def test_an_island_keeps_the_rest_distances_of_its_pairs():
+    """A sub-system of an island (stepped alone while another body is apart) carries its pairs' rest distances in
+    its own numbering, so the halves rest with a third, distant body in the scene as they do alone."""
+    lower, upper = _halves(0.8)
+    far = _cube((3.0, 0.0, SIZE / 2 + 0.001), gravity=9.8, floor_height=0.0, seed=3)
+    sysm = BodyContactSystem([far, lower, upper])
+    l0, u0 = lower.positions().clone(), upper.positions().clone()
+    sysm.step(50)
+    assert sysm.rest_overlaps > 100
+    subs = [s for isl, s in sysm._subs.items() if set(isl) == {1, 2}]
+    assert subs and subs[0].rest_overlaps == sysm.rest_overlaps
+    assert np.abs(_relative_move(lower, upper, l0, u0)).max() < 0.02 * SIZE

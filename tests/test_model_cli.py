@@ -106,6 +106,25 @@ def test_evaluate_against_fem_on_a_splat(tmp_path, capsys):
     assert row["bases"]["rbf"]["near_zero"] == 6 and min(row["bases"]["rbf"]["freq_ratios"]) >= 1 - 1e-9
 
 
+def test_evaluate_skips_a_folders_files_that_are_not_shapes(tmp_path, capsys):
+    """A --data folder holding a manifest beside its shape is evaluated (the manifest skipped with a note before
+    any work) instead of failing after every shape was computed; a non-shape file named on its own is refused."""
+    import shutil
+
+    spot = Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat"
+    folder = tmp_path / "set"
+    folder.mkdir()
+    shutil.copy(spot, folder / spot.name)
+    (folder / "manifest.json").write_text('{"files": []}')
+    js = tmp_path / "fem.json"
+    assert main(["evaluate", "--reference", "fem", "--data", str(folder), "--bases", "rbf", "--fit-seconds", "0",
+                 "--nodes", "400", "--json", str(js)]) == 0
+    assert "skipping" in capsys.readouterr().err
+    assert [Path(r["shape"]).name for r in json.loads(js.read_text())["shapes"]] == [spot.name]
+    assert main(["evaluate", "--reference", "fem", "--data", str(folder / "manifest.json"), "--bases", "rbf",
+                 "--nodes", "400"]) == 2
+
+
 def test_evaluate_refuses_to_replace_its_json_without_force(tmp_path, capsys):
     js = tmp_path / "old.json"
     js.write_text("{}")

@@ -130,6 +130,27 @@ def test_existing_run_is_not_restarted_silently(tmp_path, capsys):
     assert main(["train", "--out", str(out), "--steps", "2", "--force", *TINY]) == 0
 
 
+def test_export_samples_with_force_replaces_only_shape_samples(tmp_path, capsys):
+    """A user's trained run folder given as --export-samples: without --force a model is not taken for samples
+    (written), with --force only earlier shape samples are replaced, and the model and its optimiser state stay
+    byte for byte (they were deleted as ``*.safetensors``); --samples on that folder trains on the samples and
+    says it skipped the model."""
+    from physskin_gs.cli.train import load_sample_dir
+
+    run = tmp_path / "run"
+    assert main(["train", "--out", str(run), "--steps", "2", *TINY]) == 0
+    kept = {n: (run / n).read_bytes() for n in ("model.safetensors", "train_state.safetensors")}
+    assert main(["train", "--out", str(tmp_path / "x"), "--export-samples", str(run), *TINY]) == 0  # no samples yet
+    assert main(["train", "--out", str(tmp_path / "y"), "--export-samples", str(run), *TINY]) == 2
+    assert "already holds shape samples" in capsys.readouterr().err
+    assert main(["train", "--out", str(tmp_path / "z"), "--export-samples", str(run), "--force", *TINY]) == 0
+    assert {n: (run / n).read_bytes() for n in kept} == kept
+    assert len(list(run.glob("0*_*.safetensors"))) == 3
+    capsys.readouterr()
+    assert [s.name for s in load_sample_dir(run)] == ["sphere", "box", "ellipsoid"]
+    assert "skipping 2 safetensors files that are not shape samples" in capsys.readouterr().err
+
+
 def test_export_samples_and_train_from_them_with_a_subspace_target(tmp_path):
     """--export-samples writes the shapes; --samples trains from them (no mesh files); --w-sub trains toward
     each shape's eigen basis (cached) and lowers the subspace loss on that shape."""

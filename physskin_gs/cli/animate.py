@@ -1038,7 +1038,10 @@ def run_headless(args) -> int:
             where = col["ground"]
         else:
             where = "the floor as set (--floor)"
-        print(f"[physskin-gs] contact: {where}; {col['static_points']} static points of the scene collide",
+        touching = col.get("touching_at_rest") or 0
+        rest = (f"; {touching} pairs of cubature points of two bodies overlap as they start and are held at that "
+                "distance, so the bodies rest as captured" if touching else "")
+        print(f"[physskin-gs] contact: {where}; {col['static_points']} static points of the scene collide{rest}",
               file=sys.stderr)
     nh = anim.num_handles
     bodies = anim.info.get("bodies")

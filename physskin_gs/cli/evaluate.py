@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import time
 from pathlib import Path
 
@@ -180,14 +181,29 @@ def run(args) -> int:
 
 
 def _input_paths(data):
-    """Files to evaluate: the given files and folders' files, or the held-out meshes. Raises FileNotFoundError /
-    OptionError (nothing to evaluate)."""
+    """Files to evaluate: the given files and folders' files, or the held-out meshes. A folder's files that are
+    no shape or scene format (:func:`physskin_gs.io.detect_format`: a manifest, notes) are skipped with a note on
+    stderr, before any work; a file named on its own is kept (its loader says what is wrong). Raises
+    FileNotFoundError / OptionError (nothing to evaluate)."""
+    from physskin_gs.errors import SceneFormatError
+    from physskin_gs.io import detect_format
+
     paths = []
     for p in data or default_eval_paths():
         p = Path(p)
         if not p.exists():
             raise FileNotFoundError(f"{p}: evaluation input not found")
-        paths += sorted(q for q in p.iterdir() if q.is_file() and q.suffix != ".md") if p.is_dir() else [p]
+        if not p.is_dir():
+            paths.append(p)
+            continue
+        for q in sorted(q for q in p.iterdir() if q.is_file() and q.suffix != ".md"):
+            try:
+                detect_format(str(q))
+            except (SceneFormatError, OSError) as exc:
+                print(f"note: skipping {q}: not a shape or scene file ({str(exc).split(': ', 1)[-1]})",
+                      file=sys.stderr)
+                continue
+            paths.append(q)
     if not paths:
         raise OptionError("nothing to evaluate: pass --data (the default held-out meshes live in the shared data "
                           "folder, $PHYSSKIN_SHARED_DATA or ../shared/data)")

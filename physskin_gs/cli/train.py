@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -119,14 +120,16 @@ def _val_shapes(args, names):
 
 def export_samples(shapes, folder) -> None:
     """Write training shapes as shape-sample files (``NNN_name.safetensors``, see
-    :func:`physskin_gs.geometry.dataset.save_sample`) into ``folder``, replacing the shape samples (``*.safetensors``)
-    an earlier export left there (other files are kept). The new set is written into a hidden folder inside
-    ``folder`` first and moved up only when complete, so an interrupt or a failure leaves the earlier set as it
-    was, never a mixture (``--samples`` trains on every ``*.safetensors`` it finds). Raises OSError."""
+    :func:`physskin_gs.geometry.dataset.save_sample`) into ``folder``, replacing the shape samples an earlier export
+    left there (:func:`~physskin_gs.geometry.dataset.is_shape_sample`; every other file, a model checkpoint's
+    ``*.safetensors`` included, is kept). The new set is written into a hidden folder inside ``folder`` first and
+    moved up only when complete, so an interrupt or a failure leaves the earlier set as it was, never a mixture
+    (``--samples`` trains on every shape sample it finds). Raises OSError, OptionError (a new sample's name is a
+    file there that is not a shape sample)."""
     import shutil
     import tempfile
 
-    from physskin_gs.geometry.dataset import ShapeSample, save_sample
+    from physskin_gs.geometry.dataset import ShapeSample, is_shape_sample, save_sample
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -137,8 +140,13 @@ def export_samples(shapes, folder) -> None:
             safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in s.name)
             names.append(f"{i:03d}_{safe}.safetensors")
             save_sample(ShapeSample(name=s.name, surface=s.surface.cpu(), volume=s.volume.cpu()), stage / names[-1])
+        clash = [n for n in names if (folder / n).exists() and not is_shape_sample(folder / n)]
+        if clash:
+            raise OptionError(f"--export-samples {folder}: {clash[0]} is there and is not a shape sample; "
+                              "choose another folder")
         for old in folder.glob("*.safetensors"):
-            old.unlink()
+            if is_shape_sample(old):
+                old.unlink()
         for n in names:
             os.replace(stage / n, folder / n)
     finally:
@@ -148,11 +156,17 @@ def export_samples(shapes, folder) -> None:
 def load_sample_dir(folder, exclude=()):
     """Training shapes from the shape-sample files in ``folder`` (names in ``exclude`` skipped). Raises
     OptionError when the folder has none."""
-    from physskin_gs.geometry.dataset import load_sample
+    from physskin_gs.geometry.dataset import is_shape_sample, load_sample
     from physskin_gs.model.data import TrainShape, _stem
 
     folder = Path(folder)
     files = sorted(folder.glob("*.safetensors")) if folder.is_dir() else []
+    other = [f for f in files if not is_shape_sample(f)]  # a model checkpoint beside the samples, say
+    if other:
+        print(f"note: --samples {folder}: skipping {len(other)} safetensors file{'s' if len(other) != 1 else ''} that "
+              f"{'are' if len(other) != 1 else 'is'} not shape samples ({other[0].name}"
+              f"{', ...' if len(other) > 1 else ''})", file=sys.stderr)
+        files = [f for f in files if f not in other]
     excl = {_stem(e) for e in exclude}
     shapes = []
     for f in files:
@@ -306,10 +320,12 @@ def run(args) -> int:
         for b, pb in given[i + 1:]:
             if pa == pb:
                 raise OptionError(f"{a} and {b} are the same folder ({pa}); give each its own folder")
-    if args.export_samples and not args.force and Path(args.export_samples).is_dir() \
-            and any(Path(args.export_samples).glob("*.safetensors")):
-        raise OptionError(f"--export-samples {args.export_samples} already holds shape samples (*.safetensors); use "
-                          "--force to replace them, or choose an empty folder")
+    if args.export_samples and not args.force and Path(args.export_samples).is_dir():
+        from physskin_gs.geometry.dataset import is_shape_sample
+
+        if any(is_shape_sample(f) for f in Path(args.export_samples).glob("*.safetensors")):
+            raise OptionError(f"--export-samples {args.export_samples} already holds shape samples; use --force to "
+                              "replace them (only them: other files stay), or choose an empty folder")
     if is_main:
         from physskin_gs.cli._outputs import Output, claim_outputs
 

@@ -241,6 +241,18 @@ def save_sample(sample: ShapeSample, path: Union[str, Path]) -> None:
         save_file(tensors, tmp, metadata={"name": sample.name, "format": "physskin_gs.shape", "version": CACHE_VERSION})
 
 
+def is_shape_sample(path: Union[str, Path]) -> bool:
+    """Whether ``path`` is a shape-sample file written by :func:`save_sample` (reads only its safetensors header:
+    the ``format`` metadata). A model checkpoint, any other safetensors file or an unreadable one: False."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), framework="pt") as fh:
+            return (fh.metadata() or {}).get("format") == "physskin_gs.shape"
+    except Exception:  # noqa: BLE001 - not a readable safetensors file
+        return False
+
+
 def load_sample(path: Union[str, Path]) -> ShapeSample:
     """Read a sample written by :func:`save_sample`. Raises SceneFormatError for a file that is not one."""
     from safetensors import safe_open

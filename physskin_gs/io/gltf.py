@@ -125,8 +125,12 @@ def sh_attribute(degree: int, coef: int) -> str:
 
 # ------------------------------------------------------------------------------------------------ rotations
 def up_to_gltf_rotation(up) -> np.ndarray:
-    """(3, 3) float64 proper rotation R (det +1) with ``R @ up_hat == (0, 1, 0)``: the minimal rotation about
-    ``up x e_y``. For ``up`` antiparallel to +Y the half turn about x, ``diag(1, -1, -1)``.
+    """(3, 3) float64 proper rotation R (det +1) with ``R @ up_hat == (0, 1, 0)``: for an axis, the minimal
+    rotation about ``up x e_y`` (for -Y the half turn about x, ``diag(1, -1, -1)``); otherwise that axis rotation
+    of the signed axis nearest ``up``, followed by the minimal rotation of what it makes of ``up`` onto +Y. So an
+    up a degree off an axis turns the scene as that axis does, give or take a degree: the minimal rotation alone
+    jumps near -Y (up (0, -1, 0) keeps x, (0.01, -1, 0) sends it to -x, (0, -1, 0.01) keeps it), and a capture
+    whose support is a degree off -Y came out turned 95 degrees about the vertical.
 
     Args:
         up: (3,) up vector in scene coordinates (sequence, numpy array or torch tensor; normalised here).
@@ -145,6 +149,17 @@ def up_to_gltf_rotation(up) -> np.ndarray:
     if n < 1e-12:
         raise OptionError("up vector has zero length")
     u = u / n
+    k = int(np.argmax(np.abs(u)))
+    if np.count_nonzero(u) > 1:  # near axis first (exact), then the small rest
+        axis = np.zeros(3)
+        axis[k] = math.copysign(1.0, u[k])
+        R1 = up_to_gltf_rotation(axis)
+        return _minimal_rotation_to_y(R1 @ u) @ R1
+    return _minimal_rotation_to_y(u)
+
+
+def _minimal_rotation_to_y(u: np.ndarray) -> np.ndarray:
+    """(3, 3) the minimal rotation taking the unit vector u (3,) onto +Y (see :func:`up_to_gltf_rotation`)."""
     e = np.array([0.0, 1.0, 0.0])
     c = float(u @ e)
     v = np.cross(u, e)  # rotation axis times sin(angle)

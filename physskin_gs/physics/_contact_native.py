@@ -14,6 +14,8 @@ reference).
 
 from __future__ import annotations
 
+from typing import Optional
+
 import numpy as np
 
 from physskin_gs import _native
@@ -121,7 +123,8 @@ int physskin_contact_terms(const int64_t* A, const double* D) {
 
 /* The step's friction pairs (BodyContactSystem._friction_pairs). A (int64): N, x0 (N,3), Pb, pi, pj (body-body),
    Ps, si, sj, spts (static points, indexed by sj), r, m, eta (N: per sample), body (N, int64), B, acc (scratch,
-   (B*B + N) * 4 doubles, zeroed by the caller), then out: fi, fj (-1: the collider), cv, wc, n (Pb + Ps rows).
+   (B*B + N) * 4 doubles, zeroed by the caller), then out: fi, fj (-1: the collider), cv, wc, n (Pb + Ps rows),
+   then pR (Pb body-body contact distances, or 0: r[a] + r[b]).
    D: h, mu, k, static radius. Normal per pair, normal force N = k m max(R - d, 0), viscous cv = h eta m, Coulomb
    wc = h^2 mu N, and the friction normal: the N-weighted mean normal of the pair's group (a pair of bodies; a
    sample against the collider), the pair's own where the group's normals cancel. */
@@ -138,13 +141,14 @@ void physskin_friction_pairs(const int64_t* A, const double* D) {
     double* acc = (double*)A[14];
     int64_t* fi = (int64_t*)A[15]; int64_t* fj = (int64_t*)A[16];
     double* cv = (double*)A[17]; double* wc = (double*)A[18]; double* n = (double*)A[19];
+    const double* pR = (const double*)A[20];
     double h = D[0], mu = D[1], k = D[2], rs = D[3];
     int P = Pb + Ps;
     for (int p = 0; p < P; ++p) {
         int64_t a, b; const double* xb; double R, mp, e; int64_t g;
         if (p < Pb) {
             a = pi[p]; b = pj[p]; xb = x0 + 3 * b;
-            R = r[a] + r[b]; mp = 0.5 * (m[a] + m[b]); e = 0.5 * (eta[a] + eta[b]);
+            R = pR ? pR[p] : r[a] + r[b]; mp = 0.5 * (m[a] + m[b]); e = 0.5 * (eta[a] + eta[b]);
             g = body[a] * B + body[b];
         } else {
             a = si[p - Pb]; b = -1; xb = spts + 3 * sj[p - Pb];
@@ -257,14 +261,15 @@ def contact_terms(x: np.ndarray, cand: dict, static, fric, k: float, fscale: flo
 
 def friction_pairs(x0: np.ndarray, i: np.ndarray, j: np.ndarray, s_i: np.ndarray, s_j: np.ndarray,
                    static_points, per_sample: tuple, num_bodies: int, h: float, mu: float, k: float,
-                   static_radius: float) -> dict:
+                   static_radius: float, pair_R: Optional[np.ndarray] = None) -> dict:
     """The step's friction pairs, as :meth:`BodyContactSystem._friction_pairs` (the reference) computes them, flat:
     ``{"i", "j" (-1: the collider), "cv", "wc", "n", "Pb"}`` over the body-body pairs (i, j) then the body-static
     pairs (s_i, s_j) at x0 (N, 3) float64 (metres): ``cv`` (F,) viscous coefficients h eta m, ``wc`` (F,) Coulomb
     weights h^2 mu N (N the pair's normal force, newtons), ``n`` (F, 3) unit friction normals (the patch's),
     ``Pb`` the number of body-body rows. per_sample: ``(r (m), m (kg), eta (1/s) (N,) float64, body (N,) int64)``;
     static_points: (S, 3) float64 or None (metres); h: step (s); mu: Coulomb coefficient; k: penalty stiffness per
-    unit mass (1/s^2); static_radius: the static points' radius (m). Raises RuntimeError without the kernel,
+    unit mass (1/s^2); static_radius: the static points' radius (m); pair_R: (Pb,) float64 contact distances of
+    the body-body pairs (m; default the sums of their radii). Raises RuntimeError without the kernel,
     ValueError for mismatched shapes or arrays of the wrong dtype or layout."""
     fns = _loaded()[0]
     if fns is None:
@@ -272,7 +277,8 @@ def friction_pairs(x0: np.ndarray, i: np.ndarray, j: np.ndarray, s_i: np.ndarray
     N = x0.shape[0]
     r, m, eta, body = per_sample
     Pb, Ps = int(i.size), int(s_i.size)
-    if j.size != Pb or s_j.size != Ps or any(a.shape != (N,) for a in per_sample) or x0.shape != (N, 3):
+    if (j.size != Pb or s_j.size != Ps or any(a.shape != (N,) for a in per_sample) or x0.shape != (N, 3)
+            or (pair_R is not None and pair_R.shape != (Pb,))):
         raise ValueError("friction_pairs: mismatched pair or per-sample arrays")
     P = Pb + Ps
     out = {"i": np.empty(P, np.int64), "j": np.empty(P, np.int64), "cv": np.empty(P), "wc": np.empty(P),
@@ -282,6 +288,7 @@ def friction_pairs(x0: np.ndarray, i: np.ndarray, j: np.ndarray, s_i: np.ndarray
     A = np.array([N, _ptr(x0, _F64), Pb, _ptr(i, _I64), _ptr(j, _I64), Ps, _ptr(s_i, _I64), _ptr(s_j, _I64),
                   _ptr(sp, _F64), _ptr(r, _F64), _ptr(m, _F64), _ptr(eta, _F64), _ptr(body, _I64), int(num_bodies),
                   _ptr(acc, _F64), _ptr(out["i"], _I64), _ptr(out["j"], _I64), _ptr(out["cv"], _F64),
-                  _ptr(out["wc"], _F64), _ptr(out["n"], _F64)], dtype=np.int64)
+                  _ptr(out["wc"], _F64), _ptr(out["n"], _F64),
+                  0 if pair_R is None else _ptr(pair_R, _F64)], dtype=np.int64)
     fns["friction"](_ptr(A, _I64), _ptr(np.array([h, mu, k, static_radius]), _F64))
     return out

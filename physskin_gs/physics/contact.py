@@ -225,6 +225,9 @@ class BodyContactSystem:
         mu: Coulomb friction coefficient (default :attr:`MU`; 0: viscous friction only).
         native: evaluate the contact terms with the C kernel (:mod:`._contact_native`; default: when it builds
             here), False for the numpy reference.
+        rest_pairs: ``(i, j, R)`` sample pairs of two bodies (global sample indices, i < j, bodies in order) that
+            touch at their rest distance R (metres) instead of the sum of their radii, or None: the pairs that
+            overlap at the bodies' current positions, each at its current distance (:meth:`touching_pairs`).
     Raises:
         OptionError for no bodies, mismatched radii or non-finite static points.
     """
@@ -262,7 +265,8 @@ class BodyContactSystem:
 
     def __init__(self, bodies: Sequence[SubspaceSimulator], radii: Optional[Sequence[float]] = None,
                  static_points=None, static_radius: Optional[float] = None, contact_k: Optional[float] = None,
-                 newton_iters: int = 8, mu: Optional[float] = None, native: Optional[bool] = None) -> None:
+                 newton_iters: int = 8, mu: Optional[float] = None, native: Optional[bool] = None,
+                 rest_pairs=None) -> None:
         self.bodies = list(bodies)
         self.native = _contact_native.available() if native is None else bool(native) and _contact_native.available()
         if not self.bodies:
@@ -316,12 +320,53 @@ class BodyContactSystem:
         self._island_cache: dict = {}  # touching body pairs (bytes) -> islands (see _islands)
         self._subs: dict = {}  # island (tuple of body indices) -> its BodyContactSystem (see _sub_system)
         self._cur = None  # (the bodies' q tensors, x, pairs) of the current state (see _current)
+        self._rest_keys = _NONE  # sorted i * N + j of the pairs that touch at a rest distance of their own
+        self._rest_R = np.zeros(0)  # their contact distances (m)
+        if rest_pairs is None and self.num_bodies > 1:
+            rest_pairs = self.touching_pairs(self.positions())
+        if rest_pairs is not None:
+            i, j, R = (np.asarray(a).reshape(-1) for a in rest_pairs)
+            i, j, R = i.astype(np.int64), j.astype(np.int64), R.astype(np.float64)
+            N = int(self.offsets_samples[-1])
+            if not (i.shape == j.shape == R.shape and np.all((0 <= i) & (i < j) & (j < N)) and np.all(R >= 0)):
+                raise OptionError("rest_pairs: (i, j, R) with 0 <= i < j < the number of samples and R >= 0")
+            keys = i * N + j
+            order = np.argsort(keys)
+            self._rest_keys = keys[order]
+            self._rest_R = np.minimum(R[order], self._sample_r[i[order]] + self._sample_r[j[order]])
 
     # ------------------------------------------------------------------------------------------ geometry
     @property
     def num_bodies(self) -> int:
         """How many bodies step together."""
         return len(self.bodies)
+
+    @property
+    def rest_overlaps(self) -> int:
+        """How many sample pairs of two bodies touch at a rest distance of their own (:meth:`touching_pairs`)."""
+        return int(self._rest_keys.size)
+
+    def touching_pairs(self, x: np.ndarray):
+        """``(i, j, d)``: the sample pairs of two bodies whose spheres overlap at positions x (N, 3) (i < j, global
+        sample indices) and their distances d (m). The system built at x keeps each such pair's contact distance
+        at d (never more than the sum of the radii), so bodies that touch as they start (two parts of one object
+        cut by two selection boxes, whose fills overlap by up to a cell; objects leaning on each other) rest as
+        they are and resist any further approach at full stiffness; a penalty of their starting overlap (up to a
+        whole contact distance) threw them apart on the first step. Every other pair is unchanged."""
+        p = self._pairs(x, static=False)
+        d = np.linalg.norm(x[p.i] - x[p.j], axis=1) if p.i.size else np.zeros(0)
+        return p.i, p.j, d
+
+    def _pair_R(self, i: np.ndarray, j: np.ndarray) -> np.ndarray:
+        """(P,) contact distances (m) of the body-body sample pairs (i, j), i < j: the sum of their radii, or a
+        touching pair's rest distance (:meth:`touching_pairs`)."""
+        R = self._sample_r[i] + self._sample_r[j]
+        if self._rest_keys.size and i.size:
+            keys = i.astype(np.int64) * int(self.offsets_samples[-1]) + j
+            at = np.minimum(np.searchsorted(self._rest_keys, keys), self._rest_keys.size - 1)
+            hit = self._rest_keys[at] == keys
+            R[hit] = self._rest_R[at[hit]]
+        return R
 
     def positions(self, qs: Optional[List[torch.Tensor]] = None) -> np.ndarray:
         """(N, 3) float64 positions of every body's contact samples (bodies in order), metres."""
@@ -391,7 +436,7 @@ class BodyContactSystem:
         squared contact distance of each) and every (sample, static point) within r_i + r_s + 2 skin."""
         skin = self.skin
         p = self._pairs(x, static=False, grow=2 * skin)  # the exact search with every contact distance + 2 skin
-        R = self._sample_r[p.i] + self._sample_r[p.j]
+        R = self._pair_R(p.i, p.j)
         s_i = s_j = np.zeros(0, np.int64)
         if self._static is not None:
             reach = max(self.radii) + self.static_radius + 2 * skin
@@ -426,9 +471,10 @@ class BodyContactSystem:
             if sa.size == 0 or sb.size == 0:
                 continue
             m = cKDTree(xa[sa]).sparse_distance_matrix(cKDTree(xb[sb]), R, output_type="ndarray")
-            keep = m["v"] < R
-            ii.append(starts[A] + sa[m["i"][keep]])
-            jj.append(starts[B] + sb[m["j"][keep]])
+            gi, gj = starts[A] + sa[m["i"]], starts[B] + sb[m["j"]]
+            keep = m["v"] < self._pair_R(gi, gj) + grow  # (a touching pair's rest distance is less than R)
+            ii.append(gi[keep])
+            jj.append(gj[keep])
         i = np.concatenate(ii).astype(np.int64) if ii else np.zeros(0, np.int64)
         j = np.concatenate(jj).astype(np.int64) if jj else np.zeros(0, np.int64)
         order = np.lexsort((j, i))  # one order whatever the trees: by first sample, then second
@@ -459,7 +505,7 @@ class BodyContactSystem:
             v = x[pairs.i] - x[pairs.j]  # [P, 3]
             d = np.linalg.norm(v, axis=1)
             n = v / np.maximum(d, 1e-12)[:, None]
-            delta = self._sample_r[pairs.i] + self._sample_r[pairs.j] - d
+            delta = self._pair_R(pairs.i, pairs.j) - d
             m = 0.5 * (self._sample_m[pairs.i] + self._sample_m[pairs.j])
             E += 0.5 * k * float(m @ (delta * delta))
             if with_derivs:
@@ -643,7 +689,8 @@ class BodyContactSystem:
                 return None
             flat = _contact_native.friction_pairs(
                 np.ascontiguousarray(x0), p.i, p.j, p.s_i, p.s_j, self._static_pts,
-                self._per_sample(), self.num_bodies, h, self.mu, self.contact_k, self.static_radius)
+                self._per_sample(), self.num_bodies, h, self.mu, self.contact_k, self.static_radius,
+                pair_R=self._pair_R(p.i, p.j) if self._rest_keys.size else None)
             Pb = flat.pop("Pb")
             blocks = []  # the reference's blocks, as views of the flat arrays (for the Hessian entries)
             if Pb:
@@ -661,7 +708,7 @@ class BodyContactSystem:
             n = v / np.maximum(d, 1e-12)[:, None]
             m = 0.5 * (self._sample_m[p.i] + self._sample_m[p.j])
             e = 0.5 * (eta[self._sample_body[p.i]] + eta[self._sample_body[p.j]])
-            N = k * m * np.maximum(self._sample_r[p.i] + self._sample_r[p.j] - d, 0.0)
+            N = k * m * np.maximum(self._pair_R(p.i, p.j) - d, 0.0)
             n = self._patch_normals(self._sample_body[p.i] * self.num_bodies + self._sample_body[p.j], N, n)
             blocks.append(("bb", p.i, p.j, h * e * m, h * h * self.mu * N, n))
         if p.s_i.size:
@@ -1069,15 +1116,20 @@ class BodyContactSystem:
         if sub is None:
             if len(self._subs) > 4 * self.num_bodies:
                 self._subs.clear()
+            gidx = self._island_samples(isl)
+            local = np.full(int(self.offsets_samples[-1]), -1, dtype=np.int64)  # [N] global -> island sample
+            local[gidx] = np.arange(gidx.size)
+            N = int(self.offsets_samples[-1])
+            ri, rj = self._rest_keys // N, self._rest_keys % N
+            inside = (local[ri] >= 0) & (local[rj] >= 0)
             sub = BodyContactSystem([self.bodies[b] for b in isl], radii=[self.radii[b] for b in isl],
                                     static_radius=self.static_radius, contact_k=self.contact_k,
-                                    newton_iters=self.newton_iters, native=self.native)
+                                    newton_iters=self.newton_iters, native=self.native,
+                                    rest_pairs=(local[ri[inside]], local[rj[inside]], self._rest_R[inside]))
             if self._static is not None:
                 sub._static, sub._static_pts = self._static, self._static_pts
                 sub._static_lo, sub._static_hi = self._static_lo, self._static_hi
-            sub._gidx = self._island_samples(isl)
-            sub._local = np.full(int(self.offsets_samples[-1]), -1, dtype=np.int64)  # [N] global -> island sample
-            sub._local[sub._gidx] = np.arange(sub._gidx.size)
+            sub._gidx, sub._local = gidx, local
             self._subs[isl] = sub
         for name in ("max_travel", "max_depth", "hessian_max_age", "STATIC_NEIGHBOURS", "contact_k", "newton_iters",
                      "mu", "EPS_V", "skin", "STEP_TOL", "PACKED_FACTOR", "KEEP_ELASTIC", "APPLY_NEGLIGIBLE"):
@@ -1148,7 +1200,7 @@ class BodyContactSystem:
         best = 0.0
         if p.i.size:
             d = np.linalg.norm(x[p.i] - x[p.j], axis=1)
-            best = max(best, float((self._sample_r[p.i] + self._sample_r[p.j] - d).max()))
+            best = max(best, float((self._pair_R(p.i, p.j) - d).max()))
         if p.s_i.size:
             d = np.linalg.norm(x[p.s_i] - self._static_pts[p.s_j], axis=1)
             best = max(best, float((self._sample_r[p.s_i] + self.static_radius - d).max()))
