@@ -414,3 +414,21 @@ def test_empty_select_in_the_api_is_an_error_before_any_work():
 
     with pytest.raises(OptionError, match=r"--select '': empty value"):
         prepare_animation(_scene(300), AnimationConfig(select="", up="z", skinning="rbf"))
+
+
+def test_a_one_value_option_given_twice_is_refused(capsys, tmp_path):
+    """``--pin`` takes one region: given twice it is refused before any work (argparse kept the last one silently,
+    so ``--pin below:0.1 --pin below:0.2`` pinned only the second); once, it is taken."""
+    spot = Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat"
+    try:
+        rc = main(["animate", str(spot), "--headless", "--png", str(tmp_path / "p"), "--pin", "below:0.1",
+                   "--pin", "below:0.2"])
+    except SystemExit as e:
+        rc = e.code
+    assert rc == 2
+    assert "--pin given twice ('below:0.1' and 'below:0.2')" in capsys.readouterr().err
+    assert not (tmp_path / "p").exists()
+    from physskin_gs.cli import build_parser
+
+    args = build_parser().parse_args(["animate", str(spot), "--pin", "below:0.1"])
+    assert args.pin == "below:0.1"

@@ -380,3 +380,23 @@ def test_fill_notches_fills_sampling_holes_not_gaps():
     slabs = np.zeros((7, 7, 7), bool)
     slabs[1:6, 1:6, 1:3] = slabs[1:6, 1:6, 4:6] = True  # two slabs one empty layer apart
     np.testing.assert_array_equal(fill_notches(slabs), slabs)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_bridging_on_the_voxel_graph_is_the_dilation_reference(seed):
+    """The bridges that join an occupancy's fragments (glue_occupancy), searched on the graph of the allowed voxels,
+    are the full-grid dilation reference's, voxel for voxel and count for count: random scattered occupancies
+    with holes in what the bridges may cross (a cloud of 500 scattered Gaussians took 82 s in the reference's
+    searches, 5 s now)."""
+    from scipy import ndimage
+
+    from physskin_gs.geometry.tetmesh import _bridge_components, _bridge_components_reference
+
+    rng = np.random.default_rng(seed)
+    shape = tuple(int(v) for v in rng.integers(10, 36, size=3))
+    x = rng.random(shape) < rng.uniform(0.02, 0.12)
+    allowed = (ndimage.binary_dilation(x, iterations=int(rng.integers(1, 4))) & (rng.random(shape) < 0.9)) | x
+    ref, n_ref = _bridge_components_reference(x, allowed)
+    got, n_got = _bridge_components(x, allowed)
+    assert n_ref > 0 and n_got == n_ref
+    np.testing.assert_array_equal(got, ref)

@@ -81,7 +81,7 @@ def test_lr_schedule():
     assert 5e-5 < lr_at(500, cfg) < 5e-4
 
 
-def test_cli_train_resume_and_determinism(tmp_path):
+def test_cli_train_resume_and_determinism(tmp_path, capsys):
     a, b = tmp_path / "a", tmp_path / "b"
     assert main(["train", "--out", str(a), "--steps", "5", "--stop-after", "3", *TINY]) == 0
     for f in ("model.safetensors", "train_state.safetensors", "config.json", "metrics.jsonl"):
@@ -89,11 +89,19 @@ def test_cli_train_resume_and_determinism(tmp_path):
     lines = [json.loads(l) for l in (a / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in lines] == [0, 1, 2]
     # resume to 5 steps == uninterrupted 5 steps (deterministic seed, restored Adam + RNG state)
+    capsys.readouterr()
     assert main(["train", "--out", str(a), "--steps", "5", "--resume", *TINY]) == 0
+    assert "ignored" not in capsys.readouterr().err  # the run's own settings given again: nothing to say
     assert main(["train", "--out", str(b), "--steps", "5", *TINY]) == 0
     ma, mb = load_checkpoint(a / "model.safetensors"), load_checkpoint(b / "model.safetensors")
     for k, v in ma.state_dict().items():
         assert torch.allclose(v, mb.state_dict()[k], atol=1e-6), k
+    # options a resumed run does not take are named (a fresh user's --lr 0.1 was dropped without a word)
+    tiny = [v if v != "32" else "48" for v in TINY]  # --width 48, --head-hidden 48
+    assert main(["train", "--out", str(a), "--steps", "6", "--resume", "--lr", "0.1", *tiny]) == 0
+    err = capsys.readouterr().err
+    assert "--lr ignored (the run has lr = 0.0005" in err and "--width ignored (the run has width = 32" in err
+    assert "--steps" not in err
 
 
 def test_cli_train_bad_options(tmp_path, capsys):

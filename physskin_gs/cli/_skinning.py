@@ -22,8 +22,8 @@ SKINNING_HELP = ("skinning basis: auto (default: modes; above 32 handles tet or 
 
 #: ``--handles``: the learned handles m of the bases that build their own (the constant handle is added)
 HANDLES_HELP = ("handles m of the skinning basis besides the constant one, 1-64 (default 16; m + 1 in all; "
-                "the eigen and modes bases may keep one to three fewer so as not to split a cluster of nearly equal "
-                "eigenvalues or modes). "
+                "the eigen and modes bases may keep up to 4 fewer or more so as not to split a cluster of nearly "
+                "equal eigenvalues or modes). "
                 "More handles follow a shape's motion more closely (32: about a tenth lower frequency ratio) and "
                 "cost a slower step; the network's checkpoint fixes its own (16)")
 MAX_HANDLES = 64

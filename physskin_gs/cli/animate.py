@@ -67,6 +67,17 @@ class _SelectAction(argparse.Action):
         setattr(namespace, self.dest, value)
 
 
+class _GivenOnce(argparse.Action):
+    """An option that takes one value: given twice it is refused (argparse keeps the last without a word, and a
+    user's ``--pin below:0.1 --pin below:0.2`` pinned only the second)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"{option_string} given twice ({getattr(namespace, self.dest)!r} and {values!r}): it takes "
+                         "one value")
+        setattr(namespace, self.dest, values)
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "animate",
@@ -85,7 +96,8 @@ def register(sub) -> None:
                         "one OpenUSD file with time samples (animation.usdc; needs usd-core: pip install "
                         "'physskin_gs[usd]')")
     p.add_argument("--video", metavar="OUT.mp4", help="render an orbit-camera video")
-    p.add_argument("--png", metavar="DIR", help="also write the video frames as PNG files")
+    p.add_argument("--png", metavar="DIR", help="write every frame as a PNG file into DIR (the frames the video "
+                   "would show; with or without --video)")
     p.add_argument("--overwrite", "--force", dest="overwrite", action="store_true",
                    help="replace an existing --video file, and the frames and sequence.json of an earlier run in "
                         "--export / --png (without it they are refused before anything is simulated)")
@@ -113,8 +125,10 @@ def register(sub) -> None:
     p.add_argument("--floor", dest="floor_spec", default="auto",
                    help="floor height along up in scene units, 'auto' (the support plane the object stands on, found "
                         "by the scene analysis; without one 25%% of the object height below it) or 'off'")
-    p.add_argument("--pin", help="pin region: 'below:0.1' (bottom 10%% of the height), 'base' (the part touching "
-                   "the support: the bottom 15%%) or 'box:xmin,ymin,zmin,xmax,ymax,zmax'")
+    p.add_argument("--pin", action=_GivenOnce,
+                   help="pin region: 'below:0.1' (bottom 10%% of the height), 'base' (the part touching "
+                   "the support: the bottom 15%%) or 'box:xmin,ymin,zmin,xmax,ymax,zmax' (one region: a box "
+                   "around both parts to hold two)")
     p.add_argument("--region", dest="regions", action="append", default=None, metavar="REGION=MATERIAL",
                    help="a part of the object made of another material, e.g. 'base=wood' (a stiff base keeps a tall "
                         "object standing), 'box:xmin,ymin,zmin,xmax,ymax,zmax=rubber' or 'sphere:x,y,z,r=foam'; "

@@ -98,7 +98,7 @@ def register(sub) -> None:
                         "rotation only")
     p.add_argument("--c-sub", type=float, default=1.0, help="ConFIG cosine weight of the subspace loss")
     p.add_argument("--no-augment", action="store_true")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, option_defaults={a.dest: a.default for a in p._actions})
 
 
 def _val_shapes(args, names):
@@ -289,6 +289,31 @@ def _check_options(args) -> None:
 RUN_FILES = ("model.safetensors", "train_state.safetensors", "config.json", "metrics.jsonl")
 
 
+def _resume_ignored(args, tcfg, ncfg, saved: dict) -> list:
+    """Lines naming the options given with ``--resume`` that the resumed run does not take: a resumed run keeps its
+    own network and training settings (``config.json``), all but ``--steps``. An option counts as given when its
+    value differs from the parser's default (``args.option_defaults``)."""
+    from dataclasses import asdict
+
+    defaults = getattr(args, "option_defaults", None) or {}
+    model, train = saved.get("model", {}), saved.get("train", {})
+    keys = {**{k: ("model", k) for k in asdict(ncfg)}, **{k: ("train", k) for k in asdict(tcfg)}}
+    dest_of = {"num_handles": "handles", "oni": "no_oni", "smooth": "no_smooth", "augment": "no_augment"}
+    out = []
+    for key, (part, name) in sorted(keys.items()):
+        dest = dest_of.get(key, key)
+        if key == "steps" or dest not in defaults or getattr(args, dest, None) == defaults[dest]:
+            continue
+        mine = asdict(ncfg if part == "model" else tcfg)[name]
+        theirs = (model if part == "model" else train).get(name, mine)
+        if mine != theirs:
+            how = ("the network's shape is its checkpoint's" if part == "model" else
+                   f"a new run started from it with --init {args.out}/model.safetensors takes a new value")
+            out.append(f"--resume keeps the run's own settings: --{dest.replace('_', '-')} ignored (the run has "
+                       f"{name} = {theirs}; {how})")
+    return out
+
+
 def run(args) -> int:
     import torch
     import torch.distributed as dist
@@ -362,6 +387,9 @@ def run(args) -> int:
         if not (model_path.is_file() and state_path.is_file()):
             raise OptionError(f"--resume: no checkpoint to resume in {out}")
         saved = json.loads((out / "config.json").read_text())
+        if is_main:
+            for line in _resume_ignored(args, tcfg, ncfg, saved):
+                print(f"note: {line}", file=sys.stderr)
         ncfg = NetConfig.from_dict(saved["model"])
         keep_steps = tcfg.steps
         tcfg = TrainConfig.from_dict(saved["train"])

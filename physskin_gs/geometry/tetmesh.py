@@ -430,12 +430,77 @@ _OFFSETS6 = np.array([[1, 0, 0], [-1, 0, 0], [0, 1, 0], [0, -1, 0], [0, 0, 1], [
 
 
 def _bridge_components(x: np.ndarray, allowed: np.ndarray) -> Tuple[np.ndarray, int]:
+    """:func:`_bridge_components_reference`'s result (the same joined set and count, voxel for voxel: a test holds
+    them equal), computed on the graph of ``allowed``'s voxels only: each search is one multi-source breadth-first
+    search (unweighted Dijkstra from the joined set) over their face adjacency instead of a full-grid dilation per
+    layer. Returns (joined set, bridge voxels added)."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import dijkstra
+
+    labels, sizes = _voxel_components(x)
+    shape = np.asarray(x.shape)
+    node = np.flatnonzero(allowed.ravel() | (labels.ravel() > 0))  # [V] flat indices of the graph's voxels
+    V = node.size
+    where = np.full(x.size, -1, np.int64)
+    where[node] = np.arange(V)
+    coords = np.stack(np.unravel_index(node, x.shape), axis=1)  # [V, 3]
+    strides = np.array([x.shape[1] * x.shape[2], x.shape[2], 1], np.int64)
+    src, dst = [], []
+    for a in range(3):  # face neighbours +1 along each axis (the graph is symmetric)
+        ok = coords[:, a] + 1 < shape[a]
+        nb = where[node[ok] + strides[a]]
+        good = nb >= 0
+        src.append(np.flatnonzero(ok)[good])
+        dst.append(nb[good])
+    src, dst = np.concatenate(src), np.concatenate(dst)
+    ok = allowed.ravel()[node]  # [V] a search may step into a voxel of ``allowed`` only (the reference's dilation)
+    fwd, bwd = ok[dst], ok[src]
+    graph = coo_matrix((np.ones(int(fwd.sum() + bwd.sum())), (np.r_[src[fwd], dst[bwd]], np.r_[dst[fwd], src[bwd]])),
+                       shape=(V, V)).tocsr()
+    lab = labels.ravel()[node]  # [V]
+    joined = lab == int(np.argmax(sizes)) + 1
+    added = 0
+    while True:
+        pending = (lab > 0) & ~joined
+        if not pending.any():
+            break
+        dist = dijkstra(graph, directed=True, indices=np.flatnonzero(joined), unweighted=True,
+                        min_only=True)  # [V] layers from the joined set, inf: not reached
+        reach = dist[pending]
+        if not np.isfinite(reach).any():
+            break  # the rest is not reachable inside ``allowed``
+        t = reach[np.isfinite(reach)].min()
+        hit = pending & (dist == t)
+        for lv in np.unique(lab[hit]):
+            v = int(np.flatnonzero(hit & (lab == lv))[0])  # the first in the grid's C order, as the reference
+            joined |= lab == lv
+            while dist[v] > 1:  # walk down the layers to the joined set, neighbours in the reference's order
+                for off in _OFFSETS6:
+                    q = coords[v] + off
+                    if np.all(q >= 0) and np.all(q < shape):
+                        w = int(where[int(q @ strides)])
+                        if w >= 0 and dist[w] == dist[v] - 1:
+                            v = w
+                            break
+                if not joined[v]:
+                    joined[v] = True
+                    added += 1
+    out = np.zeros(x.size, bool)
+    out[node[joined]] = True
+    return out.reshape(x.shape), added
+
+
+def _bridge_components_reference(x: np.ndarray, allowed: np.ndarray) -> Tuple[np.ndarray, int]:
     """Join the face-connected components of ``x`` into its largest one by one-voxel-wide paths of voxels of
     ``allowed`` (a superset of x): from the joined set, a breadth-first search over face neighbours inside
     ``allowed`` grows until it reaches other components; each reached component is joined along one shortest
     path (traced back through the search's layers), and the search restarts from the grown set (Prim's order:
     the nearest part joins first, so a chain of fragments joins link by link). Components that ``allowed`` does not
-    connect stay out. Returns (joined set, bridge voxels added)."""
+    connect stay out. Returns (joined set, bridge voxels added).
+
+    The plain reference of :func:`_bridge_components`: each search grows by full-grid dilations, one per layer,
+    and restarts after each join, which on a scattered cloud (hundreds of fragments in a large, sparse grid) took
+    over a minute."""
     from scipy import ndimage
 
     cross = ndimage.generate_binary_structure(3, 1)
