@@ -130,3 +130,22 @@ def test_convert_drop_invalid_and_refusals(capsys, inria_sh3, mesh_file, tmp_pat
     assert main(["convert", str(mesh_file("pyvista_ant.ply")), str(tmp_path / "ant.ply"), "--mesh-gaussians", "500"]) == 0
     assert "is a mesh: 500 Gaussians sampled on its surface" in capsys.readouterr().err
     assert load_scene(tmp_path / "ant.ply").num_gaussians == 500
+
+
+def test_convert_names_extra_properties_a_format_cannot_keep(capsys, tmp_path):
+    """A PLY with an extra per-Gaussian property (a segmentation label): a .ply output keeps it without a word; a
+    compressed PLY, which has no place for it, drops it and says so."""
+    from dataclasses import replace
+    from pathlib import Path
+
+    from physskin_gs.io import save_scene
+
+    spot = load_scene(Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat")
+    src = tmp_path / "labelled.ply"
+    save_scene(replace(spot, extra={"semantic": torch.arange(spot.num_gaussians, dtype=torch.float32) % 7}), src)
+    capsys.readouterr()
+    assert main(["convert", str(src), str(tmp_path / "same.ply")]) == 0
+    assert "not written" not in capsys.readouterr().err
+    assert torch.equal(load_scene(tmp_path / "same.ply").extra["semantic"], load_scene(src).extra["semantic"])
+    assert main(["convert", str(src), str(tmp_path / "c.compressed.ply")]) == 0
+    assert "1 extra per-Gaussian property (semantic) not written" in capsys.readouterr().err

@@ -432,3 +432,25 @@ def test_a_one_value_option_given_twice_is_refused(capsys, tmp_path):
 
     args = build_parser().parse_args(["animate", str(spot), "--pin", "below:0.1"])
     assert args.pin == "below:0.1"
+
+
+def test_options_of_the_other_mode_are_named_or_refused(capsys, tmp_path):
+    """The viewer refuses the headless run's outputs and ``--script`` before starting (they would be ignored);
+    a headless run names the viewer's options it was given, and the viewer the headless video's."""
+    from physskin_gs.cli import build_parser
+    from physskin_gs.cli.animate import other_mode_notes
+
+    spot = Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat"
+    script = tmp_path / "m.json"
+    script.write_text('{"drags": []}')
+    for extra in (["--script", str(script)], ["--export", str(tmp_path / "e")]):
+        assert main(["animate", str(spot), *extra]) == 2
+        assert "for --headless runs only" in capsys.readouterr().err
+    parse = build_parser().parse_args
+    assert other_mode_notes(parse(["animate", str(spot), "--headless", "--png", "p"])) == []
+    notes = other_mode_notes(parse(["animate", str(spot), "--headless", "--png", "p", "--host", "0.0.0.0",
+                                    "--record-dir", "r"]))
+    assert len(notes) == 1 and notes[0].startswith("--host, --record-dir: options of the browser viewer's")
+    assert other_mode_notes(parse(["animate", str(spot)])) == []
+    notes = other_mode_notes(parse(["animate", str(spot), "--frames", "30"]))
+    assert len(notes) == 1 and notes[0].startswith("--frames: an option of a --headless run's")

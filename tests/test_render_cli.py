@@ -3,6 +3,8 @@ shared data, the licence-clean SH-3 stand-in of ``conftest.inria_sh3``)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 import torch
@@ -154,3 +156,21 @@ def test_render_and_convert_take_a_mesh_as_animate_samples_it(tmp_path, capsys):
     a, b = imageio.imread(img).astype(int), imageio.imread(img2).astype(int)
     assert (a[..., :3] < 250).any(axis=-1).mean() > 0.05  # the box is in view
     assert np.abs(a - b).max() <= 1
+
+
+def test_a_single_gaussian_is_framed_by_its_own_size(tmp_path):
+    """One Gaussian (its centres' box is a point): the default camera frames the blob itself (3 sigma), not a
+    point, so the image shows it instead of coming out blank."""
+    import imageio.v2 as imageio
+
+    from physskin_gs.io import load_scene, save_scene
+
+    spot = load_scene(Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat")
+    one = replace(spot, means=spot.means[:1], quats=spot.quats[:1], log_scales=torch.full((1, 3), -3.0),
+                  opacity_logits=torch.full((1,), 5.0), sh_dc=spot.sh_dc[:1], sh_rest=spot.sh_rest[:1])
+    save_scene(one, tmp_path / "one.ply")
+    assert main(["render", str(tmp_path / "one.ply"), "-o", str(tmp_path / "one.png"), "--width", "96",
+                 "--height", "96", "--backend", "torch"]) == 0
+    img = imageio.imread(tmp_path / "one.png")[..., :3].astype(int)
+    covered = (img.min(axis=2) < 235).mean()
+    assert 0.02 < covered < 0.6, covered

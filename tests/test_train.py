@@ -202,3 +202,18 @@ def test_export_samples_and_train_from_them_with_a_subspace_target(tmp_path):
                  *[a for a in TINY if a != "--synthetic"]]) == 0
     recs = [json.loads(l) for l in (out / "metrics.jsonl").read_text().splitlines()]
     assert all("sub" in r for r in recs if not r.get("val"))
+
+
+def test_a_held_out_shape_named_for_training_says_how_to_include_it(tmp_path, capsys):
+    """`train --data c3d_spot.obj` (a held-out evaluation mesh): the refusal names --include-held-out instead of
+    calling the usable mesh unusable; a checkpoint folder given as --checkpoint names the file in it."""
+    spot = Path(__file__).resolve().parent / "data" / "c3d_spot.obj"
+    assert main(["train", "--out", str(tmp_path / "run"), "--data", str(spot), "--steps", "1", "--procedural", "0",
+                 *[a for a in TINY if a != "--synthetic"]]) == 2
+    err = capsys.readouterr().err
+    assert "held-out" in err and "--include-held-out" in err
+    run = tmp_path / "r"
+    assert main(["train", "--out", str(run), "--steps", "1", *TINY]) == 0
+    assert main(["skin", str(spot), "-o", str(tmp_path / "w.npz"), "--skinning", "network",
+                 "--checkpoint", str(run)]) == 2
+    assert f"is a folder; give the checkpoint file in it ({run / 'model.safetensors'})" in capsys.readouterr().err

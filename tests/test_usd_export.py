@@ -419,3 +419,38 @@ def test_missing_pxr_message(monkeypatch, tmp_path):
     with pytest.raises(OptionError, match="needs usd-core"):
         load_usd(tmp_path / "a.usd")
     assert os.listdir(tmp_path) == []
+
+
+def test_a_stages_units_carry_over_to_info_and_convert(tmp_path, capsys):
+    """A stage in centimetres (metersPerUnit 0.01): ``info`` says so, and ``convert`` to glTF (metres by the glTF
+    spec) scales it into metres, so the object is not 100x too large; ``--meters-per-unit`` still overrides.
+    ``info`` names an animation's frames."""
+    from pathlib import Path
+
+    from physskin_gs.cli import main
+    from physskin_gs.io.gltf import load_gltf
+
+    spot = Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat"
+    cm = tmp_path / "cm.usda"
+    assert main(["convert", str(spot), str(cm), "--meters-per-unit", "0.01"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(cm)]) == 0
+    out = capsys.readouterr().out
+    assert "0.01 m per unit" in out and "frames:" not in out
+    src = load_usd(cm).means.numpy()
+    glb = tmp_path / "cm.glb"
+    assert main(["convert", str(cm), str(glb)]) == 0
+    assert "units of 0.01 m" in capsys.readouterr().err
+    ext = np.ptp(load_gltf(str(glb)).means.numpy(), axis=0)
+    np.testing.assert_allclose(np.sort(ext), np.sort(0.01 * np.ptp(src, axis=0)), rtol=1e-5)
+    assert main(["convert", str(cm), str(tmp_path / "m.glb"), "--meters-per-unit", "1"]) == 0
+    ext1 = np.ptp(load_gltf(str(tmp_path / "m.glb")).means.numpy(), axis=0)
+    np.testing.assert_allclose(np.sort(ext1), np.sort(np.ptp(src, axis=0)), rtol=1e-5)
+    # an animation: info names its frames
+    rest = random_scene(200, 3, seed=4)
+    moving = torch.ones(200, dtype=torch.bool)
+    with UsdSequenceWriter(tmp_path / "anim.usdc", rest, moving, fps=30.0) as w:
+        for k, fr in enumerate(make_frames(rest, moving, 3), 1):
+            w.write_frame(k, fr)
+    assert main(["info", str(tmp_path / "anim.usdc")]) == 0
+    assert "frames:        1-3" in capsys.readouterr().out

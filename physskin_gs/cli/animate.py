@@ -168,7 +168,7 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, default=8080, help="viewer port (default 8080)")
     p.add_argument("--record-dir", metavar="DIR", default=None,
                    help="where the viewer's recordings go, one time-stamped folder each (default ./recordings)")
-    p.set_defaults(func=run)
+    p.set_defaults(func=run, option_defaults={a.dest: a.default for a in p._actions})
 
 
 def config_from_args(args):
@@ -941,17 +941,41 @@ def sequence_json_text(meta: dict) -> str:
     return json.dumps(clean, indent=1, allow_nan=False)
 
 
+#: options of one mode only: the viewer's, and the headless video's (the headless run's outputs and --script are
+#: refused in the viewer)
+VIEWER_ONLY = ("host", "port", "record_dir")
+VIDEO_ONLY = ("frames", "width", "height", "orbit")
+
+
+def other_mode_notes(args) -> list:
+    """Lines naming the options given (different from their defaults, ``args.option_defaults``) that the chosen
+    mode does not use: the viewer's ``--host``, ``--port``, ``--record-dir`` in a headless run; the headless
+    video's ``--frames``, ``--width``, ``--height``, ``--orbit`` in the viewer."""
+    defaults = getattr(args, "option_defaults", None) or {}
+    headless = bool(getattr(args, "headless", False))
+    names = VIEWER_ONLY if headless else VIDEO_ONLY
+    given = [f"--{n.replace('_', '-')}" for n in names if n in defaults and getattr(args, n, None) != defaults[n]]
+    if not given:
+        return []
+    what = ("the browser viewer's; a --headless run does not use them" if headless else
+            "a --headless run's; the viewer runs until you stop it and records from its Record folder")
+    return [f"{', '.join(given)}: {'options' if len(given) > 1 else 'an option'} of {what}"]
+
+
 def run(args) -> int:
     """``physskin-gs animate``: the input file and every option are checked first (same rules in both modes), then
     the browser viewer starts, or :func:`run_headless` runs."""
+    for line in other_mode_notes(args):
+        print(f"[physskin-gs] note: {line}", file=sys.stderr)
     if getattr(args, "headless", False):
         return run_headless(args)
     require_input_file(args.path)
-    given = [f"{o} {v}" for o, v in (("--export", args.export), ("--video", args.video), ("--png", args.png)) if v]
+    given = [f"{o} {v}" for o, v in (("--export", args.export), ("--video", args.video), ("--png", args.png),
+                                     ("--script", getattr(args, "script", None))) if v]
     if given:  # the viewer writes its recordings itself: these would be silently ignored
-        raise OptionError(f"{', '.join(given)}: written by --headless runs only; add --headless, or open the viewer "
-                          "without them and record from its Record folder (into --record-dir, default "
-                          "./recordings)")
+        raise OptionError(f"{', '.join(given)}: for --headless runs only (the viewer takes its drags from the "
+                          "browser); add --headless, or open the viewer without them and record from its Record "
+                          "folder (into --record-dir, default ./recordings)")
     validate_args(args)
     args.config = config_from_args(args)
     if args.record_dir:

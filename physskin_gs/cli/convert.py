@@ -142,6 +142,15 @@ def run(args) -> int:
         scene = load_scene_or_mesh(args.input, args.quat_order, mesh_gaussians, frame=frame)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
+    if mpu is None and fmt in ("glb", "usd") and getattr(scene, "format", None) == "openusd":
+        from physskin_gs.io.usd import usd_meters_per_unit
+
+        src = usd_meters_per_unit(args.input)
+        if abs(src - 1.0) > 1e-12:  # the stage's units carry over (a glb is in metres; a USD keeps its units)
+            mpu = src
+            print(f"note: {args.input} is in units of {src:g} m (its stage's metersPerUnit); "
+                  f"{'scaled into metres' if fmt == 'glb' else 'written with the same metersPerUnit'} "
+                  "(--meters-per-unit overrides)", file=sys.stderr)
     top = MAX_SH_DEGREE[fmt]
     if sh_degree is not None and sh_degree < scene.sh_degree:
         print(f"note: SH degree {scene.sh_degree} -> {sh_degree} (--sh-degree)", file=sys.stderr)
@@ -160,6 +169,11 @@ def run(args) -> int:
                                   "file cannot store; add --drop-invalid to remove them")
             print(f"warning: {rep['num_invalid']} invalid Gaussians kept (use --drop-invalid to remove them)",
                   file=sys.stderr)
+    if scene.extra and fmt != "ply":  # (a .ply keeps them, type included)
+        names = sorted(scene.extra)
+        print(f"note: {len(names)} extra per-Gaussian propert{'ies' if len(names) > 1 else 'y'} "
+              f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''}) not written: a {fmt} file has no place "
+              "for them; a .ply output keeps them", file=sys.stderr)
     up = None
     if fmt in ("usd", "glb"):
         up = scene_up(scene) if auto_up else _up_list(up_given)

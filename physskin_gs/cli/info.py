@@ -65,6 +65,12 @@ def scene_info(path: str, quat_order: str = "wxyz") -> dict:
         "warnings": [str(w.message) for w in caught] + rep.pop("warnings"),
     }
     info.update({k: v for k, v in rep.items() if k != "num_gaussians"})
+    if scene.format == "openusd":
+        from physskin_gs.io.usd import usd_frame_range, usd_meters_per_unit
+
+        span = usd_frame_range(path)
+        info["frames"] = None if span is None else [span[0], span[1]]
+        info["meters_per_unit"] = usd_meters_per_unit(path)
     return info
 
 
@@ -133,6 +139,12 @@ def run(args) -> int:
         from physskin_gs.cli._common import axis_name
 
         print(f"up:            {axis_name(info['up_known'])} ({info['up_known_source']})")
+    if info.get("meters_per_unit") is not None:
+        print(f"units:         {info['meters_per_unit']:g} m per unit (the stage's metersPerUnit)")
+    if info.get("frames"):
+        a, b = info["frames"]
+        print(f"frames:        {a:g}-{b:g} (an animation; these are its rest values: render / convert --frame K "
+              "read frame K)")
     print(f"bbox min:      {_fmt_vec(info['bbox_min'])}")
     print(f"bbox max:      {_fmt_vec(info['bbox_max'])}")
     if "num_invalid" in info:

@@ -143,7 +143,7 @@ def run(args) -> int:
     def camera(azimuth: float):
         return auto_frame(
             means, up=up, azimuth=azimuth, elevation=args.elevation, width=width, height=height,
-            fov_y=math.radians(args.fov), distance=args.distance,
+            fov_y=math.radians(args.fov), distance=args.distance, sizes=scene.log_scales.max(dim=1).values.exp(),
         )
 
     def frame(azimuth: float):

@@ -756,6 +756,15 @@ def _open_stage(px, path) -> tuple:
     return path, stage
 
 
+def usd_meters_per_unit(path) -> float:
+    """The stage ``metersPerUnit`` of the USD file ``path`` (OpenUSD's rule: 0.01, centimetres, when the stage
+    authors none). The Gaussians :func:`load_usd` reads are in the stage's units. Raises OptionError (usd-core
+    missing), FileNotFoundError, SceneFormatError (not a readable OpenUSD file)."""
+    px = _pxr()
+    _, stage = _open_stage(px, path)
+    return float(px.UsdGeom.GetStageMetersPerUnit(stage))
+
+
 def usd_frame_range(path) -> Optional[tuple]:
     """``(first, last)`` time codes (floats) at which the ``ParticleField3DGaussianSplat`` prims of the USD file
     ``path`` hold position samples (an animation: frames 1..F of an exported sequence), or None when no prim is

@@ -62,6 +62,9 @@ def read_checkpoint(path) -> Tuple[Dict[str, torch.Tensor], Dict[str, str]]:
     from safetensors import safe_open
 
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder; give the checkpoint file in it"
+                              + (f" ({path / 'model.safetensors'})" if (path / "model.safetensors").is_file() else ""))
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint file not found")
     try:

@@ -92,6 +92,9 @@ def load_shapes(
             files.append(p)
             named.add(str(p.resolve()))
     excl = {_stem(e) for e in exclude}
+    held = [f for f in files if _stem(f.name) in excl]
+    for f in held:
+        log(f"skip {f.name}: a held-out evaluation shape (--include-held-out trains on it too)")
     files = [f for f in files if _stem(f.name) not in excl and f.suffix.lower() not in (".md", ".txt", ".json")]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -103,7 +106,9 @@ def load_shapes(
         log(f"skip {Path(path).name}: {why}")
     shapes = [_from_sample(smp) for smp in ds.samples]
     if not shapes:
-        raise PhysSkinError(f"no usable training shapes in {list(paths)}")
+        why = (f" ({len(held)} held-out evaluation shape{'s' if len(held) != 1 else ''} left out: "
+               "--include-held-out trains on them)" if held else "")
+        raise PhysSkinError(f"no usable training shapes in {list(map(str, paths))}{why}")
     return shapes
 
 

@@ -243,17 +243,28 @@ def auto_frame(
     distance: Optional[float] = None,
     margin: float = 1.1,
     percentiles: Tuple[float, float] = (1.0, 99.0),
+    sizes: Optional[torch.Tensor] = None,
 ) -> Camera:
     """Orbit camera that frames a scene's robust bounding box.
 
     The target is the centre of the ``percentiles`` box of ``means`` (N, 3); the default distance makes
     the box's bounding sphere (radius r, times ``margin``) fit the smaller field of view:
-    ``distance = margin * r / sin(fov_min / 2)``.
+    ``distance = margin * r / sin(fov_min / 2)``. ``sizes``: optional (N,) extents of the Gaussians (scene units,
+    e.g. their largest standard deviation); where the centres' box is (nearly) a point (one Gaussian, or all at
+    one place) r is 3 times the largest of them instead, so the blobs themselves fill the view (with r ~ 0 the
+    camera sat on them and the image came out blank).
     Raises OptionError as :func:`orbit_camera` and :func:`robust_bounds`.
     """
     lo, hi = robust_bounds(means, *percentiles)
     center = 0.5 * (lo + hi)
-    radius = max(0.5 * float((hi - lo).norm()), 1e-6)
+    radius = 0.5 * float((hi - lo).norm())
+    if sizes is not None and sizes.numel():
+        s = sizes.detach().float().cpu().reshape(-1)
+        s = s[torch.isfinite(s)]
+        blob = 3.0 * float(s.max()) if s.numel() else 0.0
+        if radius < 1e-3 * blob:
+            radius = blob
+    radius = max(radius, 1e-6)
     if distance is None:
         fov_x = 2.0 * math.atan(math.tan(fov_y / 2.0) * width / height)
         fov_min = min(fov_y, fov_x)
