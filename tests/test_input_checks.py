@@ -170,6 +170,19 @@ def test_far_points_message_gives_the_object_scale(capsys, blob, tmp_path):
     assert line.endswith("where the float32 field evaluation overflows (first: row 0 = [0, 0, 1e+30])")
 
 
+def test_points_far_outside_the_object_are_named(capsys, blob, tmp_path):
+    """Query points well outside the object get weights all the same (extrapolated) and one note saying how many;
+    points on the object none."""
+    pts = tmp_path / "q.npy"
+    np.save(pts, np.array([[0.0, 0.0, 0.0], [0.2, 0.0, 0.0], [0.0, 0.0, 5.0]]))
+    code, _, err = _run(capsys, ["skin", blob, "-o", tmp_path / "w.npz", "--skinning", "rbf", "--points", pts])
+    assert code == 0
+    assert "1 of 3 query points lie outside the object's box" in err and "row 2 = [0, 0, 5]" in err
+    np.save(pts, np.array([[0.0, 0.0, 0.0], [0.2, 0.0, 0.0]]))
+    code, _, err = _run(capsys, ["skin", blob, "-o", tmp_path / "w2.npz", "--skinning", "rbf", "--points", pts])
+    assert code == 0 and "outside the object" not in err
+
+
 def test_good_points_of_any_real_dtype_give_the_same_weights(capsys, blob, tmp_path):
     """Integer, float16, float32 and float64 arrays of the same points are accepted and give identical rows."""
     grid = np.array([[0, 0, 0], [0, 0, 0], [1, 0, 0], [-1, 0, 0]])  # inside, and two points off the blob's ends

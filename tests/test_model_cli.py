@@ -133,3 +133,15 @@ def test_evaluate_refuses_to_replace_its_json_without_force(tmp_path, capsys):
                    + "f 1 3 4 2\nf 5 6 8 7\nf 1 2 6 5\nf 3 7 8 4\nf 1 5 7 3\nf 2 4 8 6\n")
     assert main(["evaluate", "--reference", "fem", "--data", str(box), "--json", str(js)]) == 2
     assert "--force" in capsys.readouterr().err and js.read_text() == "{}"
+
+
+def test_evaluate_names_options_its_mode_does_not_use(tmp_path, capsys):
+    """Options of the other evaluation mode are named (they were accepted and ignored without a word), and the
+    reference mesh's node count is said where the mesher's count is far from --nodes."""
+    spot = Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat"
+    assert main(["evaluate", "--reference", "fem", "--data", str(spot), "--bases", "rbf", "--fit-seconds", "0",
+                 "--nodes", "400", "--transforms", "3", "--sigma", "0.2"]) == 0
+    cap = capsys.readouterr()
+    text = cap.err + cap.out
+    assert "--transforms, --sigma: not used by --reference fem" in text
+    assert "nodes for --nodes 400" in text

@@ -100,6 +100,9 @@ def evaluate_shape(path: Path, bases: List[str], args, progress=print) -> Dict:
                                            "seconds": round(t_mesh, 3), "info": _jsonable(tm.info)},
            "fem_seconds": {k: round(v, 3) for k, v in ref.seconds.items()},
            "fem_eigvals": [float(x) for x in ref.eigvals], "bases": {}}
+    if abs(tm.num_nodes - args.nodes) > 0.25 * args.nodes:  # a mesher's count follows the shape, not --nodes
+        progress(f"  note: {obj.name}: the reference tet mesh ({tm.method}) has {tm.num_nodes} nodes for --nodes "
+                 f"{args.nodes}")
     covered = (tm.info.get("glue") or {}).get("original_covered_fraction")
     if covered is None and obj.kind == "splat":  # the voxel fill keeps its largest face-connected part
         covered = tm.info.get("kept_volume_fraction")
@@ -121,6 +124,9 @@ def evaluate_shape(path: Path, bases: List[str], args, progress=print) -> Dict:
             warnings.simplefilter("always", SkinningReducedWarning)
             field, source = build_skinning(name, obj.surface, obj.volume, opts)
         t_build = time.perf_counter() - t0
+        if name == "network" and field.num_handles - 1 != getattr(args, "num_handles", 16):
+            progress(f"  note: {obj.name} network: {field.num_handles - 1} + 1 handles, its checkpoint's (--handles "
+                     "sets the other bases' count)")
         for w in caught:
             if isinstance(w.message, SkinningReducedWarning):
                 progress(f"  note: {obj.name} {name}: " + reduced_handles_note(

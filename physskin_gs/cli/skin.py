@@ -259,6 +259,15 @@ def load_query_points(path, obj: Optional[PreparedObject] = None):
         raise OptionError(f"{path}: {int(bad.sum())} query points lie more than {max_distance:.0e} object "
                           f"scales ({obj.scale:.6g} scene units each) from the object's centre, where the float32 "
                           f"field evaluation overflows ({first(bad)})")
+    vol = getattr(obj, "volume", None)
+    if vol is not None and len(vol):  # (the object's volume points, normalised frame)
+        v = np.asarray(vol, dtype=np.float64)
+        gap = np.linalg.norm(np.maximum(v.min(0) - q, 0.0) + np.maximum(q - v.max(0), 0.0), axis=1)  # to its box
+        far = gap > 0.25 * float(np.ptp(v, axis=0).max())
+        if far.any():
+            print(f"note: {path}: {int(far.sum())} of {len(q)} query points lie outside the object's box by more "
+                  f"than a quarter of its size ({first(far)}): the fields there are extrapolated, not the object's",
+                  file=sys.stderr)
     return torch.from_numpy(q.astype(np.float32)), pts
 
 

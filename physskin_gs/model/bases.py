@@ -332,7 +332,11 @@ def input_tetmesh(options: "SkinningOptions"):
                                max_surface_faces=simplify)
     except ValueError as exc:
         raise OptionError(f"cannot tetrahedralise the mesh ({exc})") from None
-    return tm, tm.info.get("path", tm.method)
+    path = tm.info.get("path", tm.method)
+    why = tm.info.get("tetgen_error")
+    if path == "voxel" and why:  # say why the input's own surface was not meshed as it is
+        path = f"voxel: {str(why).split(' (')[0]}"
+    return tm, path
 
 
 class TetBasis(SkinningBasis):
