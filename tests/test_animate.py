@@ -191,7 +191,7 @@ def test_a_log_gets_one_line_per_stage(splat_file, tmp_path, capsys):
     assert "\r" not in err and "animate:  " not in err  # no tqdm bar
     assert "[physskin-gs] animate: 5 frames\n" in err
     line = next(x for x in err.splitlines() if x.startswith(f"[physskin-gs] wrote {tmp_path / 'v.mp4'}"))
-    assert "rendering the video on the CPU took" in line and "(--width / --height 64x48 set its size" in line
+    assert "rendering the video's frames on the CPU took" in line and "(--width / --height 64x48 set its size" in line
     # the simulation's speed, said once at the end (no bar shows the per-frame ms in a log)
     sim = [x for x in err.splitlines()
            if x.startswith("[physskin-gs] simulation: 4 frames after the rest frame, median ")]

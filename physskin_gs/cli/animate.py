@@ -1353,9 +1353,9 @@ def run_headless(args) -> int:
             raise OutputError(f"{exc}{kept}") from None
         loop = time.perf_counter() - t_loop
         print(f"[physskin-gs] wrote {written} ({len(frames_rgb)} frame{'s' if len(frames_rgb) != 1 else ''}, "
-              f"{fps:.1f} fps); rendering the video on the "
-              f"CPU took {video_seconds:.1f} s of the {loop:.1f} s the frames took (--width / --height "
-              f"{args.width}x{args.height} set its size and cost)", file=sys.stderr)
+              f"{fps:.1f} fps); rendering the video's frames on the CPU took {video_seconds:.1f} s of the above, "
+              f"{loop:.1f} s in all with the video file (--width / --height {args.width}x{args.height} set its size "
+              "and cost)", file=sys.stderr)
     if not all(bool(torch.isfinite(b.sim.q).all()) for b in getattr(anim, "bodies", [anim])):  # pragma: no cover
         raise PhysSkinError("simulation state became non-finite")
     _note_motion(anim, args, rest_sample)
