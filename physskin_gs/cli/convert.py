@@ -175,7 +175,12 @@ def run(args) -> int:
               f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''}) not written: a {fmt} file has no place "
               "for them; a .ply output keeps them", file=sys.stderr)
     up = None
-    if fmt in ("usd", "glb"):
+    if fmt in ("usd", "glb") and auto_up and scene.up_hint is not None and scene.up_hint_source is None:
+        # an up the file records (our exports, glTF's +Y, a stage's upAxis): taken as it is, so converting back
+        # and forth changes nothing (the scene analysis would level it on its support by a hair each time)
+        up = [float(v) for v in scene.up_hint]
+        print(f"note: up {axis_name(up)}, recorded in the file", file=sys.stderr)
+    elif fmt in ("usd", "glb"):
         up = scene_up(scene) if auto_up else _up_list(up_given)
     else:
         scene = _with_recorded_up(scene, fmt, None if auto_up else _up_list(up_given))
