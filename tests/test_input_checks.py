@@ -467,3 +467,13 @@ def test_options_of_the_other_mode_are_named_or_refused(capsys, tmp_path):
     assert other_mode_notes(parse(["animate", str(spot)])) == []
     notes = other_mode_notes(parse(["animate", str(spot), "--frames", "30"]))
     assert len(notes) == 1 and notes[0].startswith("--frames: an option of a --headless run's")
+
+
+def test_skinning_options_a_named_basis_does_not_use_are_named(capsys, blob, tmp_path):
+    """``--checkpoint`` and ``--fit-seconds`` with a basis that uses neither are named (they were ignored without a
+    word); with the basis that uses one, nothing is said about it."""
+    code, _, err = _run(capsys, ["skin", blob, "-o", tmp_path / "w.npz", "--skinning", "rbf", "--checkpoint",
+                                 tmp_path / "none.safetensors", "--fit-seconds", "3"])
+    assert code == 0 and "note: --checkpoint, --fit-seconds: not used by --skinning rbf" in err
+    code, _, err = _run(capsys, ["skin", blob, "-o", tmp_path / "w2.npz", "--skinning", "fit", "--fit-seconds", "1"])
+    assert code == 0 and "not used by" not in err

@@ -51,9 +51,20 @@ def check_handles(args) -> None:
 
     m = getattr(args, "num_handles", 16)
     check_int("--handles", m, 1, MAX_HANDLES)
-    if int(m) != 16 and str(getattr(args, "skinning", "") or "").lower() in ("network", "pretrained"):
+    basis = str(getattr(args, "skinning", "") or "").lower()
+    if int(m) != 16 and basis in ("network", "pretrained"):
         raise OptionError(f"--handles {m} with --skinning network: the network's checkpoint fixes its handles (16); "
                           "use --skinning modes, eigen or tet for another count")
+    uses = {"network": ("--checkpoint",), "pretrained": ("--checkpoint",), "fit": ("--fit-seconds",)}
+    if basis and basis != "auto":  # a named basis: the options it does not use are named (they were ignored)
+        given = [o for o, v in (("--checkpoint", getattr(args, "checkpoint", None)),
+                                ("--fit-seconds", getattr(args, "fit_seconds", 60.0) != 60.0)) if v]
+        unused = [o for o in given if o not in uses.get(basis, ())]
+        if unused:
+            import sys
+
+            print(f"note: {', '.join(unused)}: not used by --skinning {basis} (--checkpoint is the network's, "
+                  "--fit-seconds the per-object fit's)", file=sys.stderr)
 
 
 def add_skinning_arguments(p, default: str = "auto") -> None:
