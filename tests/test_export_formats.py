@@ -595,3 +595,21 @@ def test_converting_our_own_outputs_back_and_forth_changes_nothing(tmp_path, cap
     ga, gc = load_gltf(str(a)), load_gltf(str(c))
     assert torch.equal(ga.means, gc.means) and torch.equal(ga.log_scales, gc.log_scales)
     torch.testing.assert_close(gc.quats, ga.quats, rtol=0, atol=1e-6)  # (float32 re-normalisation in the USD)
+
+
+def test_quat_order_is_refused_for_formats_that_fix_it(tmp_path, capsys):
+    """--quat-order xyzw on a glTF file (xyzw by its extension) is refused with the reason, as on a compressed PLY,
+    instead of being ignored; on an INRIA PLY it reorders the rotations."""
+    from physskin_gs.cli import main
+
+    spot = Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat"
+    glb = tmp_path / "s.glb"
+    assert main(["convert", str(spot), str(glb), "--up", "y"]) == 0
+    capsys.readouterr()
+    assert main(["info", str(glb), "--quat-order", "xyzw"]) == 2
+    assert "a glTF file stores xyzw rotations" in capsys.readouterr().err
+    cply = tmp_path / "s.compressed.ply"
+    assert main(["convert", str(spot), str(cply)]) == 0
+    capsys.readouterr()
+    assert main(["info", str(cply), "--quat-order", "xyzw"]) == 2
+    assert "leave the order at wxyz" in capsys.readouterr().err

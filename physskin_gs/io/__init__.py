@@ -45,8 +45,9 @@ def load_scene(path, quat_order: str = "wxyz") -> GaussianScene:
         path: file path (str or PathLike).
         quat_order: component order of the stored quaternion, ``"wxyz"`` (default; INRIA, .splat) or
             ``"xyzw"`` (some third-party exporters). Never guessed. Checked for every format, but only the INRIA
-            PLY and ``.splat`` readers use it: a compressed PLY needs ``"wxyz"`` (OptionError otherwise), and
-            glTF (always xyzw in the file) and OpenUSD (GfQuatf) ignore it.
+            PLY and ``.splat`` readers use it: a compressed PLY, a glTF file (always xyzw in the file, by the
+            extension) and an OpenUSD file (GfQuatf) fix their order and need the default ``"wxyz"`` (OptionError
+            otherwise: an order given for them was ignored).
 
     Returns:
         GaussianScene (float32 CPU tensors) of N Gaussians: means (N, 3), quats (N, 4) wxyz, log_scales (N, 3)
@@ -67,13 +68,19 @@ def load_scene(path, quat_order: str = "wxyz") -> GaussianScene:
             (.ksplat/.spz/.sog/.lcc), unrecognised content, a glTF / OpenUSD file without a readable splat
             primitive / prim (see :func:`~physskin_gs.io.gltf.load_gltf`, :func:`~physskin_gs.io.usd.load_usd`).
             The message names the file and the problem.
-        OptionError: unknown ``quat_order``; ``"xyzw"`` for a compressed PLY; an OpenUSD file when usd-core is
+        OptionError: unknown ``quat_order``; ``"xyzw"`` for a compressed PLY, glTF or OpenUSD file; an OpenUSD file
+            when usd-core is
             not installed (the message names the install command).
     """
     path = os.fspath(path)
     if quat_order not in ("wxyz", "xyzw"):
         raise OptionError(f"quat_order must be 'wxyz' or 'xyzw', got {quat_order!r}")
     fmt = detect_format(path)
+    if quat_order != "wxyz" and fmt in ("usd", "gltf-splat"):
+        what = "a glTF file stores xyzw rotations, as its extension fixes" if fmt == "gltf-splat" else \
+            "an OpenUSD file stores its rotations as quaternions (GfQuatf), whose order the schema fixes"
+        raise OptionError(f"quat order {quat_order} (--quat-order): {what}; leave the order at wxyz (the default): "
+                          "it is for INRIA PLY and .splat files from exporters that write xyzw")
     if fmt == "inria-ply" or fmt == "mesh-ply" or fmt == "2dgs-ply":
         from physskin_gs.io.inria_ply import load_inria_ply
 

@@ -135,7 +135,8 @@ def load_compressed_ply(path: str, quat_order: str = "wxyz", header: PlyHeader =
         OptionError: ``quat_order`` other than ``"wxyz"``.
     """
     if quat_order != "wxyz":
-        raise OptionError("quat_order: a compressed PLY always stores wxyz rotations; leave quat_order='wxyz'")
+        raise OptionError("quat order xyzw (--quat-order): a compressed PLY always stores wxyz rotations; leave the "
+                          "order at wxyz (the default)")
     header = header or read_ply_header(path)
     check_compressed_header(header)
     sh_el = header.element("sh")
