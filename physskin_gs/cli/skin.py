@@ -275,9 +275,9 @@ def register(sub) -> None:
     p = sub.add_parser("skin", help="skinning weights and gradients at every Gaussian centre or mesh vertex",
                        description="Compute the skinning fields of one object and write them to an .npz: weights W "
                                    "(N, m + 1) and their gradients (N, m + 1, 3) at every Gaussian centre or mesh "
-                                   "vertex (or at --points), with the basis named by --skinning (the default, modes: the "
-                                   "elastic modes of the mesh's own tet mesh for a mesh, of a voxel tet mesh of its "
-                                   "volume for a splat).")
+                                   "vertex (or at --points), with the basis named by --skinning (the default, "
+                                   "modes: the elastic modes of the mesh's own tet mesh for a mesh, of a voxel tet "
+                                   "mesh of its volume for a splat).")
     p.add_argument("path", help="splat scene (.ply/.splat/.compressed.ply) or mesh (.obj/.ply/.stl/...)")
     p.add_argument("-o", "--output", required=True, help="output .npz")
     p.add_argument("--points", metavar="PTS.npy", help="query points (N, 3) in scene units (.npy) instead of the "
