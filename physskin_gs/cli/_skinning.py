@@ -55,16 +55,10 @@ def check_handles(args) -> None:
     if int(m) != 16 and basis in ("network", "pretrained"):
         raise OptionError(f"--handles {m} with --skinning network: the network's checkpoint fixes its handles (16); "
                           "use --skinning modes, eigen or tet for another count")
-    uses = {"network": ("--checkpoint",), "pretrained": ("--checkpoint",), "fit": ("--fit-seconds",)}
-    if basis and basis != "auto":  # a named basis: the options it does not use are named (they were ignored)
-        given = [o for o, v in (("--checkpoint", getattr(args, "checkpoint", None)),
-                                ("--fit-seconds", getattr(args, "fit_seconds", 60.0) != 60.0)) if v]
-        unused = [o for o in given if o not in uses.get(basis, ())]
-        if unused:
-            import sys
+    if getattr(args, "checkpoint", None) and basis not in ("", "auto", "network", "pretrained"):
+        import sys  # a named basis that never reads a checkpoint: the option was ignored without a word
 
-            print(f"note: {', '.join(unused)}: not used by --skinning {basis} (--checkpoint is the network's, "
-                  "--fit-seconds the per-object fit's)", file=sys.stderr)
+        print(f"note: --checkpoint: not used by --skinning {basis} (it is the network's)", file=sys.stderr)
 
 
 def add_skinning_arguments(p, default: str = "auto") -> None:
