@@ -537,7 +537,8 @@ def analyze_for_animation(scene: GaussianScene, up: Optional[np.ndarray] = None)
         a = analyze_scene(scene.means, scene.opacities, scene.log_scales,
                           format_prior_up=np.asarray(up, dtype=np.float64), prior_name="the up given (--up)",
                           stable_base=False, prior_if_it_stands=False, prior_recorded=True,
-                          support_search=scene.format != "mesh", seed=0, quats=scene.quats, colors=scene.colors())
+                          support_search=scene.format != "mesh" and not scene.object_only, seed=0,
+                          quats=scene.quats, colors=scene.colors())
         if a.up_source == "format-prior":  # (the "prior" is the user's: say so)
             a.up_source = "given"
             a.reason = "the up given (--up); no support plane within 30 degrees of it carries the object"
@@ -551,7 +552,8 @@ def analyze_for_animation(scene: GaussianScene, up: Optional[np.ndarray] = None)
     # the axis the object stands on most stably is evidence against it
     a = analyze_scene(scene.means, scene.opacities, scene.log_scales, format_prior_up=prior, prior_name=name,
                       stable_base=scene.up_hint is None, prior_if_it_stands=scene.format == "mesh",
-                      prior_recorded=scene.up_hint is not None, support_search=scene.format != "mesh",
+                      prior_recorded=scene.up_hint is not None,
+                      support_search=scene.format != "mesh" and not scene.object_only,
                       seed=0, quats=scene.quats, colors=scene.colors())
     if a.up_source == "format-prior" and scene.up_hint is not None and (scene.up_hint_source or "").startswith(
             CAMERAS_SOURCE):

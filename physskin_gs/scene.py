@@ -36,6 +36,9 @@ class GaussianScene:
             rule uses it before the format's convention.
         up_hint_source: where ``up_hint`` came from when not from the file itself (the capture's cameras:
             :func:`physskin_gs.pipeline.with_camera_up`), for the log; None: recorded in the file.
+        object_only: the scene is one object and nothing else (Gaussians sampled on a mesh, e.g. by ``convert
+            chair.glb chair.ply``, which records it in the PLY header): the scene analysis looks for no support
+            in it, as for the mesh itself (the seat of a converted chair was taken for its floor).
     """
 
     means: torch.Tensor
@@ -49,6 +52,7 @@ class GaussianScene:
     format: Optional[str] = None
     up_hint: Optional[Tuple[float, float, float]] = None
     up_hint_source: Optional[str] = None
+    object_only: bool = False
 
     def __post_init__(self) -> None:
         n = self.means.shape[0]

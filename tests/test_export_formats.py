@@ -613,3 +613,27 @@ def test_quat_order_is_refused_for_formats_that_fix_it(tmp_path, capsys):
     capsys.readouterr()
     assert main(["info", str(cply), "--quat-order", "xyzw"]) == 2
     assert "leave the order at wxyz" in capsys.readouterr().err
+
+
+def test_a_mesh_converted_to_splats_stays_one_object(tmp_path):
+    """``convert chair.obj chair.ply`` records that the Gaussians are one object (sampled on a mesh), so animating
+    the PLY moves all of it, as animating the mesh does: an office chair's round foot is not taken for its floor
+    (without the record, the foot became a support and a quarter of the chair stayed static)."""
+    trimesh = pytest.importorskip("trimesh")
+    from physskin_gs.pipeline import analyze_for_animation
+
+    turn = trimesh.transformations.rotation_matrix(np.pi / 2, (1, 0, 0))
+    parts = [trimesh.creation.cylinder(radius=0.5, height=0.03).apply_transform(turn).apply_translation((0, 0.015, 0)),
+             trimesh.creation.cylinder(radius=0.03, height=0.45).apply_transform(turn).apply_translation((0, 0.25, 0)),
+             trimesh.creation.box((0.5, 0.06, 0.5)).apply_translation((0, 0.5, 0)),
+             trimesh.creation.box((0.5, 0.5, 0.05)).apply_translation((0, 0.8, -0.25))]
+    trimesh.util.concatenate(parts).export(tmp_path / "chair.obj")
+    assert main(["convert", str(tmp_path / "chair.obj"), str(tmp_path / "chair.ply")]) == 0
+    scene = load_scene(tmp_path / "chair.ply")
+    assert scene.object_only
+    a = analyze_for_animation(scene)
+    assert a.plane is None and int(np.asarray(a.object).sum()) == scene.num_gaussians
+    b = analyze_for_animation(replace(scene, object_only=False))  # the same Gaussians without the record
+    assert b.plane is not None and int(np.asarray(b.object).sum()) < 0.8 * scene.num_gaussians
+    save_scene(scene, tmp_path / "again.ply")  # the record survives a round trip
+    assert load_scene(tmp_path / "again.ply").object_only

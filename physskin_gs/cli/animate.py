@@ -94,7 +94,7 @@ def register(sub) -> None:
                    help="frames as INRIA PLYs (default; frame0001.ply ...), PlayCanvas compressed PLYs "
                         "(frame0001.compressed.ply ..., about 1/4 of the size, SuperSplat imports either sequence) or "
                         "one OpenUSD file with time samples (animation.usdc; needs usd-core: pip install "
-                        "'physskin_gs[usd]')")
+                        "'physskin_gs[usd]'); a mesh input exports .obj frames (the default only)")
     p.add_argument("--video", metavar="OUT.mp4", help="render an orbit-camera video")
     p.add_argument("--png", metavar="DIR", help="write every frame as a PNG file into DIR (the frames the video "
                    "would show; with or without --video)")

@@ -20,8 +20,8 @@ import torch
 from physskin_gs.errors import OptionError, SceneFormatError
 from physskin_gs.io._shared import as_float32, check_output, refuse_directory, refuse_source, temp_file, unlink_quietly
 from physskin_gs.io.detect import MESH_HINT
-from physskin_gs.io.ply_header import (PLY_TYPE_NAMES, PlyHeader, read_elements, read_ply_header, up_comment,
-                                       up_from_comments, warn)
+from physskin_gs.io.ply_header import (OBJECT_COMMENT, PLY_TYPE_NAMES, PlyHeader, read_elements, read_ply_header,
+                                       up_comment, up_from_comments, warn)
 from physskin_gs.scene import GaussianScene
 
 _F_REST = re.compile(r"^f_rest_(\d+)$")
@@ -256,6 +256,7 @@ def load_inria_ply(
         source=os.path.abspath(path),
         format="inria-ply",
         up_hint=up_from_comments(header.comments),
+        object_only=any(c.strip() == OBJECT_COMMENT for c in header.comments),
     )
 
 
@@ -367,6 +368,8 @@ def inria_ply_body(scene: GaussianScene) -> Tuple[bytes, np.ndarray]:
     head = ["ply", "format binary_little_endian 1.0"]
     if scene.up_hint is not None:
         head.append("comment " + up_comment(scene.up_hint))
+    if scene.object_only or scene.format == "mesh":  # Gaussians sampled on a mesh: one object, no support
+        head.append("comment " + OBJECT_COMMENT)
     head += [f"element vertex {arr.shape[0]}"]
     head += [f"property {PLY_TYPE_NAMES[t]} {nm}" for nm, t in zip(names, types)]
     head += ["end_header"]

@@ -265,6 +265,11 @@ def _read_with_plyfile(header: PlyHeader, wanted: Tuple[str, ...]) -> Dict[str, 
 UP_COMMENT = "physskin_gs up_axis"
 
 
+#: Header comment of a PLY whose Gaussians are one object and nothing else (sampled on a mesh):
+#: ``GaussianScene.object_only``.
+OBJECT_COMMENT = "physskin_gs object_only"
+
+
 def up_comment(up) -> str:
     """The header comment line (without ``comment ``) for the (3,) up vector ``up``."""
     return f"{UP_COMMENT} " + " ".join(f"{float(v):.9g}" for v in up)
