@@ -38,7 +38,7 @@ class GaussianScene:
             :func:`physskin_gs.pipeline.with_camera_up`), for the log; None: recorded in the file.
         object_only: the scene is one object and nothing else (Gaussians sampled on a mesh, e.g. by ``convert
             chair.glb chair.ply``, which records it in the PLY header): the scene analysis looks for no support
-            in it, as for the mesh itself (the seat of a converted chair was taken for its floor).
+            in it, as for the mesh itself (a converted office chair's foot was taken for its floor).
     """
 
     means: torch.Tensor

@@ -100,6 +100,20 @@ def warn_option(message: str) -> None:
     print(f"[physskin-gs] warning: {message}", file=sys.stderr, flush=True)
 
 
+def remember_defaults(p) -> None:
+    """Record the parser ``p``'s option defaults on the parsed namespace (``args.option_defaults``: dest ->
+    default), for :func:`given_options`. Call after the last ``add_argument``."""
+    p.set_defaults(option_defaults={a.dest: a.default for a in p._actions})
+
+
+def given_options(args, dests) -> List[str]:
+    """The option destinations among ``dests`` whose parsed value differs from the parser's default
+    (:func:`remember_defaults`): the options the user gave, as far as the namespace can tell. [] when the
+    namespace carries no defaults (built by hand)."""
+    defaults = getattr(args, "option_defaults", None) or {}
+    return [d for d in dests if d in defaults and getattr(args, d, None) != defaults[d]]
+
+
 def axis_name(u) -> str:
     """The axis name ("y", "-z", ...) of the unit vector ``u`` (3,) when it is within 1 degree of an axis, else its
     three components as ``[+x.xxx, +y.yyy, +z.zzz]``. Raises nothing for a finite 3-vector."""

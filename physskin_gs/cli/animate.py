@@ -40,7 +40,7 @@ from typing import List, Optional
 from physskin_gs.cli._common import (OutputError, check_int, check_number, require_input_file, strict_json,
                                      verify_written, warn_option)
 from physskin_gs.cli._common import axis_name as _axis_name
-from physskin_gs.cli._common import scene_summary, stand_lines
+from physskin_gs.cli._common import given_options, remember_defaults, scene_summary, stand_lines
 from physskin_gs.cli._skinning import add_skinning_arguments, check_handles
 from physskin_gs.errors import OptionError, PhysSkinError
 from physskin_gs.materials import DEFAULT_MATERIAL, MATERIALS, material
@@ -168,7 +168,8 @@ def register(sub) -> None:
     p.add_argument("--port", type=int, default=8080, help="viewer port (default 8080)")
     p.add_argument("--record-dir", metavar="DIR", default=None,
                    help="where the viewer's recordings go, one time-stamped folder each (default ./recordings)")
-    p.set_defaults(func=run, option_defaults={a.dest: a.default for a in p._actions})
+    p.set_defaults(func=run)
+    remember_defaults(p)
 
 
 def config_from_args(args):
@@ -948,13 +949,11 @@ VIDEO_ONLY = ("frames", "width", "height", "orbit")
 
 
 def other_mode_notes(args) -> list:
-    """Lines naming the options given (different from their defaults, ``args.option_defaults``) that the chosen
-    mode does not use: the viewer's ``--host``, ``--port``, ``--record-dir`` in a headless run; the headless
-    video's ``--frames``, ``--width``, ``--height``, ``--orbit`` in the viewer."""
-    defaults = getattr(args, "option_defaults", None) or {}
+    """Lines naming the options given (:func:`physskin_gs.cli._common.given_options`) that the chosen mode does not
+    use: the viewer's ``--host``, ``--port``, ``--record-dir`` in a headless run; the headless video's ``--frames``,
+    ``--width``, ``--height``, ``--orbit`` in the viewer."""
     headless = bool(getattr(args, "headless", False))
-    names = VIEWER_ONLY if headless else VIDEO_ONLY
-    given = [f"--{n.replace('_', '-')}" for n in names if n in defaults and getattr(args, n, None) != defaults[n]]
+    given = [f"--{n.replace('_', '-')}" for n in given_options(args, VIEWER_ONLY if headless else VIDEO_ONLY)]
     if not given:
         return []
     what = ("the browser viewer's; a --headless run does not use them" if headless else

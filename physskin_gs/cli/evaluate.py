@@ -60,7 +60,10 @@ def register(sub) -> None:
     p.add_argument("--nu", type=float, default=0.45, help="Poisson ratio for the energy")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None)
-    p.set_defaults(func=run, option_defaults={a.dest: a.default for a in p._actions})
+    p.set_defaults(func=run)
+    from physskin_gs.cli._common import remember_defaults
+
+    remember_defaults(p)
 
 
 def default_eval_paths():
@@ -125,11 +128,11 @@ def run(args) -> int:
     from physskin_gs.cli._skinning import check_handles
 
     check_handles(args)
-    defaults = getattr(args, "option_defaults", None) or {}
+    from physskin_gs.cli._common import given_options
+
     unused = (("transforms", "sigma") if args.reference == "fem" else
               ("bases", "nodes", "modes", "density", "freeform", "num_handles"))
-    given = [("--handles" if d == "num_handles" else f"--{d.replace('_', '-')}") for d in unused
-             if d in defaults and getattr(args, d, None) != defaults[d]]
+    given = [("--handles" if d == "num_handles" else f"--{d.replace('_', '-')}") for d in given_options(args, unused)]
     if given:  # accepted by the one parser, used by the other mode only
         mode = ("--reference fem" if args.reference == "fem" else "the network check (without --reference fem)")
         print(f"note: {', '.join(given)}: not used by {mode}", file=sys.stderr)

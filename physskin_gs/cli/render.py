@@ -140,10 +140,12 @@ def run(args) -> int:
     opac = scene.opacities
     sh = scene.sh
 
+    sizes = scene.log_scales.max(dim=1).values.exp()  # [N] largest standard deviations (once, not per frame)
+
     def camera(azimuth: float):
         return auto_frame(
             means, up=up, azimuth=azimuth, elevation=args.elevation, width=width, height=height,
-            fov_y=math.radians(args.fov), distance=args.distance, sizes=scene.log_scales.max(dim=1).values.exp(),
+            fov_y=math.radians(args.fov), distance=args.distance, sizes=sizes,
         )
 
     def frame(azimuth: float):

@@ -187,6 +187,9 @@ def load_query_points(path, obj: Optional[PreparedObject] = None):
             loaded),
             a boolean, complex, structured, string or date dtype, a shape other than (N, 3) with N >= 1, or
             values that are not finite, beyond the float32 range or too far from the object.
+
+    Points more than a quarter of the object's size outside the box of its volume points are kept, with one note on
+    stderr counting them (their fields are extrapolated).
     """
     import torch
 

@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+from physskin_gs.cli._common import remember_defaults
 from physskin_gs.cli._skinning import shared_data_dir
 from physskin_gs.errors import OptionError
 
@@ -98,7 +99,8 @@ def register(sub) -> None:
                         "rotation only")
     p.add_argument("--c-sub", type=float, default=1.0, help="ConFIG cosine weight of the subspace loss")
     p.add_argument("--no-augment", action="store_true")
-    p.set_defaults(func=run, option_defaults={a.dest: a.default for a in p._actions})
+    p.set_defaults(func=run)
+    remember_defaults(p)
 
 
 def _val_shapes(args, names):
@@ -292,17 +294,19 @@ RUN_FILES = ("model.safetensors", "train_state.safetensors", "config.json", "met
 def _resume_ignored(args, tcfg, ncfg, saved: dict) -> list:
     """Lines naming the options given with ``--resume`` that the resumed run does not take: a resumed run keeps its
     own network and training settings (``config.json``), all but ``--steps``. An option counts as given when its
-    value differs from the parser's default (``args.option_defaults``)."""
+    value differs from the parser's default (:func:`physskin_gs.cli._common.given_options`)."""
     from dataclasses import asdict
 
-    defaults = getattr(args, "option_defaults", None) or {}
+    from physskin_gs.cli._common import given_options
+
     model, train = saved.get("model", {}), saved.get("train", {})
     keys = {**{k: ("model", k) for k in asdict(ncfg)}, **{k: ("train", k) for k in asdict(tcfg)}}
     dest_of = {"num_handles": "handles", "oni": "no_oni", "smooth": "no_smooth", "augment": "no_augment"}
+    given = set(given_options(args, [dest_of.get(k, k) for k in keys if k != "steps"]))
     out = []
     for key, (part, name) in sorted(keys.items()):
         dest = dest_of.get(key, key)
-        if key == "steps" or dest not in defaults or getattr(args, dest, None) == defaults[dest]:
+        if key == "steps" or dest not in given:
             continue
         mine = asdict(ncfg if part == "model" else tcfg)[name]
         theirs = (model if part == "model" else train).get(name, mine)

@@ -254,8 +254,9 @@ class NetworkBasis(SkinningBasis):
         ckpt = Path(options.checkpoint) if options.checkpoint else pm.default_checkpoint_path()
         if not ckpt.is_file():
             if options.checkpoint and ckpt.is_dir():
-                raise CheckpointError(f"{ckpt} is a folder; give the checkpoint file in it" + (
-                    f" ({ckpt / 'model.safetensors'})" if (ckpt / "model.safetensors").is_file() else ""))
+                from physskin_gs.model.checkpoint import folder_given_error
+
+                raise folder_given_error(ckpt)
             if options.checkpoint:
                 raise CheckpointError(f"{ckpt}: checkpoint file not found")
             warnings.warn(f"no network checkpoint at {ckpt}; fitting a per-object skinning field instead",

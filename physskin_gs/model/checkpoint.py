@@ -57,14 +57,21 @@ def save_checkpoint(model: PhysSkinNet, path, config: Optional[Dict] = None, met
     return Path(path)
 
 
+def folder_given_error(path: Path) -> CheckpointError:
+    """The error for a folder given where a checkpoint file is expected, naming ``model.safetensors`` in it when
+    there is one (a ``train --out`` run folder)."""
+    inner = path / "model.safetensors"
+    return CheckpointError(f"{path} is a folder; give the checkpoint file in it"
+                           + (f" ({inner})" if inner.is_file() else ""))
+
+
 def read_checkpoint(path) -> Tuple[Dict[str, torch.Tensor], Dict[str, str]]:
     """Tensors and metadata of a safetensors file. Raises CheckpointError for a missing or corrupt file."""
     from safetensors import safe_open
 
     path = Path(path)
     if path.is_dir():
-        raise CheckpointError(f"{path} is a folder; give the checkpoint file in it"
-                              + (f" ({path / 'model.safetensors'})" if (path / "model.safetensors").is_file() else ""))
+        raise folder_given_error(path)
     if not path.is_file():
         raise CheckpointError(f"{path}: checkpoint file not found")
     try:
