@@ -29,7 +29,7 @@ import torch
 from physskin_gs import _native
 from physskin_gs.lbs import deformation_gradient, lbs_points
 from physskin_gs.physics.neohookean import _det3, svd3
-from physskin_gs.scene import quat_to_rotmat, rotmat_to_quat
+from physskin_gs.scene import float32_local_origin, quat_to_rotmat, rotmat_to_quat
 from physskin_gs.sh import eval_sh, rotate_sh, sh_basis, sh_degree_from_coeffs  # noqa: F401  (re-exported)
 from physskin_gs._threads import MAX_WORKERS, run_on_workers
 
@@ -594,6 +594,9 @@ class GaussianDeformer:
         singular_clamp: (lo, hi) clamp of F's singular values (needle guard) or None.
         block_size: Gaussians per block / per kernel call (results do not depend on it).
         native: True to require the C kernel, False for the torch kernel, None (default) for C when available.
+    Gaussians far from the scene's origin (a georeferenced capture) are deformed about ``origin``
+    (:func:`physskin_gs.scene.float32_local_origin`; zero near the origin), so the result keeps the means' own
+    float32 precision.
     Buffers: ``means`` (N, 3) and ``covars`` (N, 3, 3) are overwritten by each :meth:`deform`; ``FL`` (N, 3, 3)
     is computed on first access after a deform (rendering does not need it).
     Raises ValueError for inconsistent shapes, RuntimeError for ``native=True`` without a usable C kernel.
@@ -643,6 +646,13 @@ class GaussianDeformer:
             self.Lb = torch.zeros(nb, 3, 3, C, dtype=f32)  # L = R S [block, a, d, Gaussian]
         self.means = torch.empty(N, 3, dtype=f32)
         self.covars = torch.empty(N, 3, 3, dtype=f32)
+        # a capture far from its origin is deformed about a local origin (exact float32 shift), the result shifted
+        # back: in absolute coordinates the handle transforms' translations cancel most of the means' digits
+        self.origin = float32_local_origin(means) if N > 0 else torch.zeros(3, dtype=torch.float64)  # [3] float64
+        self._far = bool((self.origin != 0).any())
+        self._origin32 = self.origin.float()
+        if self._far:
+            means = means.to(f32) - self._origin32  # [N, 3] exact on the shifted axes
         packed = self.native and _PACK_NATIVE
         if packed and N > 0:
             self._pack_native(means, quats, log_scales, weights, weight_grads)
@@ -662,6 +672,8 @@ class GaussianDeformer:
                 self._native_rows(s, e, rows)
             else:
                 self._scatter(s, e, mu, L, Wc, dWc)
+        if self._far:
+            self.means += self._origin32  # the rest positions as given (exact)
         self._Zt = torch.zeros(12, K, dtype=f32)  # Zt[(a, c), h] = Z[h, a, c]
         self._bias = torch.zeros(12, 1, dtype=f32)
         self._Zk = torch.zeros(max(K, 1), 12, dtype=f32)  # native: Z of the stored handles, row-major 3x4 each
@@ -749,8 +761,10 @@ class GaussianDeformer:
     def rest_means(self) -> torch.Tensor:
         """(N, 3) float32 rest centres (a copy)."""
         if self.native:
-            return self._native_field(4 * self.K, 4 * self.K + 3)
-        return self.Xb.permute(0, 2, 1).reshape(-1, 3)[: self.N].clone()
+            local = self._native_field(4 * self.K, 4 * self.K + 3)
+        else:
+            local = self.Xb.permute(0, 2, 1).reshape(-1, 3)[: self.N].clone()
+        return local + self._origin32 if self._far else local
 
     @property
     def L(self) -> torch.Tensor:
@@ -770,9 +784,12 @@ class GaussianDeformer:
 
     # ---------------------------------------------------------------- per frame
     def _set_Z(self, Z: torch.Tensor) -> None:
-        Z = torch.nan_to_num(Z.detach().to(torch.float32))
         if Z.shape != (self.H, 3, 4):
             raise ValueError(f"handle transforms must be ({self.H}, 3, 4), got {tuple(Z.shape)}")
+        if self._far:  # to the local frame, in float64: X = o + X_l gives Z X~ = [A | A o + b] X~_l
+            Z = Z.detach().double().clone()
+            Z[..., 3] += Z[..., :3] @ self.origin
+        Z = torch.nan_to_num(Z.detach().to(torch.float32))
         Zk = Z[self._keep]  # [K, 3, 4]
         self._Zt.copy_(Zk.permute(1, 2, 0).reshape(12, self.K))
         self._Zk[: self.K] = Zk.reshape(self.K, 12)
@@ -923,6 +940,8 @@ class GaussianDeformer:
             self._run(self._frame_block, self._workspaces)
             if gradients is not None:
                 gradients.copy_(self._gather("F"))
+        if self._far:
+            self.means += self._origin32  # one rounding: the positions' own float32 precision
         return self.means, self.covars
 
     def _gather(self, key: str) -> torch.Tensor:

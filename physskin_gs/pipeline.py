@@ -575,6 +575,8 @@ def scene_analysis_facts(analysis) -> Dict:
             "unsure": bool(getattr(analysis, "unsure", False)),
             "other_objects": int(getattr(analysis, "other_objects", 0)),
             "flat_part": float(getattr(analysis, "flat_part", 0.0)),
+            "far_parts": [{"mass_ratio": float(r), "lo": [float(v) for v in lo], "hi": [float(v) for v in hi]}
+                          for r, lo, hi in getattr(analysis, "far_parts", [])],
             "support_plane": plane, "counts": analysis.counts,
             "moving_transparent": int(analysis.transparent_in_object.sum()),
             "robust_center": [float(v) for v in analysis.center], "robust_size": [float(v) for v in analysis.size],

@@ -314,11 +314,28 @@ def test_closing_notes_name_the_body_and_never_the_option_given(capsys):
     _note_motion(two, args, _moving_sample(two))
     err = capsys.readouterr().err
     assert "note: body 1 bent" in err and "body 0" not in err and "--region" not in err, err
-    turned = SimpleNamespace(scene=SimpleNamespace(means=rest), moving=moving,  # a rigid quarter turn about x
+    up = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64)
+    turned = SimpleNamespace(scene=SimpleNamespace(means=rest), moving=moving, up_vector=up,  # a quarter turn about x
                              deformed_gaussians=lambda view_rotations=False: SimpleNamespace(
                                  means=torch.stack([rest[:, 0], -rest[:, 2], rest[:, 1]], 1)))
     _note_motion(turned, args, _moving_sample(turned))
-    assert "turned 90 degrees (it tipped over)" in capsys.readouterr().err
+    assert "tilted 90 degrees (it tipped over)" in capsys.readouterr().err
+    spun = SimpleNamespace(scene=SimpleNamespace(means=rest), moving=moving, up_vector=up,  # a quarter turn about up
+                           deformed_gaussians=lambda view_rotations=False: SimpleNamespace(
+                               means=torch.stack([-rest[:, 1], rest[:, 0], rest[:, 2]], 1)))
+    _note_motion(spun, args, _moving_sample(spun))
+    assert "tipped over" not in capsys.readouterr().err  # it turned on its floor, it did not tip
+    # a thin line along up that stands (its spin about itself undefined; a fresh user's line got "turned 86
+    # degrees (it tipped over)" and scipy's raw warning)
+    g = torch.Generator().manual_seed(3)
+    line = torch.cat([torch.randn(300, 2, generator=g, dtype=torch.float64) * 1e-6,
+                      torch.rand(300, 1, generator=g, dtype=torch.float64)], 1)
+    jiggle = line + torch.randn(300, 3, generator=g, dtype=torch.float64) * 1e-4
+    stood = SimpleNamespace(scene=SimpleNamespace(means=line), moving=moving, up_vector=up,
+                            deformed_gaussians=lambda view_rotations=False: SimpleNamespace(means=jiggle))
+    _note_motion(stood, args, _moving_sample(stood))
+    err = capsys.readouterr().err
+    assert "tipped over" not in err and "warning" not in err, err
     _note_motion(turned, SimpleNamespace(**{**vars(args), "script": "push.json"}), _moving_sample(turned))
     assert "tipped over" not in capsys.readouterr().err  # scripted drags may turn it on purpose
 

@@ -194,3 +194,36 @@ def test_every_loading_command_warns_about_activated_values_and_floaters(tmp_pat
         assert main(argv) == 0, argv
         err = capsys.readouterr().err
         assert "look already activated" in err and "floaters dominate it" in err, argv[0]
+
+
+def test_a_second_object_left_as_floaters_is_named_with_the_boxes_that_move_it(spot_scene):
+    """Two cows side by side, 1.5 of their lengths apart, no support: the heavier moves and its twin is left as
+    floaters (a component that far from the main one); a note says so and gives one --select box per part, which
+    the parser takes and which hold each cow's rows (a fresh user's two equal columns: one fell, the other hung in
+    the air with no word)."""
+    from physskin_gs.cli._common import scene_summary
+    from physskin_gs.pipeline import parse_selection_spec
+
+    s = spot_scene
+    span = float((s.means.max(0).values - s.means.min(0).values).max())
+    shift = torch.tensor([2.5 * span, 0.0, 0.0])
+    two = GaussianScene(means=torch.cat([s.means, s.means + shift]), quats=s.quats.repeat(2, 1),
+                        log_scales=s.log_scales.repeat(2, 1), opacity_logits=s.opacity_logits.repeat(2),
+                        sh_dc=s.sh_dc.repeat(2, 1), sh_rest=s.sh_rest.repeat(2, 1, 1), format=s.format)
+    a = _prepare(two, skinning="rbf")
+    n = s.num_gaussians
+    moved = [int(a.moving[:n].sum()), int(a.moving[n:].sum())]
+    assert sorted(moved)[0] == 0 and sorted(moved)[1] > 0.95 * n  # one cow moves, its twin stays
+    far = a.info["scene_analysis"]["far_parts"]
+    assert len(far) == 1 and 0.8 < far[0]["mass_ratio"] <= 1.0
+    notes = [x for x in scene_summary(a, AnimationConfig()) if "static as floaters" in x]
+    assert len(notes) == 1 and ("100% as heavy as it" in notes[0] or "99% as heavy as it" in notes[0]), notes
+    given = [t.split("=", 1)[1] for t in notes[0].split() if t.startswith("--select=")]
+    kind, boxes = parse_selection_spec(";".join(given))
+    assert kind == "boxes" and len(boxes) == 2
+    for lo, hi in boxes:  # each box holds one cow whole and none of the other
+        inside = ((two.means >= torch.tensor(lo)) & (two.means <= torch.tensor(hi))).all(1)
+        counts = sorted([int(inside[:n].sum()), int(inside[n:].sum())])
+        assert counts[0] == 0 and counts[1] >= 0.99 * n, counts
+    one = _prepare(s, skinning="rbf")  # one cow: no such note
+    assert not [x for x in scene_summary(one, AnimationConfig()) if "static as floaters" in x]

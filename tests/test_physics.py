@@ -194,6 +194,25 @@ def test_gravity_drop_comes_to_rest_on_floor():
     assert st.rejected == 0
 
 
+
+def test_small_objects_sink_into_the_floor_by_the_same_fraction_of_their_size():
+    """The floor's penalty is stiffer for an object under ``SIZE_REF`` (by SIZE_REF / its size), so a 1.2 mm beam
+    rests as deep into the floor, relative to its length, as a 0.6 m one; with one stiffness for every size a 1 cm
+    object sank 3 % of its height and a 1 mm one 10 % (a fresh user's --scale runs)."""
+    depth = {}
+    for s in (1.0, 0.02, 0.002):
+        X, W, dW, V = _beam(256, seed=2, length=0.6, width=0.3)
+        floor = -0.35 * s
+        sim = SubspaceSimulator(X * s, W, dW / s, V * s ** 3, E=2e4, nu=0.45, density=100, dt=0.03, up=(0, 0, 1),
+                                floor_height=floor, damping=0.05, newton_iters=5)
+        assert sim.FLOOR_K == pytest.approx(SubspaceSimulator.FLOOR_K * max(1.0, 0.5 / (0.6 * s)), rel=0.05)
+        assert sim.CONTACT_GAP == pytest.approx(SubspaceSimulator.CONTACT_GAP * min(1.0, 0.6 * s / 0.5), rel=0.05)
+        sim.step(60)
+        depth[s] = (floor - float(sim.positions()[:, 2].min())) / (0.6 * s)  # below the floor, per length
+    assert all(0 <= d < 2e-3 for d in depth.values()), depth
+    assert depth[0.002] < 3 * depth[1.0] + 2e-4, depth
+
+
 def _dissipation_from_scratch(sim: SubspaceSimulator, q0: torch.Tensor, h: float) -> torch.Tensor:
     """method.md's step dissipation, written out: beta h K0 + h eta m_p (P_T kron Phi_C^T diag(w) Phi_C), C = the
     cubature points within CONTACT_GAP of the floor at q0, w the point weights each carries (floor force over m_p g,

@@ -427,3 +427,33 @@ def test_an_interrupt_while_ffmpeg_starts_leaves_no_ffmpeg_and_no_partial_file(t
         interrupts.reset()
     assert started and all(p.poll() is not None for p in started)  # ffmpeg has exited, none left running
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_a_scene_far_from_the_origin_renders_as_it_does_near_it():
+    """A scene 1e5 units out (float32's 2^-7 apart there) renders as the same rounded Gaussians near the origin:
+    the rasteriser works about a local origin. In float32, ``R x + t`` with x and t both 1e5 cancelled most digits
+    and drew a capture blocky (a fresh user's report)."""
+    means, cov, op, col = random_scene(seed=3)
+    cam = orbit_camera(10.0, 10.0, 3.0, width=64, height=48)
+    off = torch.tensor([1.0e5, -1.2e5, 0.8e5], dtype=torch.float64)
+    far = (means.double() + off).float()
+    near = (far.double() - off).float()  # the same rounded positions, near the origin (exact)
+    vm = cam.viewmat.double().clone()
+    vm[:3, 3] -= vm[:3, :3] @ off  # the same camera in the far frame
+    out = rasterize(far, cov, op, col, vm, cam.K, 64, 48)
+    ref = rasterize(near, cov, op, col, cam.viewmat, cam.K, 64, 48)
+    assert ref.alpha.mean() > 0.2
+    assert (out.rgb - ref.rgb).abs().max() < 1e-3 and (out.alpha - ref.alpha).abs().max() < 1e-3
+
+
+def test_a_scene_smaller_than_the_near_plane_renders_as_its_enlargement():
+    """The near plane is a fraction of the Gaussians' extent under 1 unit: a scene in kilometres (a 1 m object
+    0.001 units across, the camera 0.003 away) was culled whole by a fixed 0.01 and rendered empty."""
+    means, cov, op, col = random_scene(seed=4)
+    cam = orbit_camera(10.0, 10.0, 3.0, width=64, height=48)
+    ref = rasterize(means, cov, op, col, cam.viewmat, cam.K, 64, 48)
+    for s in (1e-3, 1e-5):
+        vm = cam.viewmat.double().clone()
+        vm[:3, 3] *= s
+        out = rasterize(means * s, cov * s * s, op, col, vm, cam.K, 64, 48)
+        assert ref.alpha.mean() > 0.2 and (out.rgb - ref.rgb).abs().max() < 1e-3, s

@@ -179,6 +179,9 @@ def up_sentence(up, source: str, reason: str) -> str:
 #: moves with the object (a photo frame's table 55 %, a hovering robot's ground 79 %; of objects cut free of their
 #: support in the corpus, none above 21 %)
 FLAT_PART_NOTE = 0.3
+#: a part of the capture apart from the object, left as floaters, at least this heavy relative to the object (its
+#: opacity mass) is named with the boxes that would move it (:func:`scene_summary`)
+FAR_PART_NOTE = 0.25
 
 
 def scene_summary(anim, config) -> List[str]:
@@ -219,6 +222,19 @@ def scene_summary(anim, config) -> List[str]:
         lines.append(f"note: no support was found, and a flat part holding {flat:.0%} of the capture's points moves "
                      "with the object; if the object stands on it (a table, the ground), pick the object with --select "
                      "(a box, see docs/usage.md) so that it stays")
+    parts = [fp for fp in sa.get("far_parts") or [] if fp["mass_ratio"] >= FAR_PART_NOTE]
+    if parts and auto_select and anim.info["num_moving"] and not hasattr(anim, "bodies"):
+        # (a fresh user's two equal columns side by side: one fell, its twin hung in the air as "floaters")
+        P = anim.scene.means[anim.moving].double()
+        boxes = [(P.min(0).values.tolist(), P.max(0).values.tolist())] + [(fp["lo"], fp["hi"]) for fp in parts]
+        pad = 0.02 * max(max(h - l for l, h in zip(lo, hi)) for lo, hi in boxes)
+        sel = " ".join("--select=" + ",".join(f"{v:.4g}" for v in [x - pad for x in lo] + [x + pad for x in hi])
+                       for lo, hi in boxes)
+        heavy = " and ".join(f"{fp['mass_ratio']:.0%}" for fp in parts)
+        what = "a part" if len(parts) == 1 else f"{len(parts)} parts"
+        lines.append(f"note: {what} of the capture apart from the object, {heavy} as heavy as it, "
+                     f"stay{'s' if len(parts) == 1 else ''} static as floaters (only the heaviest part moves); to move "
+                     f"{'both' if len(parts) == 1 else 'them all'}, each a body of its own: {sel}")
     k = int(sa.get("other_objects") or 0)
     if k and str(config.select).strip().lower() == "largest":
         lines.append(f"note: {k} more object{'s stand' if k > 1 else ' stands'} on the support and "

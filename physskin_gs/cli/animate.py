@@ -78,6 +78,10 @@ class _GivenOnce(argparse.Action):
         setattr(namespace, self.dest, values)
 
 
+#: m: a simulated object smaller than this gets a warning (its motion is not resolved)
+SMALLEST_OBJECT_M = 1e-3
+
+
 def register(sub) -> None:
     p = sub.add_parser(
         "animate",
@@ -1104,6 +1108,11 @@ def run_headless(args) -> int:
           f"{getattr(args, 'material_label', None) or getattr(args, 'material', None) or 'custom'} "
           f"(E {args.E:g} Pa, nu {args.nu:g}, {args.density:g} kg/m^3), "
           f"prepared in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    size_m = float(getattr(getattr(anim, "sim", None), "size", 1.0) or 1.0)  # the cubature points' extent, m
+    if size_m < SMALLEST_OBJECT_M:  # (a fresh user's 1 um column hovered; 10 um ones fell through the floor)
+        print(f"[physskin-gs] warning: the object is simulated {size_m * 1e3:.2g} mm across (--scale "
+              f"{anim.sim_scale:.4g} m/unit): below about {SMALLEST_OBJECT_M * 1e3:g} mm its motion is not resolved "
+              "(the time step and the solver's tolerances are for objects of millimetres and up)", file=sys.stderr)
     for r in getattr(anim, "regions", []):
         print(f"[physskin-gs] region {r['spec']}: {r['material']} (E {r['E']:.3g} Pa, {r['density']:g} kg/m^3), "
               f"{r['cubature_points']} of {anim.info['num_cubature']} cubature points", file=sys.stderr)
@@ -1368,7 +1377,8 @@ BEND_NOTE = 0.02
 #: cubature points per body below which contact with the support or other bodies is too coarse (a fresh user's find
 #: on the table capture: 128 and more rest on the table, 64 sank 4 % of a body's height, 16 fell through it)
 CONTACT_CUBATURE = 128
-#: ... and one that turned more than this (degrees, the best rigid fit's rotation) as a rigid body, unpinned, says it
+#: ... and one whose up axis turned more than this (degrees, the best rigid fit's tilt; a turn about up, or a thin
+#: line's undefined spin about itself, is not a tilt) as a rigid body, unpinned, says it
 #: tipped over (a bust on its plinth in the soft default: it sags at its base, then topples; 0.002 of its size from
 #: rigid at the end; in wood it stands).
 TIP_NOTE = 30.0
@@ -1392,14 +1402,26 @@ def _moving_sample(anim, means=None):
     return out
 
 
-def _rigid_fit(X, Y):
+def _rigid_fit(X, Y, up=None):
     """Best rigid motion of the points X (k, 3) onto Y (k, 3), same units (scipy's ``Rotation.align_vectors`` of
-    the centred points, a Kabsch fit): (rotation angle in degrees, RMS residual in the points' units)."""
+    the centred points, a Kabsch fit): (angle in degrees, RMS residual in the points' units). The angle is the
+    rotation's whole angle, or with ``up`` (3,) the tilt it gives the up axis: a turn about up is no tilt, and for
+    a thin line along up (whose turn about itself no fit can tell) it is still well defined."""
+    import warnings
+
     import numpy as np
     from scipy.spatial.transform import Rotation
 
-    rot, rssd = Rotation.align_vectors(Y - Y.mean(0), X - X.mean(0))  # rssd: root of the summed squares
-    return float(np.degrees(rot.magnitude())), float(rssd) / np.sqrt(X.shape[0])
+    with warnings.catch_warnings():  # a line's turn about itself is undefined: the tilt below does not need it
+        warnings.simplefilter("ignore", UserWarning)
+        rot, rssd = Rotation.align_vectors(Y - Y.mean(0), X - X.mean(0))  # rssd: root of the summed squares
+    if up is None:
+        angle = float(np.degrees(rot.magnitude()))
+    else:
+        u = np.asarray(up, dtype=np.float64)
+        u = u / np.linalg.norm(u)
+        angle = float(np.degrees(np.arccos(np.clip(float(rot.apply(u) @ u), -1.0, 1.0))))
+    return angle, float(rssd) / np.sqrt(X.shape[0])
 
 
 def _note_support_against_up(scene, up, given: str) -> None:
@@ -1475,7 +1497,9 @@ def _note_motion(anim, args, rest) -> None:
         size = float(np.ptp(X, axis=0).max())
         if not size > 0:
             continue
-        angle, resid = _rigid_fit(X, means[idx].double().numpy())
+        up = getattr(anim, "up_vector", None)
+        angle, resid = _rigid_fit(X, means[idx].double().numpy(),
+                                  None if up is None else np.asarray(up, dtype=np.float64))  # the tilt
         bent = resid > BEND_NOTE * size
         if bent and not getattr(args, "material_chosen", True):
             region = (", or --region base=wood to keep a tall object standing"
@@ -1496,7 +1520,7 @@ def _note_motion(anim, args, rest) -> None:
             pin = (" or hold its base (--pin below:0.1)" if on_floor or base is None else
                    f" or stand it on a floor at its base and hold that (it starts above its floor: --floor {base:.4g} "
                    "--pin below:0.1)")
-            print(f"[physskin-gs] note: {name} turned {angle:.0f} degrees (it tipped over); if it should stand, "
+            print(f"[physskin-gs] note: {name} tilted {angle:.0f} degrees (it tipped over); if it should stand, "
                   f"check the up axis (--up){pin}{soft}", file=sys.stderr)
 
 

@@ -91,6 +91,9 @@ ArrayLike = Union[np.ndarray, torch.Tensor]
 #: are +z up; pass ``format_prior_up`` for them.
 DEFAULT_UP = np.array([0.0, -1.0, 0.0])
 
+#: At most this many far heavy components are listed in :attr:`SceneAnalysis.far_parts`.
+FAR_PARTS_LISTED = 3
+
 #: Scenes with fewer opaque rows than this are small (module docstring): no floaters, every opaque row is object.
 SMALL_SCENE_ROWS = 100
 #: another part standing on the support is an object (``other_bodies``) when it holds at least this fraction of the
@@ -199,6 +202,10 @@ class SceneAnalysis:
     #: no support found: the share of the sampled points in the best-populated plane that was turned down (it moves
     #: with the object: a table under a photo frame, the ground under a hovering robot, when it holds much of them)
     flat_part: float = 0.0
+    #: components heavy enough to be objects (at least ``min_cluster_fraction`` of the opaque mass) but left as
+    #: floaters for their distance from the main one, heaviest first (at most :data:`FAR_PARTS_LISTED`): (their
+    #: opacity mass over the main component's, lo (3,), hi (3,) scene units) (a second object beside the first)
+    far_parts: List[Tuple[float, np.ndarray, np.ndarray]] = field(default_factory=list)
 
     @property
     def num_rows(self) -> int:
@@ -570,8 +577,15 @@ def analyze_scene(
     near_kept = ndimage.binary_dilation(~floater_comp[labels], structure=_FULL_3D).ravel()  # [X*Y*Z]
     sparse_ok = (op_lab == 0) & (flat_op >= 0) & near_kept[np.maximum(flat_op, 0)]
     floater = np.zeros(n, dtype=bool)
+    far_parts = []  # heavy components left as floaters for their distance: (mass / the main one's, lo, hi)
     if not small:  # a small scene has no floaters (module docstring)
         floater[opaque_idx] = floater_comp[op_lab] & ~sparse_ok
+        if k > 0 and heavy.size:
+            far = heavy[floater_comp[heavy]]
+            for c in far[np.argsort(-cmass[far])][:FAR_PARTS_LISTED]:
+                P = np.asarray(pts[opaque_idx[op_lab == c]], dtype=np.float64)  # [m, 3]
+                if P.shape[0]:
+                    far_parts.append((float(cmass[c] / cmass[main]), P.min(0), P.max(0)))
     timings["floaters"] = time.perf_counter() - t
 
     # 4. robust extent -------------------------------------------------------------------------------------
@@ -842,6 +856,7 @@ def analyze_scene(
         other_objects=int(others),
         other_bodies=more_bodies,
         flat_part=float(flat_part if plane is None else 0.0),
+        far_parts=far_parts,
     )
 
 

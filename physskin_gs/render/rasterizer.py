@@ -29,7 +29,7 @@ stable-sorted by pixel; kept as the benchmark baseline and as a test oracle.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple, Optional
+from typing import NamedTuple, Optional, Tuple
 
 import numpy as np
 import torch
@@ -37,6 +37,7 @@ import torch
 from physskin_gs.errors import OptionError
 from physskin_gs.render.cameras import camera_center, validate_camera
 from physskin_gs.render.sh import sh_degree_from_coeffs, sh_to_rgb
+from physskin_gs.scene import finite_bounds, float32_local_origin
 
 #: gsplat's constants (RasterizeToPixels3DGSFwd.cu in gsplat 1.5.3).
 ALPHA_MIN = 1.0 / 255.0
@@ -511,6 +512,7 @@ def rasterize(
     if backend == "gsplat" and not _gsplat_available_for(*tensors):
         raise OptionError("backend 'gsplat' needs CUDA and all input tensors on a CUDA device")
     use_gsplat = backend == "gsplat" or (backend == "auto" and _gsplat_available_for(*tensors))
+    means, viewmat, near = _local_frame(means, viewmat)
     feats = gaussian_colors(means, colors, viewmat, view_rotations).float()  # [N, C]
     C = feats.shape[1]
     if background is not None:
@@ -518,8 +520,9 @@ def rasterize(
         if background.numel() != C:
             raise OptionError(f"background has {background.numel()} values, expected {C}")
     if use_gsplat:
-        return _rasterize_gsplat(means, covars, opacities, feats, viewmat, K, width, height, background)
-    proj = project_gaussians(means.float(), covars.float(), viewmat.float(), K.float(), width, height)
+        return _rasterize_gsplat(means, covars, opacities, feats, viewmat, K, width, height, background, near)
+    proj = project_gaussians(means.float(), covars.float(), viewmat.float(), K.float(), width, height,
+                             near_plane=near)
     img = rasterize_tiles(
         proj.means2d, proj.conics, opacities.float(), proj.radii, proj.depths,
         torch.cat([feats, proj.depths[:, None].float()], 1), width, height,
@@ -537,7 +540,27 @@ def _finish(img: torch.Tensor, C: int, background: Optional[torch.Tensor]) -> Re
     return RenderOutput(rgb.contiguous(), alpha.contiguous(), depth.contiguous())
 
 
-def _rasterize_gsplat(means, covars, opacities, feats, viewmat, K, width, height, background) -> RenderOutput:
+def _local_frame(means: torch.Tensor, viewmat: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor, float]:
+    """The means and the world-to-camera matrix about a local origin when the Gaussians lie far from the scene's
+    (:func:`~physskin_gs.scene.float32_local_origin`: an exact float32 shift, the camera's translation moved in
+    float64; in float32 ``R x + t`` with x and t large cancels most of the digits: a capture 1e5 units out rendered
+    blocky), and the near plane: :data:`NEAR_PLANE` scene units, or that fraction of the Gaussians' extent when
+    it is under 1 unit (a scene in kilometres, its 1 m object 0.001 units across, was drawn nearer than a fixed
+    0.01 and culled whole). Returns (means, viewmat, near_plane)."""
+    bounds = finite_bounds(means)
+    extent = float((bounds[1] - bounds[0]).max())
+    near = NEAR_PLANE * min(1.0, extent) if extent > 0 else NEAR_PLANE
+    origin = float32_local_origin(means, bounds)  # [3] float64
+    if bool((origin != 0).any()):
+        means = means - origin.to(device=means.device, dtype=means.dtype)
+        vm = viewmat.detach().to(torch.float64).clone()
+        vm[:3, 3] += vm[:3, :3] @ origin.to(vm.device)
+        viewmat = vm.to(viewmat.dtype)
+    return means, viewmat, near
+
+
+def _rasterize_gsplat(means, covars, opacities, feats, viewmat, K, width, height, background,
+                      near_plane: float = NEAR_PLANE) -> RenderOutput:
     """gsplat backend (CUDA only): per-camera precomputed colours, ``covars=``, ``packed=False``."""
     import gsplat  # lazy: never imported on the CPU path (rendering.md 1)
 
@@ -551,7 +574,7 @@ def _rasterize_gsplat(means, covars, opacities, feats, viewmat, K, width, height
         K[None].float(),
         width,
         height,
-        near_plane=NEAR_PLANE,
+        near_plane=near_plane,
         far_plane=FAR_PLANE,
         eps2d=EPS2D,
         sh_degree=None,
