@@ -578,6 +578,9 @@ def test_viewer_add_component_makes_several_bodies(table_capture, tmp_path, caps
     and "add component" on the cow, as a browser clicks them, list two boxes; "apply selection" re-prepares two
     bodies, each its object's rows, lists them on the console and shows the Bodies folder."""
     pytest.importorskip("websockets")
+    import gc
+    import weakref
+
     from physskin_gs.bodies import SceneBodies
     from physskin_gs.io import save_scene
     from physskin_gs.pipeline import AnimationConfig
@@ -595,6 +598,7 @@ def test_viewer_add_component_makes_several_bodies(table_capture, tmp_path, caps
     try:
         assert app.wait_ready(120), app.failed
         assert not isinstance(app.live.anim, SceneBodies) and not app.gui["bodies_folder"].visible
+        first = weakref.ref(app.live.anim)
         c = ViserWsClient(app.port)
         c.send_camera((0.0, -4.0, 0.5), (0.0, 0.0, 0.0), up=tuple(app.live.up))
         assert wait_until(lambda: len(app.server.get_clients()) == 1, 10, interval=0.05)
@@ -630,6 +634,15 @@ def test_viewer_add_component_makes_several_bodies(table_capture, tmp_path, caps
                                            for k, b in enumerate(anim.bodies)]
         err = capsys.readouterr().err  # the console lists the bodies, as animate --headless does
         assert "[physskin-gs] body 0:" in err and "[physskin-gs] body 1:" in err, err[-2000:]
+        # replaced scenes are freed: the removed handle gizmos' callbacks held every one (a fresh user's ten
+        # re-preparations of this capture grew the process by 100 MB each)
+        second = weakref.ref(anim)
+        del anim, b, m
+        gen = app.switcher.generation
+        c.gui_set(g["apply_select"], True)  # the same two boxes again
+        assert wait_until(lambda: app.switcher.generation > gen and not app.switcher.busy, 180, 0.05), app.error_log
+        assert wait_until(lambda: (gc.collect() or True) and first() is None and second() is None, 10), \
+            "a replaced scene is still alive"
         assert app.error_log == []
     finally:
         if c is not None:
@@ -812,3 +825,36 @@ def test_skin_counts_every_body_animate_moves(table_capture, tmp_path, capsys):
     note = next(x for x in capsys.readouterr().err.splitlines() if "animate moves only" in x)
     n = sum(b - a for a, b in truth["rows"]["object"])
     assert "the 3 objects its scene analysis finds on the support" in note and f"({n} of them" in note, note
+
+
+def test_viewer_shows_the_raised_e_the_bodies_run_at(table_capture, tmp_path):
+    """The table capture's three bodies in the default material, raised until each stands (animate's config): the
+    Material folder's E field shows the E every body runs at, as for one object (it showed the unraised 100000
+    while the bodies ran at 240000, and a user who nudged it halved their stiffness: a fresh user's report)."""
+    pytest.importorskip("websockets")
+    from physskin_gs.bodies import SceneBodies
+    from physskin_gs.io import save_scene
+    from physskin_gs.materials import MATERIALS
+    from physskin_gs.pipeline import STAND_SAG, AnimationConfig
+    from physskin_gs_viewer.app import ViewerApp
+
+    scene, _ = table_capture
+    src = tmp_path / "table.ply"
+    save_scene(scene, str(src))
+    soft = MATERIALS["soft"]
+    cfg = AnimationConfig(material="soft", E=soft.E, nu=soft.nu, density=soft.density, stand_sag=STAND_SAG,
+                          num_cubature=256)
+    app = ViewerApp(src, cfg, host="127.0.0.1", port=0, play=False)
+    app.start()
+    try:
+        assert app.wait_ready(180), app.failed
+        anim = app.live.anim
+        assert isinstance(anim, SceneBodies) and anim.num_bodies == 3
+        stand = anim.info["stand"]
+        assert stand["E_to"] > soft.E
+        assert {float(b.sim.E) for b in anim.bodies} == {stand["E_to"]}
+        g = app.gui
+        assert g["material"].value == "soft, raised to stand"
+        assert float(g["E"].value) == pytest.approx(stand["E_to"])
+    finally:
+        app.stop()

@@ -62,6 +62,25 @@ def test_splat_record_decoding_reference(tmp_path):
     assert np.isfinite(s.opacity_logits.numpy()).all()
 
 
+
+def test_a_zero_scale_in_a_splat_is_a_flat_splat_not_an_invalid_row(tmp_path):
+    """A zero linear scale (a flat, 2D-style splat, or a log-scale under float32's range written out) reads as
+    log-scale FLAT_LOG_SCALE: the row is valid, drawn and moved (it read as -inf, so the row was invalid:
+    invisible and static). A negative scale is still invalid and warned about."""
+    from physskin_gs.io.splat import FLAT_LOG_SCALE
+    from physskin_gs.io.validate import invalid_mask
+
+    recs = [((0.0, 0.0, 0.0), (0.5, 0.0, 0.25), (200, 100, 50, 255), (255, 128, 128, 128)),
+            ((1.0, 0.0, 0.0), (0.5, -0.1, 0.25), (200, 100, 50, 255), (255, 128, 128, 128))]
+    path = tmp_path / "flat.splat"
+    path.write_bytes(b"".join(struct.pack("<6f4B4B", *p, *sc, *c, *q) for p, sc, c, q in recs))
+    with pytest.warns(UserWarning, match="1 records have negative or non-finite scales"):
+        s = load_scene(path)
+    np.testing.assert_allclose(s.log_scales[0].numpy(), [math.log(0.5), FLAT_LOG_SCALE, math.log(0.25)], rtol=1e-6)
+    assert np.isnan(s.log_scales[1, 1].item())
+    assert invalid_mask(s).tolist() == [False, True]
+
+
 def test_splat_bad_sizes(tmp_path):
     p = tmp_path / "bad.splat"
     p.write_bytes(b"\x00" * 33)

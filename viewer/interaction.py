@@ -189,12 +189,20 @@ class Interaction:
         """Remove the handle gizmos of ``live`` and every grab gizmo (the AnimatedScene is replaced)."""
         for g in live.handle_gizmos:
             _remove(g)
+        live.handle_gizmos.clear()
         for g in list(self.grabs.values()):
             _remove(g)
         self.grabs.clear()
 
 
 def _remove(handle) -> None:
+    """Remove a gizmo and drop its callbacks: viser may keep a removed gizmo's state (and so the callbacks, which
+    hold the replaced scene: a fresh user's ten re-preparations of a three-body capture grew the process by
+    100 MB each)."""
+    try:
+        handle.remove_update_callback("all")
+    except Exception:  # noqa: BLE001 - not a gizmo, or already gone
+        pass
     try:
         handle.remove()
     except Exception:  # noqa: BLE001 - already gone with its client

@@ -176,7 +176,10 @@ class ControlPanel:
                 "material", names, initial_value=initial,
                 hint="sets E, nu and density to a named material (physskin_gs.materials); custom: keep them; "
                      "'..., raised to stand': the default as animate raised it so that the object stands")
-            g["E"] = gui.add_number("E (Pa)", float(getattr(cfg, "E", 2e4)), min=1.0, max=1e12, step=100.0)
+            # the E that runs: the raised preset's when it is the one chosen (several bodies are raised per scene
+            # without the config's E: the field showed 100000 while the bodies ran at 240000, a fresh user's report)
+            E0 = self.presets[initial][0] if initial in self.presets else float(getattr(cfg, "E", 2e4))
+            g["E"] = gui.add_number("E (Pa)", E0, min=1.0, max=1e12, step=100.0)
             g["nu"] = gui.add_slider("nu", 0.0, 0.49, 0.01, float(getattr(cfg, "nu", 0.45)))
             g["density"] = gui.add_number("density (kg/m³)", float(getattr(cfg, "density", 100.0)), min=1e-3, max=1e5, step=1.0)
             g["damping"] = gui.add_slider("damping", 0.0, 1.0, 0.005, float(getattr(cfg, "damping", 0.02)))

@@ -17,6 +17,8 @@ from physskin_gs.io.ply_header import warn
 from physskin_gs.scene import C0, GaussianScene
 
 #: One .splat record.
+#: the log-scale of a zero scale in a .splat record: a Gaussian that thin (e^-30 scene units) is flat
+FLAT_LOG_SCALE = -30.0
 SPLAT_DTYPE = np.dtype([("pos", "<f4", (3,)), ("scale", "<f4", (3,)), ("rgba", "u1", (4,)), ("rot", "u1", (4,))])
 assert SPLAT_DTYPE.itemsize == 32
 
@@ -29,12 +31,15 @@ def decode_splat_records(rec: np.ndarray, quat_order: str = "wxyz"):
 
     Returns:
         means (N, 3), log_scales (N, 3), quats (N, 4) unit wxyz, opacity_logits (N,), sh_dc (N, 3); float32.
-        Non-positive scales give -inf / NaN log-scales (reported by :func:`physskin_gs.io.validate`).
+        A zero scale (a flat, 2D splat; or a log-scale under about -103 written out by a converter) gives
+        :data:`FLAT_LOG_SCALE`; negative or non-finite scales give NaN log-scales (reported by
+        :func:`physskin_gs.io.validate`).
     """
     means = np.ascontiguousarray(rec["pos"], dtype=np.float32)
     s = rec["scale"].astype(np.float32)
     with np.errstate(divide="ignore", invalid="ignore"):
         log_scales = np.log(s).astype(np.float32)
+    log_scales[s == 0] = FLAT_LOG_SCALE  # (-inf made such rows invalid: invisible and static)
     rgba = rec["rgba"].astype(np.float32) / 255.0  # [N, 4]
     sh_dc = ((rgba[:, :3] - 0.5) / C0).astype(np.float32)
     a = np.clip(rgba[:, 3], ALPHA_EPS, 1.0 - ALPHA_EPS)
@@ -76,7 +81,7 @@ def load_splat(path: str, quat_order: str = "wxyz") -> GaussianScene:
     means, log_scales, q, opac, sh_dc = decode_splat_records(rec, quat_order)
     bad = int((~np.isfinite(log_scales)).any(axis=1).sum())
     if bad:
-        warn(f"{path}: {bad} records have non-positive or non-finite scales")
+        warn(f"{path}: {bad} records have negative or non-finite scales")
     n = len(rec)
     return GaussianScene(
         means=torch.from_numpy(means),
