@@ -583,6 +583,22 @@ def scene_analysis_facts(analysis) -> Dict:
             "seconds": float(sum(analysis.timings.values())), "summary": analysis.summary()}
 
 
+def count_invalid_rows(facts: Dict, analysis, invalid: np.ndarray, moving: np.ndarray) -> None:
+    """Recount :func:`scene_analysis_facts` ``facts`` (in place) with every static row that is ``invalid`` (N,) bool
+    (a non-finite mean, scale, quaternion, opacity or SH value: :func:`physskin_gs.io.validate.invalid_mask`) as
+    invalid (``moving`` (N,) bool: the moving rows, whose invalid ones are counted as moving and written as they
+    rest): the analysis itself marks only non-finite means and opacities, so a static row with a NaN scale was
+    counted as support or background, and the selection line's classes did not add up to the static count (a fresh
+    user's report). Raises nothing."""
+    inv = (np.asarray(invalid, dtype=bool) & ~np.asarray(moving, dtype=bool)) | analysis.invalid
+    counts = dict(facts["counts"])
+    for k in ("transparent", "floater", "support", "object", "background"):
+        counts[k] = int((getattr(analysis, k) & ~inv).sum())
+    counts["invalid"] = int(inv.sum())
+    facts["counts"] = counts
+    facts["moving_transparent"] = int((analysis.transparent_in_object & ~inv).sum())
+
+
 def _build_field(config: AnimationConfig, surface_norm: torch.Tensor, volume_norm: torch.Tensor,
                  progress: ProgressFn, max_handles: Optional[int] = None, mesh_norm=None, bounds_norm=None):
     """SkinningField in the normalised frame from the basis named by ``config.skinning``
@@ -1446,6 +1462,8 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
     anim = AnimatedScene(scene, moving, config, field, norm, up, sim_scale, center, cub.float(), volume, source, info,
                          extent_points=extent_pts if body is not None else None, cubature_fields=cub_fields,
                          cubature_tets=cub_tets)
+    if analysis is not None and anim.num_invalid:
+        count_invalid_rows(info["scene_analysis"], analysis, anim._invalid_rows().numpy(), anim.moving.numpy())
     _report(progress, "ready", 1.0)
     return anim
 

@@ -146,6 +146,33 @@ def test_invalid_rows_are_static_and_exported_without_nan(tmp_path, spot_scene):
     assert (torch.sigmoid(last.opacity_logits[:6]) < 1e-8).all()
 
 
+def test_the_selection_line_counts_every_invalid_row(tmp_path, spot_scene, capsys):
+    """Rows with a NaN scale, quaternion or SH value are invalid as much as a NaN mean: the static ones are counted
+    as invalid in the selection line, whose classes add up to the static count (the analysis counted only
+    non-finite means and opacities: "static 5 (... invalid 2)", a fresh user's report)."""
+    import re
+
+    from physskin_gs.io import save_scene
+
+    ls, q, dc = spot_scene.log_scales.clone(), spot_scene.quats.clone(), spot_scene.sh_dc.clone()
+    means = spot_scene.means.clone()
+    means[0, 1] = float("nan")
+    ls[1, 0], q[2, 3], dc[3, 2] = float("nan"), float("inf"), float("nan")
+    bad = GaussianScene(means=means, quats=q, log_scales=ls, opacity_logits=spot_scene.opacity_logits,
+                        sh_dc=dc, sh_rest=spot_scene.sh_rest, format="inria-ply")
+    src = tmp_path / "bad.ply"
+    save_scene(bad, str(src))
+    capsys.readouterr()
+    assert main(["animate", str(src), "--headless", "--frames", "2", "--export", str(tmp_path / "f"),
+                 "--skinning", "rbf", "--cubature", "128"]) == 0
+    err = capsys.readouterr().err
+    m = re.search(r"static (\d+) \(support (\d+), background (\d+), floaters (\d+), transparent (\d+), "
+                  r"invalid (\d+)\)", err)
+    assert m, err
+    static, *parts = (int(v) for v in m.groups())
+    assert static == sum(parts) and parts[-1] >= 1, m.group(0)  # (invalid rows among the moving ones are moving)
+
+
 def _demo_capture(rotate_seed):
     import importlib.util
     from pathlib import Path

@@ -637,3 +637,51 @@ def test_a_mesh_converted_to_splats_stays_one_object(tmp_path):
     assert b.plane is not None and int(np.asarray(b.object).sum()) < 0.8 * scene.num_gaussians
     save_scene(scene, tmp_path / "again.ply")  # the record survives a round trip
     assert load_scene(tmp_path / "again.ply").object_only
+
+
+def test_headless_export_names_the_extra_properties_a_format_drops(capture, tmp_path, capsys):
+    """A capture with extra per-Gaussian properties: a .ply export keeps them, and a compressed-PLY export says
+    which it drops, as convert does (they went without a word)."""
+    from physskin_gs.io import save_scene
+
+    scene = load_scene(capture)
+    n = scene.num_gaussians
+    scene.extra["confidence"] = torch.linspace(0.0, 1.0, n)
+    src = tmp_path / "extra.ply"
+    save_scene(scene, src)
+    capsys.readouterr()
+    assert _headless(src, tmp_path / "ply", "ply", frames=2) == 0
+    assert "not written" not in capsys.readouterr().err
+    assert torch.equal(load_scene(tmp_path / "ply" / "frame0002.ply").extra["confidence"], scene.extra["confidence"])
+    assert _headless(src, tmp_path / "cply", "compressed-ply", frames=2) == 0
+    err = capsys.readouterr().err
+    assert ("1 extra per-Gaussian property (confidence) not written: a compressed-ply file has no place for them"
+            in err), err
+
+
+def test_info_shows_the_extent_of_a_box_far_from_the_origin_and_convert_bounds_its_units(capture, tmp_path,
+                                                                                        capsys):
+    """``info`` prints a box 1e5 units out with the digits its extent needs (four digits printed [1e+05, ...] for
+    both corners of a 1-unit scene); near the origin, four as before. ``convert --meters-per-unit`` refuses values
+    under 1e-9 m (1e-40 wrote float32 denormals: every position lost)."""
+    import re
+
+    from physskin_gs.io import save_scene
+
+    scene = load_scene(capture)
+    far = replace(scene, means=scene.means.double().add(1.0e5).float())
+    src = tmp_path / "far.ply"
+    save_scene(far, src)
+    for path in (src, capture):
+        capsys.readouterr()
+        assert main(["info", str(path)]) == 0
+        out = capsys.readouterr().out
+        lo = [float(v) for v in re.search(r"bbox min:\s+\[(.*)\]", out).group(1).split(",")]
+        hi = [float(v) for v in re.search(r"bbox max:\s+\[(.*)\]", out).group(1).split(",")]
+        true_lo = far.means.min(0).values if path == src else scene.means.min(0).values
+        true_hi = far.means.max(0).values if path == src else scene.means.max(0).values
+        ext = (true_hi - true_lo).double()
+        assert (torch.tensor(hi, dtype=torch.float64) - torch.tensor(lo, dtype=torch.float64) - ext).abs().max() \
+            < 0.01 * float(ext.max()), out
+    assert main(["convert", str(capture), str(tmp_path / "o.glb"), "--meters-per-unit", "1e-40"]) == 2
+    assert "--meters-per-unit must be a finite number in [1e-09, 1e+09] m" in capsys.readouterr().err

@@ -184,6 +184,17 @@ FLAT_PART_NOTE = 0.3
 FAR_PART_NOTE = 0.25
 
 
+def dropped_extras_note(scene, fmt: str) -> Optional[str]:
+    """The note for extra per-Gaussian properties (``scene.extra``) that a ``fmt`` output cannot hold (every
+    format but ``ply``), or None when nothing is dropped; ``convert`` and ``animate --export-format`` print it."""
+    if not getattr(scene, "extra", None) or fmt == "ply":  # (a .ply keeps them, type included)
+        return None
+    names = sorted(scene.extra)
+    return (f"note: {len(names)} extra per-Gaussian propert{'ies' if len(names) > 1 else 'y'} "
+            f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''}) not written: a {fmt} file has no place "
+            "for them; a .ply output keeps them")
+
+
 def scene_summary(anim, config) -> List[str]:
     """The lines (without the ``[physskin-gs]`` prefix) that say what the scene analysis found and what moves, as
     ``animate`` prints them and the viewer too: the up and where it came from, the selection's counts, and the notes

@@ -1172,6 +1172,12 @@ def run_headless(args) -> int:
         png_dir = stages[png_dir.resolve()][0]
     fps = 1.0 / (anim.dt * args.steps_per_frame)
     fmt = getattr(args, "export_format", "ply") or "ply"
+    if export is not None:
+        from physskin_gs.cli._common import dropped_extras_note
+
+        dropped = dropped_extras_note(anim.scene, fmt)  # (as convert says; they were dropped without a word)
+        if dropped:
+            print(f"[physskin-gs] {dropped}", file=sys.stderr)
     from physskin_gs import interrupts
     from physskin_gs.io._shared import atomic_output, write_text_atomic
 

@@ -20,7 +20,7 @@ import sys
 import warnings
 
 from physskin_gs.cli._common import (OutputError, add_mesh_and_frame_arguments, axis_name, check_int, check_number,
-                                     require_input_file, resolve_up_option, scene_up, verify_written, warn_option)
+                                     dropped_extras_note, require_input_file, resolve_up_option, scene_up, verify_written, warn_option)
 from physskin_gs.cli._outputs import Output, claim_outputs, refuse_inputs
 from physskin_gs.errors import OptionError
 
@@ -124,7 +124,7 @@ def run(args) -> int:
     auto_up, up_given = resolve_up_option(str(getattr(args, "up", "auto") or "auto"))
     mpu = getattr(args, "meters_per_unit", None)
     if mpu is not None:
-        check_number("--meters-per-unit", mpu, 0.0, 1e9, lo_open=True, unit="m")
+        check_number("--meters-per-unit", mpu, 1e-9, 1e9, unit="m")  # (1e-40 gave float32 denormals: all lost)
     if fmt == "usd":
         from physskin_gs.io.usd import require_pxr
 
@@ -169,11 +169,9 @@ def run(args) -> int:
                                   "file cannot store; add --drop-invalid to remove them")
             print(f"warning: {rep['num_invalid']} invalid Gaussians kept (use --drop-invalid to remove them)",
                   file=sys.stderr)
-    if scene.extra and fmt != "ply":  # (a .ply keeps them, type included)
-        names = sorted(scene.extra)
-        print(f"note: {len(names)} extra per-Gaussian propert{'ies' if len(names) > 1 else 'y'} "
-              f"({', '.join(names[:6])}{', ...' if len(names) > 6 else ''}) not written: a {fmt} file has no place "
-              "for them; a .ply output keeps them", file=sys.stderr)
+    dropped = dropped_extras_note(scene, fmt)
+    if dropped:
+        print(dropped, file=sys.stderr)
     up = None
     if fmt in ("usd", "glb") and auto_up and scene.up_hint is not None and scene.up_hint_source is None:
         # an up the file records (our exports, glTF's +Y, a stage's upAxis): taken as it is, so converting back

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import warnings
 
 from physskin_gs.errors import SceneFormatError
@@ -106,8 +107,21 @@ def _mesh_info(path: str, fmt: str) -> dict:
     }
 
 
-def _fmt_vec(v) -> str:
-    return "[" + ", ".join("n/a" if x is None else f"{x:.4g}" for x in v) + "]" if v is not None else "n/a"
+def _fmt_vec(v, digits: int = 4) -> str:
+    return "[" + ", ".join("n/a" if x is None else f"{x:.{digits}g}" for x in v) + "]" if v is not None else "n/a"
+
+
+def _bbox_digits(lo, hi) -> int:
+    """Significant digits that show a box's extent as well as 4 digits show a box at the origin: more for a box
+    far from it (a capture 1e5 units out, 1 unit across, printed [1e+05, ...] for both corners), at most 9."""
+    try:
+        size = max(b - a for a, b in zip(lo, hi))
+        far = max(max(abs(a), abs(b)) for a, b in zip(lo, hi))
+    except TypeError:  # (a corner holds n/a)
+        return 4
+    if not (size > 0 and far > 10.0 * size):
+        return 4
+    return int(min(9, 4 + math.ceil(math.log10(far / size))))
 
 
 def run(args) -> int:
@@ -145,8 +159,9 @@ def run(args) -> int:
         a, b = info["frames"]
         print(f"frames:        {a:g}-{b:g} (an animation; these are its rest values: render / convert --frame K "
               "read frame K)")
-    print(f"bbox min:      {_fmt_vec(info['bbox_min'])}")
-    print(f"bbox max:      {_fmt_vec(info['bbox_max'])}")
+    digits = _bbox_digits(info["bbox_min"], info["bbox_max"]) if info["bbox_min"] is not None else 4
+    print(f"bbox min:      {_fmt_vec(info['bbox_min'], digits)}")
+    print(f"bbox max:      {_fmt_vec(info['bbox_max'], digits)}")
     if "num_invalid" in info:
         print(f"invalid:       {info['num_invalid']}")
     for w in info["warnings"]:
