@@ -575,6 +575,7 @@ def scene_analysis_facts(analysis) -> Dict:
             "unsure": bool(getattr(analysis, "unsure", False)),
             "other_objects": int(getattr(analysis, "other_objects", 0)),
             "flat_part": float(getattr(analysis, "flat_part", 0.0)),
+            "up_candidates": list(getattr(analysis, "up_candidates", [])),
             "far_parts": [{"mass_ratio": float(r), "lo": [float(v) for v in lo], "hi": [float(v) for v in hi]}
                           for r, lo, hi in getattr(analysis, "far_parts", [])],
             "support_plane": plane, "counts": analysis.counts,

@@ -227,7 +227,7 @@ def scene_summary(anim, config) -> List[str]:
         lines.append("note: what moves reaches below the support, so the floor is a quarter of its height under it, "
                      "not the support (a floor at the support would throw the rows under it up)")
     if sa.get("unsure") and not given_up:
-        lines.append(f"note: {UNSURE_UP}")
+        lines.append(f"note: {unsure_up_note(sa.get('up_candidates'))}")
     flat = float(sa.get("flat_part") or 0.0)
     if sa.get("support_plane") is None and flat >= FLAT_PART_NOTE and auto_select:
         lines.append(f"note: no support was found, and a flat part holding {flat:.0%} of the capture's points moves "
@@ -264,7 +264,7 @@ def scene_up(scene) -> List[float]:
     up = [float(v) for v in analysis.up]
     print(f"note: {up_sentence(up, analysis.up_source, analysis.reason)}", file=sys.stderr)
     if getattr(analysis, "unsure", False):
-        print(f"note: {UNSURE_UP}", file=sys.stderr)
+        print(f"note: {unsure_up_note(getattr(analysis, 'up_candidates', None))}", file=sys.stderr)
     return up
 
 
@@ -287,6 +287,17 @@ def progress_bar(iterable, desc: str, unit: str, total: Optional[int] = None, **
 #: The one line said when the scene analysis is not sure of the up axis (no support found, or two candidates).
 UNSURE_UP = ("the scene analysis is not sure which way is up; if the result is not upright, pass --up "
              "(y, -y, z, -z, x, -x or 'ux,uy,uz')")
+
+
+def unsure_up_note(candidates=None) -> str:
+    """:data:`UNSURE_UP`, with the other axes the object stands on (``candidates``: axis names such as "-z", most
+    stable first; :attr:`~physskin_gs.geometry.scene_analysis.SceneAnalysis.up_candidates`) named as the ``--up``
+    values to try first (held-out captures that came out on their side or upside down got only the generic list)."""
+    names = [str(c).lstrip("+") for c in (candidates or [])][:2]
+    if not names:
+        return UNSURE_UP
+    return UNSURE_UP + "; it also stands with " + " or ".join(f"--up {n}" for n in names) + (
+        " (most stably the first)" if len(names) > 1 else "")
 
 
 # ------------------------------------------------------------------------------------------------ outputs

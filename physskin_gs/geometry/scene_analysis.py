@@ -206,6 +206,9 @@ class SceneAnalysis:
     #: floaters for their distance from the main one, heaviest first (at most :data:`FAR_PARTS_LISTED`): (their
     #: opacity mass over the main component's, lo (3,), hi (3,) scene units) (a second object beside the first)
     far_parts: List[Tuple[float, np.ndarray, np.ndarray]] = field(default_factory=list)
+    #: the file's axes ("-z", "+x", ...) the object stands on (stability margin > 0, most stable first) other than
+    #: the up used, when the stable-base test ran: what an unsure analysis offers in place of its up
+    up_candidates: List[str] = field(default_factory=list)
 
     @property
     def num_rows(self) -> int:
@@ -832,6 +835,8 @@ def analyze_scene(
             confidence=float(plane["confidence"]),
         )
     timings["total"] = time.perf_counter() - t0
+    from physskin_gs.geometry.upright import AXES
+
     return SceneAnalysis(
         up=np.asarray(up, dtype=np.float64),
         up_source=source,
@@ -857,6 +862,9 @@ def analyze_scene(
         other_bodies=more_bodies,
         flat_part=float(flat_part if plane is None else 0.0),
         far_parts=far_parts,
+        up_candidates=[] if base is None else [
+            k for k in sorted(base.margins, key=lambda k: -base.margins[k])
+            if base.margins[k] > 0.0 and float(AXES[k] @ np.asarray(up, dtype=np.float64)) < cos30],
     )
 
 
