@@ -123,6 +123,12 @@ class ControlPanel:
             md.content = message
             md.visible = bool(message)
 
+    def clear_error(self) -> None:
+        """Hide the error line (what it said no longer holds: a later re-preparation succeeded)."""
+        md = self.gui.get("error")
+        if md is not None:
+            md.visible = False
+
     def show_error(self, where: str, msg: str) -> None:
         """Show ``msg`` (an error in ``where``) on the error line, with a hint when the simulation paused."""
         md = self.gui.get("error")

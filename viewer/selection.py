@@ -139,7 +139,8 @@ def component_bounds(points: np.ndarray, index: int, opacities: Optional[np.ndar
     16..:data:`COMPONENT_GRID`, the scene analysis' rule); occupied voxels are labelled 26-connected. With a
     support ``plane`` (``{"normal", "offset"}``; the scene analysis' facts) rows less than
     :data:`COMPONENT_CLEARANCE` times that extent above it are left out first, so an object standing on its
-    support is its own component; a pick on the support itself falls back to every row.
+    support is its own component, and a pick on the support itself keeps the rows within half that distance of
+    the plane (the support's own slab: a table top, not the objects on it, its legs and the floor under it).
 
     Returns (rows (K,) int64, lo (3,), hi (3,)): the component's rows and their bounding box, grown by
     :data:`COMPONENT_PAD` times its largest side.
@@ -157,9 +158,14 @@ def component_bounds(points: np.ndarray, index: int, opacities: Optional[np.ndar
     size = max(float((q[1] - q[0]).max()), 1e-9)
     if plane is not None:
         n = np.asarray(plane["normal"], dtype=np.float64)
-        above = keep & ((p @ n - float(plane["offset"])) > COMPONENT_CLEARANCE * size)
+        sd = p @ n - float(plane["offset"])  # [N] height above the support
+        above = keep & (sd > COMPONENT_CLEARANCE * size)
         if above[index]:
             keep = above
+        else:  # a pick on the support: its own slab (it took every row: the objects on it, the legs, the floor)
+            slab = keep & (np.abs(sd) <= 0.5 * COMPONENT_CLEARANCE * size)
+            if slab[index]:
+                keep = slab
     rows = np.flatnonzero(keep)
     pts = p[rows]
     lo, hi = pts.min(0), pts.max(0)

@@ -18,6 +18,7 @@ import threading
 import traceback
 from typing import Any, Dict, List, Optional
 
+from physskin_gs.errors import PhysSkinError
 from physskin_gs.model.bases import resolve_skinning
 
 
@@ -142,7 +143,13 @@ class SceneSwitcher:
             except Exception as exc:  # noqa: BLE001 - shown in the page; the old animation keeps running
                 self.last_error = f"{type(exc).__name__}: {exc}"
                 app.panel.set_status(app.summary(), None)
-                app.report_error(f"re-preparation: {what}", exc, traceback.format_exc())
+                # a refused choice (an empty box, an unusable up) is the user's to change: its message, no
+                # traceback (a fresh user's terminal got one for "box 3 keeps no Gaussian")
+                user = isinstance(exc, PhysSkinError)
+                if user and "--select box" in str(exc):  # in the page's words: its boxes, not the CLI's option
+                    exc = type(exc)(str(exc).replace("--select box", "selection box")
+                                    + " (change or clear the boxes in the Scene folder)")
+                app.report_error(f"re-preparation: {what}", exc, "" if user else traceback.format_exc())
             else:
                 if app._stop.is_set():  # the app stopped meanwhile: nothing to show it on
                     with self._lock:
@@ -150,5 +157,6 @@ class SceneSwitcher:
                     continue
                 app.config = cfg
                 self.last_error = None
+                app.panel.clear_error()  # an earlier failed re-preparation's line is stale now
                 app._activate(anim)
             self.generation += 1
