@@ -444,8 +444,12 @@ def test_a_body_released_mid_drag_flies_on(table_capture):
         after.append(-float(anim.body_centres()[1][1]))
     assert heights[-1] > heights[-2] > -float(c0[1][1])  # rising when released
     assert after[1] > heights[-1]  # still rising after the release: it flies on
-    assert np.all(np.diff(after, 2) < 0)  # and slows down every frame, under gravity alone (measured: to its top
-    # at about frame 30 after the release, 5 of its heights above where it was let go)
+    # and, in the air, slows down every frame under gravity alone until it is back where it was let go (the drag's
+    # pull is capped at 50 g per grabbed point, SubspaceSimulator.DRAG_MAX_G: it is thrown a little way up and falls
+    # back within 30 frames; uncapped it flew 5 of its heights up)
+    back = next((k for k, y in enumerate(after) if y < heights[-1]), len(after))
+    assert back >= 4, after
+    assert np.all(np.diff([heights[-1]] + after[:back], 2) < 0), after[:back]
     c1 = anim.body_centres()
     others = np.linalg.norm((c1 - c0)[[0, 2]], axis=1)
     assert others.max() < 0.05 * h, others

@@ -179,6 +179,26 @@ class _Spring:
     target: torch.Tensor  # (k, 3) float64 target positions
     k: float  # stiffness per unit mass (1/s^2)
     hess: torch.Tensor  # (4H', 4H') Phi_P^T diag(m k) Phi_P (times 2 applied in use)
+    #: m: beyond this distance from its target a point's pull stops growing (the energy goes on linearly: a
+    #: drag's force is capped, :attr:`SubspaceSimulator.DRAG_MAX_G`); None: a plain spring (pins). The Hessian
+    #: ``hess`` is the plain spring's, an upper bound of the capped one's curvature (Newton steps stay descents)
+    reach: Optional[float] = None
+
+    def energy_np(self, r: np.ndarray) -> float:
+        """sum over points of ``k |r|^2`` (per unit mass), capped beyond ``reach``: ``k (2 reach |r| - reach^2)``.
+        r: (3, k) offsets from the targets (m)."""
+        if self.reach is None:
+            return self.k * float(np.vdot(r, r))
+        n = np.sqrt(np.einsum("ak,ak->k", r, r))  # [k]
+        c = self.reach
+        return self.k * float(np.where(n <= c, n * n, 2.0 * c * n - c * c).sum())
+
+    def force_scale_np(self, r: np.ndarray) -> Optional[np.ndarray]:
+        """(k,) factor of each point's plain spring gradient ``2 k r``: ``min(1, reach / |r|)``; None: all 1."""
+        if self.reach is None:
+            return None
+        n = np.sqrt(np.einsum("ak,ak->k", r, r))
+        return np.minimum(1.0, self.reach / np.maximum(n, 1e-300))
 
     @property
     def idx_np(self) -> np.ndarray:
@@ -256,14 +276,19 @@ class SubspaceSimulator:
     #: m: an object smaller than this gets the floor stiffer by ``SIZE_REF / L`` and the contact gap smaller by
     #: ``L / SIZE_REF`` (L the cubature points' largest extent; the instance's ``FLOOR_K`` and ``CONTACT_GAP``), so
     #: it sinks into the floor by the same fraction of its size as an object of SIZE_REF: with a fixed stiffness a
-    #: 1 cm object sank 3 % of its height, a 1 mm one 10 %. (Objects at the default scale, 1 m, are not changed.)
-    SIZE_REF = 0.5
+    #: 1 cm object sank 3 % of its height, a 1 mm one 10 %. (Objects from 10 cm up, the default scale's 1 m
+    #: included, are not changed.)
+    SIZE_REF = 0.1
     PIN_K = 1e6
     #: pins are at least this many times stiffer (per unit mass) than the material's own E / (rho L^2) (L the
     #: object's size): 1e3 gives PIN_K for the defaults (E 1e5 Pa, 100 kg/m^3, 1 m), and a wood or plastic object
     #: a pin as firm relative to its stiffness as a soft one gets (a fixed 1e6 lets a 2 GPa beam swing on its pin)
     PIN_RATIO = 1e3
     DRAG_K = 2e3
+    #: a drag pulls each grabbed point with at most this many times its weight (at 1 g): past DRAG_MAX_G g / (2
+    #: DRAG_K) from its target (0.12 m) its pull stops growing. A drag has no other bound: fifteen handles of a crate
+    #: dragged a metre into a frozen body pulled with 340 g, and let go, the squeezed crate flew back at 12 m/s
+    DRAG_MAX_G = 50.0
     CONTACT_GAP = 1e-3  # m: a cubature point this close to the floor counts as touching it (friction)
     HESS_EPS = 1e-4  # method.md 9.2 regulariser epsilon, scaled by the total mass (kg) so it is unit-consistent
 
@@ -667,6 +692,7 @@ class SubspaceSimulator:
     def add_drag(self, idx: torch.Tensor, targets: Optional[torch.Tensor] = None, k: Optional[float] = None) -> int:
         """Start a drag spring on cubature points ``idx`` (targets default to their current positions). Returns id."""
         s = self._make_spring(idx, targets, self.DRAG_K if k is None else k)
+        s.reach = self.DRAG_MAX_G * 9.80665 / (2.0 * s.k)  # its pull at most DRAG_MAX_G x each point's weight
         did = self._next_drag
         self._next_drag += 1
         self.drags[did] = s
@@ -954,7 +980,7 @@ class SubspaceSimulator:
             ev.pe["floor"] = self.m_p * self.FLOOR_K * float(ev.d @ ev.d)
         for name, s in self._springs():
             r = x[:, s.idx_np] - s.target_np  # [3, k]
-            ev.pe[name] = ev.pe.get(name, 0.0) + self.m_p * s.k * float(np.vdot(r, r))
+            ev.pe[name] = ev.pe.get(name, 0.0) + self.m_p * s.energy_np(r)
         if ctx is None:
             return ev
         dq = q - ctx.q_pred
@@ -1000,7 +1026,8 @@ class SubspaceSimulator:
             fx += (2.0 * self.m_p * self.FLOOR_K) * self._up_np[:, None] * ev.d[None, :]
         for _, s in self._springs():
             r = ev.x[:, s.idx_np] - s.target_np
-            np.add.at(fx, (slice(None), s.idx_np), (2.0 * self.m_p * s.k) * r)
+            cap = s.force_scale_np(r)
+            np.add.at(fx, (slice(None), s.idx_np), (2.0 * self.m_p * s.k) * (r if cap is None else r * cap))
         if dx_extra is not None:
             fx += dx_extra.T
         gq = self._project_rows(rhs)  # [3, 4H]
@@ -1325,7 +1352,12 @@ class SubspaceSimulator:
             pe = pe + self.m_p * self.FLOOR_K * (d * d).sum()
         for s in ([self.pin] if self.pin else []) + list(self.drags.values()):
             r = x[s.idx] - s.target
-            pe = pe + self.m_p * s.k * (r * r).sum()
+            if s.reach is None:
+                pe = pe + self.m_p * s.k * (r * r).sum()
+            else:  # capped beyond reach (_Spring.energy_np)
+                n = r.norm(dim=1)
+                c = s.reach
+                pe = pe + self.m_p * s.k * torch.where(n <= c, n * n, 2.0 * c * n - c * c).sum()
         E = inert + self.dt ** 2 * pe
         if beta_h > 0:
             v = (q - q_prev).reshape(-1)
