@@ -210,7 +210,11 @@ class ControlPanel:
         with gui.add_folder("Environment"):
             g["gravity"] = gui.add_checkbox("gravity", float(getattr(cfg, "gravity", 9.8) or 0.0) > 0)
             g["gravity_dir"] = gui.add_dropdown("gravity direction", GRAVITY_DIRS, initial_value=GRAVITY_DIRS[0])
-            g["floor"] = gui.add_checkbox("floor", bool(getattr(cfg, "floor", True)))
+            g["floor"] = gui.add_checkbox(
+                "floor", bool(getattr(cfg, "floor", True)),
+                hint="what the object rests on: the captured support (a table top, the ground) or the virtual floor; "
+                     "off, nothing holds it and it falls out of the scene (with several bodies, through the "
+                     "captured table too)")
             fh = default_floor_height(anim, cfg, live.up)
             g["floor_height"] = gui.add_number("floor height", fh, step=0.01)
             self.update_floor_grid(bool(g["floor"].value), fh)
