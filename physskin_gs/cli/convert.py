@@ -20,7 +20,8 @@ import sys
 import warnings
 
 from physskin_gs.cli._common import (OutputError, add_mesh_and_frame_arguments, axis_name, check_int, check_number,
-                                     dropped_extras_note, require_input_file, resolve_up_option, scene_up, verify_written, warn_option)
+                                     dropped_extras_note, require_input_file, resolve_up_option, scene_up,
+                                     verify_written, warn_option)
 from physskin_gs.cli._outputs import Output, claim_outputs, refuse_inputs
 from physskin_gs.errors import OptionError
 
