@@ -516,6 +516,10 @@ def test_viewer_pins_and_freezes_each_body(table_capture):
         c.gui_set(g["body_pin"], True)
         assert wait_until(lambda: anim.pins == [None, None, DEFAULT_PIN], 10, interval=0.05), anim.pins
         assert wait_until(lambda: DEFAULT_PIN in g["bodies_table"].content, 10, interval=0.05)
+        # a recording's sequence.json describes the bodies as the headless export's does (it had none of it)
+        meta = app.recording.sequence_meta()
+        assert meta["bodies"] == anim.info["bodies"] and len(meta["bodies"]) == 3
+        assert meta["collider"] == anim.info["collider"] and meta["num_handles"] == anim.num_handles
         assert app.error_log == []
     finally:
         if c is not None:

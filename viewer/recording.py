@@ -158,6 +158,9 @@ class RecordingControl:
             "scale_m_per_unit": getattr(anim, "sim_scale", None),
             "sh": sh,
             "skinning": getattr(anim, "skinning_source", None),
+            "num_handles": getattr(anim, "num_handles", None),
+            "handles": info.get("handles"),
+            "cubature": {"points": info.get("num_cubature"), "rule": info.get("cubature")},
             "num_gaussians": int(live.base_rgb.shape[0]),
             "num_moving": int(info.get("num_moving", int(live.moving.sum()))),
             "material": {"E": val("E"), "nu": val("nu"), "density": val("density")},
@@ -169,6 +172,10 @@ class RecordingControl:
             "regions": list(getattr(anim, "regions", []) or []),
             "select": info.get("selection", getattr(cfg, "select", None)),
             "scene_analysis": info.get("scene_analysis"),
+            # several bodies: each body's rows, handles, size and contact radius, and the collider, as the headless
+            # export writes them (a fresh user's recording of three bodies had none of it)
+            "bodies": info.get("bodies"),
+            "collider": info.get("collider"),
             "script": None,
             "writer": "physskin-gs animate viewer (live recording)",
         }
