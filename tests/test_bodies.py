@@ -593,6 +593,7 @@ def test_viewer_add_component_makes_several_bodies(table_capture, tmp_path, caps
     from physskin_gs.io import save_scene
     from physskin_gs.pipeline import AnimationConfig
     from physskin_gs_viewer.app import ViewerApp
+    from physskin_gs_viewer.constants import DEFAULT_PIN
     from physskin_gs_viewer.testing import ViserWsClient, wait_until
 
     scene, truth = table_capture
@@ -644,11 +645,23 @@ def test_viewer_add_component_makes_several_bodies(table_capture, tmp_path, caps
         assert "[physskin-gs] body 0:" in err and "[physskin-gs] body 1:" in err, err[-2000:]
         # replaced scenes are freed: the removed handle gizmos' callbacks held every one (a fresh user's ten
         # re-preparations of this capture grew the process by 100 MB each)
+        # a pin on body 1 and a freeze of body 0, from the Bodies folder, survive "apply selection" with the same
+        # boxes (they were dropped while the folder had shown them)
+        labels = list(g["body"].options)
+        c.gui_set(g["body"], labels[1])
+        assert wait_until(lambda: app.bodies.chosen() == 1, 10, interval=0.05)
+        c.gui_set(g["body_pin"], True)
+        assert wait_until(lambda: anim.pins == [None, DEFAULT_PIN], 10, interval=0.05), anim.pins
+        c.gui_set(g["body"], labels[0])
+        assert wait_until(lambda: app.bodies.chosen() == 0, 10, interval=0.05)
+        c.gui_set(g["body_freeze"], True)
+        assert wait_until(lambda: anim.frozen == [True, False], 10, interval=0.05), anim.frozen
         second = weakref.ref(anim)
         del anim, b, m
         gen = app.switcher.generation
         c.gui_set(g["apply_select"], True)  # the same two boxes again
         assert wait_until(lambda: app.switcher.generation > gen and not app.switcher.busy, 180, 0.05), app.error_log
+        assert app.live.anim.pins == [None, DEFAULT_PIN] and app.live.anim.frozen == [True, False]
         assert wait_until(lambda: (gc.collect() or True) and first() is None and second() is None, 10), \
             "a replaced scene is still alive"
         assert app.error_log == []

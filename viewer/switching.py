@@ -158,5 +158,28 @@ class SceneSwitcher:
                 app.config = cfg
                 self.last_error = None
                 app.panel.clear_error()  # an earlier failed re-preparation's line is stale now
+                if all(getattr(cfg, k, None) == getattr(old, k, None) for k in ("select", "up")):
+                    _keep_body_states(app.live.anim if app.live is not None else None, anim)
                 app._activate(anim)
             self.generation += 1
+
+
+def _keep_body_states(old, new) -> None:
+    """The per-body pins and freezes of ``old`` given to ``new`` when both are the same bodies (the same selection
+    and up, as many bodies): "apply selection" with an unchanged selection (or a new material) dropped them while
+    the Bodies folder had shown them. Raises nothing (a body's pin that no longer holds part of it is left off)."""
+    if old is None or not hasattr(old, "bodies") or not hasattr(new, "bodies"):
+        return
+    if getattr(old, "num_bodies", 0) != getattr(new, "num_bodies", -1):
+        return
+    pins = list(getattr(old, "pins", []) or [])
+    env = pins and all(p == pins[0] for p in pins)  # one pin on every body: the config's, already carried
+    for k in range(new.num_bodies):
+        try:
+            if pins and pins[k] and not env:
+                new.set_pin(pins[k], body=k)
+            if old.frozen[k]:
+                new.set_frozen(k, True)
+        except Exception:  # noqa: BLE001 - advice-level state: the body simply starts without it
+            pass
+
