@@ -165,19 +165,13 @@ FAR_ORIGIN_RATIO = 8.0
 
 
 def finite_bounds(points: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
-    """(lo (3,), hi (3,)) float64 per-axis range of the finite rows of points (N, 3); zeros when none is finite."""
+    """(lo (3,), hi (3,)) float64 CPU per-axis range of the finite rows of points (N, 3), any float dtype or
+    device; zeros when none is finite (or N = 0). Raises nothing."""
     P = points.detach().reshape(-1, 3)
     ok = torch.isfinite(P).all(1)
-    if bool(ok.all()):
-        if P.shape[0] == 0:
-            z = torch.zeros(3, dtype=torch.float64)
-            return z, z.clone()
-    elif bool(ok.any()):
-        P = P[ok]
-    else:
-        z = torch.zeros(3, dtype=torch.float64)
-        return z, z.clone()
-    lo, hi = torch.aminmax(P, dim=0)
+    if not bool(ok.any()):
+        return torch.zeros(3, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)
+    lo, hi = torch.aminmax(P if bool(ok.all()) else P[ok], dim=0)
     return lo.double().cpu(), hi.double().cpu()
 
 

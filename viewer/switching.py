@@ -182,4 +182,3 @@ def _keep_body_states(old, new) -> None:
                 new.set_frozen(k, True)
         except Exception:  # noqa: BLE001 - advice-level state: the body simply starts without it
             pass
-

@@ -186,7 +186,9 @@ FAR_PART_NOTE = 0.25
 
 def dropped_extras_note(scene, fmt: str) -> Optional[str]:
     """The note for extra per-Gaussian properties (``scene.extra``) that a ``fmt`` output cannot hold (every
-    format but ``ply``), or None when nothing is dropped; ``convert`` and ``animate --export-format`` print it."""
+    format but ``ply``), or None when nothing is dropped; ``convert`` and ``animate --export-format`` print it.
+    ``scene``: a GaussianScene (or anything with ``extra``: name -> (N,) values); ``fmt``: an output format name
+    ("ply", "compressed-ply", "usd", "glb", ...). Raises nothing."""
     if not getattr(scene, "extra", None) or fmt == "ply":  # (a .ply keeps them, type included)
         return None
     names = sorted(scene.extra)

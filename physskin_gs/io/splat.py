@@ -16,9 +16,9 @@ from physskin_gs.errors import OptionError, SceneFormatError
 from physskin_gs.io.ply_header import warn
 from physskin_gs.scene import C0, GaussianScene
 
-#: One .splat record.
 #: the log-scale of a zero scale in a .splat record: a Gaussian that thin (e^-30 scene units) is flat
 FLAT_LOG_SCALE = -30.0
+#: One .splat record.
 SPLAT_DTYPE = np.dtype([("pos", "<f4", (3,)), ("scale", "<f4", (3,)), ("rgba", "u1", (4,)), ("rot", "u1", (4,))])
 assert SPLAT_DTYPE.itemsize == 32
 
