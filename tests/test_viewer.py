@@ -106,6 +106,61 @@ def test_sim_worker_drag_moves_toward_target_and_release_springs_back():
         w.stop()
 
 
+class _SlowDragScene(FakeAnimatedScene):
+    """A FakeAnimatedScene whose steps take ``step_s`` wall seconds and which records each step's drag target."""
+
+    def __init__(self, *a, step_s: float = 0.09, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.step_s = step_s
+        self.seen = []  # (frame, target x) per step while a drag is held
+        self.ended_at = None
+
+    def step(self, n: int = 1) -> dict:
+        if self._drags:
+            self.seen.append((self.frame, float(next(iter(self._drags.values()))["target"][0])))
+        time.sleep(self.step_s)
+        return super().step(n)
+
+    def end_drag(self, drag_id: int) -> None:
+        self.ended_at = self.frame
+        super().end_drag(drag_id)
+
+
+def test_a_slow_simulation_replays_the_drag_at_the_pointers_speed_and_completes_it():
+    """Steps three times slower than real time (0.09 s for dt 0.03): each step sees the pointer's path advanced
+    by about dt x (1 + lag / REPLAY_TAU) of wall time, not by the 0.09 s the step took (the wall-clock target made
+    each slow step see a bigger jump, so a push into another body slowed every step further); after the release
+    the replay finishes the gesture, reaching the pointer's last target, before the drag ends; the caller sees
+    the drag closed at once."""
+    anim = _SlowDragScene(make_blob_scene(200), num_handles=2)
+    anim.dt = 0.03
+    w = SimWorker(anim, realtime=True).start()
+    key = ("c", "/handles/h1")
+    try:
+        w.set_playing(True)
+        h0 = np.asarray(anim.handle_positions()[1], dtype=np.float64)
+        w.begin_handle_drag(key, 1, target=h0)
+        speed = 1.0  # units per wall second along x
+        t0 = time.perf_counter()
+        while (el := time.perf_counter() - t0) < 0.6:
+            w.move_drag(key, h0 + np.array([speed * el, 0.0, 0.0]))
+            time.sleep(0.01)
+        w.move_drag(key, h0 + np.array([speed * 0.6, 0.0, 0.0]))
+        w.end_drag(key)
+        assert w.open_drags() == 0  # closed for the caller at once
+        assert wait_until(lambda: anim.ended_at is not None, 10)
+        xs = np.array([x for _, x in anim.seen]) - h0[0]
+        steps = np.diff(xs)
+        # each step's advance: dt (1 + lag / tau) of the path, the lag at most the 0.6 s gesture
+        bound = speed * anim.dt * (1.0 + 0.6 / SimWorker.REPLAY_TAU)
+        assert steps.max() <= bound + 1e-9, (steps, bound)
+        assert steps[:3].max() <= speed * anim.dt * 1.6  # no lag yet: about dt of the path per step, not 0.09 s
+        assert xs[-1] == pytest.approx(speed * 0.6, abs=1e-9)  # the gesture completed before the release
+        assert (steps >= -1e-12).all()  # along the path, never back
+    finally:
+        w.stop()
+
+
 def test_sim_worker_survives_step_exception_and_reports_it():
     anim = FakeAnimatedScene(make_blob_scene(200), num_handles=2)
     errors = []

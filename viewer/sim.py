@@ -4,7 +4,10 @@ Every call into the AnimatedScene (step, drags, material changes, reset) happens
 physics code needs no locks. The one exception is the deformation of the Gaussians for display: when the
 AnimatedScene supports it, a frame carries only the step's handle transforms and the displaying thread deforms
 (:class:`SplitDeformSource`, which serialises every use of the shared deformer). GUI and network callbacks
-only *post* commands; drag targets are coalesced (latest wins), so a fast mouse never builds a backlog. After
+only *post* commands. A drag's pointer path is kept and replayed in simulated time (:attr:`SimWorker.REPLAY_TAU`):
+a simulation slower than real time sees the gesture at the speed it was made, not the pointer's jump since its last
+step (which made every slow step slower: a push of one body into another stalled); paused or not in real time, the
+latest target wins, so a fast mouse never builds a backlog. After
 each step the worker publishes a :class:`Frame` into a :class:`LatestSlot`, which keeps only the newest frame:
 display and render threads that fall behind skip frames instead of queueing them.
 
@@ -355,6 +358,14 @@ class SimWorker:
         threads: torch intra-op threads of the simulation thread (None: :func:`default_threads`).
     """
 
+    #: drags follow the pointer's path in simulated time: each real-time step moves a drag's replay of the path on by
+    #: its dt x (1 + lag / REPLAY_TAU), lag being how many wall seconds the replay is behind the pointer. A
+    #: simulation that keeps up follows the pointer as before; one that falls behind sees the gesture at the speed it
+    #: was made, catching up smoothly, instead of the pointer's jump since its last step: a push of the table
+    #: capture's crate into the cow (0.97 units in 3 s) stepped at 1.5-3 s a step with 100-160 Newton iterations as
+    #: each slow step saw a longer jump, a feedback loop (2026-12-07)
+    REPLAY_TAU = 0.5
+
     def __init__(
         self,
         anim,
@@ -384,7 +395,12 @@ class SimWorker:
         self._stop = threading.Event()
         self._cmds: Deque[Tuple[str, Callable[[Any], Any]]] = deque()
         self._steps_pending = 0
-        self._targets: Dict[DragKey, np.ndarray] = {}  # coalesced drag targets (latest wins)
+        # each open drag's pointer path [(wall time s, target (3,))] and how far along it (wall time) the simulation
+        # has replayed it (:meth:`_drag_targets`); a released drag ends once its replay reaches its release
+        self._paths: Dict[DragKey, Deque[Tuple[float, np.ndarray]]] = {}
+        self._replay: Dict[DragKey, float] = {}
+        self._release_at: Dict[DragKey, float] = {}
+        self._last_target_sent: set = set()  # released drags whose replay reached the release: ended after one step
         self._open: Dict[DragKey, bool] = {}  # drags begun and not ended, as seen by the callers
         self._drag_ids: Dict[DragKey, Any] = {}  # sim-thread only: key -> anim drag id
         self._version = 0
@@ -435,11 +451,12 @@ class SimWorker:
         self._wake.set()
 
     def reset(self) -> None:
-        """End every drag, reset the AnimatedScene to rest, publish the rest state."""
+        """End every drag (those still replaying a release too), reset the AnimatedScene to rest, publish the rest
+        state."""
         with self._lock:
-            keys = list(self._open)
+            keys = set(self._open) | set(self._paths)
         for k in keys:
-            self.end_drag(k)
+            self.end_drag(k, finish=False)
         self.submit("reset", lambda a: a.reset(), publish=True)
 
     def begin_handle_drag(self, key: DragKey, handle: int, target=None) -> None:
@@ -456,8 +473,13 @@ class SimWorker:
             if self._open.get(key):
                 return
             self._open[key] = True
+            now = time.perf_counter()
+            self._release_at.pop(key, None)  # a release still replaying under this key is cut short
+            self._last_target_sent.discard(key)
+            self._replay[key] = now
+            self._paths[key] = deque()
             if target is not None:
-                self._targets[key] = np.asarray(target, dtype=np.float64).copy()
+                self._paths[key].append((now, np.asarray(target, dtype=np.float64).copy()))
 
         def run(a, key=key):
             old = self._drag_ids.pop(key, None)
@@ -468,19 +490,27 @@ class SimWorker:
         self.submit(f"start drag {key[1]}", run)
 
     def move_drag(self, key: DragKey, target) -> None:
-        """Set the target (3,) of an open drag (ignored when the drag is not open)."""
+        """Move the target (3,) of an open drag (ignored when the drag is not open). The simulation follows the
+        pointer's path in simulated time (:data:`REPLAY_TAU`)."""
         with self._lock:
             if not self._open.get(key):
                 return
-            self._targets[key] = np.asarray(target, dtype=np.float64).copy()
+            self._paths[key].append((time.perf_counter(), np.asarray(target, dtype=np.float64).copy()))
         self._wake.set()
 
-    def end_drag(self, key: DragKey) -> None:
-        """Release a drag: its spring is removed before the next step."""
+    def end_drag(self, key: DragKey, finish: bool = True) -> None:
+        """Release a drag. Its spring is removed before the next step, or, with ``finish`` while playing in real
+        time, once the simulation has replayed the pointer's path up to the release (:data:`REPLAY_TAU`): a
+        simulation behind the pointer completes the gesture instead of letting go halfway."""
         with self._lock:
-            if not self._open.pop(key, False):
+            was_open = self._open.pop(key, False)
+            if not was_open and key not in self._release_at:
                 return
-            self._targets.pop(key, None)
+            if was_open and finish and self.realtime and self.playing and self._paths.get(key):
+                self._release_at[key] = time.perf_counter()
+                self._wake.set()
+                return
+            self._drop_path(key)
 
         def run(a, key=key):
             did = self._drag_ids.pop(key, None)
@@ -490,11 +520,13 @@ class SimWorker:
         self.submit(f"end drag {key[1]}", run)
 
     def end_drags_of(self, client_id: Hashable) -> int:
-        """End every open drag of ``client_id`` (a closed tab); returns how many."""
+        """End every open drag of ``client_id`` (a closed tab) at once, those still replaying a release too;
+        returns how many were open."""
         with self._lock:
             keys = [k for k in self._open if k[0] == client_id]
-        for k in keys:
-            self.end_drag(k)
+            releasing = [k for k in self._release_at if k[0] == client_id]
+        for k in keys + releasing:
+            self.end_drag(k, finish=False)
         return len(keys)
 
     def open_drags(self) -> int:
@@ -521,11 +553,53 @@ class SimWorker:
             except Exception:  # noqa: BLE001 - the reporter must never kill the loop
                 traceback.print_exc()
 
+    def _drop_path(self, key: DragKey) -> None:
+        """Forget a drag's pointer path and replay state (lock held)."""
+        self._paths.pop(key, None)
+        self._replay.pop(key, None)
+        self._release_at.pop(key, None)
+        self._last_target_sent.discard(key)
+
+    def _drag_targets(self) -> Tuple[Dict[DragKey, np.ndarray], list]:
+        """({key: target (3,)} at each drag's replay time, the released keys whose replay has reached their
+        release). The target is the pointer's path interpolated linearly between the samples around the replay
+        time; paused, stepping singly or not in real time, the replay is the pointer's latest position."""
+        now = time.perf_counter()
+        live = self.realtime and self.playing
+        targets, due = {}, []
+        with self._lock:
+            for key, path in self._paths.items():
+                r = self._replay.get(key, now) if live else now
+                self._replay[key] = r
+                while len(path) >= 2 and path[1][0] <= r:  # samples the replay has passed: one kept before r
+                    path.popleft()
+                if path:
+                    (t0, p0) = path[0]
+                    if len(path) >= 2 and r > t0:
+                        t1, p1 = path[1]
+                        targets[key] = p0 + ((r - t0) / (t1 - t0)) * (p1 - p0)
+                    else:
+                        targets[key] = p0
+                rel = self._release_at.get(key)
+                if rel is not None and r >= rel:  # the last target: one step with it, then the drag ends
+                    if key in self._last_target_sent:
+                        due.append(key)
+                    self._last_target_sent.add(key)
+        return targets, due
+
+    def _advance_replay(self, dt: float) -> None:
+        """After a real-time step of ``dt`` simulated seconds: every drag's replay moves on by dt x (1 + lag /
+        REPLAY_TAU), lag being how far (wall seconds) it is behind now, and never past now."""
+        now = time.perf_counter()
+        with self._lock:
+            for key in self._paths:
+                r = self._replay.get(key, now)
+                self._replay[key] = min(now, r + dt * (1.0 + max(0.0, now - r) / self.REPLAY_TAU))
+
     def _process_commands(self) -> None:
         while True:
             with self._lock:
                 if not self._cmds:
-                    targets = {k: v for k, v in self._targets.items() if k in self._drag_ids}
                     break
                 name, fn = self._cmds.popleft()
             try:
@@ -534,13 +608,27 @@ class SimWorker:
             except Exception as exc:  # noqa: BLE001
                 self.playing = False
                 self._report(name, exc)
+        targets, due = self._drag_targets()
         for key, target in targets.items():
+            if key not in self._drag_ids:
+                continue
             try:
                 self.anim.update_drag(self._drag_ids[key], target)
             except Exception as exc:  # noqa: BLE001
                 self._report(f"update drag {key[1]}", exc)
                 with self._lock:
-                    self._targets.pop(key, None)
+                    self._paths.pop(key, None)
+        for key in due:  # a released drag whose replay has reached its release
+            with self._lock:
+                if key not in self._release_at:  # begun again meanwhile
+                    continue
+                self._drop_path(key)
+            did = self._drag_ids.pop(key, None)
+            if did is not None:
+                try:
+                    self.anim.end_drag(did)
+                except Exception as exc:  # noqa: BLE001
+                    self._report(f"end drag {key[1]}", exc)
 
     def _sim_side(self):
         """Context for worker-thread code that may deform through the AnimatedScene (see SplitDeformSource)."""
@@ -588,6 +676,8 @@ class SimWorker:
                     span = self._step_times[-1] - self._step_times[0]
                     stats["steps_per_s"] = (len(self._step_times) - 1) / span if span > 0 else 0.0
                 self.last_stats = stats
+                if self.realtime and self.playing:
+                    self._advance_replay(float(getattr(self.anim, "dt", 0.03) or 0.03))
                 if self.on_step is not None:
                     with self._sim_side():
                         self.on_step(self.anim, stats)

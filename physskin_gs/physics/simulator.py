@@ -180,8 +180,8 @@ class _Spring:
     k: float  # stiffness per unit mass (1/s^2)
     hess: torch.Tensor  # (4H', 4H') Phi_P^T diag(m k) Phi_P (times 2 applied in use)
     #: m: beyond this distance from its target a point's pull stops growing (the energy goes on linearly: a
-    #: drag's force is capped, :attr:`SubspaceSimulator.DRAG_MAX_G`); None: a plain spring (pins). The Hessian
-    #: ``hess`` is the plain spring's, an upper bound of the capped one's curvature (Newton steps stay descents)
+    #: drag's force is capped, :attr:`SubspaceSimulator.DRAG_MAX_G`); None: a plain spring (pins). ``hess`` is the
+    #: plain spring's Hessian; :meth:`capped_hessian_np` gives what the capped points take away from it
     reach: Optional[float] = None
 
     def energy_np(self, r: np.ndarray) -> float:
@@ -199,6 +199,27 @@ class _Spring:
             return None
         n = np.sqrt(np.einsum("ak,ak->k", r, r))
         return np.minimum(1.0, self.reach / np.maximum(n, 1e-300))
+
+    def capped_hessian_np(self, r: np.ndarray):
+        """The capped points' change to the plain spring's Hessian, or None when no point is past ``reach``:
+        (mask (k,) bool of the capped points, (3, 3, c) per-unit-mass weights ``2 k ((reach/|r| - 1) I - reach/|r|
+        r^ r^T)``). The energy ``k (2 reach |r| - reach^2)`` of a capped point has the Hessian ``2 k reach / |r|
+        (I - r^ r^T)``: no stiffness along the pull, whose force no longer grows, and the plain spring's scaled by
+        reach / |r| across it (the pull turns with the target). It is positive semidefinite, so Newton steps stay
+        descents; the plain spring's Hessian, an upper bound of it, made a far drag's steps 2-4x too short (a
+        crate dragged hard converged linearly). r: (3, k) offsets from the targets (m)."""
+        if self.reach is None:
+            return None
+        n = np.sqrt(np.einsum("ak,ak->k", r, r))  # [k]
+        cap = n > self.reach
+        if not cap.any():
+            return None
+        c = self.reach / n[cap]  # [c]
+        rh = r[:, cap] / n[cap]  # [3, c]
+        w = -c * rh[:, None, :] * rh[None, :, :]  # [3, 3, c]
+        for a in range(3):
+            w[a, a] += c - 1.0
+        return cap, (2.0 * self.k) * w
 
     @property
     def idx_np(self) -> np.ndarray:
@@ -1101,6 +1122,19 @@ class SubspaceSimulator:
         blk = self._blk
         for a in range(3):
             Hmat[a * K4:(a + 1) * K4, a * K4:(a + 1) * K4] += blk
+        for _, s in self._springs():  # a far drag's capped points: their exact Hessian instead of the plain one's
+            capped = s.capped_hessian_np(ev.x[:, s.idx_np] - s.target_np)
+            if capped is None:
+                continue
+            cap, w = capped
+            Pc = self.Phi[s.idx[torch.from_numpy(cap)]]  # [c, 4H]
+            wt = torch.from_numpy(w * (self.m_p * h2))  # [3, 3, c]
+            for a in range(3):
+                for b in range(a, 3):
+                    blk_ab = Pc.T @ (Pc * wt[a, b][:, None])  # [4H, 4H]
+                    Hmat[a * K4:(a + 1) * K4, b * K4:(b + 1) * K4] += blk_ab
+                    if b != a:
+                        Hmat[b * K4:(b + 1) * K4, a * K4:(a + 1) * K4] += blk_ab
         if ev.d is not None:
             act = torch.from_numpy(ev.d < 0)
             if bool(act.any()):
