@@ -57,6 +57,7 @@ from physskin_gs.geometry.interior import (SPARSE_SPLAT_GAUSSIANS, fill_splat_in
                                            sparse_splat_body)
 from physskin_gs.geometry.normalize import normalize_points
 from physskin_gs.geometry.scene_analysis import analyze_scene
+from physskin_gs.io.inria_ply import split_normals
 from physskin_gs.model import grid_field
 from physskin_gs.model.bases import DEFAULT_SKINNING, reduced_handles_note, resolve_skinning
 from physskin_gs.model.grid_field import (GridSkinningField, evaluate_field, grid_error_report, pilot_sample,
@@ -754,8 +755,8 @@ def _gaussian_weights(field, x_norm: torch.Tensor, mode: str, seed: int = 0):
 # ------------------------------------------------------------------------------------------------ scene
 def scene_with_rows(rest: GaussianScene, rows: Dict[str, torch.Tensor]) -> GaussianScene:
     """``rest`` with the rows ``rows["index"]`` (M,) replaced by ``rows``' means (M, 3), quats (M, 4), log_scales
-    (M, 3) and, when present, sh_rest (M, K, 3) (the dict of :meth:`AnimatedScene.deformed_rows`); ``rest`` is not
-    changed."""
+    (M, 3) and, when present, sh_rest (M, K, 3) and normals (M, 3) (the ``nx ny nz`` extras) (the dict of
+    :meth:`AnimatedScene.deformed_rows`); ``rest`` is not changed."""
     idx = rows["index"]
     means, quats, log_scales = rest.means.clone(), rest.quats.clone(), rest.log_scales.clone()
     means[idx], quats[idx], log_scales[idx] = rows["means"], rows["quats"], rows["log_scales"]
@@ -763,7 +764,14 @@ def scene_with_rows(rest: GaussianScene, rows: Dict[str, torch.Tensor]) -> Gauss
     if "sh_rest" in rows:
         sh_rest = sh_rest.clone()
         sh_rest[idx] = rows["sh_rest"]
-    return replace(rest, means=means, quats=quats, log_scales=log_scales, sh_rest=sh_rest)
+    extra = rest.extra
+    if "normals" in rows:
+        extra = dict(extra)
+        for j, k in enumerate(("nx", "ny", "nz")):
+            col = torch.as_tensor(extra[k]).clone()
+            col[idx] = rows["normals"][:, j].to(col.dtype)
+            extra[k] = col
+    return replace(rest, means=means, quats=quats, log_scales=log_scales, sh_rest=sh_rest, extra=extra)
 
 
 class AnimatedScene:
@@ -1107,16 +1115,19 @@ class AnimatedScene:
         Returns a dict of fresh float32 tensors for the rows ``index`` (M,) int64 of the scene: ``means`` (M, 3)
         scene units, ``quats`` (M, 4) unit wxyz and ``log_scales`` (M, 3) from the SVD of F L (det U = +1), and
         ``sh_rest`` (M, K, 3) rotated per Gaussian by R_F (degree <= 3; degree 4 keeps bands 1-3 rotated and
-        zeroes band 4). Opacities and the DC colour never change. Static rows are those of
-        :meth:`export_rest_scene`.
+        zeroes band 4), and, when the scene has normals (a file's non-zero ``nx ny nz``), ``normals`` (M, 3) turned
+        by R_F. Opacities and the DC colour never change. Static rows are those of :meth:`export_rest_scene`.
         """
         d = self._deform()
         rest = self._moving_export_rest()
         q, ls = d.export_quats_scales()
         out = {"index": self._idx, "means": d.means.clone(), "quats": q, "log_scales": ls}
         K = rest["num_sh_rest"]
+        R = d.view_rotations() if K > 0 or rest["normals"] is not None else None  # [M, 3, 3]
+        if rest["normals"] is not None:
+            out["normals"] = torch.einsum("mab,mb->ma", R, rest["normals"])
         if K > 0:
-            rot = rotate_sh(rest["sh"], d.view_rotations())  # [M, 1 + k3, 3]
+            rot = rotate_sh(rest["sh"], R)  # [M, 1 + k3, 3]
             sh = torch.zeros(self._idx.numel(), K, 3)
             sh[:, :rot.shape[1] - 1] = rot[:, 1:]
             out["sh_rest"] = sh
@@ -1125,6 +1136,8 @@ class AnimatedScene:
             out["means"][bad] = rest["means"]
             out["quats"][bad] = rest["quats"]
             out["log_scales"][bad] = rest["log_scales"]
+            if "normals" in out:
+                out["normals"][bad] = rest["normals"][bad]
         return out
 
     def _moving_export_rest(self) -> Dict:
@@ -1135,7 +1148,9 @@ class AnimatedScene:
         if getattr(self, "_moving_rest", None) is None:
             sc = self.export_rest_scene()
             K = sc.sh_rest.shape[1]
-            rest: Dict = {"num_sh_rest": K, "bad": None}
+            nrm = split_normals(sc.extra)[0]
+            rest: Dict = {"num_sh_rest": K, "bad": None, "normals": None if nrm is None else torch.stack(
+                [torch.as_tensor(nrm[k]).float()[self._idx] for k in ("nx", "ny", "nz")], 1)}  # [M, 3]
             if K > 0:
                 rest["sh"] = torch.cat([sc.sh_dc[self._idx][:, None], sc.sh_rest[self._idx, :min(K, 15)]], dim=1)
             bad = self._invalid_rows()[self._idx]

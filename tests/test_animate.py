@@ -102,6 +102,19 @@ def test_bad_options_exit_2(splat_file, tmp_path, capsys, extra, message):
     assert message in capsys.readouterr().err
 
 
+def test_an_export_folder_named_like_a_file_is_refused(splat_file, tmp_path, capsys):
+    """`--export out/seq.ply` made a folder named 'seq.ply' full of frames without a word; a name with a scene or
+    image file's extension is refused before any work (nothing is made), unless such a folder already exists."""
+    src = splat_file("spot_mesh2splat_10k.splat")
+    for option, name in (("--export", "seq.ply"), ("--export", "anim.usdc"), ("--png", "frames.png")):
+        assert _run(["animate", src, "--headless", "--frames", 1, *FAST, option, tmp_path / name]) == 2
+        assert "takes a folder" in capsys.readouterr().err and not (tmp_path / name).exists()
+    (tmp_path / "old.ply").mkdir()  # an existing folder of that name is the user's choice
+    assert _run(["animate", src, "--headless", "--frames", 1, *FAST, "--cubature", 32,
+                 "--export", tmp_path / "old.ply"]) == 0
+    assert (tmp_path / "old.ply" / "frame0001.ply").is_file()
+
+
 def test_up_as_a_vector_and_material_warnings(splat_file, tmp_path, capsys):
     """--up takes 'ux,uy,uz' as the unsure note says (normalised: spot is -y up); a material whose E is far from
     the default (plastic, 2 GPa) warns about nothing the user did not pass, an explicit --E 2e9 does."""

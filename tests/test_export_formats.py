@@ -685,3 +685,37 @@ def test_info_shows_the_extent_of_a_box_far_from_the_origin_and_convert_bounds_i
             < 0.01 * float(ext.max()), out
     assert main(["convert", str(capture), str(tmp_path / "o.glb"), "--meters-per-unit", "1e-40"]) == 2
     assert "--meters-per-unit must be a finite number in [1e-09, 1e+09] m" in capsys.readouterr().err
+
+
+def test_a_files_normals_are_kept_and_turn_with_the_moving_gaussians(capture, tmp_path):
+    """A PLY with real normals (nx ny nz: here each Gaussian's shortest axis, as some trainers write them): they
+    were written back as zeros by every frame and by convert. Now frame 1 keeps them, static rows keep them bit for
+    bit, moving rows' normals stay unit and turn with their Gaussians (each stays along its Gaussian's shortest
+    axis), and convert keeps them; a file whose normals are all zero gains no extra properties."""
+    from physskin_gs.deform import rest_covariances
+
+    scene = load_scene(capture)
+    assert "nx" not in scene.extra  # the INRIA writer's zero normals are not carried as data
+    cov = rest_covariances(scene.quats, scene.log_scales).double()
+    shortest = torch.linalg.eigh(cov)[1][:, :, 0].float()  # [N, 3]
+    for j, k in enumerate(("nx", "ny", "nz")):
+        scene.extra[k] = shortest[:, j].contiguous()
+    src = tmp_path / "normals.ply"
+    save_scene(scene, src)
+    back = load_scene(src)
+    assert list(back.extra) == ["nx", "ny", "nz"] and torch.equal(back.extra["nz"], shortest[:, 2])
+    assert _headless(src, tmp_path / "out", "ply", frames=12) == 0
+    first = load_scene(tmp_path / "out" / "frame0001.ply")
+    n0 = torch.stack([first.extra[k] for k in ("nx", "ny", "nz")], 1)
+    assert float((n0 - shortest).abs().max()) < 1e-5
+    last = load_scene(tmp_path / "out" / "frame0012.ply")
+    n1 = torch.stack([last.extra[k] for k in ("nx", "ny", "nz")], 1)
+    moved = (last.means - first.means).norm(dim=1) > 1e-6
+    assert int(moved.sum()) > 1000 and torch.equal(n1[~moved], shortest[~moved])
+    assert float((n1[moved].norm(dim=1) - 1).abs().max()) < 1e-5
+    axis = torch.linalg.eigh(rest_covariances(last.quats, last.log_scales).double())[1][:, :, 0].float()
+    cos = (axis[moved] * n1[moved]).sum(1).abs()
+    flat = (last.log_scales[moved].sort(1).values[:, 1] - last.log_scales[moved].min(1).values) > 0.5
+    assert float(cos[flat].median()) > 0.999  # along the shortest axis where one is clear
+    assert main(["convert", str(src), str(tmp_path / "conv.ply")]) == 0
+    assert torch.equal(load_scene(tmp_path / "conv.ply").extra["ny"], shortest[:, 1])

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -413,3 +415,23 @@ def test_an_empty_scene_writes_a_header_only_ply(tmp_path):
     assert names[:3] == ["x", "y", "z"] and "f_rest_44" in names and "rot_3" in names
     with pytest.raises(SceneFormatError, match="no Gaussians"):
         load_scene(path)
+
+
+def test_double_positions_that_float32_moves_are_said(lego_vertex, tmp_path):
+    """x / y / z stored as double 1e5 units out (a georeferenced capture): float32 moves them by up to 0.004
+    units, which was silent; now a warning gives the error against the extent. The same file near the origin, or
+    with float positions, warns nothing."""
+    names = list(lego_vertex.dtype.names)
+    for shift, warned in ((1.0e5, True), (0.0, False)):
+        arr = np.empty(len(lego_vertex), dtype=[(nm, "<f8" if nm in ("x", "y", "z") else "<f4") for nm in names])
+        for nm in names:
+            arr[nm] = lego_vertex[nm]
+        arr["x"] = lego_vertex["x"].astype(np.float64) + shift
+        with warnings.catch_warnings(record=True) as got:
+            warnings.simplefilter("always")
+            s = load_scene(_write(arr, tmp_path / f"double_{int(shift)}.ply"))
+        said = [str(w.message) for w in got if "stored as double" in str(w.message)]
+        assert bool(said) == warned, said
+        if warned:
+            err = float(np.abs(arr["x"] - s.means[:, 0].double().numpy()).max())
+            assert 1e-3 < err < 1e-2 and f"{err:.3g}" in said[0]

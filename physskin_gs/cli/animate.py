@@ -812,6 +812,10 @@ def _existing_frames(folder: Path, pattern) -> List[Path]:
     return sorted(p for p in folder.iterdir() if pattern.match(p.name))
 
 
+#: output names that look like a file rather than a folder (refused for --export / --png unless such a folder exists)
+_FILE_LIKE = (".ply", ".splat", ".usd", ".usda", ".usdc", ".usdz", ".glb", ".gltf", ".mp4", ".png", ".json", ".obj")
+
+
 def _export_name(name: str) -> bool:
     """A name an export writes or replaces in its folder: frames, the USD file, the row order, sequence.json."""
     return bool(_SEQUENCE_FILE.match(name)) or name == "sequence.json"
@@ -845,6 +849,12 @@ def check_outputs(args, src: str) -> None:
     refuse_inputs(outputs, inputs)
     if args.video and not str(args.video).lower().endswith((".mp4", ".mov", ".mkv", ".webm", ".gif")):
         raise OptionError(f"--video {args.video}: use a .mp4 (or .mov/.mkv/.webm/.gif) file name")
+    for option, folder in (("--export", args.export), ("--png", args.png)):
+        # a folder named like a scene file (`--export out/seq.ply` made a folder 'seq.ply' of frames)
+        if folder and not Path(folder).is_dir() and str(folder).lower().endswith(_FILE_LIKE):
+            raise OptionError(f"{option} {folder}: {option} takes a folder (frames are written into it as "
+                              f"{'frame0001.ply ...' if option == '--export' else 'frame0001.png ...'}), and this "
+                              f"name looks like a file's; give a folder such as {Path(folder).with_suffix('')}")
 
     def refuse_other_runs() -> None:
         for option, folder, pattern in (("--export", args.export, _SEQUENCE_FILE), ("--png", args.png, _PNG_FILE)):

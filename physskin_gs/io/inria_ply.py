@@ -178,6 +178,24 @@ def _columns(rec: np.ndarray, names: List[str], mat: Optional[np.ndarray] = None
     return out
 
 
+def _warn_double_positions(path: str, rec: np.ndarray, means: np.ndarray) -> None:
+    """Warn when x / y / z are stored as double and float32 (what the Gaussians are computed and written in) moves
+    them by more than 1e-6 of the scene's extent (a georeferenced capture: a 1 mm splat 1e5 m out moves 4-8 mm)."""
+    kinds = [rec.dtype[nm] for nm in ("x", "y", "z")]
+    if not any(k == np.float64 for k in kinds):
+        return
+    exact = np.stack([np.asarray(rec[nm], dtype=np.float64) for nm in ("x", "y", "z")], 1)  # [N, 3]
+    ok = np.isfinite(exact).all(1)
+    if not ok.any():
+        return
+    err = float(np.abs(exact[ok] - means[ok].astype(np.float64)).max())
+    extent = float(np.ptp(exact[ok], axis=0).max())
+    if err > 1e-6 * max(extent, 1e-30):
+        warn(f"{path}: x / y / z are stored as double; physskin_gs reads and writes them as float32, which moves "
+             f"them by up to {err:.3g} units ({err / max(extent, 1e-30):.2g} of the scene's {extent:.3g}-unit "
+             "extent). Shift the capture near the origin first to keep its precision")
+
+
 def load_inria_ply(
     path: str, quat_order: str = "wxyz", header: Optional[PlyHeader] = None, *, fast: bool = True
 ) -> GaussianScene:
@@ -216,6 +234,7 @@ def load_inria_ply(
 
     mat = _as_matrix(rec) if fast else None
     means = _columns(rec, ["x", "y", "z"], mat)
+    _warn_double_positions(path, rec, means)
     sh_dc = _columns(rec, ["f_dc_0", "f_dc_1", "f_dc_2"], mat)
     k = len(rest) // 3
     # channel-major: field c*K + k holds channel c, coefficient k; gather in (k, c) order -> [N, K, 3]
@@ -229,6 +248,11 @@ def load_inria_ply(
 
     known = set(_all_required(names)) | set(NORMALS)
     extra: Dict[str, torch.Tensor] = {}
+    if all(nm in names for nm in NORMALS):  # real normals (some trainers write them) are kept; zeros are not
+        nrm = _columns(rec, list(NORMALS), mat)  # [N, 3]
+        if np.any(nrm[np.isfinite(nrm)] != 0):
+            for j, nm in enumerate(NORMALS):
+                extra[nm] = torch.from_numpy(np.ascontiguousarray(nrm[:, j]))
     skipped = []
     for p in vertex.properties:
         if p.name in known:
@@ -271,18 +295,29 @@ def inria_property_names(sh_degree: int, extra_names=()) -> List[str]:
     )
 
 
-def scene_to_inria_array(scene: GaussianScene) -> Tuple[List[str], np.ndarray]:
-    """(names, (N, P) float32 array) of the INRIA record layout for ``scene``; normals are zeros.
+def split_normals(extra: Dict) -> Tuple[Optional[Dict], Dict]:
+    """({"nx", "ny", "nz"} columns or None, the other extras) of a scene's ``extra``: a file's non-zero normals
+    travel as those three extras and are written in the INRIA layout's own ``nx ny nz`` columns."""
+    if all(nm in extra for nm in NORMALS):
+        return {nm: extra[nm] for nm in NORMALS}, {k: v for k, v in extra.items() if k not in NORMALS}
+    return None, dict(extra)
 
-    P = 17 + 3K + len(scene.extra) with names from :func:`inria_property_names`; values are the raw ones.
+
+def scene_to_inria_array(scene: GaussianScene) -> Tuple[List[str], np.ndarray]:
+    """(names, (N, P) float32 array) of the INRIA record layout for ``scene``; normals are the scene's
+    ``nx ny nz`` extras (a file's non-zero normals, :func:`split_normals`), else zeros.
+
+    P = 17 + 3K + (the number of other extras) with names from :func:`inria_property_names`; values are the raw
+    ones.
 
     Raises:
         SceneFormatError: ``scene.extra`` names clash with INRIA names, or K is not (d+1)^2 - 1.
     """
     n = scene.num_gaussians
     k = scene.sh_rest.shape[1]
-    names = inria_property_names(scene.sh_degree, scene.extra.keys())
-    clash = set(scene.extra) & set(names[: len(names) - len(scene.extra)])
+    normals, others = split_normals(scene.extra)
+    names = inria_property_names(scene.sh_degree, others.keys())
+    clash = set(others) & set(names[: len(names) - len(others)])
     if clash:
         raise SceneFormatError(f"extra property names clash with INRIA properties: {sorted(clash)}")
     if (scene.sh_degree + 1) ** 2 - 1 != k:
@@ -290,13 +325,16 @@ def scene_to_inria_array(scene: GaussianScene) -> Tuple[List[str], np.ndarray]:
     arr = np.empty((n, len(names)), dtype=np.float32)
     arr[:, 0:3] = as_float32(scene.means)
     arr[:, 3:6] = 0.0
+    if normals is not None:
+        for j, nm in enumerate(NORMALS):
+            arr[:, 3 + j] = as_float32(normals[nm]).reshape(n)
     arr[:, 6:9] = as_float32(scene.sh_dc)
     c = 9 + 3 * k
     arr[:, 9:c] = as_float32(scene.sh_rest).transpose(0, 2, 1).reshape(n, 3 * k)  # [N, K, 3] -> channel-major [N, 3K]
     arr[:, c] = as_float32(scene.opacity_logits)
     arr[:, c + 1:c + 4] = as_float32(scene.log_scales)
     arr[:, c + 4:c + 8] = as_float32(scene.quats)
-    for j, v in enumerate(scene.extra.values()):
+    for j, v in enumerate(others.values()):
         arr[:, c + 8 + j] = as_float32(v).reshape(n)
     return names, arr
 
@@ -321,8 +359,8 @@ def save_inria_ply(scene: GaussianScene, path, *, overwrite_source: bool = False
     """Write ``scene`` as a binary little-endian float32 INRIA 3DGS PLY with raw values.
 
     Layout: x y z nx ny nz f_dc_0..2 f_rest_* (channel-major) opacity scale_0..2 rot_0..3, then
-    ``scene.extra`` in insertion order (integer extras keep their PLY type, float ones are float); normals are
-    written as zeros. The file is written to a temporary file in the same directory, its size is checked, and it is
+    ``scene.extra`` in insertion order (integer extras keep their PLY type, float ones are float); normals are the
+    scene's ``nx ny nz`` extras when it has them (a file's non-zero normals), else zeros. The file is written to a temporary file in the same directory, its size is checked, and it is
     renamed into place (atomic on POSIX).
 
     Args:
@@ -354,15 +392,16 @@ def inria_ply_body(scene: GaussianScene) -> Tuple[bytes, np.ndarray]:
     ``header + body.tobytes()`` gives the file. Raises SceneFormatError like :func:`scene_to_inria_array`.
     """
     names, arr = scene_to_inria_array(scene)
-    types = ["f4"] * (len(names) - len(scene.extra)) + [_extra_type(v) for v in scene.extra.values()]
+    others = split_normals(scene.extra)[1]
+    types = ["f4"] * (len(names) - len(others)) + [_extra_type(v) for v in others.values()]
     if all(t == "f4" for t in types):
         body = np.ascontiguousarray(arr.astype("<f4", copy=False))
     else:  # integer extras keep their type: one structured record
         body = np.empty(arr.shape[0], dtype=[(nm, "<" + t) for nm, t in zip(names, types)])
-        core = len(names) - len(scene.extra)
+        core = len(names) - len(others)
         for j, nm in enumerate(names[:core]):
             body[nm] = arr[:, j]
-        for nm, v, t in zip(names[core:], scene.extra.values(), types[core:]):
+        for nm, v, t in zip(names[core:], others.values(), types[core:]):
             vals = v.detach().cpu().numpy() if isinstance(v, torch.Tensor) else np.asarray(v)
             body[nm] = vals.reshape(-1).astype(t)
     head = ["ply", "format binary_little_endian 1.0"]

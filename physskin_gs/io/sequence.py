@@ -96,9 +96,12 @@ class _PlyFrames:
 
     def scatter(self, buf: np.ndarray, idx: np.ndarray, rows: Dict[str, np.ndarray]) -> None:
         """Overwrite the columns of the moving rows ``idx`` (M,) in ``buf`` (the (N, P) float32 or structured PLY
-        body) with ``rows``: means (M, 3), log_scales (M, 3), quats (M, 4), sh_rest (M, K, 3) as channel-major."""
+        body) with ``rows``: means (M, 3), log_scales (M, 3), quats (M, 4), sh_rest (M, K, 3) as channel-major and,
+        when present, normals (M, 3)."""
         c, K = self.c, self.K
         groups = [(0, rows["means"]), (c + 1, rows["log_scales"]), (c + 4, rows["quats"])]
+        if "normals" in rows:  # a file's normals (nx ny nz), turned with the Gaussians
+            groups.append((3, rows["normals"]))
         if K and "sh_rest" in rows:
             groups.append((9, rows["sh_rest"].transpose(0, 2, 1).reshape(-1, 3 * K)))  # [M, K, 3] -> [M, 3K]
         for col, v in groups:
@@ -252,7 +255,8 @@ class SequenceExporter:
                 a bad one fails in the writer thread and is raised as OutputError later).
             rows: the moving rows in the order of ``index`` (torch tensors on any device, or arrays): ``means``
                 (M, 3) scene units, ``quats`` (M, 4) wxyz, ``log_scales`` (M, 3) and, with SH, ``sh_rest``
-                (M, K, 3); other keys (``index``) are ignored. PLY formats copy the rows into a frame buffer
+                (M, K, 3); with the scene's normals, ``normals`` (M, 3) (INRIA PLY frames write them; the other
+                formats have no normals); other keys (``index``) are ignored. PLY formats copy the rows into a frame buffer
                 before returning, so the caller may reuse its tensors. ``usd`` hands CPU float32 tensors and
                 arrays to the writer thread without a copy (others are converted, i.e. copied): do not modify them
                 in place until :meth:`close` (fresh tensors per frame, as ``deformed_rows`` gives, are safe).
@@ -264,7 +268,8 @@ class SequenceExporter:
         self._raise_if_failed()
         if self._closed:
             raise OutputError("the sequence exporter is closed")
-        data = {k: as_float32(v) for k, v in rows.items() if k in ("means", "quats", "log_scales", "sh_rest")}
+        keep = ("means", "quats", "log_scales", "sh_rest") + (("normals",) if self.format == "ply" else ())
+        data = {k: as_float32(v) for k, v in rows.items() if k in keep}
         m = self.index.size
         for k, v in data.items():
             if v.shape[0] != m:
