@@ -61,6 +61,17 @@ def functions(name: str, source: str, signatures: Dict[str, Tuple[str, ...]]):
     return _BOUND[name]
 
 
+def user_cache(name: str) -> Path:
+    """The per-user cache folder ``name`` (training shapes, eigen targets): ``$PHYSSKIN_CACHE_DIR/name``, else
+    ``$XDG_CACHE_HOME/physskin_gs/name``, else ``~/.cache/physskin_gs/name``; never the working folder (train
+    wrote ``./.cache/shapes`` wherever it was started)."""
+    env = os.environ.get("PHYSSKIN_CACHE_DIR")
+    if env:
+        return Path(env) / name
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "physskin_gs" / name
+
+
 def cache_dir() -> Path:
     """Folder for compiled kernels (see the module docstring)."""
     env = os.environ.get("PHYSSKIN_CACHE_DIR")

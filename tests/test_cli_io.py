@@ -149,3 +149,34 @@ def test_convert_names_extra_properties_a_format_cannot_keep(capsys, tmp_path):
     assert torch.equal(load_scene(tmp_path / "same.ply").extra["semantic"], load_scene(src).extra["semantic"])
     assert main(["convert", str(src), str(tmp_path / "c.compressed.ply")]) == 0
     assert "1 extra per-Gaussian property (semantic) not written" in capsys.readouterr().err
+
+
+def test_option_names_are_whole_and_unknown_ones_get_the_subcommands_usage(capsys):
+    """`animate --frame 10` was taken as `--frames 10` (argparse abbreviations; `--frame` is another option of
+    render and convert), and a mistyped option was said with the top-level usage line: now both are refused with
+    the subcommand's own usage."""
+    from pathlib import Path
+
+    splat = str(Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat")
+    for words, unknown in ((["animate", splat, "--headless", "--frame", "3"], "--frame 3"),
+                           (["animate", splat, "--materal", "rubber"], "--materal rubber"),
+                           (["info", splat, "--jso"], "--jso")):
+        with pytest.raises(SystemExit) as e:
+            main(words)
+        assert e.value.code == 2
+        err = capsys.readouterr().err
+        assert f"physskin-gs {words[0]}: error: unrecognized arguments: {unknown}" in err, err
+        assert err.startswith(f"usage: physskin-gs {words[0]} "), err
+
+
+def test_output_piped_into_a_reader_that_stops_early_ends_without_a_traceback():
+    """`physskin-gs info X | head -2`: the closed pipe raised BrokenPipeError with a traceback."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    splat = str(Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat")
+    code = ("import sys, os; from physskin_gs.cli import main; r, w = os.pipe(); os.close(r); os.dup2(w, 1); "
+            f"sys.exit(main(['info', {splat!r}]))")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr

@@ -301,6 +301,19 @@ def test_an_obj_whose_material_file_is_missing_has_no_colour(tmp_path):
     assert load_mesh(path).colours is None
 
 
+def test_an_obj_with_texture_coordinates_and_no_material_library_has_no_colour(tmp_path):
+    """An OBJ with ``vt`` lines and no ``mtllib`` (the shared Spot mesh) got trimesh's default grey material, 0.39:
+    the cow rendered near-black and its exported frames carried grey vertex colours. It has no colour now (the
+    clay); an OBJ with ``v x y z r g b`` colours and no ``vt`` keeps them."""
+    path = tmp_path / "uv.obj"
+    path.write_text("v 0 0 0\nv 1 0 0\nv 0 1 0\nvt 0 0\nvt 1 0\nvt 0 1\nf 1/1 2/2 3/3\n")
+    assert load_mesh(path).colours is None
+    coloured = tmp_path / "rgb.obj"
+    coloured.write_text("v 0 0 0 1 0 0\nv 1 0 0 1 0 0\nv 0 1 0 1 0 0\nf 1 2 3\n")
+    c = load_mesh(coloured).colours
+    assert c is not None and np.allclose(c.at(np.array([0]), np.array([[1 / 3, 1 / 3, 1 / 3]])), [[1.0, 0.0, 0.0]])
+
+
 def test_a_ply_with_texture_coordinates_but_no_texture_has_no_colour(tmp_path):
     """A PLY with UVs and no ``comment TextureFile`` (or one naming a missing image) gets trimesh's stand-in grey
     image: no colour (the clay); with the named image beside it, the texture's colour is read."""

@@ -217,3 +217,20 @@ def test_a_held_out_shape_named_for_training_says_how_to_include_it(tmp_path, ca
     assert main(["skin", str(spot), "-o", str(tmp_path / "w.npz"), "--skinning", "network",
                  "--checkpoint", str(run)]) == 2
     assert f"is a folder; give the checkpoint file in it ({run / 'model.safetensors'})" in capsys.readouterr().err
+
+
+def test_train_caches_its_shapes_in_the_user_cache_not_the_working_folder(tmp_path, monkeypatch, capsys):
+    """`train --data MESH` wrote ./.cache/shapes wherever it was started ("files go where you name them"); the
+    sampled shapes now go to the user cache ($PHYSSKIN_CACHE_DIR/shapes here), and the working folder stays empty."""
+    from pathlib import Path
+
+    mesh = Path(__file__).resolve().parent / "data" / "robosuite_lemon.stl"
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    monkeypatch.setenv("PHYSSKIN_CACHE_DIR", str(tmp_path / "cache"))
+    tiny = [a for a in TINY if a != "--synthetic"]
+    assert main(["train", "--out", str(tmp_path / "run"), "--steps", "1", "--data", str(mesh), "--procedural", "0",
+                 "--include-held-out", *tiny]) == 0
+    assert list(work.iterdir()) == []
+    assert list((tmp_path / "cache" / "shapes").glob("*.safetensors"))

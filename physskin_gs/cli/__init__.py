@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 import warnings
@@ -32,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="physskin-gs",
         description="Physics-based animation of 3D Gaussian Splatting scenes with PhysSkin neural skinning fields.",
+        allow_abbrev=False,
     )
     from physskin_gs import __version__
 
@@ -40,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name in COMMANDS:
         importlib.import_module(f"physskin_gs.cli.{name}").register(sub)
+    for p in sub.choices.values():  # whole option names only: `animate --frame 10` was taken as --frames 10 (and
+        p.allow_abbrev = False  # `--frame` is another option of render and convert)
+    parser.set_defaults(_subparsers=sub.choices)
     return parser
 
 
@@ -108,11 +113,18 @@ def main(argv: Optional[List[str]] = None) -> int:
             parser = build_parser()
             words = join_negative_values(list(sys.argv[1:] if argv is None else argv))
             refuse_empty_values(words)
-            args = parser.parse_args(words)
+            args, unknown = parser.parse_known_args(words)
+            if unknown:  # said with the subcommand's own usage line, not the top-level one
+                sub = getattr(args, "_subparsers", {}).get(getattr(args, "command", None))
+                (sub or parser).error(f"unrecognized arguments: {' '.join(unknown)}")
             code = args.func(args)
             interrupts.check()  # an interrupt that something swallowed on the way
         except KeyboardInterrupt:
             raise
+        except BrokenPipeError:  # stdout closed early (`physskin-gs info x.ply | head`): end quietly, as cat does
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())  # (Python's own flush at exit would raise again)
+            return 1
         except (PhysSkinError, FileNotFoundError, IsADirectoryError, PermissionError) as exc:
             interrupts.check()  # an error caused by the interrupt (a child process killed by the same signal)
             msg = str(exc)

@@ -483,8 +483,10 @@ def stand_lines(stand: Optional[dict], material_name: Optional[str]) -> List[str
     why = (f"as far as the raise goes ({STAND_MAX_FACTOR:g}x): its own weight still bends it "
            f"{stand['sag_after']:.1%} of its height, not {STAND_SAG:.0%}" if capped else
            f"so that its own weight bends it {stand['sag_after']:.1%} of its height")
+    before = stand["sag_before"]  # two decimals near the 1 % target (a raise from "1.0%" read as a contradiction)
+    before_s = f"{before:.2%}" if before < 3 * STAND_SAG else f"{before:.1%}"
     lines = [f"material {material_name or 'soft'}: E {stand['E_from']:g} -> {stand['E_to']:g} Pa, {why} "
-             f"({stand['sag_before']:.1%} at {stand['E_from']:g} Pa{who}; a linear estimate with its base held: a "
+             f"({before_s} at {stand['E_from']:g} Pa{who}; a linear estimate with its base held: a "
              "top-heavy object on a small base can still lean over in a long run); --material or --E sets the "
              "stiffness yourself"]
     if stand["sag_after"] > 10.0 * STAND_SAG:  # the raise hit its cap far from standing: not one object

@@ -74,12 +74,12 @@ def register(sub) -> None:
                    help="output format (default auto: from the output's name)")
     p.add_argument("--up", default="auto",
                    help="the scene's up axis for .glb (turned to +Y), .usd (the stage's up axis) and .ply (recorded in "
-                        "the header): auto (default: "
-                        "the support plane's normal, else the axis it stands on most stably or the format's "
-                        "convention, as animate and render), y, -y, z, -z, x, -x or 'ux,uy,uz'")
+                        "the header): auto (default: an up the input records (our exports, glTF, USD stages) as "
+                        "it is, else the support plane's normal, else the axis it stands on most stably or the "
+                        "format's convention, as animate and render), y, -y, z, -z, x, -x or 'ux,uy,uz'")
     p.add_argument("--meters-per-unit", dest="meters_per_unit", type=float,
                    help="metres per scene unit for .glb (scaled into metres) and .usd (metersPerUnit); default: "
-                        "scene units are written as they are")
+                        "an OpenUSD input's stage metersPerUnit, else 1 (scene units written as metres)")
     p.add_argument("--drop-invalid", action="store_true",
                    help="remove Gaussians with NaN/Inf values and report how many (zero-norm quaternions are the "
                         "identity rotation and are kept)")

@@ -14,6 +14,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Optional
 
 from physskin_gs.cli._common import remember_defaults
 from physskin_gs.cli._skinning import shared_data_dir
@@ -95,7 +96,7 @@ def register(sub) -> None:
     p.add_argument("--w-pot", type=float, default=1.0, help="potential-energy weight (--combine sum; 0 drops the loss)")
     p.add_argument("--w-sub", type=float, default=0.0,
                    help="weight of the subspace loss toward each training shape's eigen basis (0 = off); the "
-                        "target is computed once per shape (cached under .cache/targets) and augmentation is then "
+                        "target is computed once per shape (cached under the user cache, ~/.cache/physskin_gs/targets or $PHYSSKIN_CACHE_DIR/targets) and augmentation is then "
                         "rotation only")
     p.add_argument("--c-sub", type=float, default=1.0, help="ConFIG cosine weight of the subspace loss")
     p.add_argument("--no-augment", action="store_true")
@@ -180,7 +181,7 @@ def load_sample_dir(folder, exclude=()):
     return shapes
 
 
-def attach_eigen_target(shape, num_handles: int, cache_dir: str = ".cache/targets", log=print):
+def attach_eigen_target(shape, num_handles: int, cache_dir: Optional[str] = None, log=print):
     """The shape with ``target`` = its eigen skinning basis (V, m+1) at its volume points (the label-free subspace
     target of ``--w-sub``), computed with :func:`physskin_gs.model.eigen.build_eigen_field` and cached on disk by
     a hash of the points (safetensors). ``shape.volume`` (V, 3) float32 on the CPU, normalised frame; the target
@@ -195,6 +196,10 @@ def attach_eigen_target(shape, num_handles: int, cache_dir: str = ".cache/target
     vol = shape.volume.float().contiguous()
     # the tag names the eigen build (cell nodes, clusters kept whole), so targets of earlier builds are not reused
     key = hashlib.sha1(vol.numpy().tobytes() + str(num_handles).encode() + b"eigen-cells-v2").hexdigest()[:16]
+    if cache_dir is None:
+        from physskin_gs._native import user_cache
+
+        cache_dir = user_cache("targets")
     path = Path(cache_dir) / f"eigen_{key}.safetensors"
     if path.is_file():
         try:

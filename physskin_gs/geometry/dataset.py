@@ -343,7 +343,7 @@ class ShapeDataset:
     def build(
         cls,
         paths: Iterable[Union[str, Path]],
-        cache_dir: Union[str, Path] = ".cache/shapes",
+        cache_dir: Union[str, Path, None] = None,
         num_procedural: int = 64,
         seed: int = 0,
         *,
@@ -360,10 +360,15 @@ class ShapeDataset:
         :func:`sample_from_splat`, meshes through :func:`sample_from_mesh`. A file that fails (unreadable,
         degenerate) is skipped and recorded in ``dataset.skipped`` as (path, reason) with a warning. Cache
         files are ``<cache_dir>/<name>-<key>.safetensors``; the key covers the file name, size, mtime, the
-        sampling parameters and :data:`CACHE_VERSION`.
+        sampling parameters and :data:`CACHE_VERSION`; ``cache_dir`` None: the user cache
+        (:func:`physskin_gs._native.user_cache` ``("shapes")``).
         """
         from physskin_gs.errors import PhysSkinError
 
+        if cache_dir is None:
+            from physskin_gs._native import user_cache
+
+            cache_dir = user_cache("shapes")
         cache = Path(cache_dir)
         samples: List[ShapeSample] = []
         skipped: List[Tuple[str, str]] = []

@@ -718,7 +718,7 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
     unsure = rival is not None and not agrees
     if unsure:
         ang = float(np.degrees(np.arccos(np.clip(rival.normal @ best.normal, -1, 1))))
-        reason += f"; unsure: another plane {ang:.0f} degrees off scores {score(rival) / score(top):.0%} as much"
+        reason += f"; ambiguous: another plane {ang:.0f} degrees off scores {score(rival) / score(top):.0%} as much"
     if unsure and prior is not None:  # two planes carry as much and neither is the file's convention: keep that
         return None, reason + "; using the file's up-axis convention instead", True, examined
     if reach < min_wide and not agrees:

@@ -333,7 +333,9 @@ def load_mesh(path: str, *, weld: bool = True) -> Mesh:
         raise SceneFormatError(f"{path}: mesh has {vertices.shape[0]} vertices but no faces (a point cloud, not a "
                                "triangle mesh)")
 
-    stand_in = (ext == ".obj" and _missing_mtl(path)) or (
+    # an OBJ with texture coordinates but no material library at all gets trimesh's default grey material too
+    stand_in = (ext == ".obj" and (_missing_mtl(path) or (
+        getattr(loaded.visual, "kind", None) == "texture" and not _names_mtl(path)))) or (
         ext == ".ply" and getattr(loaded.visual, "kind", None) == "texture" and _missing_ply_texture(path))
     colours = None if stand_in else _colours_of(loaded)  # (trimesh's stand-in grey)
     return _finish(path, vertices, faces, weld, colours)
@@ -354,6 +356,15 @@ def _missing_ply_texture(path: str) -> bool:
             if name and os.path.isfile(os.path.join(folder, name)):
                 return False
     return True
+
+
+def _names_mtl(path: str) -> bool:
+    """True when an OBJ has a ``mtllib`` line (whether or not the library is there). Raises nothing."""
+    try:
+        with open(path, "rb") as f:
+            return any(line.startswith(b"mtllib") for line in f)
+    except OSError:
+        return False
 
 
 def _missing_mtl(path: str) -> bool:

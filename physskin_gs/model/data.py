@@ -68,7 +68,7 @@ def load_shapes(
     seed: int = 0,
     log=print,
     num_procedural: int = 0,
-    cache_dir: str = ".cache/shapes",
+    cache_dir: Optional[str] = None,
 ) -> List[TrainShape]:
     """Load training shapes from files or directories (meshes and splats), plus procedural shapes.
 
