@@ -601,12 +601,52 @@ def count_invalid_rows(facts: Dict, analysis, invalid: np.ndarray, moving: np.nd
     facts["moving_transparent"] = int((analysis.transparent_in_object & ~inv).sum())
 
 
+def region_materials(regions, E: float, density: float, norm, up, heights: Tuple[float, float]):
+    """``materials(points (k, 3) normalised frame) -> (E factor (k,), density factor (k,))`` of the per-region
+    materials ``regions`` (``(spec, material name or Material)`` pairs, later ones winning, as
+    :meth:`AnimatedScene.set_regions`) relative to the object's ``E`` (Pa) and ``density`` (kg/m^3), for the
+    skinning basis (:class:`physskin_gs.model.bases.SkinningOptions`); ``norm`` the normalisation, ``up`` (3,)
+    and ``heights`` (lowest, highest) of the object along up (scene units) for ``below:F`` / ``base``. None without
+    regions. Raises OptionError for a bad spec or material name."""
+    from physskin_gs.materials import Material, material
+
+    if not regions:
+        return None
+    parsed = []
+    for spec, mat in regions:
+        if not isinstance(mat, Material):
+            try:
+                mat = material(mat)
+            except KeyError as exc:
+                raise OptionError(f"--region {spec}={mat}: {exc.args[0]}") from None
+        parsed.append((parse_region(spec, "--region"), float(mat.E) / float(E), float(mat.density) / float(density)))
+    u = np.asarray(up, dtype=np.float64).reshape(3)
+    lo, hi = float(heights[0]), float(heights[1])
+
+    def materials(points: np.ndarray):
+        X = np.asarray(norm.to_world(np.asarray(points, dtype=np.float64)), dtype=np.float64)  # [k, 3] scene
+        e, d = np.ones(X.shape[0]), np.ones(X.shape[0])
+        for (kind, vals), fe, fd in parsed:
+            if kind == "below":
+                mask = X @ u <= lo + vals[0] * (hi - lo)
+            elif kind == "box":
+                mask = ((X >= vals[:3]) & (X <= vals[3:])).all(1)
+            else:  # sphere
+                mask = np.linalg.norm(X - np.asarray(vals[:3]), axis=1) <= vals[3]
+            e[mask], d[mask] = fe, fd
+        return e, d
+
+    return materials
+
+
 def _build_field(config: AnimationConfig, surface_norm: torch.Tensor, volume_norm: torch.Tensor,
-                 progress: ProgressFn, max_handles: Optional[int] = None, mesh_norm=None, bounds_norm=None):
+                 progress: ProgressFn, max_handles: Optional[int] = None, mesh_norm=None, bounds_norm=None,
+                 materials=None):
     """SkinningField in the normalised frame from the basis named by ``config.skinning``
     (:func:`physskin_gs.model.bases.build_skinning`), with at most ``max_handles`` learned handles (None: no
     bound); ``mesh_norm`` the input's surface mesh (vertices, faces) in the normalised frame, for ``tet``;
-    ``bounds_norm`` (lo (3,), hi (3,)) the object's box in the normalised frame, for the voxel meshes. Returns
+    ``bounds_norm`` (lo (3,), hi (3,)) the object's box in the normalised frame, for the voxel meshes;
+    ``materials`` the parts' materials (:func:`region_materials`), for ``modes``. Returns
     (field, source string, the :class:`~physskin_gs.model.bases.SkinningReducedWarning` of a
     reduced handle count or None)."""
     from physskin_gs.model.bases import (SkinningFallbackWarning, SkinningOptions, SkinningReducedWarning,
@@ -614,7 +654,7 @@ def _build_field(config: AnimationConfig, surface_norm: torch.Tensor, volume_nor
 
     opts = SkinningOptions(num_handles=config.num_handles, checkpoint=config.checkpoint,
                            fit_seconds=config.fit_seconds, seed=config.seed, max_handles=max_handles, mesh=mesh_norm,
-                           bounds=bounds_norm)
+                           bounds=bounds_norm, materials=materials)
     reduced = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", SkinningFallbackWarning)
@@ -1425,8 +1465,13 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
         mesh_norm = (norm.to_normalized(torch.from_numpy(np.asarray(mesh.vertices, np.float64))).numpy(),
                      np.asarray(mesh.faces))
     bounds_norm = tuple(norm.to_normalized(b).numpy() for b in (lo, hi))  # the object's box (its centres')
+    mats = None
+    if config.regions:  # parts of other materials: the basis is built for that body (region heights as the cubature's)
+        hts = pts.double() @ up.double()
+        mats = region_materials(config.regions, config.E, config.density, norm, up,
+                                (float(hts.min()), float(hts.max())))
     field, source, reduced = _build_field(config, surface_norm, volume_norm, progress, max_handles=num_usable - 1,
-                                          mesh_norm=mesh_norm, bounds_norm=bounds_norm)
+                                          mesh_norm=mesh_norm, bounds_norm=bounds_norm, materials=mats)
     lap("field_build")
     _report(progress, "choosing cubature points", 0.75)
     cells = voxel_cubature(field, norm, config.num_cubature)

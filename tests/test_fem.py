@@ -589,3 +589,29 @@ def test_elastic_mode_weights_do_not_depend_on_the_frame_or_a_pair_mixing():
         assert np.abs(resid).max() < 1e-8 * np.abs(B).max(), m
         assert 1 <= A.shape[1] <= m
     assert elastic_mode_weights(turned, m=2).shape[1] == 2  # the second field would split a pair: one kept
+
+
+def test_elastic_mode_weights_of_a_body_with_a_stiff_part_bend_its_soft_part():
+    """A bar whose left half is 1e4 times stiffer (``tet_stiffness``, a ``--region`` of wood in a rubber object):
+    its modes' fields vary five times less across the stiff half than across the soft one (so a stiff part no longer
+    locks the whole subspace: the one-material fields strained it as much as the soft half), and with one material
+    the fields vary across both halves alike. Density per node changes the modes too (a heavy soft half)."""
+    from physskin_gs.physics.fem import elastic_mode_weights, shape_gradients
+
+    tm = box_tetmesh((2.0, 0.5, 0.5), (16, 4, 4), origin=(-1.0, -0.25, -0.25))
+    g, vol = shape_gradients(tm)
+    cen = tm.nodes[tm.tets].mean(1)  # [T, 3]
+    left = cen[:, 0] < 0
+
+    def grad_ratio(W):  # mean |grad W| over the stiff half / over the soft half, all fields
+        G = np.einsum("tif,tid->tfd", W[tm.tets][:, :, :-1], g)  # [T, k, 3] (the constant column dropped)
+        n = np.linalg.norm(G, axis=2).mean(1)  # [T]
+        return float((n[left] * vol[left]).sum() / vol[left].sum() / ((n[~left] * vol[~left]).sum() / vol[~left].sum()))
+
+    one = elastic_mode_weights(tm, m=8, nu=0.45)
+    two = elastic_mode_weights(tm, m=8, nu=0.45, tet_stiffness=np.where(left, 1e4, 1.0))
+    assert one.shape == two.shape and np.allclose(two[:, -1], 1.0)
+    assert 0.5 < grad_ratio(one) < 2.0  # a homogeneous bar: both halves alike (mirror pairs)
+    assert grad_ratio(two) < 0.3 * grad_ratio(one)  # 0.21 against 1.0 (the stiff half's fields: near its rigid motions)
+    heavy = elastic_mode_weights(tm, m=8, nu=0.45, node_density=np.where(tm.nodes[:, 0] > 0, 50.0, 1.0))
+    assert not np.allclose(np.abs(heavy[:, :-1]), np.abs(one[:, :-1]), atol=1e-3)

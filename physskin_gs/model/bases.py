@@ -193,6 +193,10 @@ class SkinningOptions:
     #: (lo (3,), hi (3,)) normalised frame: the object's box (its moving centres'), which the voxel meshes of
     #: ``voxel`` and ``modes`` are fitted to (:func:`voxel_tetmesh_of_points`); None: the surface points' box
     bounds: Optional[Tuple[np.ndarray, np.ndarray]] = None
+    #: parts of other materials (``--region``): ``materials(points (k, 3) normalised frame)`` -> (Young's modulus
+    #: (k,), density (k,)) as multiples of the object's; the ``modes`` basis takes the modes of that body. None: one
+    #: material
+    materials: Optional[Callable[[np.ndarray], Tuple[np.ndarray, np.ndarray]]] = None
 
 
 class SkinningBasis:
@@ -519,10 +523,17 @@ class ModesBasis(SkinningBasis):
                                              _voxel_bounds(surface, options))
                 path = "voxel"
             m = min(m, tm.num_nodes - 3)
-            W = elastic_mode_weights(tm, m=m, nu=MODES_NU)
+            stiff = dens = None
+            if options.materials is not None:  # parts of other materials: the modes of that body
+                stiff = options.materials(tm.nodes[tm.tets].mean(1))[0]  # [T] at the tets' centroids
+                dens = options.materials(tm.nodes)[1]  # [n]
+                if np.allclose(stiff, 1.0) and np.allclose(dens, 1.0):
+                    stiff = dens = None
+            W = elastic_mode_weights(tm, m=m, nu=MODES_NU, tet_stiffness=stiff, node_density=dens)
         except ValueError as exc:  # too few points for a voxel mesh, or modes that hold no field
             raise OptionError(f"--skinning modes: {exc}") from None
-        return TetSkinningField(tm.nodes, tm.tets, W), f"modes ({path}, {tm.num_nodes} nodes)"
+        what = "" if stiff is None else ", of its parts' materials"
+        return TetSkinningField(tm.nodes, tm.tets, W), f"modes ({path}, {tm.num_nodes} nodes{what})"
 
 
 class AutoBasis(SkinningBasis):

@@ -72,8 +72,9 @@ def _assemble(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray, n: int) -> s
     return sp.coo_matrix((vals.ravel(), (rows.ravel(), cols.ravel())), shape=(n, n)).tocsr()
 
 
-def stiffness_matrix(tm: TetMesh, E: float, nu: float) -> sp.csr_matrix:
-    """(3n, 3n) csr P1 linear-elastic stiffness (isotropic, homogeneous), node-major DOFs.
+def stiffness_matrix(tm: TetMesh, E: float, nu: float, tet_scale: Optional[np.ndarray] = None) -> sp.csr_matrix:
+    """(3n, 3n) csr P1 linear-elastic stiffness (isotropic; homogeneous, or with ``tet_scale`` (T,) each tet's
+    Young's modulus as a multiple of E), node-major DOFs.
 
     Element block for nodes i, j and axes a, b: V (mu (delta_ab g_i.g_j + g_ib g_ja) + lam g_ia g_jb), the
     Hessian of V (mu eps:eps + lam/2 tr(eps)^2). Symmetrised exactly; rigid motions are in its null space.
@@ -88,7 +89,7 @@ def stiffness_matrix(tm: TetMesh, E: float, nu: float) -> sp.csr_matrix:
         gg = np.einsum("tid,tjd->tij", gs, gs)  # [t, 4, 4]
         ke = mu * gg[:, :, None, :, None] * eye[None, None, :, None, :]  # [t, i, a, j, b]
         ke = ke + mu * np.einsum("tib,tja->tiajb", gs, gs) + lam * np.einsum("tia,tjb->tiajb", gs, gs)
-        ke *= vs[:, None, None, None, None]
+        ke *= (vs if tet_scale is None else vs * tet_scale[s : s + _CHUNK])[:, None, None, None, None]
         dof = (3 * ts[:, :, None] + np.arange(3)[None, None, :]).reshape(-1, 12)  # [t, 12]
         rows = np.broadcast_to(dof[:, :, None], (dof.shape[0], 12, 12))
         cols = np.broadcast_to(dof[:, None, :], (dof.shape[0], 12, 12))
@@ -256,7 +257,9 @@ def _add_mode_fields(lam: np.ndarray, phi: np.ndarray, sq: np.ndarray, Q: np.nda
     return Q
 
 
-def elastic_mode_weights(tm: TetMesh, m: int = 16, nu: float = 0.45, extra_modes: int = 4) -> np.ndarray:
+def elastic_mode_weights(tm: TetMesh, m: int = 16, nu: float = 0.45, extra_modes: int = 4,
+                         tet_stiffness: Optional[np.ndarray] = None,
+                         node_density: Optional[np.ndarray] = None) -> np.ndarray:
     """(n, H) skinning weights, H <= m + 1: the displacement fields of the object's lowest linear-elastic vibration
     modes, as scalar fields, then a column of ones last (modal analysis, Pentland & Williams 1989; the ``modes``
     basis, issue 23).
@@ -284,8 +287,15 @@ def elastic_mode_weights(tm: TetMesh, m: int = 16, nu: float = 0.45, extra_modes
     Every kept field has unit volume-weighted RMS over the mesh (sum_v V_v w_v^2 = total volume) and is
     V-orthogonal to the constant and the others; signs make each field's largest-magnitude node positive.
 
+    Parts of several materials (``--region``): ``tet_stiffness`` (T,) each tet's Young's modulus and
+    ``node_density`` (n,) each node's density, as multiples of the object's; the modes are those of that body, so a
+    stiff part moves nearly rigidly in them while the soft parts bend. With one material's modes a wood base under a
+    rubber body locked the whole body (the smooth fields strain the base too): a head dragged on a pinned cow moved
+    3x less with its pinned base made wood, which should change nothing.
+
     Args: tm: the tet mesh (normalised frame). m: learned handles asked for (>= 1). nu: Poisson ratio of the mode
-    shapes (-1 < nu < 0.5). extra_modes: modes computed beyond ceil(m / 3).
+    shapes (-1 < nu < 0.5). extra_modes: modes computed beyond ceil(m / 3). tet_stiffness, node_density: see above
+    (None: one material).
     Returns: W (n, k + 1) float64 with k <= m (fewer where a pair would be split, or the modes computed hold fewer
     independent fields).
     Raises ValueError for m < 1, a bad nu, inverted tets, or a mesh too small for the modes."""
@@ -299,7 +309,9 @@ def elastic_mode_weights(tm: TetMesh, m: int = 16, nu: float = 0.45, extra_modes
     # unit density: masses = volumes. Lanczos to round-off: at 1e-8 the vectors of nearly equal modes (the scorpion's
     # 1.00 / 1.04) come out mixed differently and the basis lost a tenth (frequency ratio 1.415 -> 1.563) to save a
     # fifth of the solve
-    lam, phi = fem_modes(stiffness_matrix(tm, 1.0, nu), np.repeat(vol, 3), k=count)
+    mass = vol if node_density is None else vol * np.asarray(node_density, dtype=np.float64)
+    ts = None if tet_stiffness is None else np.asarray(tet_stiffness, dtype=np.float64)
+    lam, phi = fem_modes(stiffness_matrix(tm, 1.0, nu, tet_scale=ts), np.repeat(mass, 3), k=count)
     Q = (sq / np.sqrt(vol.sum()))[:, None]  # [n, 1]: the constant, sqrt(V)-scaled (unit norm)
     Q = _add_mode_fields(lam, phi, sq, Q, 1 + m)  # [n, 1 + k]
     if Q.shape[1] == 1:
