@@ -1061,9 +1061,17 @@ class AnimatedScene:
 
     @property
     def regions(self) -> list:
-        """The per-region materials: a list of dicts (spec, material, E, density, cubature points)."""
-        return [{"spec": sp, "material": m.name, "E": m.E, "density": m.density, "cubature_points": int(k.sum())}
-                for sp, m, k in getattr(self, "_regions", [])]
+        """The per-region materials: a list of dicts (spec, material, E, density, cubature points, and
+        ``overridden``: how many of those a later region takes, the later one winning where they overlap)."""
+        regs = getattr(self, "_regions", [])
+        out = []
+        for i, (sp, m, k) in enumerate(regs):
+            later = torch.zeros_like(k)
+            for _, _, k2 in regs[i + 1:]:
+                later |= k2
+            out.append({"spec": sp, "material": m.name, "E": m.E, "density": m.density,
+                        "cubature_points": int(k.sum()), "overridden": int((k & later).sum())})
+        return out
 
     def _apply_regions(self) -> None:
         """Per-point factors of the regions relative to the object's current E and density."""

@@ -50,7 +50,10 @@ def test_cli_records_the_material(tmp_path, capsys):
     assert main(["animate", str(src), "--headless", "--frames", "2", "--material", "wood", "--density", "600",
                  "--export", str(out)]) == 0
     mat = json.loads((out / "sequence.json").read_text())["material"]
-    assert mat == {"name": "wood", "E": 1.3e10, "nu": 0.35, "density": 600.0, "raised": None}  # chosen: not raised
+    # chosen: not raised; the overridden value is said in the record and in the log (it was plain "wood" in both)
+    assert mat == {"name": "wood", "overrides": ["--density"], "E": 1.3e10, "nu": 0.35, "density": 600.0,
+                   "raised": None}
+    assert "material wood with --density (E 1.3e+10 Pa, nu 0.35, 600 kg/m^3)" in capsys.readouterr().err
     assert main(["animate", str(src), "--headless", "--frames", "2", "--material", "steel",
                  "--export", str(tmp_path / "x")]) == 2
     assert "unknown material 'steel' (known: soft, jelly" in capsys.readouterr().err
@@ -239,6 +242,10 @@ def test_a_stiff_base_keeps_a_tall_object_standing():
     anim.set_material(E=2e5, density=50.0)
     stiff_f, dens_f = anim.sim.point_materials
     assert float(stiff_f.max()) == pytest.approx(1.3e10 / 2e5) and float(dens_f.max()) == pytest.approx(525.0 / 50.0)
+    anim.set_regions((("base", "wood"), ("below:0.05", "jelly")))  # the later one wins where they overlap: said
+    first, second = anim.regions
+    assert 0 < first["overridden"] == second["cubature_points"] < first["cubature_points"]
+    assert second["overridden"] == 0
     anim.set_regions(())
     assert anim.sim.point_materials == (None, None)
 

@@ -262,7 +262,7 @@ class MotionScript:
         require_input_file(path, "--script")
         try:
             with open(path, "r", encoding="utf-8") as fh:
-                data = json.load(fh)
+                data = json.load(fh, object_pairs_hook=_no_duplicate_keys)
         except (OSError, ValueError, RecursionError) as exc:  # ValueError: JSONDecodeError, UnicodeDecodeError, an
             # integer over Python's 4300-digit conversion limit
             raise OptionError(f"{path}: not a readable JSON motion script ({exc})") from None
@@ -388,6 +388,8 @@ class MotionScript:
         script and the drag."""
         bodies = getattr(anim, "bodies", None)
         self.check_bodies(len(bodies) if bodies else 1)
+        if not self.drags and not self.freezes:
+            warn_option(f"{self.path}: the script has no drags and no freezes: nothing is scripted")
         for i, z in enumerate(self.freezes):
             if frames is not None and z["frame"] > frames:
                 warn_option(f"{self.path}: freezes[{i}] starts at frame {z['frame']}, after the last frame ({frames}; "
@@ -717,8 +719,17 @@ def resolve_material(args) -> None:
         args.material_chosen = name is not None or getattr(args, "E", None) is not None
         # what the log calls the material: the preset's name, or "custom" when values were given without one
         given = [f"--{f}" for f in ("E", "nu", "density") if getattr(args, f, None) is not None]
-        args.material_label = None if name is not None or not given else (
-            f"custom ({', '.join(given)}; the rest from {material(DEFAULT_MATERIAL).name})")
+        args.material_overrides = given
+        base = name if name is not None else DEFAULT_MATERIAL
+        try:
+            base = material(base).name
+        except KeyError:
+            pass  # (an unknown name is refused below)
+        # a preset with some of its values overridden is said as such (`--material rubber --density 30` was logged
+        # and recorded as plain rubber)
+        args.material_label = None if not given else (
+            f"{base} with {', '.join(given)}" if name is not None
+            else f"custom ({', '.join(given)}; the rest from {base})")
     if name is not None and not str(name).strip():
         raise OptionError("--material is empty; give a name (" + ", ".join(MATERIALS) + ")")
     try:
@@ -814,6 +825,22 @@ def _existing_frames(folder: Path, pattern) -> List[Path]:
 
 #: output names that look like a file rather than a folder (refused for --export / --png unless such a folder exists)
 _FILE_LIKE = (".ply", ".splat", ".usd", ".usda", ".usdc", ".usdz", ".glb", ".gltf", ".mp4", ".png", ".json", ".obj")
+
+
+def _no_duplicate_keys(pairs):
+    """json ``object_pairs_hook``: a dict, or ValueError for a key given twice (json keeps the last silently: a
+    script with two "drags" lists ran the second, empty one without a word)."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"the key {k!r} is given twice in one object")
+        out[k] = v
+    return out
+
+
+#: a chosen material whose own weight bends the object more than this fraction of its height (the linear estimate
+#: of pipeline.standing_sag) gets a note that it will slump
+CHOSEN_SAG_NOTE = 0.1
 
 
 def _export_name(name: str) -> bool:
@@ -1124,14 +1151,29 @@ def run_headless(args) -> int:
               f"{anim.sim_scale:.4g} m/unit): below about {SMALLEST_OBJECT_M * 1e3:g} mm its motion is not resolved "
               "(the time step and the solver's tolerances are for objects of millimetres and up)", file=sys.stderr)
     for r in getattr(anim, "regions", []):
+        over = r.get("overridden", 0)
         print(f"[physskin-gs] region {r['spec']}: {r['material']} (E {r['E']:.3g} Pa, {r['density']:g} kg/m^3), "
-              f"{r['cubature_points']} of {anim.info['num_cubature']} cubature points", file=sys.stderr)
+              f"{r['cubature_points']} of {anim.info['num_cubature']} cubature points"
+              + (f" ({'all' if over == r['cubature_points'] else over} of them taken by a later --region, which wins "
+                 "where they overlap)" if over else ""), file=sys.stderr)
     if getattr(anim, "regions", None) and not getattr(args, "material_chosen", True):
         # (a fresh user's guitar: --region base=wood, as the README suggests for a tall object, left the rest 24x
         # softer than the run without it, and it bent)
         print(f"[physskin-gs] note: with --region, the rest of the object keeps the {args.material} material as it is "
               f"(E {args.E:g} Pa): it is not raised until the object stands, as it is without --region, and a tall "
               "object may bend; give the rest a stiffer one with --material or --E", file=sys.stderr)
+    if getattr(args, "material_chosen", False) and args.gravity > 0 and not getattr(args, "regions", None):
+        # a chosen material is used as given; say when its own weight will make it slump (a fresh user's armadillo
+        # in foam, a cow in jelly: both collapsed without a word, though the estimate is the default's raise rule)
+        from physskin_gs.pipeline import standing_sag
+
+        sag = max(standing_sag(b) for b in (getattr(anim, "bodies", None) or [anim]))
+        if sag > CHOSEN_SAG_NOTE:
+            print(f"[physskin-gs] note: in this material its own weight bends it about {sag:.0%} of its height (a "
+                  f"linear estimate with its base held, E {args.E:g} Pa, {args.density:g} kg/m^3, "
+                  f"{anim.sim_scale:.4g} m/unit), so it will slump; for something that stands pass "
+                  f"{_stiffer_materials(args.E, args.density)}, or --scale with its true size (a smaller object is "
+                  "relatively stiffer)", file=sys.stderr)
     args.starts_on_floor = gap is None or gap[0] <= 0.02
     args.floor_at_base = None if gap is None else gap[1]
     if getattr(args, "pin", None) and not args.starts_on_floor:
@@ -1297,7 +1339,9 @@ def run_headless(args) -> int:
                 "num_handles": anim.num_handles,
                 "handles": anim.info.get("handles"),
                 "cubature": {"points": anim.info.get("num_cubature"), "rule": anim.info.get("cubature")},
-                "material": {"name": config.material, "E": config.E, "nu": config.nu, "density": config.density,
+                # name: the preset the values came from; overrides: the options that replaced some of its values
+                "material": {"name": config.material, "overrides": list(getattr(args, "material_overrides", [])),
+                             "E": config.E, "nu": config.nu, "density": config.density,
                              # the default's E raised until the object stands (pipeline.stiffen_to_stand), or None
                              "raised": dict(anim.info["stand"]) if anim.info.get("stand") else None},
                 "gravity": config.gravity,
