@@ -277,3 +277,16 @@ def test_cli_regions_are_checked_before_work_and_recorded(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "--region 'box:10,10,10,11,11,11=wood' holds none of the object's" in err and "they span x" in err
     assert not (tmp_path / "y").exists() and not (tmp_path / "z").exists()
+
+
+def test_young_modulus_takes_a_unit():
+    """`--E 100kPa` was refused with argparse's "invalid float value" and the whole usage text: --E now takes Pa,
+    kPa, MPa or GPa (any case, a space allowed), and a plain number of pascals as before."""
+    from physskin_gs.cli.animate import pressure
+
+    assert pressure("1e5") == 1e5 and pressure("100kPa") == pytest.approx(1e5)
+    assert pressure("2 MPa") == pytest.approx(2e6) and pressure("1.3GPa") == pytest.approx(1.3e9)
+    assert pressure("250pa") == 250.0 and pressure("5e4Pa") == pytest.approx(5e4)
+    for bad in ("100 kN", "kPa", "1e5 Pa Pa", "", "1,5MPa"):
+        with pytest.raises(ValueError):
+            pressure(bad)

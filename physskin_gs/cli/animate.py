@@ -114,9 +114,10 @@ def register(sub) -> None:
                    help="a material by name, setting E, nu and density at once: " + ", ".join(
                        f"{m.name} (E {m.E:g} Pa, nu {m.nu:g}, {m.density:g} kg/m^3)" for m in MATERIALS.values())
                    + "; default soft. --E / --nu / --density override its values")
-    p.add_argument("--E", dest="E", type=float, default=None,
-                   help="Young's modulus in Pa (default: the --material's; without one, 1e5 raised until the "
-                        "object's own weight bends it at most 1 %% of its height, which the log gives)")
+    p.add_argument("--E", dest="E", type=pressure, default=None,
+                   help="Young's modulus in Pa, or with a unit: 100kPa, 2MPa, 1.3GPa (default: the --material's; "
+                        "without one, 1e5 raised until the object's own weight bends it at most 1 %% of its height, "
+                        "which the log gives)")
     p.add_argument("--nu", type=float, default=None, help="Poisson ratio (default 0.45, or the --material's)")
     p.add_argument("--density", type=float, default=None, help="density in kg/m^3 (default 100, or the "
                    "--material's)")
@@ -836,6 +837,22 @@ def _no_duplicate_keys(pairs):
             raise ValueError(f"the key {k!r} is given twice in one object")
         out[k] = v
     return out
+
+
+_PRESSURE_UNITS = {"pa": 1.0, "kpa": 1e3, "mpa": 1e6, "gpa": 1e9}
+
+
+def pressure(text: str) -> float:
+    """argparse type of ``--E``: a number of pascals, or a number with Pa / kPa / MPa / GPa (any case, a space
+    allowed: ``100kPa``, ``2 MPa``). Raises ValueError (argparse's "invalid pressure value") otherwise."""
+    t = str(text).strip()
+    m = re.fullmatch(r"([-+0-9.eE]+)\s*([A-Za-z]+)?", t)
+    if m is None:
+        raise ValueError(text)
+    unit = (m.group(2) or "pa").lower()
+    if unit not in _PRESSURE_UNITS:
+        raise ValueError(text)
+    return float(m.group(1)) * _PRESSURE_UNITS[unit]
 
 
 #: a chosen material whose own weight bends the object more than this fraction of its height (the linear estimate
