@@ -601,6 +601,19 @@ def count_invalid_rows(facts: Dict, analysis, invalid: np.ndarray, moving: np.nd
     facts["moving_transparent"] = int((analysis.transparent_in_object & ~inv).sum())
 
 
+def region_material(spec, mat):
+    """The :class:`physskin_gs.materials.Material` of a ``--region SPEC=MATERIAL`` (``mat`` one, or its name).
+    Raises OptionError for an unknown name."""
+    from physskin_gs.materials import Material, material
+
+    if isinstance(mat, Material):
+        return mat
+    try:
+        return material(mat)
+    except KeyError as exc:
+        raise OptionError(f"--region {spec}={mat}: {exc.args[0]}") from None
+
+
 def region_materials(regions, E: float, density: float, norm, up, heights: Tuple[float, float]):
     """``materials(points (k, 3) normalised frame) -> (E factor (k,), density factor (k,))`` of the per-region
     materials ``regions`` (``(spec, material name or Material)`` pairs, later ones winning, as
@@ -608,17 +621,11 @@ def region_materials(regions, E: float, density: float, norm, up, heights: Tuple
     skinning basis (:class:`physskin_gs.model.bases.SkinningOptions`); ``norm`` the normalisation, ``up`` (3,)
     and ``heights`` (lowest, highest) of the object along up (scene units) for ``below:F`` / ``base``. None without
     regions. Raises OptionError for a bad spec or material name."""
-    from physskin_gs.materials import Material, material
-
     if not regions:
         return None
     parsed = []
     for spec, mat in regions:
-        if not isinstance(mat, Material):
-            try:
-                mat = material(mat)
-            except KeyError as exc:
-                raise OptionError(f"--region {spec}={mat}: {exc.args[0]}") from None
+        mat = region_material(spec, mat)
         parsed.append((parse_region(spec, "--region"), float(mat.E) / float(E), float(mat.density) / float(density)))
     u = np.asarray(up, dtype=np.float64).reshape(3)
     lo, hi = float(heights[0]), float(heights[1])
@@ -1046,15 +1053,9 @@ class AnimatedScene:
         stays the object's (:meth:`physskin_gs.physics.simulator.SubspaceSimulator.set_point_materials`). An
         empty sequence makes the object one material again. Raises OptionError for a bad spec or material name
         (nothing changes then)."""
-        from physskin_gs.materials import Material, material
-
         parsed = []
         for spec, mat in regions:
-            if not isinstance(mat, Material):
-                try:
-                    mat = material(mat)
-                except KeyError as exc:
-                    raise OptionError(f"--region {spec}={mat}: {exc.args[0]}") from None
+            mat = region_material(spec, mat)
             parsed.append((str(spec).strip(), mat, self.region_mask(spec, "--region", f"'{spec}={mat.name}'")))
         self._regions = parsed
         self._apply_regions()
