@@ -105,8 +105,10 @@ def register(sub) -> None:
     p.add_argument("--overwrite", "--force", dest="overwrite", action="store_true",
                    help="replace an existing --video file, and the frames and sequence.json of an earlier run in "
                         "--export / --png (without it they are refused before anything is simulated)")
-    p.add_argument("--width", type=int, default=384, help="frame width in pixels (default 384; a video's: a multiple of 16, PNG frames any)")
-    p.add_argument("--height", type=int, default=384, help="frame height in pixels (default 384; a video's: a multiple of 16, PNG frames any)")
+    p.add_argument("--width", type=int, default=384,
+                   help="frame width in pixels (default 384; a video's: a multiple of 16, PNG frames any)")
+    p.add_argument("--height", type=int, default=384,
+                   help="frame height in pixels (default 384; a video's: a multiple of 16, PNG frames any)")
     p.add_argument("--orbit", type=float, default=90.0, help="degrees the video camera orbits over the clip (default 90)")
     p.add_argument("--script", metavar="MOTION.json", help='scripted drags: {"drags": [{"body": 1, "handle": 3 | "point": [x,y,z], "radius": r, "keyframes": [{"frame": 10, "offset"|"target": [x,y,z]}], "start_frame": 5, "end_frame": 50}], "freezes": [{"body": 2, "frame": 10, "until": 40}]} (targets in scene units; "body": K, as the log lists the bodies, when the scene has several; freezes need several bodies; see docs/usage.md)')
     add_skinning_arguments(p)

@@ -53,7 +53,8 @@ def register(sub) -> None:
     p.add_argument("--json", default=None, help="write all results to this JSON file")
     p.add_argument("--force", action="store_true", help="replace an existing --json file")
     p.add_argument("--points", type=int, default=5000, help="evaluation points per shape")
-    p.add_argument("--fit-seconds", type=float, default=60.0, help="time budget of the per-object fit in seconds (default 60; 0: skip)")
+    p.add_argument("--fit-seconds", type=float, default=60.0,
+                   help="time budget of the per-object fit in seconds (default 60; 0: skip)")
     p.add_argument("--transforms", type=int, default=64, help="random handle perturbations for the energy")
     p.add_argument("--sigma", type=float, default=0.02, help="perturbation scale (field units)")
     p.add_argument("--E", type=float, default=None, help="Young's modulus (Pa): default 5e5 for the energy, 1e5 for fem")

@@ -55,7 +55,8 @@ def register(sub) -> None:
     p.add_argument("--backend", choices=["auto", "gsplat", "torch"], default="auto", help="rasteriser (default auto)")
     p.add_argument("--background", default="white", help="white, black or 'r,g,b' in [0, 1] (default white)")
     p.add_argument("--sh-degree", type=int, default=None, help="use at most this SH degree (default: all in the file)")
-    p.add_argument("--turntable", type=int, default=0, metavar="N", help="render N frames around the up axis into a video (default 0: one still image)")
+    p.add_argument("--turntable", type=int, default=0, metavar="N",
+                   help="render N frames around the up axis into a video (default 0: one still image)")
     p.add_argument("--fps", type=float, default=30.0, help="turntable frames per second (default 30)")
     p.add_argument("--quat-order", choices=["wxyz", "xyzw"], default="wxyz", help="stored quaternion order (default wxyz)")
     add_mesh_and_frame_arguments(p, "drawn")

@@ -96,7 +96,8 @@ def register(sub) -> None:
     p.add_argument("--w-pot", type=float, default=1.0, help="potential-energy weight (--combine sum; 0 drops the loss)")
     p.add_argument("--w-sub", type=float, default=0.0,
                    help="weight of the subspace loss toward each training shape's eigen basis (0 = off); the "
-                        "target is computed once per shape (cached under the user cache, ~/.cache/physskin_gs/targets or $PHYSSKIN_CACHE_DIR/targets) and augmentation is then "
+                        "target is computed once per shape (cached under the user cache, "
+                        "~/.cache/physskin_gs/targets or $PHYSSKIN_CACHE_DIR/targets) and augmentation is then "
                         "rotation only")
     p.add_argument("--c-sub", type=float, default=1.0, help="ConFIG cosine weight of the subspace loss")
     p.add_argument("--no-augment", action="store_true")

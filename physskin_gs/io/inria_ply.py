@@ -360,8 +360,8 @@ def save_inria_ply(scene: GaussianScene, path, *, overwrite_source: bool = False
 
     Layout: x y z nx ny nz f_dc_0..2 f_rest_* (channel-major) opacity scale_0..2 rot_0..3, then
     ``scene.extra`` in insertion order (integer extras keep their PLY type, float ones are float); normals are the
-    scene's ``nx ny nz`` extras when it has them (a file's non-zero normals), else zeros. The file is written to a temporary file in the same directory, its size is checked, and it is
-    renamed into place (atomic on POSIX).
+    scene's ``nx ny nz`` extras when it has them (a file's non-zero normals), else zeros. The file is written to a
+    temporary file in the same directory, its size is checked, and it is renamed into place (atomic on POSIX).
 
     Args:
         scene: the scene to write.

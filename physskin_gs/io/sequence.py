@@ -256,8 +256,8 @@ class SequenceExporter:
             rows: the moving rows in the order of ``index`` (torch tensors on any device, or arrays): ``means``
                 (M, 3) scene units, ``quats`` (M, 4) wxyz, ``log_scales`` (M, 3) and, with SH, ``sh_rest``
                 (M, K, 3); with the scene's normals, ``normals`` (M, 3) (INRIA PLY frames write them; the other
-                formats have no normals); other keys (``index``) are ignored. PLY formats copy the rows into a frame buffer
-                before returning, so the caller may reuse its tensors. ``usd`` hands CPU float32 tensors and
+                formats have no normals); other keys (``index``) are ignored. PLY formats copy the rows into a frame
+                buffer before returning, so the caller may reuse its tensors. ``usd`` hands CPU float32 tensors and
                 arrays to the writer thread without a copy (others are converted, i.e. copied): do not modify them
                 in place until :meth:`close` (fresh tensors per frame, as ``deformed_rows`` gives, are safe).
 
