@@ -848,6 +848,10 @@ def pressure(text: str) -> float:
     """argparse type of ``--E``: a number of pascals, or a number with Pa / kPa / MPa / GPa (any case, a space
     allowed: ``100kPa``, ``2 MPa``). Raises ValueError (argparse's "invalid pressure value") otherwise."""
     t = str(text).strip()
+    try:
+        return float(t)  # a plain number (nan and inf too: the range check says what is wrong with them)
+    except ValueError:
+        pass
     m = re.fullmatch(r"([-+0-9.eE]+)\s*([A-Za-z]+)?", t)
     if m is None:
         raise ValueError(text)
