@@ -66,20 +66,19 @@ def user_cache(name: str) -> Path:
     ``$XDG_CACHE_HOME/physskin_gs/name``, else ``~/.cache/physskin_gs/name``; never the working folder (train
     wrote ``./.cache/shapes`` wherever it was started)."""
     env = os.environ.get("PHYSSKIN_CACHE_DIR")
-    if env:
-        return Path(env) / name
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "physskin_gs" / name
+    return Path(env) / name if env else _xdg_cache() / name
 
 
 def cache_dir() -> Path:
     """Folder for compiled kernels (see the module docstring)."""
     env = os.environ.get("PHYSSKIN_CACHE_DIR")
-    if env:
-        return Path(env)
+    return Path(env) if env else _xdg_cache() / "native"
+
+
+def _xdg_cache() -> Path:
+    """``$XDG_CACHE_HOME/physskin_gs``, else ``~/.cache/physskin_gs``."""
     xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
-    return base / "physskin_gs" / "native"
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "physskin_gs"
 
 
 def _cpu_tag() -> str:

@@ -57,7 +57,7 @@ from physskin_gs.geometry.interior import (SPARSE_SPLAT_GAUSSIANS, fill_splat_in
                                            sparse_splat_body)
 from physskin_gs.geometry.normalize import normalize_points
 from physskin_gs.geometry.scene_analysis import analyze_scene
-from physskin_gs.io.inria_ply import split_normals
+from physskin_gs.io.inria_ply import NORMALS, split_normals
 from physskin_gs.model import grid_field
 from physskin_gs.model.bases import DEFAULT_SKINNING, reduced_handles_note, resolve_skinning
 from physskin_gs.model.grid_field import (GridSkinningField, evaluate_field, grid_error_report, pilot_sample,
@@ -614,6 +614,19 @@ def region_material(spec, mat):
         raise OptionError(f"--region {spec}={mat}: {exc.args[0]}") from None
 
 
+def points_in_region(kind: str, vals, X: torch.Tensor, up: torch.Tensor, heights: Tuple[float, float]) -> torch.Tensor:
+    """(n,) bool mask of the points X (n, 3) float64, scene units, in the parsed region ``(kind, vals)`` of
+    :func:`parse_region`: ``below`` the bottom fraction vals[0] of the object's height range ``heights`` (lowest,
+    highest along the unit ``up`` (3,) float64), ``box`` / ``sphere`` as given. Raises nothing."""
+    if kind == "below":
+        lo, hi = heights
+        return X @ up <= lo + vals[0] * (hi - lo)
+    if kind == "box":
+        lo, hi = torch.tensor(vals[:3], dtype=torch.float64), torch.tensor(vals[3:], dtype=torch.float64)
+        return ((X >= lo) & (X <= hi)).all(1)
+    return (X - torch.tensor(vals[:3], dtype=torch.float64)).norm(dim=1) <= vals[3]  # sphere
+
+
 def region_materials(regions, E: float, density: float, norm, up, heights: Tuple[float, float]):
     """``materials(points (k, 3) normalised frame) -> (E factor (k,), density factor (k,))`` of the per-region
     materials ``regions`` (``(spec, material name or Material)`` pairs, later ones winning, as
@@ -627,19 +640,14 @@ def region_materials(regions, E: float, density: float, norm, up, heights: Tuple
     for spec, mat in regions:
         mat = region_material(spec, mat)
         parsed.append((parse_region(spec, "--region"), float(mat.E) / float(E), float(mat.density) / float(density)))
-    u = np.asarray(up, dtype=np.float64).reshape(3)
-    lo, hi = float(heights[0]), float(heights[1])
+    u = torch.as_tensor(up, dtype=torch.float64).reshape(3)
+    span = (float(heights[0]), float(heights[1]))
 
     def materials(points: np.ndarray):
-        X = np.asarray(norm.to_world(np.asarray(points, dtype=np.float64)), dtype=np.float64)  # [k, 3] scene
+        X = norm.to_world(torch.as_tensor(np.asarray(points), dtype=torch.float64))  # [k, 3] scene units
         e, d = np.ones(X.shape[0]), np.ones(X.shape[0])
         for (kind, vals), fe, fd in parsed:
-            if kind == "below":
-                mask = X @ u <= lo + vals[0] * (hi - lo)
-            elif kind == "box":
-                mask = ((X >= vals[:3]) & (X <= vals[3:])).all(1)
-            else:  # sphere
-                mask = np.linalg.norm(X - np.asarray(vals[:3]), axis=1) <= vals[3]
+            mask = points_in_region(kind, vals, X, u, span).numpy()
             e[mask], d[mask] = fe, fd
         return e, d
 
@@ -814,7 +822,7 @@ def scene_with_rows(rest: GaussianScene, rows: Dict[str, torch.Tensor]) -> Gauss
     extra = rest.extra
     if "normals" in rows:
         extra = dict(extra)
-        for j, k in enumerate(("nx", "ny", "nz")):
+        for j, k in enumerate(NORMALS):
             col = torch.as_tensor(extra[k]).clone()
             col[idx] = rows["normals"][:, j].to(col.dtype)
             extra[k] = col
@@ -1015,15 +1023,8 @@ class AnimatedScene:
         cubature points (the message gives the object's bounds and the points' spacing)."""
         kind, vals = parse_region(spec, option)
         X = self._cub_rest_scene
-        if kind == "below":
-            hgt = X @ self.up_vector
-            lo, hi = float(hgt.min()), float(hgt.max())
-            mask = hgt <= lo + vals[0] * (hi - lo)
-        elif kind == "box":
-            lo, hi = torch.tensor(vals[:3], dtype=torch.float64), torch.tensor(vals[3:], dtype=torch.float64)
-            mask = ((X >= lo) & (X <= hi)).all(1)
-        else:  # sphere
-            mask = (X - torch.tensor(vals[:3], dtype=torch.float64)).norm(dim=1) <= vals[3]
+        hgt = X @ self.up_vector
+        mask = points_in_region(kind, vals, X, self.up_vector, (float(hgt.min()), float(hgt.max())))
         if not bool(mask.any()):
             lo, hi = X.min(0).values.tolist(), X.max(0).values.tolist()
             spacing = float(np.prod(np.maximum(np.subtract(hi, lo), 1e-12)) / max(X.shape[0], 1)) ** (1 / 3)
@@ -1199,7 +1200,7 @@ class AnimatedScene:
             K = sc.sh_rest.shape[1]
             nrm = split_normals(sc.extra)[0]
             rest: Dict = {"num_sh_rest": K, "bad": None, "normals": None if nrm is None else torch.stack(
-                [torch.as_tensor(nrm[k]).float()[self._idx] for k in ("nx", "ny", "nz")], 1)}  # [M, 3]
+                [torch.as_tensor(nrm[k]).float()[self._idx] for k in NORMALS], 1)}  # [M, 3]
             if K > 0:
                 rest["sh"] = torch.cat([sc.sh_dc[self._idx][:, None], sc.sh_rest[self._idx, :min(K, 15)]], dim=1)
             bad = self._invalid_rows()[self._idx]

@@ -716,29 +716,26 @@ def resolve_material(args) -> None:
     :data:`physskin_gs.materials.DEFAULT_MATERIAL`); an explicit value wins. Sets ``args.material`` to the
     preset's name. Raises OptionError for an unknown or empty name."""
     name = getattr(args, "material", None)
-    if not hasattr(args, "material_chosen"):  # the first call sees what the user gave (later ones see the preset)
+    first = not hasattr(args, "material_chosen")  # the first call sees what the user gave (later ones the preset)
+    if first:
         # the stiffness is the user's with --material or --E (--nu or --density alone keep the default's E, raised
         # until the object stands: pipeline.stiffen_to_stand)
         args.material_chosen = name is not None or getattr(args, "E", None) is not None
-        # what the log calls the material: the preset's name, or "custom" when values were given without one
-        given = [f"--{f}" for f in ("E", "nu", "density") if getattr(args, f, None) is not None]
-        args.material_overrides = given
-        base = name if name is not None else DEFAULT_MATERIAL
-        try:
-            base = material(base).name
-        except KeyError:
-            pass  # (an unknown name is refused below)
-        # a preset with some of its values overridden is said as such (`--material rubber --density 30` was logged
-        # and recorded as plain rubber)
-        args.material_label = None if not given else (
-            f"{base} with {', '.join(given)}" if name is not None
-            else f"custom ({', '.join(given)}; the rest from {base})")
+        args.material_overrides = [f"--{f}" for f in ("E", "nu", "density") if getattr(args, f, None) is not None]
     if name is not None and not str(name).strip():
         raise OptionError("--material is empty; give a name (" + ", ".join(MATERIALS) + ")")
     try:
         mat = material(name if name is not None else DEFAULT_MATERIAL)
     except KeyError as exc:
         raise OptionError(f"--material: {exc.args[0]}") from None
+    if first:
+        # what the log calls the material: the preset's name, "NAME with --density" when some of its values were
+        # overridden (`--material rubber --density 30` was logged and recorded as plain rubber), or "custom" when
+        # values were given without one
+        given = args.material_overrides
+        args.material_label = None if not given else (
+            f"{mat.name} with {', '.join(given)}" if name is not None
+            else f"custom ({', '.join(given)}; the rest from {mat.name})")
     args.material = mat.name
     for field in ("E", "nu", "density"):
         if getattr(args, field, None) is None:

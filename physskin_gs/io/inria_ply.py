@@ -296,8 +296,9 @@ def inria_property_names(sh_degree: int, extra_names=()) -> List[str]:
 
 
 def split_normals(extra: Dict) -> Tuple[Optional[Dict], Dict]:
-    """({"nx", "ny", "nz"} columns or None, the other extras) of a scene's ``extra``: a file's non-zero normals
-    travel as those three extras and are written in the INRIA layout's own ``nx ny nz`` columns."""
+    """(normals or None, the other extras) of a scene's ``extra`` ({name: (N,) values}): normals is {"nx", "ny",
+    "nz": (N,)} when all three are there (a file's non-zero normals travel as those three extras and are written in
+    the INRIA layout's own ``nx ny nz`` columns). Neither dict is ``extra`` itself. Raises nothing."""
     if all(nm in extra for nm in NORMALS):
         return {nm: extra[nm] for nm in NORMALS}, {k: v for k, v in extra.items() if k not in NORMALS}
     return None, dict(extra)
