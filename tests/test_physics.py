@@ -171,7 +171,7 @@ def test_a_far_drag_pulls_with_at_most_drag_max_g_and_its_hessian_is_exact():
     assert float((Hm - H_ad).abs().max()) <= 1e-6 * float(H_ad.abs().max())  # the elastic part is float32
     for d_ in (did, tilt):  # every point of these two is capped; the near drag's none
         s_ = sim.drags[d_]
-        r = (sim.positions().T - 0)[:, s_.idx].numpy() - s_.target_np
+        r = sim.positions().T[:, s_.idx].numpy() - s_.target_np  # at rest (q = 0)
         cap, w = s_.capped_hessian_np(r)
         assert cap.all()
         full = w + 2 * s_.k * np.eye(3)[:, :, None]  # [3, 3, c] the capped points' own Hessians: PSD, rank 2
