@@ -43,7 +43,10 @@ def test_headless_export_video_and_reload(splat_file, tmp_path, capsys):
     assert [f.name for f in frames] == ["frame0001.ply", "frame0002.ply", "frame0003.ply", "frame0004.ply"]
     meta = json.loads((out / "sequence.json").read_text())
     assert meta["frames"] == 4 and meta["dt"] == pytest.approx(0.03) and meta["fps"] == pytest.approx(1 / 0.03)
-    assert meta["up_axis"] == [0.0, -1.0, 0.0] and meta["source"] == str(src.resolve())
+    assert meta["up_axis"] == [0.0, -1.0, 0.0]
+    # the inputs are named relative to the sequence's folder: no absolute path of this machine in the file
+    assert meta["source"] == "../spot.splat" and meta["script"] == "../motion.json"
+    assert (out / meta["source"]).resolve() == src.resolve() and str(tmp_path) not in json.dumps(meta)
     assert "DC only" in meta["sh"]
     assert meta["cubature"]["rule"] == "samples" and 16 <= meta["cubature"]["points"] <= 64  # --cubature 64 given
     first, last = load_scene(frames[0]), load_scene(frames[-1])

@@ -165,6 +165,17 @@ def test_z_up_positions_and_long_axis(tmp_path):
     np.testing.assert_array_equal(R, [[1, 0, 0], [0, 0, 1], [0, -1, 0]])
 
 
+def test_source_recorded_relative_to_the_glb(tmp_path):
+    """The extras name the input relative to the .glb's folder: no absolute path of this machine in a shared file."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "out").mkdir()
+    s = _scene([[0, 0, 0]], [[1, 0, 0, 0]], [[0, 0, 0]], [0.0], [[0, 0, 0]], source=str(tmp_path / "in" / "x.ply"))
+    extras = _pyg_attrs(save_gltf(s, tmp_path / "out" / "x.glb"))[1].asset.extras["physskin_gs"]
+    assert extras["source"] == "../in/x.ply" and str(tmp_path) not in json.dumps(extras)
+    s.source = str(tmp_path / "out" / "x.ply")
+    assert _pyg_attrs(save_gltf(s, tmp_path / "out" / "y.glb"))[1].asset.extras["physskin_gs"]["source"] == "x.ply"
+
+
 def test_minus_y_up_lands_upright(tmp_path):
     s = _scene([[0, -2, 0]], [[1, 0, 0, 0]], [[0, 0, 0]], [0.0], [[0, 0, 0]])
     back = load_gltf(save_gltf(s, tmp_path / "c.glb", up=torch.tensor([0.0, -1.0, 0.0], dtype=torch.float64)))

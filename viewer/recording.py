@@ -18,6 +18,7 @@ from typing import Any, Dict, Optional
 import numpy as np
 
 from physskin_gs.errors import OptionError
+from physskin_gs.io._shared import recorded_path
 
 from .camera import CameraState
 from .constants import DEFAULT_PIN
@@ -77,7 +78,7 @@ class RecordingControl:
         video = self._video_renderer(client) if mp4 else None
         fmt = gui["record_format"].value if "record_format" in gui else getattr(app, "export_format", "ply")
         try:
-            rec = Recorder(out, dt=float(getattr(live.anim, "dt", 0.03)), meta=self.sequence_meta(),
+            rec = Recorder(out, dt=float(getattr(live.anim, "dt", 0.03)), meta=self.sequence_meta(out),
                            video_renderer=video, export_format=fmt)
         except OSError as exc:  # the folder cannot be made (no permission, a file in the way, a read-only disk)
             raise OptionError(f"cannot record to {out}: {exc.strerror or exc}") from None
@@ -142,8 +143,11 @@ class RecordingControl:
         if rec is not None:
             rec.stop()
 
-    def sequence_meta(self) -> Dict[str, Any]:
-        """sequence.json fields describing the current simulation (the headless export's keys where known)."""
+    def sequence_meta(self, folder=None) -> Dict[str, Any]:
+        """sequence.json fields describing the current simulation (the headless export's keys where known).
+
+        ``folder``: the recording's folder, which the source's path is recorded relative to (as the headless export
+        does); None: the source's file name only."""
         app = self.app
         live = app.live
         anim = live.anim
@@ -153,7 +157,7 @@ class RecordingControl:
         sh = anim.sh_handling() if hasattr(anim, "sh_handling") else None
         cfg = app.config
         return {
-            "source": str(app.path) if app.path is not None else getattr(anim.scene, "source", None),
+            "source": _source_name(app.path if app.path is not None else getattr(anim.scene, "source", None), folder),
             "up_axis": [float(v) for v in live.up],
             "scale_m_per_unit": getattr(anim, "sim_scale", None),
             "sh": sh,
@@ -205,6 +209,14 @@ class RecordingControl:
             return render_frame(f, cam, w, h, rgb, opac, backend)
 
         return render
+
+
+def _source_name(path, folder) -> Optional[str]:
+    """The input's path as a recording's sequence.json records it: relative to the recording's ``folder``
+    (:func:`physskin_gs.io._shared.recorded_path`), its file name without a folder; None without a path."""
+    if path is None:
+        return None
+    return recorded_path(path, folder) if folder is not None else Path(path).name
 
 
 def is_loopback(host: str) -> bool:

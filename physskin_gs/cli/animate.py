@@ -43,6 +43,7 @@ from physskin_gs.cli._common import axis_name as _axis_name
 from physskin_gs.cli._common import given_options, remember_defaults, scene_summary, stand_lines
 from physskin_gs.cli._skinning import add_skinning_arguments, check_handles
 from physskin_gs.errors import OptionError, PhysSkinError
+from physskin_gs.io._shared import recorded_path
 from physskin_gs.materials import DEFAULT_MATERIAL, MATERIALS, material
 
 FRAME_PATTERN = "frame%04d"
@@ -1342,7 +1343,8 @@ def run_headless(args) -> int:
         if export is not None:
             meta = {
                 "format": "physskin_gs sequence 1",
-                "source": src,
+                # relative to the sequence's folder (io._shared.recorded_path): no machine's absolute path
+                "source": recorded_path(src, final_export),
                 "frames": args.frames,
                 "pattern": FRAME_PATTERN + ".obj" if is_mesh else export_summary["pattern"],
                 "export_format": "obj (mesh sequence)" if is_mesh else fmt,
@@ -1377,7 +1379,7 @@ def run_headless(args) -> int:
                 "prepare_seconds": anim.info.get("timings"),
                 "invalid_rows": {"count": anim.num_invalid, "written_as": "static, sanitised: mean at the object's "
                                  "centre, identity rotation, log-scale -20, opacity logit -20, SH 0"},
-                "script": os.path.abspath(args.script) if args.script else None,
+                "script": recorded_path(args.script, final_export) if args.script else None,
                 "bodies": anim.info.get("bodies"),
                 "collider": anim.info.get("collider"),
                 "step_stats": stats_log,

@@ -70,6 +70,21 @@ def output_folder(path: str) -> str:
     return out_dir
 
 
+def recorded_path(path, folder) -> str:
+    """``path`` as an output's metadata records it: relative to ``folder`` (the output's folder), with ``/``
+    separators, so that a result moved or shared together with its input still names it and no machine's absolute
+    path is written; the bare file name when no relative path exists (another drive).
+
+    Example: ``recorded_path("/data/scene.ply", "/data/out")`` -> ``"../scene.ply"``.
+    """
+    path = os.fspath(path)
+    try:
+        rel = os.path.relpath(os.path.abspath(path), os.path.abspath(os.fspath(folder)))
+    except ValueError:  # Windows: another drive
+        return os.path.basename(path)
+    return rel.replace(os.sep, "/")
+
+
 def check_output(path, source: Optional[str] = None) -> Tuple[str, str]:
     """``(path as str, absolute output folder)`` after the usual checks, in this order: ``path`` is not a
     directory, not the existing file ``source`` (skipped when None), and its folder exists.

@@ -74,8 +74,8 @@ import numpy as np
 import torch
 
 from physskin_gs.errors import OptionError, SceneFormatError
-from physskin_gs.io._shared import (log_scales64, logit64, output_folder, positive_number, refuse_directory,
-                                    refuse_source, sigmoid64)
+from physskin_gs.io._shared import (log_scales64, logit64, output_folder, positive_number, recorded_path,
+                                    refuse_directory, refuse_source, sigmoid64)
 from physskin_gs.io.inria_ply import write_atomic
 from physskin_gs.io.ply_header import warn
 from physskin_gs.io.validate import invalid_mask
@@ -305,7 +305,7 @@ def save_gltf(scene: GaussianScene, path, *, up=(0.0, 0.0, 1.0), meters_per_unit
     (linear scales, opacity in [0, 1], unit xyzw quaternions), float32, one tightly packed bufferView per
     attribute (4-byte aligned offsets), POSITION with exact ``min``/``max``; ``COLOR_0`` (linear RGBA, unsigned
     byte normalised) is the fallback colour. One scene, one node (no transform), one mesh, one primitive.
-    ``asset.extras["physskin_gs"]`` records source, source format, up, R (row-major, scene -> glTF),
+    ``asset.extras["physskin_gs"]`` records source (its path relative to the .glb's folder), source format, up, R (row-major, scene -> glTF),
     meters_per_unit, SH degree and count. The file is written to a temporary file and renamed (atomic).
 
     Size: 60 bytes per Gaussian at SH degree 0 and 240 at degree 3, plus the JSON (about 2 kB at degree 0,
@@ -401,7 +401,9 @@ def save_gltf(scene: GaussianScene, path, *, up=(0.0, 0.0, 1.0), meters_per_unit
             "version": "2.0",
             "generator": f"physskin_gs {__version__}",
             "extras": {"physskin_gs": {
-                "source": None if scene.source is None else str(scene.source),
+                # relative to the .glb's folder: no machine's absolute path in a file that is shared
+                "source": None if scene.source is None else recorded_path(scene.source, os.path.dirname(
+                    os.path.abspath(path))),
                 "source_format": scene.format,
                 "source_up": [float(v) for v in np.asarray(up if not isinstance(up, torch.Tensor)
                                                            else up.detach().cpu().numpy(), dtype=np.float64)],
