@@ -20,7 +20,17 @@ name          E (Pa)     nu     density    source
                                            Handbook, plastics table; 1.4-3.1 GPa in other tables)
 ``wood``      1.3e10     0.35   525        Douglas fir along the grain: E 13 GPa, 525 kg/m^3 (Halliday, Resnick,
                                            Walker, Table 13-1; Callister B.2: 10.8-13.6 GPa); isotropic here
+``stone``     5e10       0.25   2700       natural stone (granite, marble): E about 50 GPa (natural-stone
+                                           tables; granite 30-70 GPa), 2600-2800 kg/m^3, nu 0.25
+``glass``     6.9e10     0.23   2500       soda-lime glass: E 69 GPa, nu 0.23, 2.5 g/cm^3 (Callister B.2-B.3)
+``aluminium`` 6.9e10     0.33   2700       6061 aluminium alloy: E 69 GPa, nu 0.33, 2.70 g/cm^3 (Callister
+                                           B.2-B.3); ``aluminum`` is accepted as its name too
+``steel``     2.07e11    0.30   7850       plain carbon steel (1020): E 207 GPa, nu 0.30, 7.85 g/cm^3
+                                           (Callister B.2-B.3)
 ============  =========  =====  =========  ===================================================================
+
+The stone, glass and metal presets are as stiff as they are: at everyday sizes an object of them does not visibly
+bend under its own weight or a drag; it falls, lands and is pushed as a (near) rigid body.
 
 The simulator is isotropic Neo-Hookean; wood's anisotropy (E across the grain is 20x lower) is not modelled.
 Pure data: no file, GUI or CLI code.
@@ -52,15 +62,24 @@ MATERIALS: Dict[str, Material] = {m.name: m for m in (
     Material("rubber", 2e6, 0.48, 1150.0, "natural rubber, small strain"),
     Material("plastic", 2e9, 0.39, 1020.0, "ABS"),
     Material("wood", 1.3e10, 0.35, 525.0, "Douglas fir along the grain (isotropic here)"),
+    Material("stone", 5e10, 0.25, 2700.0, "natural stone (granite, marble)"),
+    Material("glass", 6.9e10, 0.23, 2500.0, "soda-lime glass"),
+    Material("aluminium", 6.9e10, 0.33, 2700.0, "6061 aluminium alloy"),
+    Material("steel", 2.07e11, 0.30, 7850.0, "plain carbon steel"),
 )}
+
+#: Other spellings accepted by :func:`material` (not listed as presets of their own).
+ALIASES: Dict[str, str] = {"aluminum": "aluminium"}
 
 #: The material of the animation defaults (``AnimationConfig``'s E, nu and density).
 DEFAULT_MATERIAL = "soft"
 
 
 def material(name: str) -> Material:
-    """The :class:`Material` called ``name`` (case-insensitive). Raises KeyError naming the known materials."""
+    """The :class:`Material` called ``name`` (case-insensitive; :data:`ALIASES` too). Raises KeyError naming the
+    known materials."""
     key = str(name).strip().lower()
+    key = ALIASES.get(key, key)
     if key not in MATERIALS:
         raise KeyError(f"unknown material {name!r} (known: {', '.join(MATERIALS)})")
     return MATERIALS[key]

@@ -274,7 +274,9 @@ def test_the_advice_names_only_materials_stiffer_than_the_one_used():
     (density / E): a fresh user was told "--material rubber" for a chair whose soft default had been raised to
     E 230 kPa at 100 kg/m^3, and bent more in rubber (2 MPa, 1150 kg/m^3: 1.3x the sag)."""
     assert _stiffer_materials(1e5, 100.0) == "--material rubber, plastic or wood"
-    assert _stiffer_materials(2.3e5, 100.0) == "--material plastic or wood"
+    assert _stiffer_materials(2.3e5, 100.0) == "--material plastic, wood or stone"  # the three least stiff
+    assert _stiffer_materials(2e10, 2700.0) == "--material stone, glass or aluminium"
+    assert _stiffer_materials(1e11, 7850.0) == "--material steel"
     assert _stiffer_materials(1e10, 100.0) == "--E 1e+11"  # stiffer than every named material
 
 

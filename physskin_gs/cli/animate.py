@@ -1548,11 +1548,12 @@ def _start_gap(anim) -> Optional[tuple]:
 def _stiffer_materials(E: float, density: float) -> str:
     """The named materials at least as stiff as E (Pa) that sag under their own weight at most 2/3 as much as E at
     ``density`` (kg/m^3) does (a sag goes as density / E; foam is lighter, not stiffer; rubber is stiffer than the
-    soft default, but not than the soft default raised 2.4x so that Spot stands), as ``--material a, b or c``, or
-    ``--E`` with a value 10x E when none is."""
+    soft default, but not than the soft default raised 2.4x so that Spot stands), the three least stiff of them as
+    ``--material a, b or c``, or ``--E`` with a value 10x E when none is."""
     from physskin_gs.materials import MATERIALS
 
-    names = [m.name for m in MATERIALS.values() if m.E >= E and m.E / m.density >= 1.5 * E / max(density, 1e-30)]
+    fits = [m for m in MATERIALS.values() if m.E >= E and m.E / m.density >= 1.5 * E / max(density, 1e-30)]
+    names = [m.name for m in sorted(fits, key=lambda m: m.E)][:3]
     if not names:
         return f"--E {10.0 * E:g}"
     return "--material " + (names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}")
