@@ -367,6 +367,58 @@ def test_material_regions_from_the_panel(app_and_client):
     assert app.error_log == []
 
 
+def test_regions_rebuild_the_default_basis_and_survive_a_switch(capture_path):
+    """With the default basis (the elastic modes, built for the body's materials as ``animate --region`` builds
+    it), a region added in the panel acts at once and re-prepares the basis for it in the background; clearing
+    the regions re-prepares it for one material again; a later re-preparation (a new skinning source) keeps the
+    panel's regions (they were dropped: the config's were used)."""
+    cfg = pipeline.AnimationConfig(num_cubature=128, skinning="modes", num_handles=6, gravity=0.0)
+    with open("/dev/null", "w") as quiet, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        app = ViewerApp(capture_path, cfg, host="127.0.0.1", port=0, progress_stream=quiet)
+        app.start()
+        c = None
+        try:
+            assert app.wait_ready(120), app.failed
+            c = ViserWsClient(app.port)
+            c.send_camera((3.0, 3.0, 2.0), (0.0, 0.0, 0.4))
+            assert wait_until(lambda: len(app.server.get_clients()) == 1, 10)
+            g = app.gui
+            first = app.live.anim
+            assert first.skinning_source.startswith("modes") and "materials" not in first.skinning_source
+            gen = app.switcher.generation
+            c.gui_set(g["region_spec"], "base")
+            c.gui_set(g["region_material"], "wood")
+            assert wait_until(lambda: g["region_spec"].value == "base" and g["region_material"].value == "wood", 5)
+            c.gui_set(g["region_add"], True)
+            assert reprepared(app, gen, 120), app.error_log
+            anim = app.live.anim
+            assert anim is not first and app.config.regions == (("base", "wood"),)
+            assert "of its parts' materials" in anim.skinning_source, anim.skinning_source
+            assert [r["material"] for r in anim.regions] == ["wood"] and anim.sim.point_materials[0] is not None
+            # a switch of the skinning source keeps the region
+            gen = app.switcher.generation
+            assert app.switcher.switch_skinning("rbf")
+            assert reprepared(app, gen, 120), app.error_log
+            assert [(r["spec"], r["material"]) for r in app.live.anim.regions] == [("base", "wood")]
+            assert app.live.anim.skinning_source.startswith("rbf")
+            gen = app.switcher.generation
+            assert app.switcher.switch_skinning("modes")
+            assert reprepared(app, gen, 120), app.error_log
+            assert "of its parts' materials" in app.live.anim.skinning_source
+            # cleared: the basis of one material again
+            gen = app.switcher.generation
+            c.gui_set(g["region_clear"], True)
+            assert reprepared(app, gen, 120), app.error_log
+            assert app.live.anim.regions == [] and app.config.regions == ()
+            assert "materials" not in app.live.anim.skinning_source
+            assert app.error_log == []
+        finally:
+            if c is not None:
+                c.close()
+            app.stop()
+
+
 def test_the_viewer_prints_what_the_analysis_found(capture_path):
     """The browser viewer's terminal gets the scene lines ``animate --headless`` prints (the up and where it came
     from, the selection's counts): a fresh user's viewer run printed only the progress stages."""

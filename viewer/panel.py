@@ -386,6 +386,10 @@ class ControlPanel:
         }
         if keep_floor_height:
             out["floor_height"] = float(g["floor_height"].value)
+            # the regions added in the Material folder (the same object: its region specs still hold)
+            anim = self.app.live.anim if self.app.live is not None else None
+            if anim is not None and callable(getattr(anim, "set_regions", None)):
+                out["regions"] = tuple((r["spec"], r["material"]) for r in anim.regions)
         names = {f.name for f in dataclasses.fields(config)}
         return {k: v for k, v in out.items() if k in names}
 
@@ -495,8 +499,13 @@ class ControlPanel:
 
         def set_regions(regions) -> None:
             def fn(a) -> None:
-                a.set_regions(regions)
+                a.set_regions(regions)  # at once, on the running simulation (OptionError: nothing changes)
                 g["regions"].content = regions_markdown(a.regions)
+                # the default basis (modes) is built for the body's materials, as `animate --region` builds it:
+                # re-prepared in the background with the regions (the running simulation goes on until it is ready)
+                if basis_follows_materials(a) and app.switcher.available:
+                    app.switcher.request("the skinning basis for the parts' materials",
+                                         regions=tuple((r["spec"], r["material"]) for r in a.regions))
 
             self._submit("set regions", fn)
 
@@ -598,6 +607,12 @@ class ControlPanel:
                 g["record_status"].content = f"**not recording:** {exc}"
             except Exception as exc:  # noqa: BLE001
                 app.report_error("recording", exc, traceback.format_exc())
+
+
+def basis_follows_materials(anim) -> bool:
+    """The live skinning basis depends on the parts' materials (the elastic ``modes``, built for the body with its
+    regions' materials: ``AnimationConfig.regions``), so a change of regions re-prepares it."""
+    return str(getattr(anim, "skinning_source", "") or "").startswith("modes")
 
 
 def regions_markdown(regions, available: bool = True) -> str:
