@@ -586,13 +586,16 @@ def scene_analysis_facts(analysis) -> Dict:
 
 
 def count_invalid_rows(facts: Dict, analysis, invalid: np.ndarray, moving: np.ndarray) -> None:
-    """Recount :func:`scene_analysis_facts` ``facts`` (in place) with every static row that is ``invalid`` (N,) bool
-    (a non-finite mean, scale, quaternion, opacity or SH value: :func:`physskin_gs.io.validate.invalid_mask`) as
-    invalid (``moving`` (N,) bool: the moving rows, whose invalid ones are counted as moving and written as they
-    rest): the analysis itself marks only non-finite means and opacities, so a static row with a NaN scale was
+    """Recount :func:`scene_analysis_facts` ``facts`` (in place) with every row that is ``invalid`` (N,) bool (a
+    non-finite mean, scale, quaternion, opacity or SH value: :func:`physskin_gs.io.validate.invalid_mask`) as
+    invalid: the analysis itself marks only non-finite means and opacities, so a static row with a NaN scale was
     counted as support or background, and the selection line's classes did not add up to the static count (a fresh
-    user's report). Raises nothing."""
-    inv = (np.asarray(invalid, dtype=bool) & ~np.asarray(moving, dtype=bool)) | analysis.invalid
+    user's report). An invalid row among the ``moving`` (N,) bool rows never moves either (it is written sanitised,
+    :meth:`AnimatedScene.deformed_scene`): it is counted as invalid, and ``facts["moving_invalid"]`` says how many
+    such rows the selection holds (the selection line counts them as static). Raises nothing."""
+    moving = np.asarray(moving, dtype=bool)
+    inv = np.asarray(invalid, dtype=bool) | analysis.invalid
+    facts["moving_invalid"] = int((inv & moving).sum())
     counts = dict(facts["counts"])
     for k in ("transparent", "floater", "support", "object", "background"):
         counts[k] = int((getattr(analysis, k) & ~inv).sum())

@@ -209,7 +209,9 @@ def scene_summary(anim, config) -> List[str]:
         return []
     lines = []
     c = sa["counts"]
-    static = anim.scene.num_gaussians - anim.info["num_moving"]
+    # rows of the selection with a NaN / Inf value never move (written sanitised): counted as static, invalid
+    moving = anim.info["num_moving"] - int(sa.get("moving_invalid", 0))
+    static = anim.scene.num_gaussians - moving
     given_up = str(config.up).strip().lower() != "auto"
     if given_up:  # the analysis took the given up as known: its support (if any) agrees with it
         found = "a support plane found near it" if sa["up_source"] == "support-plane" else "no support plane near it"
@@ -219,7 +221,7 @@ def scene_summary(anim, config) -> List[str]:
     auto_select = str(config.select).strip().lower() == "auto"
     ob = anim.info.get("other_bodies_rows", (0, 0))  # the other bodies' rows: counted as background (or
     # transparent) by the analysis, moving here
-    lines.append(f"selection {anim.info['selection']}: moving {anim.info['num_moving']}, static {static}"
+    lines.append(f"selection {anim.info['selection']}: moving {moving}, static {static}"
                  + (f" (support {c['support']}, background {c['background'] - ob[0]}, floaters {c['floater']}, "
                     f"transparent {c['transparent'] - sa['moving_transparent'] - ob[1]}, invalid {c['invalid']})"
                     if auto_select else "")
