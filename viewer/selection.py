@@ -59,6 +59,7 @@ def scene_facts(anim) -> Dict[str, Any]:
     moving = int(info.get("num_moving", n if mv is None else int(to_numpy(mv, dtype=bool).sum())))
     up = np.asarray(to_numpy(getattr(anim, "up_vector", np.array([0.0, 0.0, 1.0]))), dtype=np.float64).reshape(3)
     sa = info.get("scene_analysis")
+    moving -= int((sa or {}).get("moving_invalid", 0))  # rows with a NaN / Inf never move (written sanitised)
     cfg = getattr(anim, "config", None)
     up_cfg = str(getattr(cfg, "up", "auto")).strip().lower()
     counts = (sa or {}).get("counts") or {}
