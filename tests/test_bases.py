@@ -101,6 +101,31 @@ def test_skin_points_equal_the_objects_own_rows(tmp_path, splat_file):
     np.testing.assert_allclose(b["grads"], a["grads"][pick], rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(b["grads_scene"], b["grads"] / float(b["scale"]), rtol=1e-6)
     assert json.loads(str(b["metrics"]))["query"] == "points"
+    # each row's position is in the file: the splat's rows in file order, the query points as given
+    np.testing.assert_array_equal(a["points"], means)
+    np.testing.assert_array_equal(b["points"], means[pick])
+
+
+def test_skin_mesh_rows_carry_their_positions(tmp_path, mesh_file):
+    """A mesh's rows are its welded vertices (an OBJ with texture coordinates has more or fewer than its ``v``
+    lines, in another order): the .npz gives each row's position, and ``--points`` at those positions gives the
+    same rows (a fresh user mapped rows to ``v`` lines by index and got wrong weights, with no way to tell)."""
+    from physskin_gs.io.mesh import load_mesh
+
+    src = mesh_file("c3d_spot.obj")
+    out = tmp_path / "w.npz"
+    assert main(["skin", str(src), "-o", str(out), "--skinning", "rbf"]) == 0
+    a = np.load(out)
+    verts = np.asarray(load_mesh(str(src)).vertices, np.float64)
+    np.testing.assert_array_equal(a["points"], verts)
+    v_lines = np.array([[float(t) for t in ln.split()[1:4]] for ln in src.read_text().splitlines()
+                        if ln.startswith("v ")])
+    assert len(v_lines) != len(verts) or not np.array_equal(v_lines, verts)  # not the file's rows one for one
+    pick = np.random.default_rng(1).choice(len(verts), 100, replace=False)
+    np.save(tmp_path / "v.npy", a["points"][pick])
+    assert main(["skin", str(src), "-o", str(tmp_path / "p.npz"), "--skinning", "rbf", "--points",
+                 str(tmp_path / "v.npy")]) == 0
+    np.testing.assert_allclose(np.load(tmp_path / "p.npz")["weights"], a["weights"][pick], rtol=1e-5, atol=1e-6)
 
 
 def test_skin_points_bad_files(tmp_path, splat_file, capsys):

@@ -15,6 +15,9 @@ last):
 * ``grads`` (N, H, 3) float32: dW/dX with respect to the NORMALISED coordinates; divide by ``scale`` for
   world units (method.md 3, frame scaling).
 * ``grads_scene`` (N, H, 3) float32: dW/dx in scene units (``grads / scale``).
+* ``points`` (N, 3) float64: each row's position in scene units (row i of the file for a splat; for a mesh the
+  vertices of :func:`physskin_gs.io.mesh.load_mesh`, welded as trimesh loads them, so an OBJ's rows are not its
+  ``v`` lines one for one; ``--points`` gives weights at vertices of your own choosing).
 * ``center`` (3,), ``scale`` () float64: ``x_norm = (x_world - center) / scale``.
 * ``valid`` (N,) bool: rows with finite input positions.
 * ``metrics``: JSON string (Omega_orth x1e-2, kappa_log, H_spec with the constant handle excluded/included,
@@ -56,6 +59,7 @@ class PreparedObject:
     path: Optional[str] = None  # the input file (a mesh is re-read for the tet basis)
     selected: Optional[int] = None  # a splat's rows the scene analysis takes as the object (None: not analysed)
     bodies: int = 1  # the objects among them (animate moves each as a body of its own)
+    points: Optional[np.ndarray] = None  # (N, 3) float64 scene units: the query rows' positions (non-finite kept)
 
 
 def prepare_object(path, seed: int = 0, warn: bool = False) -> PreparedObject:
@@ -141,7 +145,7 @@ def prepare_object(path, seed: int = 0, warn: bool = False) -> PreparedObject:
     q[valid] = norm.to_normalized(pts[valid])
     return PreparedObject(path.name, kind, np.asarray(norm.center, np.float64), float(norm.scale), surface,
                           volume, torch.from_numpy(q.astype(np.float32)), valid, usable, max_handles, str(path),
-                          selected if kind == "splat" else None, n_bodies if kind == "splat" else 1)
+                          selected if kind == "splat" else None, n_bodies if kind == "splat" else 1, pts)
 
 
 def mesh_in_frame(obj: PreparedObject):
@@ -283,6 +287,10 @@ def register(sub) -> None:
                                    "mesh of its volume for a splat).")
     p.add_argument("path", help="splat scene (.ply/.splat/.compressed.ply) or mesh (.obj/.ply/.stl/...)")
     p.add_argument("-o", "--output", required=True, help="output .npz")
+    p.epilog = ("The .npz holds weights (N, m + 1; the constant handle last, all 1), grads (N, m + 1, 3; per unit "
+                "of the normalised frame (x - center) / scale), grads_scene (per scene unit), points (N, 3; each row's "
+                "position in scene units: a splat's rows in file order, a mesh's welded vertices as trimesh loads "
+                "them, not an OBJ's v lines one for one), center, scale, valid and metrics (a JSON string).")
     p.add_argument("--points", metavar="PTS.npy", help="query points (N, 3) in scene units (.npy) instead of the "
                    "Gaussian centres / mesh vertices; same normalisation as the object's own points")
     add_skinning_arguments(p)
@@ -331,10 +339,10 @@ def run(args) -> int:
               f"left out); animate moves only {what} ({obj.selected} of them, without the support and background) and "
               "builds its field there, so the two fields differ", file=sys.stderr, flush=True)
     if args.points:
-        query, _ = load_query_points(args.points, obj)
+        query, points = load_query_points(args.points, obj)
         valid = np.ones(query.shape[0], bool)
     else:
-        query, valid = obj.query, obj.valid
+        query, valid, points = obj.query, obj.valid, obj.points
     usable = obj.usable if obj.usable >= 0 else int(obj.valid.sum())
     # few usable Gaussians: at most usable - 1 learned handles (a mesh's field is built from sampled volume points,
     # whatever its vertex count); a reduction is said in one line
@@ -383,7 +391,7 @@ def run(args) -> int:
 
     try:
         with atomic_output(out) as tmp, open(tmp, "wb") as fh:  # (a file object: savez adds no ".npz" to it)
-            np.savez(fh, weights=W.astype(np.float32), grads=G.astype(np.float32),
+            np.savez(fh, weights=W.astype(np.float32), grads=G.astype(np.float32), points=np.asarray(points, np.float64),
                      grads_scene=(G / obj.scale).astype(np.float32), center=obj.center, scale=np.float64(obj.scale),
                      valid=valid, metrics=np.array(json.dumps(finite_or_none(metrics), allow_nan=False)))
     except OSError as exc:
