@@ -73,9 +73,10 @@ def _interrupt_at(monkeypatch, at_step: int):
 
 
 def test_train_force_keeps_the_earlier_run_until_its_own_first_checkpoint(tmp_path, monkeypatch):
-    """--force then Ctrl-C before the first step: the earlier run is intact (it was deleted up front, and --resume
-    then found nothing). Ctrl-C after two steps: a checkpoint of those steps, and the earlier run is replaced as a
-    whole: its snapshots and metrics go, none is mixed in."""
+    """--force then Ctrl-C before the first step, or after two steps but before this run's first checkpoint: the
+    earlier run is intact (it was deleted up front, and --resume then found nothing; later a 2-step model replaced
+    a finished run). Ctrl-C after this run's first checkpoint: a checkpoint of its steps, and the earlier run is
+    replaced as a whole: its snapshots and metrics go, none is mixed in."""
     out = tmp_path / "run"
     assert main(["train", "--out", str(out), "--steps", "4", "--snapshot-every", "2", *TINY]) == 0
     earlier = _run_files(out)
@@ -91,16 +92,23 @@ def test_train_force_keeps_the_earlier_run_until_its_own_first_checkpoint(tmp_pa
     _interrupt_at(monkeypatch, 2)
     assert main(["train", "--out", str(out), "--steps", "3", "--snapshot-every", "3", "--force", "--seed", "1",
                  *TINY]) == 130
+    assert _run_files(out) == earlier  # two steps, no checkpoint of this run yet: the earlier run is kept
+    assert not (out / ".metrics.jsonl.partial").exists()
+
+    monkeypatch.undo()
+    _interrupt_at(monkeypatch, 3)
+    assert main(["train", "--out", str(out), "--steps", "5", "--snapshot-every", "2", "--force", "--seed", "1",
+                 *TINY]) == 130
     now = _run_files(out)
     assert now["model.safetensors"] != earlier["model.safetensors"]
-    assert now["snapshots"] == []  # the earlier run's snapshots went with it; step 2 is no snapshot step
+    assert now["snapshots"] == ["step_000002.safetensors"]  # this run's; the earlier run's went with it
     steps = [json.loads(line)["step"] for line in now["metrics.jsonl"].decode().splitlines()]
-    assert steps == [0, 1]  # this run's metrics only
+    assert steps == [0, 1, 2]  # this run's metrics only
     state = json.loads((out / "config.json").read_text())
     assert state["train"]["seed"] == 1
     from physskin_gs.model.checkpoint import checkpoint_metadata
 
-    assert int(checkpoint_metadata(out / "model.safetensors")["metrics"]["step"]) == 2
+    assert int(checkpoint_metadata(out / "model.safetensors")["metrics"]["step"]) == 3
 
     monkeypatch.undo()
     assert main(["train", "--out", str(out), "--steps", "3", "--resume", *TINY]) == 0  # and it resumes

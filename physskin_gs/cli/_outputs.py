@@ -87,8 +87,11 @@ def _shipped_files() -> List[str]:
 
 
 def _input_files(inputs: Iterable) -> List[str]:
-    """The existing input files among ``inputs`` (None skipped; a folder stands for the files in it), and the
-    installation's own files (:func:`_shipped_files`)."""
+    """The existing input files among ``inputs`` (None skipped; a folder stands for the files in it), the files a
+    mesh among them reads beside it (its material libraries and textures:
+    :func:`physskin_gs.io.mesh.mesh_sidecars`), and the installation's own files (:func:`_shipped_files`)."""
+    from physskin_gs.io.mesh import mesh_sidecars
+
     files: List[str] = _shipped_files()
     for p in inputs:
         if p is None or str(p) == "":
@@ -101,6 +104,7 @@ def _input_files(inputs: Iterable) -> List[str]:
                 continue
         elif os.path.exists(p):
             files.append(p)
+            files += mesh_sidecars(p)
     return files
 
 

@@ -546,8 +546,14 @@ def run(args) -> int:
                 break
     except KeyboardInterrupt:
         # Ctrl-C / SIGTERM between steps: keep what this run trained (as --max-minutes does), then exit as
-        # interrupted; with nothing trained yet, an earlier run that --force was to replace stays as it was
-        if is_main and done > start:
+        # interrupted. An earlier run that --force was to replace stays as it was until this run's first regular
+        # checkpoint (--ckpt-every / --snapshot-every): an interrupt before it keeps the earlier run and drops this
+        # run's steps (a Ctrl-C a few seconds into `train --force` replaced a finished run with a 2-step model)
+        if is_main and done > start and replacing:
+            log(f"interrupted at step {done}, before this run's first checkpoint: the earlier run in {out} is kept as "
+                f"it was, and this run's {done - start} steps are not saved (--force replaces an earlier run only with "
+                "a checkpoint of the new one)")
+        elif is_main and done > start:
             interrupts.reset()  # (a pending interrupt would abort the checkpoint's own writes)
             save(done)
             log(f"interrupted: saved the checkpoint at step {done} ({model_path}); --resume continues it")

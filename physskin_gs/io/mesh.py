@@ -367,6 +367,55 @@ def _names_mtl(path: str) -> bool:
         return False
 
 
+#: MTL statements that name an image file (the file name is the statement's last token, after any options).
+_MTL_MAPS = (b"map_", b"bump", b"disp", b"decal", b"norm", b"refl")
+
+
+def _named_files(folder: str, rest: bytes) -> list:
+    """The existing files in ``folder`` that a statement's remainder ``rest`` names: the whole remainder (a name
+    with spaces) and its last token (a name after options such as ``-s 1 1 1``)."""
+    text = rest.strip().decode("utf-8", "replace")
+    out = []
+    for name in dict.fromkeys([text, text.split()[-1] if text.split() else ""]):
+        if name and os.path.isfile(os.path.join(folder, name)):
+            out.append(os.path.join(folder, name))
+    return out
+
+
+def mesh_sidecars(path: str) -> list:
+    """The files beside a mesh that loading it reads: an OBJ's material libraries (``mtllib``) and the images
+    they name (``map_Kd`` and the other maps), a PLY's texture image (``comment TextureFile NAME``). Only files
+    that exist, as paths joined to the mesh's folder; an empty list for other formats or an unreadable file.
+    Outputs must never replace them (a render named like the texture replaced it). Raises nothing."""
+    folder = os.path.dirname(os.path.abspath(path))
+    ext = os.path.splitext(path)[1].lower()
+    out: list = []
+    try:
+        if ext == ".obj":
+            libs = []
+            with open(path, "rb") as f:
+                for line in f:
+                    if line.startswith(b"mtllib"):
+                        libs += _named_files(folder, line[6:])
+            out += libs
+            for lib in libs:
+                lib_folder = os.path.dirname(lib)
+                with open(lib, "rb") as f:
+                    for line in f:
+                        s = line.lstrip()
+                        if s.lower().startswith(_MTL_MAPS):
+                            word = s.split(None, 1)
+                            if len(word) == 2:
+                                out += _named_files(lib_folder, word[1])
+        elif ext == ".ply":
+            for c in read_ply_header(path).comments:
+                if c.lower().startswith("texturefile"):
+                    out += _named_files(folder, c[len("texturefile"):].encode("utf-8"))
+    except (OSError, SceneFormatError):
+        pass
+    return list(dict.fromkeys(out))
+
+
 def _missing_mtl(path: str) -> bool:
     """True when an OBJ names a material library (``mtllib``) that is not beside it: trimesh then stands in a
     default grey material, which is not the model's colour. Raises nothing."""
