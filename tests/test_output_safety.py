@@ -374,3 +374,38 @@ def test_export_samples_needs_no_run_folder(tmp_path, capsys):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s"]
     assert main(["train", "--synthetic", "--steps", "1"]) == 2
     assert "--out DIR is required" in capsys.readouterr().err
+
+
+def _textured_obj(folder: Path) -> Path:
+    """A tetrahedron OBJ with texture coordinates, a material library and its texture image (a real PNG)."""
+    import numpy as np
+    from PIL import Image
+
+    folder.mkdir(parents=True, exist_ok=True)
+    Image.fromarray(np.full((4, 4, 3), (200, 30, 30), np.uint8)).save(folder / "tex map.png")
+    (folder / "mat.mtl").write_text("newmtl red\nKd 1 1 1\nmap_Kd -s 1 1 1 tex map.png\n")
+    (folder / "t.obj").write_text(
+        "mtllib mat.mtl\nv 0 0 0\nv 1 0 0\nv 0 1 0\nv 0 0 1\nvt 0 0\nvt 1 0\nvt 0 1\nvt 1 1\nusemtl red\n"
+        "f 1/1 3/3 2/2\nf 1/1 2/2 4/4\nf 1/1 4/4 3/3\nf 2/2 3/3 4/4\n")
+    return folder / "t.obj"
+
+
+def test_a_meshs_material_library_and_texture_are_inputs(tmp_path, capsys):
+    """`render ball.obj -o material_0.png --force` replaced the mesh's texture with the render (and `evaluate
+    --json` the same): the files a mesh reads beside it are inputs of the command, never outputs."""
+    from physskin_gs.io.mesh import mesh_sidecars
+
+    obj = _textured_obj(tmp_path / "m")
+    assert sorted(Path(p).name for p in mesh_sidecars(str(obj))) == ["mat.mtl", "tex map.png"]
+    tex = tmp_path / "m" / "tex map.png"
+    before = tex.read_bytes()
+    assert main(["render", str(obj), "-o", str(tex), "--force", "--width", "32", "--height", "32"]) == 2
+    assert "refusing to overwrite the input file" in capsys.readouterr().err
+    assert tex.read_bytes() == before
+    # a PLY's texture (comment TextureFile) too
+    ply = tmp_path / "m" / "p.ply"
+    ply.write_text("ply\nformat ascii 1.0\ncomment TextureFile tex map.png\nelement vertex 3\nproperty float x\n"
+                   "property float y\nproperty float z\nelement face 1\nproperty list uchar int vertex_indices\n"
+                   "end_header\n0 0 0\n1 0 0\n0 1 0\n3 0 1 2\n")
+    assert [Path(p).name for p in mesh_sidecars(str(ply))] == ["tex map.png"]
+    assert mesh_sidecars(str(tmp_path / "missing.obj")) == []

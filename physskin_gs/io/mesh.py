@@ -372,11 +372,11 @@ _MTL_MAPS = (b"map_", b"bump", b"disp", b"decal", b"norm", b"refl")
 
 
 def _named_files(folder: str, rest: bytes) -> list:
-    """The existing files in ``folder`` that a statement's remainder ``rest`` names: the whole remainder (a name
-    with spaces) and its last token (a name after options such as ``-s 1 1 1``)."""
-    text = rest.strip().decode("utf-8", "replace")
+    """The existing files in ``folder`` that a statement's remainder ``rest`` names: any tail of its words (the
+    whole remainder, a name with spaces after options such as ``-s 1 1 1``, the last word)."""
+    words = rest.strip().decode("utf-8", "replace").split()
     out = []
-    for name in dict.fromkeys([text, text.split()[-1] if text.split() else ""]):
+    for name in dict.fromkeys(" ".join(words[i:]) for i in range(len(words))):
         if name and os.path.isfile(os.path.join(folder, name)):
             out.append(os.path.join(folder, name))
     return out
