@@ -409,3 +409,20 @@ def test_a_meshs_material_library_and_texture_are_inputs(tmp_path, capsys):
                    "end_header\n0 0 0\n1 0 0\n0 1 0\n3 0 1 2\n")
     assert [Path(p).name for p in mesh_sidecars(str(ply))] == ["tex map.png"]
     assert mesh_sidecars(str(tmp_path / "missing.obj")) == []
+
+
+def test_evaluate_json_is_a_json_file_and_may_replace_its_own_earlier_results(tmp_path, capsys):
+    """`evaluate --json` took any name (`--json shape.obj --force` replaced a file it never wrote), and its own
+    earlier results in the --data folder were refused with --force as "the input file"."""
+    obj = _textured_obj(tmp_path / "ev")
+    for bad in ("t.obj", "out.png", "results"):
+        assert main(["evaluate", "--data", str(tmp_path / "ev"), "--json", str(tmp_path / "ev" / bad), "--force",
+                     "--fit-seconds", "0", "--points", "500"]) == 2
+        assert "name a .json file" in capsys.readouterr().err
+    assert obj.read_text().startswith("mtllib")
+    res = tmp_path / "ev" / "results.json"
+    args = ["evaluate", "--data", str(tmp_path / "ev"), "--json", str(res), "--fit-seconds", "0", "--points", "500"]
+    assert main(args) == 0
+    first = json.loads(res.read_text())
+    assert main(args + ["--force"]) == 0, capsys.readouterr().err
+    assert json.loads(res.read_text()).keys() == first.keys()

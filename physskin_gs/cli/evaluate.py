@@ -137,11 +137,15 @@ def run(args) -> int:
     if given:  # accepted by the one parser, used by the other mode only
         mode = ("--reference fem" if args.reference == "fem" else "the network check (without --reference fem)")
         print(f"note: {', '.join(given)}: not used by {mode}", file=sys.stderr)
+    if args.json is not None and not str(args.json).lower().endswith(".json"):
+        # (any name was taken: `--json scene.obj --force` replaced a file the command never wrote)
+        raise OptionError(f"--json {args.json}: name a .json file")
     paths = _input_paths(args.data)
     from physskin_gs.cli._outputs import Output, claim_outputs
 
-    claim_outputs([Output("--json", args.json, replace=args.force)],
-                  inputs=[*paths, args.checkpoint, *(args.data or [])])
+    # the inputs are the shapes evaluated (with the files they read beside them) and the checkpoint; other files in
+    # a --data folder are not (an earlier run's results.json there was refused as "the input file")
+    claim_outputs([Output("--json", args.json, replace=args.force)], inputs=[*paths, args.checkpoint])
     if args.reference == "fem":
         from physskin_gs.cli.evaluate_fem import run_fem
 
