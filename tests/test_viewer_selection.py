@@ -222,9 +222,16 @@ def test_up_axis_dropdown_reprepares_with_that_up_vector(app_and_client, choice,
 
 def test_up_by_name_and_no_op_for_the_current_axis(app_and_client):
     app, _ = app_and_client
+    # a long session: the worker has published a million frames (the display remembered that count across a
+    # re-preparation and waited for the new scene's frames to pass it: the view froze after any switch)
+    worker = app.live.worker
+    worker._version = 10 ** 6
+    assert wait_until(lambda: worker.slot.get() is not None and worker.slot.get().version > 10 ** 6, 10)
     gen = app.switcher.generation
     assert app.set_up("z")  # the config's spelling works too; the dropdown shows it with its sign
     assert reprepared(app, gen), app.error_log
+    seen = app.display_updates
+    assert wait_until(lambda: app.display_updates >= seen + 3, 10), "the display froze after the re-preparation"
     assert np.allclose(app.live.anim.up_vector.numpy(), [0, 0, 1]) and app.gui["up"].value == "+z"
     assert not app.set_up("+z") and not app.switcher.busy  # already that axis
 

@@ -131,6 +131,7 @@ class DisplayLoop:
         app = self.app
         set_thread_torch_threads(self.threads)  # OpenMP thread counts are per thread
         version = 0
+        shown = None  # the LiveState whose frames ``version`` counts
         last_handles = 0.0
         last_stats = 0.0
         while not self._stop.is_set():
@@ -138,6 +139,8 @@ class DisplayLoop:
             if live is None:
                 self._stop.wait(0.05)
                 continue
+            if live is not shown:  # a re-prepared scene's worker counts its frames from 1 again (the display
+                shown, version = live, 0  # waited for it to pass the old scene's count: the view froze)
             frame = live.worker.slot.wait_newer(version, 0.1)
             if frame is None or app.live is not live:
                 continue
