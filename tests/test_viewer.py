@@ -730,6 +730,32 @@ def test_viewer_says_the_default_was_raised_and_offers_it_as_a_preset(splat_file
         assert wait_until(lambda: float(g["E"].value) == pytest.approx(soft.E), 10)
         g["material"].value = "soft, raised to stand"
         assert wait_until(lambda: float(g["E"].value) == pytest.approx(stand["E_to"]), 10)
+        # typed by a user: a value outside a field's range is brought into it before it runs (dt 0.5 ran at 4
+        # steps/s while the field showed 0.2; E -5 Pa paused the simulation with a traceback), and a typed E
+        # makes the material "custom" (the dropdown kept claiming the preset)
+        c = ViserWsClient(app.port)
+        try:
+            c.send_camera((2.0, 2.0, 1.0), (0.0, 0.0, 0.0))
+            assert wait_until(lambda: len(app.server.get_clients()) == 1, 10)
+            c.gui_set(g["dt"], 0.5)
+            assert wait_until(lambda: float(g["dt"].value) == 0.2 and app.live.anim.dt == 0.2, 10)
+            c.gui_set(g["E"], -5.0)
+            assert wait_until(lambda: float(g["E"].value) == 1.0 and app.live.anim.sim.E == 1.0, 10)
+            assert g["material"].value == "custom"
+            assert app.error_log == []
+        finally:
+            c.close()
+        # an up switch prepares the raised preset again from soft's own E (it raised the raised E again)
+        g["material"].value = "soft, raised to stand"
+        assert wait_until(lambda: float(g["E"].value) == pytest.approx(stand["E_to"]), 10)
+        gen = app.switcher.generation
+        assert app.set_up("z")
+        assert wait_until(lambda: app.switcher.generation > gen and not app.switcher.busy, 90)
+        assert app.switcher.last_error is None, app.switcher.last_error
+        again = app.live.anim.info.get("stand")
+        assert again is not None and again["E_from"] == pytest.approx(soft.E), again
+        assert float(g["E"].value) == pytest.approx(again["E_to"]) and g["material"].value == "soft, raised to stand"
+        assert app.live.anim.sim.E == pytest.approx(again["E_to"])
     finally:
         app.stop()
 

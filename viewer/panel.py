@@ -29,6 +29,7 @@ The app surface used: ``server``, ``live``, ``config``, ``path``, ``source_scene
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 import traceback
 from types import SimpleNamespace
@@ -94,6 +95,10 @@ class ControlPanel:
         self.gui: Dict[str, Any] = {}
         #: presets beside the named materials (label -> (E Pa, nu, density kg/m^3)): the default raised to stand
         self.presets: Dict[str, tuple] = {}
+        #: the named material each of :attr:`presets` was raised from
+        self.preset_base: Dict[str, str] = {}
+        #: the last value of each number field that was applied to the simulation (a bad entry falls back to it)
+        self.applied: Dict[str, float] = {}
 
     # ================================================================== status
     def build_status(self, title: str) -> None:
@@ -176,6 +181,7 @@ class ControlPanel:
                 label = f"{initial}, raised to stand"  # so that it can be picked again after trying others
                 base = MATERIALS[initial]
                 self.presets[label] = (float(stand["E_to"]), min(base.nu, 0.49), base.density)
+                self.preset_base[label] = initial
                 names = ("custom", label) + tuple(MATERIALS)
                 initial = label
             g["material"] = gui.add_dropdown(
@@ -346,6 +352,12 @@ class ControlPanel:
         g["view_colour"].disabled = app.live.sh_degree == 0
         self.refresh_regions(anim)
         g["dt"].value = float(getattr(anim, "dt", g["dt"].value))
+        stand = (getattr(anim, "info", None) or {}).get("stand")
+        choice = str(g["material"].value) if "material" in g else None
+        if stand and choice in self.preset_base:  # raised again for the new object or up: the preset follows
+            E_to = float(stand["E_to"])
+            self.presets[choice] = (E_to,) + tuple(self.presets[choice][1:])
+            g["E"].value = E_to
         fh = default_floor_height(anim, app.config, app.live.up)
         g["floor_height"].value = fh  # fires the floor callback: the new worker gets the same height
         self.update_floor_grid(bool(g["floor"].value), float(g["floor_height"].value))
@@ -384,6 +396,17 @@ class ControlPanel:
             "gravity": self.gravity_magnitude(),
             "pin": (getattr(config, "pin", None) or DEFAULT_PIN) if g["pin"].value else None,
         }
+        # the material: "NAME, raised to stand" is prepared again from NAME's own E and raised for the new object
+        # or up (it was raised again from the raised E: 240000 -> 2.7e6 Pa after an up switch); a material picked
+        # or typed in the panel is the user's choice, kept as it is (not raised), as `animate --material` does
+        choice = str(g["material"].value) if "material" in g else None
+        if choice in self.preset_base:
+            from physskin_gs.materials import MATERIALS
+
+            out["E"] = float(MATERIALS[self.preset_base[choice]].E)
+        elif choice is not None and getattr(config, "stand_sag", None) is not None:
+            out["stand_sag"] = None
+            out["material"] = None if choice == "custom" else choice
         if keep_floor_height:
             out["floor_height"] = float(g["floor_height"].value)
             # the regions added in the Material folder (the same object: its region specs still hold)
@@ -436,6 +459,18 @@ class ControlPanel:
         )
 
     # ================================================================== callbacks
+    def _material_is_custom(self) -> None:
+        """The material dropdown shows "custom" when E, nu and density are no longer its preset's values."""
+        from physskin_gs.materials import MATERIALS
+
+        g = self.gui
+        name = str(g["material"].value)
+        mat = MATERIALS.get(name)
+        values = (mat.E, min(mat.nu, 0.49), mat.density) if mat is not None else self.presets.get(name)
+        now = (float(g["E"].value), float(g["nu"].value), float(g["density"].value))
+        if values is not None and any(abs(a - b) > 1e-9 * max(1.0, abs(b)) for a, b in zip(now, values)):
+            g["material"].value = "custom"
+
     def _submit(self, name: str, fn) -> None:
         live = self.app.live
         if live is not None:
@@ -485,12 +520,25 @@ class ControlPanel:
         }
         for name, fn in setters.items():
             def make(name=name, fn=fn):
-                def cb(_e) -> None:
+                def cb(event) -> None:
                     v = g[name].value
-                    self._submit(f"set {name}", lambda a: fn(a, v))
+                    # a typed value outside the field's range is brought into it first (the field showed the
+                    # bound while the typed value ran: dt 0.5 at 4 steps/s, E -5 Pa paused with a traceback)
+                    lo, hi = getattr(g[name], "min", None), getattr(g[name], "max", None)
+                    fixed = field_value(v, lo, hi, self.applied.get(name))
+                    if fixed != v:
+                        span = f"{lo if lo is not None else '-inf'}..{hi if hi is not None else 'inf'}"
+                        self.set_note(f"{name} {v}: not a number in {span}; set to {fixed:g}")
+                        g[name].value = fixed  # (its callback applies it)
+                    else:
+                        self.applied[name] = float(v)
+                        self._submit(f"set {name}", lambda a: fn(a, v))
+                    if name in ("E", "nu", "density") and getattr(event, "client", None) is not None:
+                        self._material_is_custom()  # typed by the user: the preset no longer holds
 
                 return cb
 
+            self.applied[name] = float(g[name].value)
             g[name].on_update(make())
 
         def apply_fast(_e=None) -> None:
@@ -607,6 +655,22 @@ class ControlPanel:
                 g["record_status"].content = f"**not recording:** {exc}"
             except Exception as exc:  # noqa: BLE001
                 app.report_error("recording", exc, traceback.format_exc())
+
+
+def field_value(v, lo, hi, last=None) -> float:
+    """A number field's value brought into its range ``[lo, hi]`` (None: unbounded on that side); a non-finite or
+    unreadable value becomes ``last`` (the value applied before), or ``lo``. Raises nothing."""
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        x = float("nan")
+    if not math.isfinite(x):
+        return float(last) if last is not None else (float(lo) if lo is not None else 0.0)
+    if lo is not None and x < lo:
+        return float(lo)
+    if hi is not None and x > hi:
+        return float(hi)
+    return v
 
 
 def basis_follows_materials(anim) -> bool:
