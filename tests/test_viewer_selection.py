@@ -20,6 +20,7 @@ pytest.importorskip("msgspec")
 pipeline = pytest.importorskip("physskin_gs.pipeline")
 
 from physskin_gs import io as pio  # noqa: E402
+from physskin_gs.errors import OptionError  # noqa: E402
 from physskin_gs_viewer.constants import DIM_OPACITY  # noqa: E402
 from physskin_gs_viewer.app import ViewerApp  # noqa: E402
 from physskin_gs_viewer.selection import box_spec, component_bounds, parse_box, scene_facts  # noqa: E402
@@ -234,6 +235,35 @@ def test_up_by_name_and_no_op_for_the_current_axis(app_and_client):
     assert wait_until(lambda: app.display_updates >= seen + 3, 10), "the display froze after the re-preparation"
     assert np.allclose(app.live.anim.up_vector.numpy(), [0, 0, 1]) and app.gui["up"].value == "+z"
     assert not app.set_up("+z") and not app.switcher.busy  # already that axis
+
+
+def test_a_refused_skinning_source_leaves_the_dropdown_on_what_runs(app_and_client):
+    """A splat is offered no `tet` (it meshes a mesh input's own surface), and a source that fails to prepare
+    leaves the dropdown on the source that runs (it kept naming the refused one, over the old scene running)."""
+    app, c = app_and_client
+    g = app.gui
+    assert "tet" not in g["skinning"].options and "modes" in g["skinning"].options
+    assert g["skinning"].value == "rbf"
+    gen = app.switcher.generation
+    g["skinning"].value = "voxel"  # as the dropdown sets it; then a refused one, asked directly
+    assert reprepared(app, gen), app.error_log
+    gen = app.switcher.generation
+    real = app._prepare
+
+    def refuse(cfg):
+        if cfg.skinning == "modes":
+            raise OptionError("no modes today")
+        return real(cfg)
+
+    app._prepare = refuse
+    try:
+        g["skinning"].value = "modes"
+        assert reprepared(app, gen), app.error_log
+    finally:
+        app._prepare = real
+    assert "no modes today" in str(app.switcher.last_error)
+    assert g["skinning"].value == "voxel" and app.live.anim.skinning_source.startswith("voxel")
+    app.error_log.clear()
 
 
 def test_pick_component_sets_the_box_to_the_clicked_part(app_and_client):

@@ -236,6 +236,9 @@ class ControlPanel:
             app.selection.on_live(live)
         with gui.add_folder("Skinning"):
             names = skinning_names(aliases=False)
+            scene = app.source_scene if app.source_scene is not None else getattr(anim, "scene", None)
+            if getattr(scene, "mesh", None) is None:  # tet meshes the input's own surface: a mesh input only
+                names = tuple(n for n in names if n != "tet")
             src = resolve_skinning(getattr(cfg, "skinning", None))
             g["skinning"] = gui.add_dropdown(
                 "source", names, initial_value=src if src in names else names[0], disabled=not can_switch,
@@ -368,6 +371,17 @@ class ControlPanel:
             self._apply_gravity()
         app.selection.on_live(app.live)
         app.bodies.on_live(app.live)
+
+    def show_running(self, config) -> None:
+        """Set the skinning-source and up-axis dropdowns to ``config``'s (what runs), after a refused choice (the
+        dropdown kept naming a source that had failed to prepare). Their callbacks see no change to make."""
+        g = self.gui
+        if "skinning" in g:
+            src = resolve_skinning(getattr(config, "skinning", None))
+            if src in g["skinning"].options:
+                g["skinning"].value = src
+        if "up" in g and self.app.switcher.available:
+            g["up"].value = up_choice(getattr(config, "up", "auto"))
 
     def show_scene_facts(self, anim) -> Dict[str, Any]:
         """Show the scene facts of ``anim`` in the "Scene" folder; returns them (:func:`scene_facts`)."""

@@ -150,6 +150,7 @@ class SceneSwitcher:
                     exc = type(exc)(str(exc).replace("--select box", "selection box")
                                     + " (change or clear the boxes in the Scene folder)")
                 app.report_error(f"re-preparation: {what}", exc, "" if user else traceback.format_exc())
+                app.panel.show_running(app.config)  # the dropdowns name what runs again, not the refused choice
             else:
                 if app._stop.is_set():  # the app stopped meanwhile: nothing to show it on
                     with self._lock:
