@@ -424,8 +424,15 @@ def test_record_button_flow_writes_reloadable_frames(live_app, tmp_path, monkeyp
     firsts = []
     for _ in range(2):
         firsts.append(app.start_recording())
+        assert wait_until(lambda: app._recorder is not None and app._recorder.written >= 1, 10)
         app.stop_recording()
     assert firsts[0] != firsts[1] and all((f / "sequence.json").exists() for f in firsts), firsts
+    # paused: nothing is recorded, and no folder of 0 frames is left (it held a 0-frame sequence.json)
+    app.live.worker.set_playing(False)
+    time.sleep(0.2)
+    paused = app.start_recording(out_dir=tmp_path / "paused")
+    assert app.stop_recording() is None and not paused.exists()
+    assert "nothing recorded" in app.gui["record_status"].content
 
 
 # ------------------------------------------------------------------------------------------- bad input

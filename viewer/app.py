@@ -414,7 +414,8 @@ class ViewerApp:
         return self.recording.start(client=client, mp4=mp4, out_dir=out_dir)
 
     def stop_recording(self) -> Optional[Path]:
-        """Stop the current recording, write sequence.json (and the video); returns its folder."""
+        """Stop the current recording, write sequence.json (and the video); returns its folder, or None when
+        nothing was recorded (:meth:`RecordingControl.stop`)."""
         return self.recording.stop()
 
     def set_up(self, choice: str) -> bool:

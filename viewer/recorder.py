@@ -69,7 +69,11 @@ class Recorder:
             or (self.out_dir / "animation.usdc").exists()
         ):
             raise OptionError(f"recording folder {self.out_dir} already holds a recording; choose another folder")
+        self._made_folder = not self.out_dir.exists()
         self.out_dir.mkdir(parents=True, exist_ok=True)
+        #: True after :meth:`stop` when nothing was recorded (no step ran: paused): no sequence.json is written
+        #: and a folder this recording made is removed again
+        self.empty = False
         self.dt = float(dt)
         self.meta = dict(meta or {})
         self.video_renderer = video_renderer
@@ -132,6 +136,16 @@ class Recorder:
         """Flush pending frames, write sequence.json (and the video); returns the folder."""
         self._q.put(_STOP)
         self._thread.join(timeout)
+        if self.written == 0 and not self.video_frames and self.count == 0:
+            # no step ran while recording (the simulation was paused): no sequence.json of 0 frames, and a folder
+            # of our own making goes again (an empty rec_... folder with a 0-frame sequence.json was left)
+            self.empty = True
+            if self._made_folder:
+                try:
+                    self.out_dir.rmdir()
+                except OSError:
+                    pass
+            return self.out_dir
         pattern = "frame%04d.ply"
         if self._exporter is not None:
             try:

@@ -109,7 +109,8 @@ class RecordingControl:
         return full
 
     def stop(self) -> Optional[Path]:
-        """Stop the current recording, write sequence.json (and the video); returns its folder (None: none ran)."""
+        """Stop the current recording, write sequence.json (and the video); returns its folder (None: none ran, or
+        nothing was recorded because no step ran: then no folder is kept and the panel says so)."""
         rec = self.recorder
         live = self.app.live
         if rec is None:
@@ -126,6 +127,14 @@ class RecordingControl:
             done.wait(10.0)
         self.recorder = None
         out = rec.stop()
+        if rec.empty:
+            msg = ("nothing recorded: the simulation did not step while recording (it was paused; press Play, then "
+                   "record)")
+            gui = self.app.gui
+            if "record" in gui:
+                gui["record"].label = "Start recording"
+                gui["record_status"].content = msg
+            return None
         msg = f"wrote {rec.written} frames to `{out}`"
         if rec.video_path is not None:
             msg += f" and `{rec.video_path.name}`"
