@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict
 
-__all__ = ["Material", "MATERIALS", "DEFAULT_MATERIAL", "material"]
+__all__ = ["Material", "MATERIALS", "DEFAULT_MATERIAL", "material", "stiffer_materials"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,14 @@ ALIASES: Dict[str, str] = {"aluminum": "aluminium"}
 
 #: The material of the animation defaults (``AnimationConfig``'s E, nu and density).
 DEFAULT_MATERIAL = "soft"
+
+
+def stiffer_materials(E: float, density: float, limit: int = 3) -> list:
+    """Names of the named materials at least as stiff as ``E`` (Pa) that sag under their own weight at most 2/3
+    as much as ``E`` at ``density`` (kg/m^3) does (a sag goes as density / E: foam is lighter, not stiffer), the
+    ``limit`` least stiff of them; an empty list when none is. Raises nothing."""
+    fits = [m for m in MATERIALS.values() if m.E >= E and m.E / m.density >= 1.5 * E / max(density, 1e-30)]
+    return [m.name for m in sorted(fits, key=lambda m: m.E)][:limit]
 
 
 def material(name: str) -> Material:

@@ -1547,6 +1547,9 @@ def prepare_animation(scene: GaussianScene, config: AnimationConfig, progress: P
 #: of its height (:func:`stiffen_to_stand`). A fresh user's biker knelt, a horse splayed onto its belly and a desk
 #: chair fell over in the soft default.
 STAND_SAG = 0.01
+#: A material the user chose whose own weight bends the object more than this fraction of its height (standing_sag)
+#: gets a note naming stiffer ones (animate's log, the viewer's Material folder)
+SLUMP_NOTE = 0.1
 #: The base :func:`standing_sag` holds: the cubature points within this fraction of the height of the lowest.
 STAND_BASE_BAND = 0.05
 #: The fewest base points :func:`standing_sag` estimates from (a handful of cubature points, or a base in a line:

@@ -749,6 +749,15 @@ def test_viewer_says_the_default_was_raised_and_offers_it_as_a_preset(splat_file
             c.gui_set(g["E"], -5.0)
             assert wait_until(lambda: float(g["E"].value) == 1.0 and app.live.anim.sim.E == 1.0, 10)
             assert g["material"].value == "custom"
+            # a material picked that cannot hold the cow up is said, with stiffer ones (it collapsed silently)
+            c.gui_set(g["material"], "jelly")
+            assert wait_until(lambda: g["material_note"].visible, 20)
+            assert "In jelly its own weight bends it about" in g["material_note"].content
+            assert "pick foam, soft, rubber" in g["material_note"].content, g["material_note"].content
+            c.gui_set(g["material"], "wood")
+            assert wait_until(lambda: app.live.anim.sim.E == MATERIALS["wood"].E, 10)
+            time.sleep(0.5)
+            assert not g["material_note"].visible
             assert app.error_log == []
         finally:
             c.close()

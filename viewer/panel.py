@@ -188,6 +188,7 @@ class ControlPanel:
                 "material", names, initial_value=initial,
                 hint="sets E, nu and density to a named material (physskin_gs.materials); custom: keep them; "
                      "'..., raised to stand': the default as animate raised it so that the object stands")
+            g["material_note"] = gui.add_markdown("", visible=False)
             # the E that runs: the raised preset's when it is the one chosen (several bodies are raised per scene
             # without the config's E: the field showed 100000 while the bodies ran at 240000, a fresh user's report)
             E0 = self.presets[initial][0] if initial in self.presets else float(getattr(cfg, "E", 2e4))
@@ -473,6 +474,28 @@ class ControlPanel:
         )
 
     # ================================================================== callbacks
+    def note_slump(self, anim, mat) -> None:
+        """On the simulation thread, after a material was picked: a note under the dropdown when the object's own
+        weight will bend it more than a tenth of its height in ``mat`` (as ``animate --material`` says; a jelly
+        cow collapsed in the viewer without a word), naming stiffer materials. Raises nothing."""
+        from physskin_gs.materials import stiffer_materials
+        from physskin_gs.pipeline import SLUMP_NOTE, standing_sag
+
+        md = self.gui.get("material_note")
+        try:
+            if md is None or not float(getattr(self.app.config, "gravity", 9.8) or 0.0) > 0 or getattr(
+                    anim, "regions", None):
+                return
+            sag = max(standing_sag(b) for b in (getattr(anim, "bodies", None) or [anim]))
+        except Exception:  # noqa: BLE001 - advice only (a stand-in scene has no simulator)
+            return
+        if sag > SLUMP_NOTE:
+            names = stiffer_materials(mat.E, mat.density)
+            md.content = (f"In {mat.name} its own weight bends it about {sag:.0%} of its height (a linear estimate, "
+                          f"base held), so it will slump"
+                          + (f"; for something that stands pick {', '.join(names)}" if names else "") + ".")
+            md.visible = True
+
     def _material_is_custom(self) -> None:
         """The material dropdown shows "custom" when E, nu and density are no longer its preset's values."""
         from physskin_gs.materials import MATERIALS
@@ -589,7 +612,7 @@ class ControlPanel:
             self.set_note("click the object: the region will be a sphere around the point you click")
 
         @g["material"].on_update
-        def _(_e) -> None:  # the three fields follow the preset; their own callbacks update the simulation
+        def _(event) -> None:  # the three fields follow the preset; their own callbacks update the simulation
             from physskin_gs.materials import MATERIALS
 
             name = str(g["material"].value)
@@ -598,6 +621,9 @@ class ControlPanel:
                 g["E"].value, g["nu"].value, g["density"].value = mat.E, min(mat.nu, 0.49), mat.density
             elif name in self.presets:
                 g["E"].value, g["nu"].value, g["density"].value = self.presets[name]
+            g["material_note"].visible = False
+            if mat is not None and getattr(event, "client", None) is not None:
+                self._submit("material note", lambda a: self.note_slump(a, mat))
 
         g["fast"].on_update(apply_fast)
         g["gravity"].on_update(self._apply_gravity)

@@ -859,9 +859,6 @@ def pressure(text: str) -> float:
     return float(m.group(1)) * _PRESSURE_UNITS[unit]
 
 
-#: a chosen material whose own weight bends the object more than this fraction of its height (the linear estimate
-#: of pipeline.standing_sag) gets a note that it will slump
-CHOSEN_SAG_NOTE = 0.1
 
 
 def _export_name(name: str) -> bool:
@@ -1186,10 +1183,10 @@ def run_headless(args) -> int:
     if getattr(args, "material_chosen", False) and args.gravity > 0 and not getattr(args, "regions", None):
         # a chosen material is used as given; say when its own weight will make it slump (a fresh user's armadillo
         # in foam, a cow in jelly: both collapsed without a word, though the estimate is the default's raise rule)
-        from physskin_gs.pipeline import standing_sag
+        from physskin_gs.pipeline import SLUMP_NOTE, standing_sag
 
         sag = max(standing_sag(b) for b in (getattr(anim, "bodies", None) or [anim]))
-        if sag > CHOSEN_SAG_NOTE:
+        if sag > SLUMP_NOTE:
             print(f"[physskin-gs] note: in this material its own weight bends it about {sag:.0%} of its height (a "
                   f"linear estimate with its base held, E {args.E:g} Pa, {args.density:g} kg/m^3, "
                   f"{anim.sim_scale:.4g} m/unit), so it will slump; for something that stands pass "
@@ -1550,10 +1547,9 @@ def _stiffer_materials(E: float, density: float) -> str:
     ``density`` (kg/m^3) does (a sag goes as density / E; foam is lighter, not stiffer; rubber is stiffer than the
     soft default, but not than the soft default raised 2.4x so that Spot stands), the three least stiff of them as
     ``--material a, b or c``, or ``--E`` with a value 10x E when none is."""
-    from physskin_gs.materials import MATERIALS
+    from physskin_gs.materials import stiffer_materials
 
-    fits = [m for m in MATERIALS.values() if m.E >= E and m.E / m.density >= 1.5 * E / max(density, 1e-30)]
-    names = [m.name for m in sorted(fits, key=lambda m: m.E)][:3]
+    names = stiffer_materials(E, density)
     if not names:
         return f"--E {10.0 * E:g}"
     return "--material " + (names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}")
