@@ -189,13 +189,32 @@ def test_log_scales_clipped_to_20(tmp_path):
     s = _scene(5)
     s.log_scales[0] = torch.tensor([-100.0, 50.0, -3.0])
     s.log_scales[1] = torch.tensor([-19.0, 19.0, -21.0])
-    p = save_compressed_ply(s, tmp_path / "clip.ply")
+    with pytest.warns(UserWarning, match=r"clip 2 with log-scales beyond \+-20 \(kept at the bound\) of 5 Gaussians"):
+        p = save_compressed_ply(s, tmp_path / "clip.ply")
     _, els = _raw(p)
     c = els["chunk"][0]
     assert (c["min_scale_x"], c["max_scale_y"], c["min_scale_z"]) == (-20.0, 20.0, -20.0)
     dec = load_compressed_ply(p).log_scales.numpy()
     assert dec[0, 0] == -20.0 and dec[0, 1] == 20.0 and dec[1, 2] == -20.0
     _check_within_bounds(s, p)
+
+
+def test_sh_beyond_the_byte_range_is_said(tmp_path):
+    """SH rest coefficients beyond +-4 clip to +-4 (the layout's byte range): one warning says how many rows (a
+    converted file lost them without a word); within the range nothing is said."""
+    import warnings
+
+    s = _scene(6, k=3)
+    s.sh_rest.zero_()
+    s.sh_rest[2, 0, 0], s.sh_rest[4, 1, 2] = 6.0, -9.0
+    with pytest.warns(UserWarning, match=r"clip 2 with SH coefficients beyond \+-4 \(kept at \+-4\) of 6"):
+        p = save_compressed_ply(s, tmp_path / "sh.ply")
+    back = load_compressed_ply(p).sh_rest.numpy()
+    assert back[2, 0, 0] == pytest.approx(4.0, abs=8 / 256) and back[4, 1, 2] == pytest.approx(-4.0, abs=8 / 256)
+    s.sh_rest[2, 0, 0], s.sh_rest[4, 1, 2] = 3.9, -3.9
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        save_compressed_ply(s, tmp_path / "sh2.ply")
 
 
 def test_extreme_logits_no_overflow(tmp_path):

@@ -111,9 +111,14 @@ def load_scene(path, quat_order: str = "wxyz") -> GaussianScene:
 def save_scene(scene: GaussianScene, path) -> str:
     """Write ``scene`` as an INRIA 3DGS PLY (binary little-endian float32, raw values, atomic write).
 
-    Property order: x y z nx ny nz (zeros) f_dc_0..2 f_rest_* (channel-major) opacity scale_0..2 rot_0..3,
-    then ``scene.extra`` in insertion order (integer-typed extras keep their PLY type). Load -> save -> load
-    reproduces every raw array bit for bit.
+    Property order: x y z nx ny nz f_dc_0..2 f_rest_* (channel-major) opacity scale_0..2 rot_0..3, then
+    ``scene.extra`` in insertion order (integer-typed extras keep their PLY type; normals are the scene's ``nx ny
+    nz`` extras when it has them, else zeros). Load -> save -> load reproduces every raw array bit for bit.
+
+    The header records ``scene.up_hint`` when it is set (``comment physskin_gs up_axis X Y Z``) and
+    ``scene.object_only``; nothing is analysed here: ``physskin-gs convert`` sets the up hint first from the
+    scene analysis (or ``--up``), so that its PLY stands as the input did. An existing file at ``path`` is replaced
+    (the CLI's ``--force`` rule is the CLI's); only the scene's own input file is refused.
 
     Returns:
         The absolute output path.

@@ -482,6 +482,7 @@ def save_compressed_ply(scene: GaussianScene, path, *, sh: bool = True, order=No
             f"{scene.sh_degree}: pass sh=False or write scene.with_sh_degree({MAX_SH_DEGREE})"
         )
     o = None if order is None else _check_order(order, n)
+    _warn_clipped(out, scene, write_sh)
     chunk, vertex, sh_codes = encode_compressed(scene.means, scene.quats, scene.log_scales, scene.opacity_logits,
                                                 scene.sh_dc, scene.sh_rest if write_sh else None, order=o)
     parts = [compressed_ply_header(n, 0 if sh_codes is None else sh_codes.shape[1], up=scene.up_hint), chunk, vertex]
@@ -489,6 +490,23 @@ def save_compressed_ply(scene: GaussianScene, path, *, sh: bool = True, order=No
         parts.append(sh_codes)
     write_atomic(out, parts, fsync=fsync)
     return out
+
+
+def _warn_clipped(path: str, scene: GaussianScene, with_sh: bool) -> None:
+    """One warning naming how many Gaussians the layout's ranges clip: SH rest coefficients beyond +-4 (their
+    byte range) and log-scales beyond +-:data:`LOG_SCALE_CLIP` (converted files lost them without a word)."""
+    parts = []
+    if with_sh:
+        rest = scene.sh_rest.detach().cpu().numpy()
+        k = int((np.abs(rest) > 4.0).reshape(rest.shape[0], -1).any(axis=1).sum())
+        if k:
+            parts.append(f"{k} with SH coefficients beyond +-4 (kept at +-4)")
+    ls = scene.log_scales.detach().cpu().numpy()
+    k = int((np.abs(ls) > LOG_SCALE_CLIP).any(axis=1).sum())
+    if k:
+        parts.append(f"{k} with log-scales beyond +-{LOG_SCALE_CLIP:g} (kept at the bound)")
+    if parts:
+        warn(f"{path}: the compressed PLY's ranges clip {'; '.join(parts)} of {scene.num_gaussians} Gaussians")
 
 
 def encode_compressed(means, quats, log_scales, opacity_logits, sh_dc, sh_rest=None, *, order=None):
