@@ -224,3 +224,16 @@ def test_skinning_option_ignores_case():
     assert p.parse_args([]).skinning == "auto"
     with pytest.raises(SystemExit):
         p.parse_args(["--skinning", "bogus"])
+
+
+def test_tetgen_reasons_read_as_words():
+    """The skin / animate summary named TetGen's raw exception ("TetGen failed: RuntimeError: The input surface
+    mesh contain self-intersections."): it says what happened in words."""
+    from physskin_gs.model.bases import plain_tetgen_reason
+
+    raw = "TetGen failed: RuntimeError: The input surface mesh contain self-intersections."
+    assert plain_tetgen_reason(raw) == "its surface intersects itself, so TetGen could not mesh it"
+    assert plain_tetgen_reason("TetGen failed: RuntimeError: boom") == "TetGen could not mesh its surface"
+    assert plain_tetgen_reason("TetGen crashed (exit code -6)") == "TetGen crashed on its surface"
+    assert plain_tetgen_reason("TetGen mesh has 3 pieces, the largest holds 80.0% (x)") == (
+        "TetGen mesh has 3 pieces, the largest holds 80.0%")

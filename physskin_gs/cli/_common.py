@@ -163,7 +163,7 @@ def resolve_up_option(value) -> Tuple[bool, Any]:
 #: reason that follows says why there was no support or no clear base)
 UP_SOURCES = {"support-plane": "the normal of the support it stands on",
               "stable-base": "the side it stands on most stably",
-              "format-prior": "the file's up axis",
+              "format-prior": "the file (an up axis it records, or its format's convention)",
               "cameras": "the capture's cameras",
               "default": "the default"}
 

@@ -399,7 +399,7 @@ def run(args) -> int:
     verify_written(out, "skinning weights")
     ex = metrics["excluding_constant"]
     what = "query points" if args.points else ("Gaussians" if obj.kind == "splat" else "vertices")
-    print(f"{obj.name}: {W.shape[0]} {what}, H = {W.shape[1]} handles ({source}), "
+    print(f"{obj.name}: {W.shape[0]} {what}, H = {W.shape[1]} handle{'' if W.shape[1] == 1 else 's'} ({source}), "
           f"Omega_orth x1e-2 = {ex['omega_orth_x1e2']:.3f}, kappa_log = {ex['kappa_log']:.3f}, "
           f"H_spec = {ex['h_spec']:.4f}, {metrics['skinning_seconds']:.2f} s -> {out}")
     return 0

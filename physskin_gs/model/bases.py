@@ -340,8 +340,24 @@ def input_tetmesh(options: "SkinningOptions"):
     path = tm.info.get("path", tm.method)
     why = tm.info.get("tetgen_error")
     if path == "voxel" and why:  # say why the input's own surface was not meshed as it is
-        path = f"voxel: {str(why).split(' (')[0]}"
+        path = f"voxel: {plain_tetgen_reason(why)}"
     return tm, path
+
+
+def plain_tetgen_reason(why) -> str:
+    """Why TetGen did not mesh a surface, in words for a summary line (the raw exception text, "TetGen failed:
+    RuntimeError: The input surface mesh contain self-intersections.", was printed as it was). Raises nothing."""
+    text = str(why)
+    low = text.lower()
+    if "self-intersect" in low or "intersect" in low:
+        return "its surface intersects itself, so TetGen could not mesh it"
+    if "timed out" in low or "timeout" in low:
+        return "TetGen took too long on its surface"
+    if "crashed" in low:
+        return "TetGen crashed on its surface"
+    if low.startswith("tetgen failed"):
+        return "TetGen could not mesh its surface"
+    return text.split(" (")[0]
 
 
 class TetBasis(SkinningBasis):
