@@ -68,7 +68,8 @@ def register(sub) -> None:
                     "KHR_gaussian_splatting (.glb, +Y up). A mesh input (.obj, .stl, .glb, .off, mesh .ply) is "
                     "first turned into the flat Gaussians animate samples on its surface.",
     )
-    p.add_argument("input", help="input scene file")
+    p.add_argument("input", help="input scene file (INRIA PLY, .splat, compressed PLY, glTF .glb / .gltf splat, "
+                                 "OpenUSD) or mesh (.obj/.ply/.stl/.glb)")
     p.add_argument("output", help="output path (must differ from the input); its name selects the format")
     p.add_argument("--format", default="auto", choices=["auto"] + list(CONVERT_FORMATS),
                    help="output format (default auto: from the output's name)")

@@ -126,7 +126,14 @@ def run(args) -> int:
 
     warn_scene(scene, src)
     if auto_up:
-        up = scene_up(scene)
+        from physskin_gs.errors import PhysSkinError
+
+        try:
+            up = scene_up(scene)
+        except PhysSkinError as exc:  # the analysis' message names no file ("no valid opaque Gaussians ...")
+            if str(src) in str(exc):
+                raise
+            raise type(exc)(f"{src}: {exc}") from None
     scene, dropped = drop_invalid(scene)
     if dropped:
         print(f"note: dropped {dropped} Gaussians with non-finite values or zero quaternions", file=sys.stderr)

@@ -1,0 +1,5 @@
+import sys
+
+from physskin_gs.cli import main
+
+sys.exit(main())
