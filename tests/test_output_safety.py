@@ -35,9 +35,14 @@ def test_no_output_option_can_name_the_shipped_network(capsys):
     before = ckpt.read_bytes()
     demo = REPO / "data" / "spot_mesh2splat_10k.splat"
     assert main(["evaluate", "--data", str(demo), "--json", str(ckpt), "--force"]) == 2
-    assert "input file" in capsys.readouterr().err
+    assert "name a .json file" in capsys.readouterr().err
     assert main(["convert", str(demo), str(ckpt), "--force"]) == 2
     assert ckpt.read_bytes() == before
+    record = ckpt.with_suffix(".json")  # the network's training record beside it
+    if record.is_file():
+        kept = record.read_bytes()
+        assert main(["evaluate", "--data", str(demo), "--json", str(record), "--force", "--fit-seconds", "0"]) == 2
+        assert "input file" in capsys.readouterr().err and record.read_bytes() == kept
 
 
 def test_train_refuses_an_init_checkpoint_inside_the_snapshots_it_replaces(tmp_path, capsys):
@@ -426,3 +431,38 @@ def test_evaluate_json_is_a_json_file_and_may_replace_its_own_earlier_results(tm
     first = json.loads(res.read_text())
     assert main(args + ["--force"]) == 0, capsys.readouterr().err
     assert json.loads(res.read_text()).keys() == first.keys()
+
+
+@pytest.mark.parametrize("fault", ["interrupt", "failure"])
+def test_the_video_is_replaced_with_the_folders_or_said_to_be_the_earlier_one(tmp_path, monkeypatch, capsys, fault):
+    """`--export X --png P --video X.mp4 --overwrite`: an interrupt while the video was encoded had already let the
+    new frames into X/ and P/ while X.mp4 stayed the earlier run's, without a word; now an interrupt there keeps
+    every earlier output, and a video that fails still lets the frames in and says that X.mp4 is the earlier run's."""
+    from physskin_gs.cli import animate
+    from physskin_gs.errors import PhysSkinError
+
+    demo = REPO / "data" / "spot_mesh2splat_10k.splat"
+    e, png, video = tmp_path / "e", tmp_path / "p", tmp_path / "clip.mp4"
+    base = ["animate", str(demo), "--headless", "--export", str(e), "--png", str(png), "--video", str(video),
+            "--width", "32", "--height", "32", "--handles", "4", "--cubature", "64"]
+    assert main(base + ["--frames", "2"]) == 0
+    before = {p: {q.name: q.read_bytes() for q in p.iterdir()} for p in (e, png)}
+    clip = video.read_bytes()
+
+    def broken(path, frames, fps):
+        if fault == "interrupt":
+            raise KeyboardInterrupt
+        raise PhysSkinError(f"could not write video {path}: the new file held 0 of {len(frames)} frames")
+
+    monkeypatch.setattr(animate, "_write_video", broken)
+    capsys.readouterr()
+    rc = main(base + ["--frames", "3", "--overwrite"])
+    err = capsys.readouterr().err
+    assert video.read_bytes() == clip
+    after = {p: {q.name: q.read_bytes() for q in p.iterdir()} for p in (e, png)}
+    if fault == "interrupt":
+        assert rc == 130 and after == before, err
+        assert f"the video {video} was not written (the earlier file there is kept as it was)" in err
+    else:
+        assert rc == 2 and len(json.loads((e / "sequence.json").read_text())["files"]) == 3, err
+        assert f"{video} still holds the earlier run's video" in err and f"3 simulated frames are in {e}/" in err

@@ -74,16 +74,17 @@ def _same(a: str, b: str) -> bool:
 
 
 def _shipped_files() -> List[str]:
-    """Files of the installation that commands read without being told (the shipped network checkpoint): inputs of
-    every command, so that no output option can name them (``evaluate --json data/physskin_m16.safetensors --force``
-    replaced the network with a JSON file)."""
+    """Files of the installation that commands read without being told (the shipped network checkpoint and its
+    record, ``physskin_m16.json`` beside it): inputs of every command, so that no output option can name them
+    (``evaluate --json data/physskin_m16.safetensors --force`` replaced the network with a JSON file, and
+    ``--json data/physskin_m16.json --force`` its training record)."""
     try:
         from physskin_gs.model.checkpoint import default_checkpoint_path
 
-        p = default_checkpoint_path()
+        p = str(default_checkpoint_path())
     except Exception:  # noqa: BLE001 - no checkpoint module or path: nothing to protect
         return []
-    return [str(p)] if os.path.isfile(p) else []
+    return [q for q in (p, os.path.splitext(p)[0] + ".json") if os.path.isfile(q)]
 
 
 def _input_files(inputs: Iterable) -> List[str]:

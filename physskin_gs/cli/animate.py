@@ -1401,12 +1401,27 @@ def run_headless(args) -> int:
             except OSError as exc:
                 raise OutputError(f"could not write {export / 'sequence.json'}: {exc.strerror or exc}") from None
             verify_written(export / "sequence.json", "sequence metadata")
-    except BaseException as exc:  # (finishing the frames or sequence.json failed or was interrupted)
+        # the video before the folders are swapped in: an interrupt while it is encoded keeps every earlier output
+        # (the folders had been replaced while an earlier X.mp4 stayed); a failed video still lets the frames in
+        video_error = written_video = None
+        video_existed = bool(args.video) and os.path.exists(args.video)
+        if args.video:
+            try:
+                written_video = _write_video(args.video, frames_rgb, fps)
+                if not written_video.is_dir():  # a folder of PNG frames when imageio-ffmpeg is missing (it warns)
+                    verify_written(written_video, "video")
+            except PhysSkinError as exc:
+                video_error = exc
+    except BaseException as exc:  # (finishing the frames, sequence.json or the video failed or was interrupted)
         for stage, final, _ in stages.values():  # an earlier run --overwrite was to replace stays as it was
             _drop_stage(stage)
             if isinstance(exc, KeyboardInterrupt):
                 print(f"[physskin-gs] interrupted: {final}/ keeps the earlier run's files as they were (--overwrite "
                       "replaces them only with a complete run); this run's frames were discarded", file=sys.stderr)
+        if isinstance(exc, KeyboardInterrupt) and args.video:
+            print(f"[physskin-gs] interrupted: the video {args.video} was not written"
+                  + (" (the earlier file there is kept as it was)" if os.path.exists(args.video) else ""),
+                  file=sys.stderr)
         raise
     with interrupts.deferred():  # the swap is a few renames: a Ctrl-C waits for it, never leaves it half done
         replaced = [(final, _commit_stage(stage, final, kinds)) for stage, final, kinds in stages.values()]
@@ -1431,13 +1446,12 @@ def run_headless(args) -> int:
         print(f"[physskin-gs] wrote {args.frames} PNG frame{'s' if args.frames != 1 else ''} to {png_dir}/",
               file=sys.stderr)
     if args.video:
-        try:
-            written = _write_video(args.video, frames_rgb, fps)
-            if not written.is_dir():  # a folder of PNG frames when imageio-ffmpeg is missing (write_video warns)
-                verify_written(written, "video")
-        except PhysSkinError as exc:
+        if video_error is not None:
             kept = f"; the {args.frames} simulated frames are in {export}/" if export is not None else ""
-            raise OutputError(f"{exc}{kept}") from None
+            earlier = (f"; {args.video} still holds the earlier run's video" if video_existed
+                       and os.path.exists(args.video) else "")
+            raise OutputError(f"{video_error}{kept}{earlier}") from None
+        written = written_video
         loop = time.perf_counter() - t_loop
         print(f"[physskin-gs] wrote {written} ({len(frames_rgb)} frame{'s' if len(frames_rgb) != 1 else ''}, "
               f"{fps:.1f} fps); rendering the video's frames on the CPU took {video_seconds:.1f} s of the above, "

@@ -217,4 +217,5 @@ def _check_video(written: Path, path: Path, count: int) -> None:
     n = video_frame_count(written)
     if n is not None and n != count:
         _unlink(written)
-        raise PhysSkinError(f"could not write video {path}: the file holds {n} of {count} frames")
+        raise PhysSkinError(f"could not write video {path}: the new file held {n} of {count} frames (ffmpeg stopped "
+                            "early: a full disk or a file-size limit?)")
