@@ -10,7 +10,7 @@ and the command line still exits 130 (SIGINT) or 143 (SIGTERM). Inside :func:`de
 threads it must join, such as ``cKDTree.query(workers=-1)``) an interrupt is recorded and raised when the block ends,
 so that no thread is left running on memory the interpreter frees on its way out.
 
-Pure Python, no filesystem: any layer may call :func:`check`.
+Pure Python, no filesystem: any layer may call :func:`check` and :func:`note_written`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,19 @@ import threading
 from contextlib import contextmanager
 from typing import Callable, Iterator, Optional
 
-__all__ = ["Terminated", "install", "requested", "check", "reset", "deferred"]
+__all__ = ["Terminated", "install", "requested", "check", "reset", "deferred", "note_written", "WRITTEN"]
+
+#: Files the atomic writers put in place, in order (:func:`note_written`): the command line names them when an
+#: interrupt lands after a file was already whole (a convert interrupted just after its rename said only
+#: "interrupted", and the earlier file was gone). The command line clears it when a command starts.
+WRITTEN: list = []
+
+
+def note_written(path) -> None:
+    """Record that ``path`` (str or PathLike) is now a complete new file (:data:`WRITTEN`). Raises nothing."""
+    import os
+
+    WRITTEN.append(os.fspath(path))
 
 
 class Terminated(KeyboardInterrupt):

@@ -466,3 +466,27 @@ def test_the_video_is_replaced_with_the_folders_or_said_to_be_the_earlier_one(tm
     else:
         assert rc == 2 and len(json.loads((e / "sequence.json").read_text())["files"]) == 3, err
         assert f"{video} still holds the earlier run's video" in err and f"3 simulated frames are in {e}/" in err
+
+
+def test_an_interrupt_after_the_rename_says_the_file_is_whole(tmp_path, monkeypatch, capsys):
+    """`convert --force` interrupted just after its rename said only "interrupted" (exit 130), and a user took the
+    earlier file to be kept; now the line names the file that was written in full."""
+    from physskin_gs.cli import convert
+
+    demo = REPO / "data" / "spot_mesh2splat_10k.splat"
+    out = tmp_path / "x.ply"
+    assert main(["convert", str(demo), str(out)]) == 0
+
+    def late(path, what):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(convert, "verify_written", late)
+    capsys.readouterr()
+    assert main(["convert", str(demo), str(out), "--force", "--up", "z"]) == 130
+    assert f"interrupted, after {out} was written in full" in capsys.readouterr().err
+    # an interrupt before any file is whole says nothing more
+    monkeypatch.setattr(convert, "verify_written", lambda p, w: os.path.getsize(p))
+    monkeypatch.setattr("physskin_gs.io.inria_ply.write_atomic", lambda *a, **k: (_ for _ in ()).throw(
+        KeyboardInterrupt()))
+    assert main(["convert", str(demo), str(tmp_path / "y.ply")]) == 130
+    assert capsys.readouterr().err.strip().endswith("interrupted")

@@ -106,6 +106,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     from physskin_gs import interrupts
 
     restore = interrupts.install()  # first: a Ctrl-C while the command modules load is an interrupt, not a traceback
+    interrupts.WRITTEN.clear()  # (this command's complete files, named if an interrupt lands after them)
     code = 0
     try:
         try:
@@ -139,7 +140,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     except KeyboardInterrupt as exc:
         terminated = isinstance(exc, interrupts.Terminated) or interrupts.requested() == signal.SIGTERM
         _discard_created_folders()  # (a fresh user's find: interrupted runs left empty output folders)
-        print("terminated" if terminated else "interrupted", file=sys.stderr)
+        done = [p for p in dict.fromkeys(interrupts.WRITTEN) if os.path.isfile(p)]
+        after = ""
+        if 0 < len(done) <= 3:  # a single output already in place (convert, render): say it is whole
+            after = f", after {', '.join(done)} {'was' if len(done) == 1 else 'were'} written in full"
+        print(("terminated" if terminated else "interrupted") + after, file=sys.stderr)
         return 143 if terminated else 130
     finally:
         from physskin_gs.cli._outputs import keep_created_folders, release_all

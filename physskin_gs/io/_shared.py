@@ -139,6 +139,7 @@ def atomic_output(path) -> Iterator[str]:
         interrupts.check()
         os.chmod(tmp, FILE_MODE)  # a writer that recreated the file (safetensors does) left it 0600
         os.replace(tmp, path)
+        interrupts.note_written(path)
     except BaseException:
         unlink_quietly(tmp)
         raise

@@ -449,6 +449,9 @@ def write_atomic(path, parts, *, fsync: bool = True) -> int:
         if os.path.getsize(tmp) != total:
             raise OSError(f"{path}: incomplete write ({os.path.getsize(tmp)} of {total} bytes)")
         os.replace(tmp, path)
+        from physskin_gs import interrupts
+
+        interrupts.note_written(path)
     except BaseException:
         unlink_quietly(tmp)
         raise

@@ -115,6 +115,7 @@ from typing import List, Optional
 import numpy as np
 import torch
 
+from physskin_gs import interrupts
 from physskin_gs.errors import OptionError, SceneFormatError
 from physskin_gs.io._shared import check_output, log_scales64, logit64, positive_number, temp_file, unlink_quietly
 from physskin_gs.scene import GaussianScene, normalize_quats
@@ -410,6 +411,7 @@ def save_usd(scene: GaussianScene, path, *, up_axis: str = "auto", meters_per_un
         del stage
         _verify(px, tmp, {"Gaussians": n})
         os.replace(tmp, path)
+        interrupts.note_written(path)
     except BaseException:
         unlink_quietly(tmp)
         raise
@@ -634,6 +636,7 @@ class UsdSequenceWriter:
             self._stage = self._moving = self._attrs = None
             _verify(px, self._tmp, self._expect, len(self._frames))
             os.replace(self._tmp, self.path)
+            interrupts.note_written(self.path)
         except BaseException:
             self._stage = None
             unlink_quietly(self._tmp)

@@ -194,6 +194,7 @@ def write_video(
             _unlink(partial)
             raise
         os.replace(partial, path)
+        interrupts.note_written(path)
     else:
         missing = [i for i in range(1, count + 1) if not (target / f"frame{i:04d}.png").is_file()]
         if missing:
