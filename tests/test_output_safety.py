@@ -490,3 +490,17 @@ def test_an_interrupt_after_the_rename_says_the_file_is_whole(tmp_path, monkeypa
         KeyboardInterrupt()))
     assert main(["convert", str(demo), str(tmp_path / "y.ply")]) == 130
     assert capsys.readouterr().err.strip().endswith("interrupted")
+
+
+def test_an_earlier_runs_other_frames_in_the_folder_are_said(tmp_path, capsys):
+    """`--export D --png D`, then `--export D --overwrite`: D held the first run's PNG frames beside the second
+    run's PLY frames, without a word."""
+    demo = REPO / "data" / "spot_mesh2splat_10k.splat"
+    d = tmp_path / "d"
+    base = ["animate", str(demo), "--headless", "--width", "32", "--height", "32", "--handles", "4", "--cubature",
+            "64"]
+    assert main(base + ["--frames", "3", "--export", str(d), "--png", str(d)]) == 0
+    assert "also holds" not in capsys.readouterr().err
+    assert main(base + ["--frames", "2", "--export", str(d), "--overwrite"]) == 0
+    err = capsys.readouterr().err
+    assert f"{d}/ also holds 3 PNG frames of an earlier run (frame0001.png ...)" in err, err

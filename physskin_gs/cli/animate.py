@@ -1429,6 +1429,15 @@ def run_headless(args) -> int:
         print(f"[physskin-gs] --overwrite: the earlier run's {removed} file{'s' if removed != 1 else ''} in {final}/ "
               "gave way to this run's", file=sys.stderr)
     export, png_dir = final_export, final_png
+    same = export is not None and png_dir is not None and export.resolve() == png_dir.resolve()
+    for folder, pattern, what, option in ((export, _PNG_FILE, "PNG frames", "--png"),
+                                          (png_dir, _SEQUENCE_FILE, "sequence files", "--export")):
+        # an earlier run's other kind of frames in the same folder are not this run's (a fresh user's --export D
+        # --overwrite left D's PNG frames of another material beside the new PLY frames, without a word)
+        stale = [] if folder is None or same else _existing_frames(folder, pattern)
+        if stale:
+            print(f"[physskin-gs] note: {folder}/ also holds {len(stale)} {what} of an earlier run ({stale[0].name} "
+                  f"...), not this run's: this run wrote no {option} there", file=sys.stderr)
     if stats_log:  # the speed a user asks first, also where no progress bar shows (a log file)
         ms = sorted(r["ms"] for r in stats_log)
         its = sorted(r["newton_iters"] for r in stats_log)
