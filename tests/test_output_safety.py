@@ -504,3 +504,12 @@ def test_an_earlier_runs_other_frames_in_the_folder_are_said(tmp_path, capsys):
     assert main(base + ["--frames", "2", "--export", str(d), "--overwrite"]) == 0
     err = capsys.readouterr().err
     assert f"{d}/ also holds 3 PNG frames of an earlier run (frame0001.png ...)" in err, err
+
+
+def test_a_long_legal_output_name_is_written(tmp_path):
+    """A 244-byte output name is legal (255 is the limit), but its lock and temporary files added 20-odd bytes and
+    the write was refused ("File name too long"): companions of long names are shortened with a hash."""
+    demo = REPO / "data" / "spot_mesh2splat_10k.splat"
+    out = tmp_path / ("a" * 240 + ".ply")
+    assert main(["convert", str(demo), str(out)]) == 0
+    assert out.is_file() and [p.name for p in tmp_path.iterdir()] == [out.name]  # no companion left behind

@@ -153,8 +153,10 @@ def lock_path(out: Output) -> str:
     """The lock file of an output: ``DIR/.physskin-gs.lock`` for a folder, ``.NAME.physskin-gs.lock`` beside a file."""
     if out.folder:
         return os.path.join(out.path, FOLDER_LOCK)
+    from physskin_gs.io._shared import short_name
+
     folder, name = os.path.split(os.path.abspath(out.path))
-    return os.path.join(folder, f".{name}.physskin-gs.lock")
+    return os.path.join(folder, f".{short_name(name)}.physskin-gs.lock")
 
 
 def _owner(lock: str) -> Optional[dict]:

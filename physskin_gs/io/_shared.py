@@ -100,13 +100,24 @@ def check_output(path, source: Optional[str] = None) -> Tuple[str, str]:
 
 
 # ------------------------------------------------------------------------------------------------ temporary files
+def short_name(name: str) -> str:
+    """``name`` as part of a hidden companion file's name (a temporary file, a lock): itself when short, else its
+    first 40 characters and a hash of the whole, so that a legal 240-byte output name does not make an illegal
+    (over 255 bytes) companion name (a fresh user's long name was refused for its lock file). Raises nothing."""
+    if len(name.encode("utf-8", "surrogateescape")) <= 150:
+        return name
+    import hashlib
+
+    return name[:40] + "~" + hashlib.sha1(name.encode("utf-8", "surrogateescape")).hexdigest()[:12]
+
+
 def temp_file(path: str, out_dir: str, suffix: str = ".tmp") -> Tuple[int, str]:
     """Create ``.NAME.XXXX<suffix>`` next to the output ``path`` in ``out_dir``, with :data:`FILE_MODE`
     (``mkstemp`` alone gives 0600). Returns ``(open fd, temporary path)``; the caller closes / removes them.
 
     Raises OSError (nothing is left behind).
     """
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=suffix, dir=out_dir)
+    fd, tmp = tempfile.mkstemp(prefix="." + short_name(os.path.basename(path)) + ".", suffix=suffix, dir=out_dir)
     try:
         os.chmod(tmp, FILE_MODE)
     except BaseException:
