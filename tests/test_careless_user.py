@@ -517,7 +517,8 @@ def _no_temp_files(folder: Path) -> List[str]:
 def _assert_interrupted(code: int, err: str) -> None:
     assert code == 130, err
     assert "Traceback" not in err, err
-    assert err.strip().splitlines()[-1] == "interrupted", err
+    last = err.strip().splitlines()[-1]  # (an interrupt just after the one output's rename names it: whole)
+    assert last == "interrupted" or last.startswith("interrupted, after "), err
 
 
 @pytest.mark.slow

@@ -121,7 +121,7 @@ def test_write_video_checks_the_file_ffmpeg_leaves(tmp_path, monkeypatch):
         p.unlink()
     # a file that holds fewer frames than were given is incomplete: an error, and no file at the path
     monkeypatch.setattr(video_mod, "video_frame_count", lambda p: 2)
-    with pytest.raises(PhysSkinError, match="holds 2 of 3 frames"):
+    with pytest.raises(PhysSkinError, match="held 2 of 3 frames"):
         video_mod.write_video([np.zeros((16, 16, 3), np.uint8)] * 3, out, fps=5)
     assert not out.exists() and list(folder.iterdir()) == []
     monkeypatch.undo()

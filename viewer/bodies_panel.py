@@ -76,9 +76,13 @@ class BodiesControl:
         async def _(_e) -> None:
             self.sync()
 
+        # Only a click posts: the boxes set by :meth:`sync` (from the server) run these coroutines later on the event
+        # loop's thread, where the thread-local flag is not set, and one that ran after the dropdown had moved on
+        # to another body posted the first body's box to it (seen under load: a frozen body thawed after "apply
+        # selection")
         @g["body_pin"].on_update
         async def _(_e) -> None:
-            if getattr(self._syncing, "on", False):
+            if getattr(self._syncing, "on", False) or getattr(_e, "client", None) is None:
                 return
             k, on = self.chosen(), bool(g["body_pin"].value)
             spec = (getattr(self.app.config, "pin", None) or DEFAULT_PIN) if on else None
@@ -86,7 +90,7 @@ class BodiesControl:
 
         @g["body_freeze"].on_update
         async def _(_e) -> None:
-            if getattr(self._syncing, "on", False):
+            if getattr(self._syncing, "on", False) or getattr(_e, "client", None) is None:
                 return
             k, on = self.chosen(), bool(g["body_freeze"].value)
             self._post(f"{'freeze' if on else 'unfreeze'} body {k}", lambda a: a.set_frozen(k, on))

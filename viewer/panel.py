@@ -97,6 +97,8 @@ class ControlPanel:
         self.presets: Dict[str, tuple] = {}
         #: the named material each of :attr:`presets` was raised from
         self.preset_base: Dict[str, str] = {}
+        #: a material was picked or typed in the panel (a re-preparation then keeps it as chosen, not raised)
+        self.material_chosen = False
         #: the last value of each number field that was applied to the simulation (a bad entry falls back to it)
         self.applied: Dict[str, float] = {}
 
@@ -419,7 +421,7 @@ class ControlPanel:
             from physskin_gs.materials import MATERIALS
 
             out["E"] = float(MATERIALS[self.preset_base[choice]].E)
-        elif choice is not None and getattr(config, "stand_sag", None) is not None:
+        elif choice is not None and self.material_chosen and getattr(config, "stand_sag", None) is not None:
             out["stand_sag"] = None
             out["material"] = None if choice == "custom" else choice
         if keep_floor_height:
@@ -571,6 +573,7 @@ class ControlPanel:
                         self.applied[name] = float(v)
                         self._submit(f"set {name}", lambda a: fn(a, v))
                     if name in ("E", "nu", "density") and getattr(event, "client", None) is not None:
+                        self.material_chosen = True
                         self._material_is_custom()  # typed by the user: the preset no longer holds
 
                 return cb
@@ -622,8 +625,10 @@ class ControlPanel:
             elif name in self.presets:
                 g["E"].value, g["nu"].value, g["density"].value = self.presets[name]
             g["material_note"].visible = False
-            if mat is not None and getattr(event, "client", None) is not None:
-                self._submit("material note", lambda a: self.note_slump(a, mat))
+            if getattr(event, "client", None) is not None:
+                self.material_chosen = True
+                if mat is not None:
+                    self._submit("material note", lambda a: self.note_slump(a, mat))
 
         g["fast"].on_update(apply_fast)
         g["gravity"].on_update(self._apply_gravity)

@@ -142,8 +142,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         _discard_created_folders()  # (a fresh user's find: interrupted runs left empty output folders)
         done = [p for p in dict.fromkeys(interrupts.WRITTEN) if os.path.isfile(p)]
         after = ""
-        if 0 < len(done) <= 3:  # a single output already in place (convert, render): say it is whole
-            after = f", after {', '.join(done)} {'was' if len(done) == 1 else 'were'} written in full"
+        if len(done) == 1:  # the one output of convert, render or skin already in place: say it is whole
+            after = f", after {done[0]} was written in full"
         print(("terminated" if terminated else "interrupted") + after, file=sys.stderr)
         return 143 if terminated else 130
     finally:
