@@ -297,6 +297,8 @@ def test_gui_messages_reach_the_simulation(live_app):
     f = anim.frame
     time.sleep(0.2)
     assert anim.frame == f
+    # the stats line says it is paused (it kept the last running rates)
+    assert wait_until(lambda: app.gui["stats"].content.startswith("**paused** · frame"), 5), app.gui["stats"].content
     app.live.worker.step_once()
     assert wait_until(lambda: anim.frame == f + 1, 5)
 

@@ -132,6 +132,7 @@ class DisplayLoop:
         set_thread_torch_threads(self.threads)  # OpenMP thread counts are per thread
         version = 0
         shown = None  # the LiveState whose frames ``version`` counts
+        paused_shown = False  # the stats line says "paused" (set once per pause)
         last_handles = 0.0
         last_stats = 0.0
         while not self._stop.is_set():
@@ -142,8 +143,17 @@ class DisplayLoop:
             if live is not shown:  # a re-prepared scene's worker counts its frames from 1 again (the display
                 shown, version = live, 0  # waited for it to pass the old scene's count: the view froze)
             frame = live.worker.slot.wait_newer(version, 0.1)
+            if frame is None and app.live is live and not live.worker.playing and not paused_shown:
+                last = live.worker.slot.get()  # paused: the stats line says so (it kept the last running rates)
+                if last is not None:
+                    try:
+                        self.update_stats(live, last, paused=True)
+                        paused_shown = True
+                    except Exception:  # noqa: BLE001 - a status line only
+                        pass
             if frame is None or app.live is not live:
                 continue
+            paused_shown = False
             version = frame.version
             try:
                 if app.display_mode == DISPLAY_CLIENT:
@@ -330,9 +340,10 @@ class DisplayLoop:
             return  # re-prepared while packing: the node is being removed
         live.moving_node.buffer = buf  # viser copies it: the packer may overwrite its buffer next frame
 
-    def update_stats(self, live, frame: Frame) -> None:
+    def update_stats(self, live, frame: Frame, paused: bool = False) -> None:
         """Rewrite the panel's stats line (fps, steps/s, ms/step, Newton iterations, energy, contact counts with
-        several bodies, renderers, recording) from ``frame``; no-op before the panel has one."""
+        several bodies, renderers, recording) from ``frame``; ``paused``: the simulation is paused, said in place of
+        the rates (they were the last running ones). No-op before the panel has one."""
         app = self.app
         md = app.gui.get("stats")
         if md is None:
@@ -345,8 +356,9 @@ class DisplayLoop:
         else:
             e_txt = f"energy **{_fmt(energy)}**"
         lines = [
-            f"display **{self.fps():.1f}** fps · sim **{st.get('steps_per_s', 0.0):.1f}** steps/s · "
-            f"frame {frame.sim_frame}",
+            (f"**paused** · frame {frame.sim_frame}" if paused else
+             f"display **{self.fps():.1f}** fps · sim **{st.get('steps_per_s', 0.0):.1f}** steps/s · "
+             f"frame {frame.sim_frame}"),
             f"**{st.get('ms', 0.0):.0f}** ms/step · Newton **{st.get('newton_iters', '-')}** · {e_txt}",
         ]
         if "contacts_body" in st:  # several bodies / a collider (SceneBodies.step's statistics)
