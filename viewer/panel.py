@@ -256,7 +256,9 @@ class ControlPanel:
                 "dim static", False, hint="grey the Gaussians that do not move (support, background, floaters)"
             )
             g["view_colour"] = gui.add_checkbox(
-                "view-dependent colour", app.display.view_colour, disabled=live.sh_degree == 0,
+                # unticked and greyed out for scenes without SH bands (ticked and greyed read as "on")
+                "view-dependent colour", bool(app.display.view_colour and live.sh_degree > 0),
+                disabled=live.sh_degree == 0,
                 hint="evaluate the scene's spherical harmonics for your camera, as render and the exported frames do "
                      "(off: the degree-0 colour); disabled for scenes without SH bands")
             g["click"] = gui.add_checkbox("click to grab", True)
