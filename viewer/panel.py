@@ -472,6 +472,9 @@ class ControlPanel:
             plane="xy",
             cell_size=e / 10,
             section_size=e / 2,
+            # no shadows on the floor: only the handle gizmos cast any (splats do not), as grey blobs away from
+            # the object (a fresh user's report)
+            shadow_opacity=0.0,
             wxyz=tuple(rotmat_to_wxyz(R)),
             position=tuple(float(v) for v in pos),
             visible=bool(enabled),
