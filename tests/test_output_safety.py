@@ -513,3 +513,21 @@ def test_a_long_legal_output_name_is_written(tmp_path):
     out = tmp_path / ("a" * 240 + ".ply")
     assert main(["convert", str(demo), str(out)]) == 0
     assert out.is_file() and [p.name for p in tmp_path.iterdir()] == [out.name]  # no companion left behind
+
+
+def test_a_killed_runs_write_check_file_is_removed_by_the_next_run(tmp_path):
+    """A `kill -9` between a write check's create and remove left `.physskin-write-test-*` files in the output
+    folder: the next run removes those of processes that are gone (and leaves a live process's alone)."""
+    import subprocess
+    import sys
+
+    from physskin_gs.cli._common import WRITE_PROBE
+
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = tmp_path / f"{WRITE_PROBE}{int(gone.stdout)}-abc123"
+    dead.write_bytes(b"")
+    live = tmp_path / f"{WRITE_PROBE}1-abc123"  # pid 1 is always alive
+    live.write_bytes(b"")
+    demo = REPO / "data" / "spot_mesh2splat_10k.splat"
+    assert main(["convert", str(demo), str(tmp_path / "x.ply")]) == 0
+    assert not dead.exists() and live.exists()

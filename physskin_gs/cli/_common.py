@@ -346,13 +346,42 @@ def check_output_folder(path, option: str = "", create: bool = False, shown=None
         except OSError as exc:
             raise OutputError(f"{lead}: cannot create the folder {folder} ({exc.strerror or exc})") from None
     if folder.is_dir():
+        _remove_dead_probes(folder)
         try:  # permission bits do not tell everything (read-only mounts, ACLs): try to create a file
-            fd, tmp = tempfile.mkstemp(prefix=".physskin-write-test-", dir=folder)
+            fd, tmp = tempfile.mkstemp(prefix=f"{WRITE_PROBE}{os.getpid()}-", dir=folder)
         except OSError as exc:
             raise OutputError(f"{lead}: cannot be written in {folder} ({exc.strerror or exc})") from None
         os.close(fd)
         os.unlink(tmp)
     return folder
+
+
+#: name prefix of the file a write check creates and removes at once (then the process id and a random part)
+WRITE_PROBE = ".physskin-write-test-"
+
+
+def _remove_dead_probes(folder: Path) -> None:
+    """Remove write-check files in ``folder`` left by a process that is gone (killed between creating and
+    removing one: a fresh user's ``kill -9`` left ``.physskin-write-test-*`` files). Raises nothing."""
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith(WRITE_PROBE)]
+    except OSError:
+        return
+    for name in names:
+        pid = name[len(WRITE_PROBE):].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+            continue  # alive (or not ours to signal): its probe is its own
+        except ProcessLookupError:
+            pass
+        except OSError:
+            continue
+        try:
+            os.unlink(folder / name)
+        except OSError:
+            pass
 
 
 def verify_written(path, what: str = "output", min_bytes: int = 1) -> int:
