@@ -384,7 +384,7 @@ def _least_gaps(labels: np.ndarray, main: int, comps: np.ndarray) -> np.ndarray:
 def _margin_along(base, up: np.ndarray, min_cos: float) -> float:
     """The stability margin of ``base`` (a :class:`physskin_gs.geometry.upright.StableBase`) for the file axis
     closest to ``up`` (3,) unit; -1.0 when no file axis has a cosine above ``min_cos`` with it."""
-    from physskin_gs.geometry.upright import AXES
+    from physskin_gs.geometry.upright import AXES, FLAT_SLAB
 
     name = max(AXES, key=lambda k: float(AXES[k] @ up))
     return float(base.margins.get(name, -1.0)) if float(AXES[name] @ up) > min_cos else -1.0
@@ -691,6 +691,12 @@ def analyze_scene(
         reason = f"no support plane found: {why}; {base.reason}" + ("" if agrees or prior is None
                                                                       else f", not {prior_name}")
         unsure = not agrees  # sure only when the evidence and the file's convention agree
+        from physskin_gs.geometry.upright import FLAT_SLAB
+
+        if base.thinness < FLAT_SLAB:  # lying on its face, it may be meant to stand on an edge (a photo relief)
+            reason += (f"; it is a thin slab lying on its face (its height {base.thinness:.0%} of its width), which "
+                       "may be meant to stand on an edge (a relief, a sign, a picture)")
+            unsure = True
     elif prior is not None:
         up, source = prior, "format-prior"
         unsure = unsure and not prior_sure  # a recorded up axis (our exports, glTF) is not a guess
@@ -835,7 +841,7 @@ def analyze_scene(
             confidence=float(plane["confidence"]),
         )
     timings["total"] = time.perf_counter() - t0
-    from physskin_gs.geometry.upright import AXES
+    from physskin_gs.geometry.upright import AXES, FLAT_SLAB
 
     return SceneAnalysis(
         up=np.asarray(up, dtype=np.float64),
@@ -864,7 +870,10 @@ def analyze_scene(
         far_parts=far_parts,
         up_candidates=[] if base is None else [
             k for k in sorted(base.margins, key=lambda k: -base.margins[k])
-            if base.margins[k] > 0.0 and float(AXES[k] @ np.asarray(up, dtype=np.float64)) < cos30],
+            if ((base.margins[k] > 0.0 and float(AXES[k] @ np.asarray(up, dtype=np.float64)) < cos30)
+                # a slab lying on its face: the axes of its edges, whatever their margins
+                or (source == "stable-base" and base.thinness < FLAT_SLAB
+                    and abs(float(AXES[k] @ np.asarray(up, dtype=np.float64))) < 0.5))],
     )
 
 
