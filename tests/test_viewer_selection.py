@@ -9,6 +9,7 @@ the websocket stand-in of tests/test_viewer.py; every wait is bounded; servers b
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 
 import numpy as np
@@ -43,16 +44,17 @@ def capture_path(tmp_path_factory):
     return path
 
 
-@pytest.fixture
-def app_and_client(capture_path):
-    cfg = pipeline.AnimationConfig(num_cubature=128, skinning="rbf", num_handles=6, gravity=0.0, fit_seconds=2.0)
+@contextlib.contextmanager
+def running_app(path, cfg, ready: float = 60.0):
+    """A ViewerApp on ``path`` with ``cfg`` on a free loopback port, ready, and one websocket client connected:
+    ``(app, client)``; both are closed on exit."""
     with open("/dev/null", "w") as quiet, warnings.catch_warnings():
         warnings.simplefilter("ignore")  # fallbacks of the tiny scene are reported as warnings
-        app = ViewerApp(capture_path, cfg, host="127.0.0.1", port=0, progress_stream=quiet)
+        app = ViewerApp(path, cfg, host="127.0.0.1", port=0, progress_stream=quiet)
         app.start()
         c = None
         try:
-            assert app.wait_ready(60), app.failed
+            assert app.wait_ready(ready), app.failed
             c = ViserWsClient(app.port)
             c.send_camera((3.0, 3.0, 2.0), (0.0, 0.0, 0.4))
             assert wait_until(lambda: len(app.server.get_clients()) == 1, 10)
@@ -61,6 +63,13 @@ def app_and_client(capture_path):
             if c is not None:
                 c.close()
             app.stop()
+
+
+@pytest.fixture
+def app_and_client(capture_path):
+    cfg = pipeline.AnimationConfig(num_cubature=128, skinning="rbf", num_handles=6, gravity=0.0, fit_seconds=2.0)
+    with running_app(capture_path, cfg) as (app, c):
+        yield app, c
 
 
 def reprepared(app, gen: int, timeout: float = 60.0) -> bool:
@@ -410,50 +419,37 @@ def test_regions_rebuild_the_default_basis_and_survive_a_switch(capture_path):
     the regions re-prepares it for one material again; a later re-preparation (a new skinning source) keeps the
     panel's regions (they were dropped: the config's were used)."""
     cfg = pipeline.AnimationConfig(num_cubature=128, skinning="modes", num_handles=6, gravity=0.0)
-    with open("/dev/null", "w") as quiet, warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        app = ViewerApp(capture_path, cfg, host="127.0.0.1", port=0, progress_stream=quiet)
-        app.start()
-        c = None
-        try:
-            assert app.wait_ready(120), app.failed
-            c = ViserWsClient(app.port)
-            c.send_camera((3.0, 3.0, 2.0), (0.0, 0.0, 0.4))
-            assert wait_until(lambda: len(app.server.get_clients()) == 1, 10)
-            g = app.gui
-            first = app.live.anim
-            assert first.skinning_source.startswith("modes") and "materials" not in first.skinning_source
-            gen = app.switcher.generation
-            c.gui_set(g["region_spec"], "base")
-            c.gui_set(g["region_material"], "wood")
-            assert wait_until(lambda: g["region_spec"].value == "base" and g["region_material"].value == "wood", 5)
-            c.gui_set(g["region_add"], True)
-            assert reprepared(app, gen, 120), app.error_log
-            anim = app.live.anim
-            assert anim is not first and app.config.regions == (("base", "wood"),)
-            assert "of its parts' materials" in anim.skinning_source, anim.skinning_source
-            assert [r["material"] for r in anim.regions] == ["wood"] and anim.sim.point_materials[0] is not None
-            # a switch of the skinning source keeps the region
-            gen = app.switcher.generation
-            assert app.switcher.switch_skinning("rbf")
-            assert reprepared(app, gen, 120), app.error_log
-            assert [(r["spec"], r["material"]) for r in app.live.anim.regions] == [("base", "wood")]
-            assert app.live.anim.skinning_source.startswith("rbf")
-            gen = app.switcher.generation
-            assert app.switcher.switch_skinning("modes")
-            assert reprepared(app, gen, 120), app.error_log
-            assert "of its parts' materials" in app.live.anim.skinning_source
-            # cleared: the basis of one material again
-            gen = app.switcher.generation
-            c.gui_set(g["region_clear"], True)
-            assert reprepared(app, gen, 120), app.error_log
-            assert app.live.anim.regions == [] and app.config.regions == ()
-            assert "materials" not in app.live.anim.skinning_source
-            assert app.error_log == []
-        finally:
-            if c is not None:
-                c.close()
-            app.stop()
+    with running_app(capture_path, cfg, ready=120) as (app, c):
+        g = app.gui
+        first = app.live.anim
+        assert first.skinning_source.startswith("modes") and "materials" not in first.skinning_source
+        gen = app.switcher.generation
+        c.gui_set(g["region_spec"], "base")
+        c.gui_set(g["region_material"], "wood")
+        assert wait_until(lambda: g["region_spec"].value == "base" and g["region_material"].value == "wood", 5)
+        c.gui_set(g["region_add"], True)
+        assert reprepared(app, gen, 120), app.error_log
+        anim = app.live.anim
+        assert anim is not first and app.config.regions == (("base", "wood"),)
+        assert "of its parts' materials" in anim.skinning_source, anim.skinning_source
+        assert [r["material"] for r in anim.regions] == ["wood"] and anim.sim.point_materials[0] is not None
+        # a switch of the skinning source keeps the region
+        gen = app.switcher.generation
+        assert app.switcher.switch_skinning("rbf")
+        assert reprepared(app, gen, 120), app.error_log
+        assert [(r["spec"], r["material"]) for r in app.live.anim.regions] == [("base", "wood")]
+        assert app.live.anim.skinning_source.startswith("rbf")
+        gen = app.switcher.generation
+        assert app.switcher.switch_skinning("modes")
+        assert reprepared(app, gen, 120), app.error_log
+        assert "of its parts' materials" in app.live.anim.skinning_source
+        # cleared: the basis of one material again
+        gen = app.switcher.generation
+        c.gui_set(g["region_clear"], True)
+        assert reprepared(app, gen, 120), app.error_log
+        assert app.live.anim.regions == [] and app.config.regions == ()
+        assert "materials" not in app.live.anim.skinning_source
+        assert app.error_log == []
 
 
 def test_the_viewer_prints_what_the_analysis_found(capture_path):
