@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Dict
 
-__all__ = ["Material", "MATERIALS", "DEFAULT_MATERIAL", "material", "stiffer_materials"]
+__all__ = ["Material", "MATERIALS", "DEFAULT_MATERIAL", "material", "stiffer_materials", "parse_pressure"]
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,29 @@ ALIASES: Dict[str, str] = {"aluminum": "aluminium"}
 
 #: The material of the animation defaults (``AnimationConfig``'s E, nu and density).
 DEFAULT_MATERIAL = "soft"
+
+
+_PRESSURE_UNITS = {"pa": 1.0, "kpa": 1e3, "mpa": 1e6, "gpa": 1e9}
+
+
+def parse_pressure(text) -> float:
+    """A Young's modulus as a user types it, in Pa: a plain number (``2e9``, ``240000``; nan and inf too, for the
+    caller's range check to name) or a number with Pa / kPa / MPa / GPa (any case, a space allowed: ``100kPa``,
+    ``2 MPa``). Raises ValueError naming ``text`` otherwise."""
+    import re
+
+    t = str(text).strip()
+    try:
+        return float(t)
+    except ValueError:
+        pass
+    m = re.fullmatch(r"([-+0-9.eE]+)\s*([A-Za-z]+)?", t)
+    if m is None:
+        raise ValueError(text)
+    unit = (m.group(2) or "pa").lower()
+    if unit not in _PRESSURE_UNITS:
+        raise ValueError(text)
+    return float(m.group(1)) * _PRESSURE_UNITS[unit]
 
 
 def stiffer_materials(E: float, density: float, limit: int = 3) -> list:

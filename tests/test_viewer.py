@@ -748,12 +748,20 @@ def test_viewer_says_the_default_was_raised_and_offers_it_as_a_preset(splat_file
             assert wait_until(lambda: len(app.server.get_clients()) == 1, 10)
             c.gui_set(g["dt"], 0.5)
             assert wait_until(lambda: float(g["dt"].value) == 0.2 and app.live.anim.dt == 0.2, 10)
-            c.gui_set(g["E"], -5.0)
-            assert wait_until(lambda: float(g["E"].value) == 1.0 and app.live.anim.sim.E == 1.0, 10)
-            assert g["material"].value == "custom"
+            c.gui_set(g["E"], "-5")
+            assert wait_until(lambda: float(g["E"].value) == 100.0 and app.live.anim.sim.E == 100.0, 10)
+            assert g["material"].value == "custom" and "set to 100" in g["material_note"].content
+            # typed as --E takes it: the browser's number field dropped the "e" of 2e9 (29 Pa, and a collapse)
+            for typed, pa in (("2e9", 2e9), ("100kPa", 1e5), ("1.3 GPa", 1.3e9)):
+                c.gui_set(g["E"], typed)
+                assert wait_until(lambda pa=pa: app.live.anim.sim.E == pytest.approx(pa), 10), typed
+            c.gui_set(g["E"], "stiff")  # unreadable: the last E stays and is shown again
+            assert wait_until(lambda: g["E"].value == "1.3e+09" and "E stiff: not a number" in
+                              g["material_note"].content, 10), (g["E"].value, g["material_note"].content)
+            assert app.live.anim.sim.E == pytest.approx(1.3e9)
             # a material picked that cannot hold the cow up is said, with stiffer ones (it collapsed silently)
             c.gui_set(g["material"], "jelly")
-            assert wait_until(lambda: g["material_note"].visible, 20)
+            assert wait_until(lambda: g["material_note"].visible and "In jelly" in g["material_note"].content, 20)
             assert "In jelly its own weight bends it about" in g["material_note"].content
             assert "pick foam, soft, rubber" in g["material_note"].content, g["material_note"].content
             c.gui_set(g["material"], "wood")

@@ -244,6 +244,12 @@ def test_up_by_name_and_no_op_for_the_current_axis(app_and_client):
     assert wait_until(lambda: app.display_updates >= seen + 3, 10), "the display froze after the re-preparation"
     assert np.allclose(app.live.anim.up_vector.numpy(), [0, 0, 1]) and app.gui["up"].value == "+z"
     assert not app.set_up("+z") and not app.switcher.busy  # already that axis
+    # a second choice made while the first is prepared wins (the first's dropdown refresh queued it again)
+    gen = app.switcher.generation
+    assert app.set_up("-y") and app.set_up("x")
+    assert wait_until(lambda: app.switcher.generation > gen and not app.switcher.busy, 60, 0.05), app.error_log
+    assert app.config.up == "x" and app.gui["up"].value == "+x", (app.config.up, app.gui["up"].value)
+    assert np.allclose(app.live.anim.up_vector.numpy(), [1, 0, 0])
 
 
 def test_a_refused_skinning_source_leaves_the_dropdown_on_what_runs(app_and_client):

@@ -194,7 +194,10 @@ class ControlPanel:
             # the E that runs: the raised preset's when it is the one chosen (several bodies are raised per scene
             # without the config's E: the field showed 100000 while the bodies ran at 240000, a fresh user's report)
             E0 = self.presets[initial][0] if initial in self.presets else float(getattr(cfg, "E", 2e4))
-            g["E"] = gui.add_number("E (Pa)", E0, min=1.0, max=1e12, step=100.0)
+            # a text field: the browser's number field dropped the "e" of 2e9 (29 Pa); units are read as --E reads
+            # them (materials.parse_pressure)
+            g["E"] = gui.add_text("E (Pa)", f"{E0:.8g}", hint=f"Young's modulus: pascals (2e9, 240000) or with a "
+                                  f"unit (100kPa, 2 MPa, 1.3GPa); {E_RANGE[0]:g} to {E_RANGE[1]:g} Pa")
             g["nu"] = gui.add_slider("nu", 0.0, 0.49, 0.01, float(getattr(cfg, "nu", 0.45)))
             g["density"] = gui.add_number("density (kg/m³)", float(getattr(cfg, "density", 100.0)), min=1e-3, max=1e5, step=1.0)
             g["damping"] = gui.add_slider("damping", 0.0, 1.0, 0.005, float(getattr(cfg, "damping", 0.02)))
@@ -365,13 +368,14 @@ class ControlPanel:
         if stand and choice in self.preset_base:  # raised again for the new object or up: the preset follows
             E_to = float(stand["E_to"])
             self.presets[choice] = (E_to,) + tuple(self.presets[choice][1:])
-            g["E"].value = E_to
+            g["E"].value = f"{E_to:.8g}"
         fh = default_floor_height(anim, app.config, app.live.up)
         g["floor_height"].value = fh  # fires the floor callback: the new worker gets the same height
         self.update_floor_grid(bool(g["floor"].value), float(g["floor_height"].value))
         self.show_scene_facts(anim)
-        if app.switcher.available:
-            g["up"].value = up_choice(getattr(app.config, "up", "auto"))
+        if app.switcher.available:  # the up that runs, or one chosen meanwhile and still to come (setting the
+            # running one queued it again over the later choice: "-z" then "+x" ran "-z" twice)
+            g["up"].value = up_choice(app.switcher.effective("up", "auto"))
         if g["gravity_dir"].value != GRAVITY_DIRS[0] or not g["gravity"].value:
             self._apply_gravity()
         app.selection.on_live(app.live)
@@ -381,12 +385,13 @@ class ControlPanel:
         """Set the skinning-source and up-axis dropdowns to ``config``'s (what runs), after a refused choice (the
         dropdown kept naming a source that had failed to prepare). Their callbacks see no change to make."""
         g = self.gui
+        sw = self.app.switcher  # (a choice made meanwhile and still to come wins over the running one)
         if "skinning" in g:
-            src = resolve_skinning(getattr(config, "skinning", None))
+            src = resolve_skinning(sw.effective("skinning", getattr(config, "skinning", None)))
             if src in g["skinning"].options:
                 g["skinning"].value = src
-        if "up" in g and self.app.switcher.available:
-            g["up"].value = up_choice(getattr(config, "up", "auto"))
+        if "up" in g and sw.available:
+            g["up"].value = up_choice(sw.effective("up", getattr(config, "up", "auto")))
 
     def show_scene_facts(self, anim) -> Dict[str, Any]:
         """Show the scene facts of ``anim`` in the "Scene" folder; returns them (:func:`scene_facts`)."""
@@ -410,7 +415,7 @@ class ControlPanel:
         if "play" not in g:
             return {}
         out: Dict[str, Any] = {
-            "E": float(g["E"].value), "nu": float(g["nu"].value), "density": float(g["density"].value),
+            "E": self.young_modulus(), "nu": float(g["nu"].value), "density": float(g["density"].value),
             "damping": float(g["damping"].value), "dt": float(g["dt"].value), "floor": bool(g["floor"].value),
             "gravity": self.gravity_magnitude(),
             "pin": (getattr(config, "pin", None) or DEFAULT_PIN) if g["pin"].value else None,
@@ -503,6 +508,22 @@ class ControlPanel:
                           + (f"; for something that stands pick {', '.join(names)}" if names else "") + ".")
             md.visible = True
 
+    def young_modulus(self) -> float:
+        """The E field's value in Pa (:func:`young_modulus_of`), or the last one applied when it does not read."""
+        x = young_modulus_of(self.gui["E"].value)
+        return x if math.isfinite(x) else float(self.applied.get("E", 1e5))
+
+    def field_note(self, name: str, message: str) -> None:
+        """Say what became of a typed value: under the material dropdown for the material's fields, else under the
+        scene facts; an empty message hides it."""
+        if name in ("E", "nu", "density", "damping") and "material_note" in self.gui:
+            md = self.gui["material_note"]
+            if message or md.content.startswith(tuple(f"{n} " for n in ("E", "nu", "density", "damping"))):
+                md.content = message
+                md.visible = bool(message)
+        elif message:
+            self.set_note(message)
+
     def _material_is_custom(self) -> None:
         """The material dropdown shows "custom" when E, nu and density are no longer its preset's values."""
         from physskin_gs.materials import MATERIALS
@@ -511,7 +532,7 @@ class ControlPanel:
         name = str(g["material"].value)
         mat = MATERIALS.get(name)
         values = (mat.E, min(mat.nu, 0.49), mat.density) if mat is not None else self.presets.get(name)
-        now = (float(g["E"].value), float(g["nu"].value), float(g["density"].value))
+        now = (self.young_modulus(), float(g["nu"].value), float(g["density"].value))
         if values is not None and any(abs(a - b) > 1e-9 * max(1.0, abs(b)) for a, b in zip(now, values)):
             g["material"].value = "custom"
 
@@ -565,25 +586,31 @@ class ControlPanel:
         for name, fn in setters.items():
             def make(name=name, fn=fn):
                 def cb(event) -> None:
-                    v = g[name].value
+                    raw = g[name].value
                     # a typed value outside the field's range is brought into it first (the field showed the
                     # bound while the typed value ran: dt 0.5 at 4 steps/s, E -5 Pa paused with a traceback)
-                    lo, hi = getattr(g[name], "min", None), getattr(g[name], "max", None)
+                    if name == "E":
+                        v = young_modulus_of(raw)
+                        lo, hi = E_RANGE
+                    else:
+                        v, lo, hi = raw, getattr(g[name], "min", None), getattr(g[name], "max", None)
                     fixed = field_value(v, lo, hi, self.applied.get(name))
-                    if fixed != v:
-                        span = f"{lo if lo is not None else '-inf'}..{hi if hi is not None else 'inf'}"
-                        self.set_note(f"{name} {v}: not a number in {span}; set to {fixed:g}")
-                        g[name].value = fixed  # (its callback applies it)
+                    if not (fixed == v):  # (NaN: an unreadable entry)
+                        span = f"{lo if lo is not None else '-inf':g}..{hi if hi is not None else 'inf':g}"
+                        self.field_note(name, f"{name} {raw}: not a number in {span}; set to {fixed:g}")
+                        g[name].value = f"{fixed:.8g}" if name == "E" else fixed  # (its callback applies it)
                     else:
                         self.applied[name] = float(v)
-                        self._submit(f"set {name}", lambda a: fn(a, v))
+                        if getattr(event, "client", None) is not None:  # a good value typed: an old note goes
+                            self.field_note(name, "")
+                        self._submit(f"set {name}", lambda a: fn(a, float(v)))
                     if name in ("E", "nu", "density") and getattr(event, "client", None) is not None:
                         self.material_chosen = True
                         self._material_is_custom()  # typed by the user: the preset no longer holds
 
                 return cb
 
-            self.applied[name] = float(g[name].value)
+            self.applied[name] = young_modulus_of(g[name].value) if name == "E" else float(g[name].value)
             g[name].on_update(make())
 
         def apply_fast(_e=None) -> None:
@@ -626,11 +653,12 @@ class ControlPanel:
             name = str(g["material"].value)
             mat = MATERIALS.get(name)
             if mat is not None:
-                g["E"].value, g["nu"].value, g["density"].value = mat.E, min(mat.nu, 0.49), mat.density
+                g["E"].value, g["nu"].value, g["density"].value = f"{mat.E:.8g}", min(mat.nu, 0.49), mat.density
             elif name in self.presets:
-                g["E"].value, g["nu"].value, g["density"].value = self.presets[name]
-            g["material_note"].visible = False
-            if getattr(event, "client", None) is not None:
+                E, nu, density = self.presets[name]
+                g["E"].value, g["nu"].value, g["density"].value = f"{E:.8g}", nu, density
+            if getattr(event, "client", None) is not None:  # picked by the user: an earlier note goes
+                g["material_note"].content, g["material_note"].visible = "", False
                 self.material_chosen = True
                 if mat is not None:
                     self._submit("material note", lambda a: self.note_slump(a, mat))
@@ -705,6 +733,22 @@ class ControlPanel:
                 g["record_status"].content = f"**not recording:** {exc}"
             except Exception as exc:  # noqa: BLE001
                 app.report_error("recording", exc, traceback.format_exc())
+
+
+#: the E the panel takes, in Pa: below 100 Pa (animate's "extremely soft") a body collapses into non-finite
+#: values (a fresh user's 2e9 typed into a number field became 29 Pa)
+E_RANGE = (100.0, 1e12)
+
+
+def young_modulus_of(text) -> float:
+    """``text`` as a Young's modulus in Pa (:func:`physskin_gs.materials.parse_pressure`), NaN when it does not
+    read. Raises nothing."""
+    from physskin_gs.materials import parse_pressure
+
+    try:
+        return float(parse_pressure(text))
+    except (TypeError, ValueError):
+        return float("nan")
 
 
 def field_value(v, lo, hi, last=None) -> float:

@@ -839,26 +839,12 @@ def _no_duplicate_keys(pairs):
     return out
 
 
-_PRESSURE_UNITS = {"pa": 1.0, "kpa": 1e3, "mpa": 1e6, "gpa": 1e9}
-
-
 def pressure(text: str) -> float:
-    """argparse type of ``--E``: a number of pascals, or a number with Pa / kPa / MPa / GPa (any case, a space
-    allowed: ``100kPa``, ``2 MPa``). Raises ValueError (argparse's "invalid pressure value") otherwise."""
-    t = str(text).strip()
-    try:
-        return float(t)  # a plain number (nan and inf too: the range check says what is wrong with them)
-    except ValueError:
-        pass
-    m = re.fullmatch(r"([-+0-9.eE]+)\s*([A-Za-z]+)?", t)
-    if m is None:
-        raise ValueError(text)
-    unit = (m.group(2) or "pa").lower()
-    if unit not in _PRESSURE_UNITS:
-        raise ValueError(text)
-    return float(m.group(1)) * _PRESSURE_UNITS[unit]
+    """argparse type of ``--E``: :func:`physskin_gs.materials.parse_pressure` (pascals, or a number with Pa / kPa /
+    MPa / GPa). Raises ValueError (argparse's "invalid pressure value") otherwise."""
+    from physskin_gs.materials import parse_pressure
 
-
+    return parse_pressure(text)
 
 
 def _export_name(name: str) -> bool:
