@@ -696,8 +696,11 @@ class ViewerApp:
     def _setup_live(self, anim) -> None:
         """Make ``anim`` the live AnimatedScene: its worker, splat nodes, handle gizmos, camera and controls (the
         previous one, if any, is torn down once the new one is ready to show)."""
-        if self.recording.active:  # a recording belongs to one AnimatedScene
+        if self.recording.active:  # a recording belongs to one AnimatedScene: it ends here, and says why
             self.recording.stop()
+            status = self.gui.get("record_status")
+            if status is not None and status.content:
+                status.content += " (the recording ended: the scene was prepared again; start a new one to go on)"
         scene = anim.scene
         rest = to_numpy(scene.means)
         n = rest.shape[0]
