@@ -267,6 +267,7 @@ def test_closing_notes_say_when_the_object_bent_or_tipped_over(splat_file, tmp_p
     assert "(it tipped over); if it should stand, check the up axis (--up)" in err and "bent" not in err, err
     E = float(err.split("material soft (E ")[1].split(" Pa")[0])  # (raised so that it stands)
     assert _stiffer_materials(E, 100.0) in err  # (the default material: stiffening may be the answer)
+    assert "--region base=wood (a stiff base) or --material" in err, err  # (a stiff base first: the bouquet)
 
 
 def test_the_advice_names_only_materials_stiffer_than_the_one_used():

@@ -1599,9 +1599,11 @@ def _note_motion(anim, args, rest) -> None:
         # (a pushed crate tipped, and the advice to pin its base would have cancelled the push)
         if angle > TIP_NOTE and not getattr(args, "pin", None) and not getattr(args, "script", None):
             said = bent and not getattr(args, "material_chosen", True)  # the bent note named the materials already
+            # a stiff base first: a fresh user's bouquet still tipped 40 degrees as rubber, and stood with a wood base
+            base_region = "" if getattr(args, "regions", None) else "--region base=wood (a stiff base) or "
             soft = "" if getattr(args, "material_chosen", True) or said else (
                 ", or stiffen it (the default soft material lets a tall object sag and topple: "
-                f"{_stiffer_materials(args.E, density)})")
+                f"{base_region}{_stiffer_materials(args.E, density)})")
             # a pin holds the base where it is: only where the base starts on its floor (no drop) does it stand
             on_floor = getattr(args, "starts_on_floor", True)
             base = getattr(args, "floor_at_base", None)
