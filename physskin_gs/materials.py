@@ -100,7 +100,7 @@ def parse_pressure(text) -> float:
 
 def stiffer_materials(E: float, density: float, limit: int = 3) -> list:
     """Names of the named materials at least as stiff as ``E`` (Pa) that sag under their own weight at most 2/3
-    as much as ``E`` at ``density`` (kg/m^3) does (a sag goes as density / E: foam is lighter, not stiffer), the
+    as much as ``E`` at ``density`` (kg/m^3) does (a sag goes as density / E, so a light foam can qualify), the
     ``limit`` least stiff of them; an empty list when none is. Raises nothing."""
     fits = [m for m in MATERIALS.values() if m.E >= E and m.E / m.density >= 1.5 * E / max(density, 1e-30)]
     return [m.name for m in sorted(fits, key=lambda m: m.E)][:limit]

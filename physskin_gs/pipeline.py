@@ -16,7 +16,8 @@
    usable Gaussians' 2-sigma ellipsoids (:func:`physskin_gs.geometry.interior.sparse_splat_body`), which also
    sets its extent, scale, mass and height above the floor.
 4. Skinning: the basis named by ``config.skinning`` (``auto`` by default: the elastic ``modes``; also ``tet``,
-   ``voxel``, ``eigen``, ``network``/``pretrained``, ``fit``, ``rbf``), built through the one registry :data:`physskin_gs.model.bases.SKINNING_BASES`, with at most
+   ``voxel``, ``eigen``, ``network``/``pretrained``, ``fit``, ``rbf``), built through the one registry
+   :data:`physskin_gs.model.bases.SKINNING_BASES`, with at most
    ``usable - 1`` learned handles (W at N Gaussians has rank at most N): 9 usable Gaussians get 8 handles, a
    single one is one rigid body (H = 1, the constant handle). A reduction is said once, as a progress stage
    ``"note: 9 usable Gaussians: 8 handles instead of 16"``, and recorded in ``info["handles"]`` and the skinning

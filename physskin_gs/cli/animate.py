@@ -1553,8 +1553,9 @@ def _start_gap(anim) -> Optional[tuple]:
 
 def _stiffer_materials(E: float, density: float) -> str:
     """The named materials at least as stiff as E (Pa) that sag under their own weight at most 2/3 as much as E at
-    ``density`` (kg/m^3) does (a sag goes as density / E; foam is lighter, not stiffer; rubber is stiffer than the
-    soft default, but not than the soft default raised 2.4x so that Spot stands), the three least stiff of them as
+    ``density`` (kg/m^3) does (:func:`physskin_gs.materials.stiffer_materials`: a sag goes as density / E; rubber is
+    stiffer than the soft default, but not than the soft default raised 2.4x so that Spot stands), the three least
+    stiff of them as
     ``--material a, b or c``, or ``--E`` with a value 10x E when none is."""
     from physskin_gs.materials import stiffer_materials
 

@@ -205,7 +205,8 @@ def run(args) -> int:
     except OSError as exc:
         raise OutputError(f"could not write {args.output}: {exc.strerror or exc}") from None
     size = verify_written(out, "scene")
-    print(f"wrote {scene.num_gaussians} Gaussian{'' if scene.num_gaussians == 1 else 's'} (SH degree {scene.sh_degree}, from {scene.format}) to {out} "
+    n = scene.num_gaussians
+    print(f"wrote {n} Gaussian{'' if n == 1 else 's'} (SH degree {scene.sh_degree}, from {scene.format}) to {out} "
           f"as {fmt} ({size / scene.num_gaussians:.1f} bytes per Gaussian{note})")
     return 0
 

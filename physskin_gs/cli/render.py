@@ -174,7 +174,8 @@ def run(args) -> int:
             raise OutputError(f"could not write {out}: {exc}") from None
         verify_written(out, "image")
         print(
-            f"wrote {out} ({width}x{height}, {scene.num_gaussians} Gaussian{'' if scene.num_gaussians == 1 else 's'}, SH degree {scene.sh_degree}, "
+            f"wrote {out} ({width}x{height}, {scene.num_gaussians} Gaussian{'' if scene.num_gaussians == 1 else 's'}, "
+            f"SH degree {scene.sh_degree}, "
             f"{100 * cover:.1f}% covered, {time.perf_counter() - t0:.2f} s)"
         )
         return 0

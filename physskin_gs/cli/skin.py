@@ -391,7 +391,8 @@ def run(args) -> int:
 
     try:
         with atomic_output(out) as tmp, open(tmp, "wb") as fh:  # (a file object: savez adds no ".npz" to it)
-            np.savez(fh, weights=W.astype(np.float32), grads=G.astype(np.float32), points=np.asarray(points, np.float64),
+            np.savez(fh, weights=W.astype(np.float32), grads=G.astype(np.float32),
+                     points=np.asarray(points, np.float64),
                      grads_scene=(G / obj.scale).astype(np.float32), center=obj.center, scale=np.float64(obj.scale),
                      valid=valid, metrics=np.array(json.dumps(finite_or_none(metrics), allow_nan=False)))
     except OSError as exc:

@@ -384,7 +384,7 @@ def _least_gaps(labels: np.ndarray, main: int, comps: np.ndarray) -> np.ndarray:
 def _margin_along(base, up: np.ndarray, min_cos: float) -> float:
     """The stability margin of ``base`` (a :class:`physskin_gs.geometry.upright.StableBase`) for the file axis
     closest to ``up`` (3,) unit; -1.0 when no file axis has a cosine above ``min_cos`` with it."""
-    from physskin_gs.geometry.upright import AXES, FLAT_SLAB
+    from physskin_gs.geometry.upright import AXES
 
     name = max(AXES, key=lambda k: float(AXES[k] @ up))
     return float(base.margins.get(name, -1.0)) if float(AXES[name] @ up) > min_cos else -1.0
@@ -632,6 +632,7 @@ def analyze_scene(
     cos30 = np.cos(np.deg2rad(30.0))
     prior_sure = prior_recorded and prior is not None  # without a support, the prior is sure only when recorded
     prior_margin = -1.0  # the stability margin of the file's convention (prior_if_it_stands)
+    flat_slab = False  # the stable-base up lays a thin slab on its face (upright.FLAT_SLAB)
     if found is None and stable_base and plane_idx.shape[0] >= 16:  # which of the file's axes it stands on
         from physskin_gs.geometry.upright import stable_base_up
 
@@ -693,7 +694,8 @@ def analyze_scene(
         unsure = not agrees  # sure only when the evidence and the file's convention agree
         from physskin_gs.geometry.upright import FLAT_SLAB
 
-        if base.thinness < FLAT_SLAB:  # lying on its face, it may be meant to stand on an edge (a photo relief)
+        flat_slab = base.thinness < FLAT_SLAB
+        if flat_slab:  # lying on its face, it may be meant to stand on an edge (a photo relief)
             reason += (f"; it is a thin slab lying on its face (its height {base.thinness:.0%} of its width), which "
                        "may be meant to stand on an edge (a relief, a sign, a picture)")
             unsure = True
@@ -841,7 +843,7 @@ def analyze_scene(
             confidence=float(plane["confidence"]),
         )
     timings["total"] = time.perf_counter() - t0
-    from physskin_gs.geometry.upright import AXES, FLAT_SLAB
+    from physskin_gs.geometry.upright import AXES
 
     return SceneAnalysis(
         up=np.asarray(up, dtype=np.float64),
@@ -872,8 +874,7 @@ def analyze_scene(
             k for k in sorted(base.margins, key=lambda k: -base.margins[k])
             if ((base.margins[k] > 0.0 and float(AXES[k] @ np.asarray(up, dtype=np.float64)) < cos30)
                 # a slab lying on its face: the axes of its edges, whatever their margins
-                or (source == "stable-base" and base.thinness < FLAT_SLAB
-                    and abs(float(AXES[k] @ np.asarray(up, dtype=np.float64))) < 0.5))],
+                or (flat_slab and abs(float(AXES[k] @ np.asarray(up, dtype=np.float64))) < 0.5))],
     )
 
 

@@ -305,7 +305,8 @@ def save_gltf(scene: GaussianScene, path, *, up=(0.0, 0.0, 1.0), meters_per_unit
     (linear scales, opacity in [0, 1], unit xyzw quaternions), float32, one tightly packed bufferView per
     attribute (4-byte aligned offsets), POSITION with exact ``min``/``max``; ``COLOR_0`` (linear RGBA, unsigned
     byte normalised) is the fallback colour. One scene, one node (no transform), one mesh, one primitive.
-    ``asset.extras["physskin_gs"]`` records source (its path relative to the .glb's folder), source format, up, R (row-major, scene -> glTF),
+    ``asset.extras["physskin_gs"]`` records source (its path relative to the .glb's folder), source format, up,
+    R (row-major, scene -> glTF),
     meters_per_unit, SH degree and count. The file is written to a temporary file and renamed (atomic).
 
     Size: 60 bytes per Gaussian at SH degree 0 and 240 at degree 3, plus the JSON (about 2 kB at degree 0,

@@ -342,20 +342,10 @@ def load_mesh(path: str, *, weld: bool = True) -> Mesh:
 
 
 def _missing_ply_texture(path: str) -> bool:
-    """True when a PLY's header names no texture image (``comment TextureFile NAME``) that is beside it: its
-    texture coordinates then point into trimesh's stand-in grey image, which is not the model's colour. Raises
-    nothing."""
-    try:
-        comments = read_ply_header(path).comments
-    except (SceneFormatError, OSError):
-        return True
-    folder = os.path.dirname(os.path.abspath(path))
-    for c in comments:
-        if c.lower().startswith("texturefile"):
-            name = c[len("texturefile"):].strip()
-            if name and os.path.isfile(os.path.join(folder, name)):
-                return False
-    return True
+    """True when a PLY's header names no texture image (``comment TextureFile NAME``) that is beside it
+    (:func:`mesh_sidecars`): its texture coordinates then point into trimesh's stand-in grey image, which is not
+    the model's colour. Raises nothing."""
+    return not mesh_sidecars(path)
 
 
 def _names_mtl(path: str) -> bool:
