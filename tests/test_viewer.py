@@ -18,7 +18,7 @@ viser = pytest.importorskip("viser")
 pytest.importorskip("websockets")
 pytest.importorskip("msgspec")
 
-from physskin_gs.errors import SceneFormatError  # noqa: E402
+from physskin_gs.errors import OptionError, SceneFormatError  # noqa: E402
 from physskin_gs_viewer import app as appmod  # noqa: E402
 from physskin_gs_viewer.app import DISPLAY_CLIENT, DISPLAY_TORCH, ViewerApp, run_viewer  # noqa: E402
 from physskin_gs_viewer.camera import CameraState, look_at_wxyz, quat_wxyz_to_rotmat, viewmat_and_K  # noqa: E402
@@ -396,6 +396,51 @@ def test_recorder_writes_sequence_and_refuses_to_overwrite(tmp_path):
     assert meta["format"] == "physskin_gs sequence 1" and meta["source"] == "x.ply" and meta["up_axis"] == [0, 0, 1]
     with pytest.raises(Exception, match="already holds a recording"):
         Recorder(tmp_path / "rec", dt=0.02)
+
+
+def test_recorder_steps_per_frame_writes_one_step_in_n(tmp_path):
+    """A recording of every third step writes steps 1, 4, 7 (the first step included) as frames 1-3, and says its
+    rate in sequence.json (a fresh user's recordings wrote every step, about 50 MB a second, with no rate option)."""
+    anim = FakeAnimatedScene(make_blob_scene(50), num_handles=2)
+    saved = []
+    rec = Recorder(tmp_path / "rec", dt=0.02, steps_per_frame=3,
+                   save_fn=lambda s, p: (saved.append((p.name, s.frame_step)), p.write_bytes(b"ply")))
+    orig = anim.deformed_scene
+
+    def tagged():
+        sc = orig()
+        sc.frame_step = anim.frame  # the step this frame was taken after
+        return sc
+
+    anim.deformed_scene = tagged
+    for _ in range(8):
+        anim.step()
+        rec.add(anim)
+    meta = json.loads((rec.stop() / "sequence.json").read_text())
+    assert saved == [("frame0001.ply", 1), ("frame0002.ply", 4), ("frame0003.ply", 7)]
+    assert meta["frames"] == 3 and meta["steps_per_frame"] == 3
+    assert meta["fps"] == pytest.approx(50.0 / 3) and meta["dt"] == pytest.approx(0.02)
+    for bad in (0, -1, 2.5, 1001, True):
+        with pytest.raises(OptionError, match="steps per frame"):
+            Recorder(tmp_path / f"bad{bad}", dt=0.02, steps_per_frame=bad)
+    assert not any(tmp_path.glob("bad*"))  # refused before any folder was made
+
+
+def test_record_folder_steps_per_frame_field(live_app, tmp_path):
+    """The Record folder's "steps per frame" reaches the recording; a typed value is rounded into 1 .. 1000."""
+    app, anim, clients = live_app
+    app.gui["record_every"].value = 4
+    out = app.start_recording(out_dir=tmp_path / "rec4")
+    assert "one step in 4" in app.gui["record_status"].content
+    assert wait_until(lambda: app._recorder is not None and app._recorder.written >= 2, 10)
+    rec = app._recorder
+    app.stop_recording()
+    meta = json.loads((out / "sequence.json").read_text())
+    assert meta["steps_per_frame"] == 4 and meta["fps"] == pytest.approx(1.0 / (4 * anim.dt))
+    assert meta["frames"] == len(list(out.glob("frame*.ply"))) == (rec.steps + 3) // 4
+    for typed, got in ((0, 1), (3.0, 3), (5000, 1000)):
+        app.gui["record_every"].value = typed
+        assert app.recording.steps_per_frame() == got, typed
 
 
 def test_record_button_flow_writes_reloadable_frames(live_app, tmp_path, monkeypatch):

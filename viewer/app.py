@@ -410,7 +410,8 @@ class ViewerApp:
         self.display.set_xray(on)
 
     def start_recording(self, client=None, mp4: bool = False, out_dir=None) -> Path:
-        """Start writing every simulated step to a new folder; returns it (:meth:`RecordingControl.start`)."""
+        """Start writing the simulated steps (every one, or one in the Record folder's "steps per frame") to a new
+        folder; returns it (:meth:`RecordingControl.start`)."""
         return self.recording.start(client=client, mp4=mp4, out_dir=out_dir)
 
     def stop_recording(self) -> Optional[Path]:
@@ -915,6 +916,7 @@ def run_viewer(args) -> int:
     )
     app.config = config_from_args(args)
     app.export_format = getattr(args, "export_format", None) or "ply"  # the Record folder's initial format
+    app.steps_per_frame = int(getattr(args, "steps_per_frame", None) or 1)  # ... and its initial steps per frame
     app.start()
     print(f"[physskin-gs] viewer running at {app.url}  (Ctrl-C to stop)", flush=True)
     from .recording import is_loopback

@@ -51,6 +51,7 @@ from .constants import (
     GRAVITY_DIRS,
     UP_CHOICES,
 )
+from .recorder import STEPS_PER_FRAME_MAX
 from .render_server import cuda_available
 from .selection import facts_markdown, scene_facts
 from .sim import to_numpy
@@ -273,6 +274,10 @@ class ControlPanel:
                 hint="ply: frame0001.ply ...; compressed-ply: frame0001.compressed.ply ... (about 1/4 of the size); "
                      "usd: one animation.usdc with time samples (needs usd-core)",
             )
+            g["record_every"] = gui.add_number(
+                "steps per frame", int(getattr(app, "steps_per_frame", 1) or 1), min=1, max=STEPS_PER_FRAME_MAX,
+                step=1, hint="write one frame every N simulated steps (1: every step; the headless run's "
+                             "--steps-per-frame): larger N, smaller recordings and a faster view while recording")
             g["record_mp4"] = gui.add_checkbox("also mp4", False)
             g["record"] = gui.add_button("Start recording", color="red")
             g["record_status"] = gui.add_markdown("")

@@ -1,7 +1,8 @@
 """Recording the live simulation to an exported frame sequence (formats.md section 6).
 
 Same layout as the headless export (``physskin-gs animate --headless --export``, with the same
-``--export-format``): one INRIA PLY per simulated step, ``frame0001.ply``, ``frame0002.ply``, ... (or
+``--export-format``): one INRIA PLY per recorded frame (every simulated step, or every ``steps_per_frame``-th as the
+headless ``--steps-per-frame``), ``frame0001.ply``, ``frame0002.ply``, ... (or
 ``frame0001.compressed.ply`` ..., or one ``animation.usdc``), written by
 :class:`physskin_gs.io.sequence.SequenceExporter` from the moving rows of each step, plus ``sequence.json`` with the headless export's keys (format "physskin_gs sequence 1", frames,
 pattern, fps, dt, up_axis, sh, skinning, material, ...; ``first_frame_is_rest_state`` is false: a live recording
@@ -29,6 +30,9 @@ from physskin_gs.io.sequence import open_sequence_exporter
 
 _STOP = object()
 
+#: the most steps per recorded frame (the headless ``--steps-per-frame``'s bound)
+STEPS_PER_FRAME_MAX = 1000
+
 
 class Recorder:
     """Writes one PLY per recorded step in a background thread.
@@ -43,8 +47,11 @@ class Recorder:
         save_fn: ``f(scene, path)`` called with ``anim.deformed_scene()`` and ``frame%04d.ply`` instead of the
             exporter (tests).
         export_format: ``ply`` (default), ``compressed-ply`` or ``usd`` (:data:`physskin_gs.io.sequence.EXPORT_FORMATS`).
+        steps_per_frame: record one frame every this many simulated steps (1: every step; the headless run's
+            ``--steps-per-frame``): the frames' rate is ``1 / (dt * steps_per_frame)`` per second.
     Raises:
-        OptionError: if ``out_dir`` already holds a recording or is not a folder, or an unknown format.
+        OptionError: if ``out_dir`` already holds a recording or is not a folder, an unknown format, or
+            ``steps_per_frame`` is not an integer from 1 to 1000.
     """
 
     def __init__(
@@ -57,10 +64,18 @@ class Recorder:
         save_fn: Optional[Callable[[Any, Path], None]] = None,
         max_queue: int = 4,
         export_format: str = "ply",
+        steps_per_frame: int = 1,
     ) -> None:
         from physskin_gs.io.sequence import check_export_format
 
         self.export_format = check_export_format(export_format)
+        if isinstance(steps_per_frame, bool) or int(steps_per_frame) != steps_per_frame or not (
+                1 <= steps_per_frame <= STEPS_PER_FRAME_MAX):
+            raise OptionError(f"steps per frame must be a whole number from 1 to {STEPS_PER_FRAME_MAX}, not "
+                              f"{steps_per_frame}")
+        self.steps_per_frame = int(steps_per_frame)
+        #: simulated steps seen while recording (every ``steps_per_frame``-th is written, the first one included)
+        self.steps = 0
         self.out_dir = Path(out_dir)
         if self.out_dir.exists() and not self.out_dir.is_dir():
             raise OptionError(f"recording folder {self.out_dir} exists and is not a folder")
@@ -99,6 +114,9 @@ class Recorder:
         """Queue the AnimatedScene's current deformed state (call on the simulation thread after a step)."""
         if self.error is not None:
             return
+        self.steps += 1
+        if (self.steps - 1) % self.steps_per_frame:
+            return  # between recorded frames
         self.count += 1
         scene = None
         if self._save is not None:
@@ -106,8 +124,7 @@ class Recorder:
         else:
             try:
                 if self._exporter is None:
-                    self._exporter = open_sequence_exporter(anim, self.out_dir, self.export_format,
-                                                            1.0 / self.dt if self.dt > 0 else 30.0)
+                    self._exporter = open_sequence_exporter(anim, self.out_dir, self.export_format, self.fps)
                 self._exporter.add(self.count, anim.deformed_rows())  # waits when the disk is behind (bounded)
             except Exception as exc:  # noqa: BLE001 - reported through .error and the page
                 self.error = f"{type(exc).__name__}: {exc}"
@@ -159,9 +176,9 @@ class Recorder:
             "pattern": pattern,
             "export_format": self.export_format,
             "first_frame_is_rest_state": False,
-            "fps": 1.0 / self.dt if self.dt > 0 else None,
+            "fps": self.fps if self.dt > 0 else None,
             "dt": self.dt,
-            "steps_per_frame": 1,
+            "steps_per_frame": self.steps_per_frame,
         }
         meta.update(self.meta)
         meta["frames"] = self.written
@@ -174,8 +191,13 @@ class Recorder:
         write_text_atomic(self.out_dir / "sequence.json", json.dumps(meta, indent=2) + "\n")  # whole or not at all
         return self.out_dir
 
+    @property
+    def fps(self) -> float:
+        """Recorded frames per simulated second: ``1 / (dt * steps_per_frame)`` (30 when dt is not positive)."""
+        return 1.0 / (self.dt * self.steps_per_frame) if self.dt > 0 else 30.0
+
     def _write_video(self) -> Optional[Path]:
-        fps = 1.0 / self.dt if self.dt > 0 else 30.0
+        fps = self.fps
         path = self.out_dir / "video.mp4"
         try:
             try:

@@ -22,7 +22,7 @@ from physskin_gs.io._shared import recorded_path
 
 from .camera import CameraState
 from .constants import DEFAULT_PIN
-from .recorder import Recorder
+from .recorder import STEPS_PER_FRAME_MAX, Recorder
 from .render_server import cuda_available, render_frame
 from .sim import Frame, snapshot_tensor
 
@@ -46,7 +46,8 @@ class RecordingControl:
         return self.recorder is not None
 
     def start(self, client=None, mp4: bool = False, out_dir=None) -> Path:
-        """Start writing every simulated step to a new folder.
+        """Start writing the simulated steps (every one, or one in the Record folder's "steps per frame") to a new
+        folder.
 
         Args:
             client: the tab whose camera the mp4 is rendered from (None: the initial camera).
@@ -77,18 +78,35 @@ class RecordingControl:
             raise OptionError(f"the Record folder {parent} is a file, not a folder; name a folder")
         video = self._video_renderer(client) if mp4 else None
         fmt = gui["record_format"].value if "record_format" in gui else getattr(app, "export_format", "ply")
+        every = self.steps_per_frame()
         try:
             rec = Recorder(out, dt=float(getattr(live.anim, "dt", 0.03)), meta=self.sequence_meta(out),
-                           video_renderer=video, export_format=fmt)
+                           video_renderer=video, export_format=fmt, steps_per_frame=every)
         except OSError as exc:  # the folder cannot be made (no permission, a file in the way, a read-only disk)
             raise OptionError(f"cannot record to {out}: {exc.strerror or exc}") from None
         self.recorder = rec
         live.worker.submit("start recording", lambda a: setattr(live.worker, "on_step", lambda a2, st: rec.add(a2)))
         if "record" in gui:
             gui["record"].label = "Stop recording"
-            gui["record_status"].content = (f"recording to `{out}`: every step is written, so the simulation "
-                                            "runs at the pace of the writing (slower for large scenes)")
+            which = "every step is" if every == 1 else f"one step in {every} is"
+            gui["record_status"].content = (f"recording to `{out}` at {rec.fps:.3g} frames per simulated second: "
+                                            f"{which} written, and the simulation waits for the writing when the "
+                                            "disk is behind (large scenes; raise `steps per frame` to write less)")
         return out
+
+    def steps_per_frame(self) -> int:
+        """The Record folder's "steps per frame" field (the app's ``steps_per_frame``, from ``--steps-per-frame``,
+        before the panel is built), brought into 1 .. :data:`~physskin_gs_viewer.recorder.STEPS_PER_FRAME_MAX`
+        and rounded (a browser number field can send any value)."""
+        gui = self.app.gui
+        v = gui["record_every"].value if "record_every" in gui else getattr(self.app, "steps_per_frame", 1)
+        try:
+            v = float(v)
+        except (TypeError, ValueError):
+            return 1
+        if v != v:  # NaN
+            return 1
+        return int(min(max(round(v), 1), STEPS_PER_FRAME_MAX))
 
     def _parent(self, text: str) -> Path:
         """The Record field's folder. When the viewer is reachable from other machines (``--host`` not a loopback
