@@ -172,6 +172,57 @@ def _under_box(points: np.ndarray, lo: np.ndarray, hi: np.ndarray, up: np.ndarra
     return ok & (t0 <= t1)
 
 
+#: the captured base: static rows this far below a selection's lowest point (a fraction of its height) are under it
+BASE_BAND_BELOW = 0.1
+#: ... and this far above it (the haze of a cloth or a table patch reaches up around the base)
+BASE_BAND_ABOVE = 0.05
+#: the base's footprint is gridded in cells of this fraction of the selection's height
+BASE_CELL = 1.0 / 16.0
+#: a selection rests on what was captured under it when static rows lie under at least this fraction of its base
+BASE_COVER = 0.25
+
+
+def captured_base_cover(points: np.ndarray, moving: np.ndarray, static: np.ndarray, up: np.ndarray) -> Tuple[
+        float, float, float]:
+    """How much of a selection's base has static rows captured under it (the table patch a box cut the object from).
+
+    Args:
+        points: (N, 3) Gaussian centres, scene units (non-finite rows are ignored).
+        moving: (N,) bool, the selection.
+        static: (N,) bool, the static rows that can carry it (the analysis' object and background outside the
+            selection: not floaters, transparent or invalid rows).
+        up: (3,) up vector (need not be unit).
+    Returns (cover, lowest, height): the fraction of the base's footprint cells (its rows within
+    :data:`BASE_BAND_BELOW` of its height above its lowest point, on a grid of :data:`BASE_CELL` of its height
+    across up) that have a static row in the same or a neighbouring cell, from :data:`BASE_BAND_BELOW` of the height
+    below the lowest point to :data:`BASE_BAND_ABOVE` above it; the selection's lowest point along up and its height
+    (scene units). (0, lowest, height) when nothing static is near; (0, nan, nan) for an empty selection."""
+    u = np.asarray(up, dtype=np.float64)
+    u = u / np.linalg.norm(u)
+    P = np.asarray(points, dtype=np.float64)
+    ok = np.isfinite(P).all(1)
+    mov, sta = ok & np.asarray(moving, bool), ok & np.asarray(static, bool) & ~np.asarray(moving, bool)
+    if not mov.any():
+        return 0.0, float("nan"), float("nan")
+    h = P @ u  # [N] height along up
+    lowest, height = float(h[mov].min()), float(np.ptp(h[mov]))
+    if not sta.any() or height <= 0:
+        return 0.0, lowest, height
+    a = np.cross(u, [1.0, 0.0, 0.0] if abs(u[0]) < 0.9 else [0.0, 1.0, 0.0])
+    a /= np.linalg.norm(a)
+    b = np.cross(u, a)
+    cell = BASE_CELL * height
+    base = mov & (h <= lowest + BASE_BAND_BELOW * height)
+    under = sta & (h >= lowest - BASE_BAND_BELOW * height) & (h <= lowest + BASE_BAND_ABOVE * height)
+    if not under.any():
+        return 0.0, lowest, height
+    ij = lambda rows: np.floor(np.stack([P[rows] @ a, P[rows] @ b], 1) / cell).astype(np.int64)  # noqa: E731
+    foot = np.unique(ij(base), axis=0)  # [F, 2] the base's cells
+    below = {tuple(c) for c in np.unique(ij(under), axis=0)}
+    near = [any((i + di, j + dj) in below for di in (-1, 0, 1) for dj in (-1, 0, 1)) for i, j in foot]
+    return float(np.mean(near)), lowest, height
+
+
 def _analyse(scene: GaussianScene, config: AnimationConfig, progress: Optional[Callable]):
     """(scene analysis, its seconds): with a given ``--up`` taken as known (the support must agree with it)."""
     t0 = time.perf_counter()
@@ -234,6 +285,7 @@ def _one_box(scene: GaussianScene, config: AnimationConfig, box, progress: Optio
     it down to the support, without the support's); without one, every finite row in the box (``parse_selection``)."""
     analysis, seconds = _analyse(scene, config, progress)
     if analysis.plane is None:
+        config = _rest_on_captured_base(scene, config, analysis, progress)
         anim = _pipeline.prepare_animation(scene, config, progress, analysis=analysis)
     else:
         masks, notes = box_masks(scene, [box], analysis)
@@ -244,6 +296,26 @@ def _one_box(scene: GaussianScene, config: AnimationConfig, box, progress: Optio
         anim.info["selection"] = str(config.select).strip()
     anim.info["timings"]["scene_analysis"] = seconds
     return anim
+
+
+def _rest_on_captured_base(scene: GaussianScene, config: AnimationConfig, analysis, progress: Optional[Callable]):
+    """``config`` with the floor at the box selection's lowest point when no support plane was found but static
+    rows were captured under its base (:func:`captured_base_cover` at least :data:`BASE_COVER`: the table patch
+    or the object's own lower part that the box cut it from), so that it rests where it stood (it fell through
+    them onto the default floor a quarter of its height below); ``config`` itself otherwise, or when ``--floor``
+    gives a height or is off."""
+    if not config.floor or config.floor_height is not None:
+        return config
+    moving = _pipeline.parse_selection(config.select, scene).numpy()
+    static = (np.asarray(analysis.object, bool) | np.asarray(analysis.background, bool)) & ~moving
+    cover, lowest, _ = captured_base_cover(scene.means.numpy(), moving, static, np.asarray(analysis.up, float))
+    if cover < BASE_COVER:
+        return config
+    if progress is not None:
+        progress(f"note: no support plane was found, but static rows were captured under {cover:.0%} of the "
+                 f"selection's base: it rests on them (a floor at its lowest point, {lowest:.4g} along up; "
+                 "--floor HEIGHT sets another)", 0.0)
+    return replace(config, floor_height=lowest)
 
 
 def _box_bodies(scene: GaussianScene, config: AnimationConfig, boxes, progress: Optional[Callable]):

@@ -164,7 +164,8 @@ class AnimationConfig:
     the format prior of :func:`resolve_up`), or 'y', '-y', 'z', '-z', 'x', '-x'.
     ``select``: 'auto' (the object found by the scene analysis moves; support, background and floaters stay
     static), 'all' (every finite row moves), a box or an opacity rule (:func:`parse_selection`).
-    ``floor_height`` None: the support plane when one is found, else 25% of the object's height below it.
+    ``floor_height`` None: the support plane when one is found, else 25% of the object's height below it
+    (:func:`physskin_gs.bodies.prepare_bodies` sets it for one ``--select`` box resting on static rows).
     ``pin``: None, ``"below:F"`` (the bottom fraction F of the object's height) or ``"box:xmin,...,zmax"``
     (scene units). ``regions``: per-region materials, ``(spec, material name)`` pairs, later ones winning where
     they overlap; a spec as ``pin``'s or ``"base"`` (the part touching the support, the bottom

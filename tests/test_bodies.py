@@ -879,3 +879,74 @@ def test_viewer_shows_the_raised_e_the_bodies_run_at(table_capture, tmp_path):
         assert float(g["E"].value) == pytest.approx(stand["E_to"])
     finally:
         app.stop()
+
+
+# ------------------------------------------------------------------------- one box, no support: the captured base
+def test_captured_base_cover_known_answers():
+    """The fraction of a selection's base footprint with static rows captured under it (z up, height 1, cells of
+    1/16): a full static slab just under it covers all of it, a slab under half of it about half, a slab deeper than
+    a tenth of its height or only floaters none; an empty selection gives nan."""
+    from physskin_gs.bodies import captured_base_cover
+
+    g = np.linspace(-0.5, 0.5, 41)
+    xy = np.stack(np.meshgrid(g, g, indexing="ij"), -1).reshape(-1, 2)
+    column = np.column_stack([xy * 0.4, np.zeros(len(xy))])  # a base layer at z = 0 ...
+    column = np.concatenate([column, column + [0.0, 0.0, 1.0]])  # ... and a top at z = 1: height 1
+    slab = np.column_stack([xy * 0.6, np.full(len(xy), -0.03)])  # under the whole base, 0.03 below it
+    up = np.array([0.0, 0.0, 2.0])  # need not be unit
+
+    def cover(static_pts):
+        P = np.concatenate([column, static_pts])
+        moving = np.arange(len(P)) < len(column)
+        return captured_base_cover(P, moving, ~moving, up)
+
+    c, lowest, height = cover(slab)
+    assert c == 1.0 and lowest == pytest.approx(0.0) and height == pytest.approx(1.0)
+    half = cover(slab[slab[:, 0] < 0.0])[0]
+    assert 0.45 <= half <= 0.65  # the base's cells at x < 0, and one column of neighbours
+    assert cover(slab - [0.0, 0.0, 0.2])[0] == 0.0  # 0.23 below: not under it (band 0.1)
+    assert cover(slab + [2.0, 0.0, 0.0])[0] == 0.0  # beside it, not under it
+    c, lowest, height = captured_base_cover(column, np.zeros(len(column), bool), np.ones(len(column), bool), up)
+    assert c == 0.0 and np.isnan(lowest) and np.isnan(height)
+
+
+def _freestanding_block(n=3000, seed=0):
+    """A block (0.6 x 0.6 across, 0.85 up along +z) of Gaussians with nothing under it: no support plane."""
+    from physskin_gs.scene import GaussianScene
+
+    rng = np.random.default_rng(seed)
+    means = rng.uniform([-0.3, -0.3, 0.05], [0.3, 0.3, 0.9], (n, 3))
+    return GaussianScene(means=torch.as_tensor(means, dtype=torch.float32),
+                         quats=torch.tensor([[1.0, 0.0, 0.0, 0.0]]).repeat(n, 1),
+                         log_scales=torch.full((n, 3), -4.0), opacity_logits=torch.full((n,), 3.0),
+                         sh_dc=torch.full((n, 3), 0.5), sh_rest=torch.zeros(n, 0, 3), source="block",
+                         format="synthetic")
+
+
+def test_one_box_without_a_support_rests_on_the_rows_captured_under_it():
+    """A box that cuts an object from what it stood on, with no support plane found (a photo frame picked above the
+    table patch it stood on, narrower than its own footprint), rests on them: the floor at the selection's lowest
+    point (it fell through them onto the default floor a quarter of its height below); a box around the whole
+    freestanding object keeps the default floor, and ``--floor HEIGHT`` wins."""
+    from physskin_gs.bodies import prepare_bodies
+    from physskin_gs.pipeline import AnimationConfig
+
+    scene = _freestanding_block()
+    z = scene.means.numpy()[:, 2]
+    notes = []
+    cut = prepare_bodies(scene, AnimationConfig(num_cubature=96, up="z", select="-1,-1,0.3,1,1,2"),
+                         progress=lambda stage, frac: notes.append(stage))
+    assert cut.info["scene_analysis"] is None or cut.support_height is None
+    lowest_cut = float(z[z >= 0.3].min())
+    assert cut.floor_scene == pytest.approx(lowest_cut, abs=1e-4)
+    assert any("rests on them" in s and re.search(r"under 9\d% of the selection's base", s) for s in notes), notes
+    whole = prepare_bodies(scene, AnimationConfig(num_cubature=96, up="z", select="-1,-1,-1,1,1,2"))
+    assert whole.floor_scene == pytest.approx(z.min() - 0.25 * np.ptp(z), abs=0.01)
+    given = prepare_bodies(scene, AnimationConfig(num_cubature=96, up="z", select="-1,-1,0.3,1,1,2",
+                                                  floor_height=-0.5))
+    assert given.floor_scene == pytest.approx(-0.5, abs=1e-6)
+    cut.step(30)  # it rests: its base (1 % height quantile) and its top stay within 2 % of its height
+    zz = cut.deformed_gaussians().means.numpy()[cut.moving.numpy(), 2]
+    tall = z.max() - lowest_cut
+    assert abs(np.quantile(zz, 0.01) - np.quantile(z[z >= 0.3], 0.01)) <= 0.02 * tall
+    assert abs(zz.max() - z.max()) <= 0.02 * tall
