@@ -572,14 +572,16 @@ class SceneBodies:
         contacts_body / contacts_static (sphere pairs at the end), contacts_support (cubature points on the support
         or the ground), max_overlap_m, rejected (0), frame, body_ms ((B,) ms of the solves each body took part in,
         ``ContactStats``), solved_together (lists of the bodies solved together in the last step), frozen ((B,)
-        bool)."""
+        bool), energy (every body's kinetic / elastic / gravity / ... in J summed, with ``contact`` and ``total``:
+        :meth:`BodyContactSystem.energies`)."""
         st = self.system.step(n)
         self.frame += n
         for b in self.bodies:
             b.frame += n
             b._cache_key = None
         d = st.as_dict()
-        d.update(rejected=0, frame=self.frame, contacts_support=self.support_contacts(), frozen=self.frozen)
+        d.update(rejected=0, frame=self.frame, contacts_support=self.support_contacts(), frozen=self.frozen,
+                 energy=self.system.energies())
         return d
 
     def support_contacts(self) -> int:

@@ -48,7 +48,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -1205,6 +1205,20 @@ class BodyContactSystem:
             d = np.linalg.norm(x[p.s_i] - self._static_pts[p.s_j], axis=1)
             best = max(best, float((self._sample_r[p.s_i] + self.static_radius - d).max()))
         return best
+
+    def energies(self) -> Dict[str, float]:
+        """Every body's energies summed by kind (kinetic, elastic, gravity relative to rest, floor and other
+        penalties: :meth:`SubspaceSimulator.energies`), plus ``contact`` (the bodies' sphere overlaps and their
+        overlaps with the static collider, J) and ``total``."""
+        out: Dict[str, float] = {}
+        for b in self.bodies:
+            for k, v in b.energies().items():
+                if k != "total":
+                    out[k] = out.get(k, 0.0) + float(v)
+        x, pairs = self._current()
+        out["contact"] = float(self._contact(x, pairs, False)[0])
+        out["total"] = sum(out.values())
+        return out
 
     def momentum(self) -> np.ndarray:
         """(3,) total linear momentum of the bodies (kg m/s): sum over cubature points of m_p x_dot."""
