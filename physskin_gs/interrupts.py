@@ -128,8 +128,9 @@ def requested() -> Optional[int]:
 
 def check() -> None:
     """Raise :class:`KeyboardInterrupt` (or :class:`Terminated`) when an interrupt was recorded, even one that some
-    code caught and dropped; else return."""
-    if _requested is not None:
+    code caught and dropped; else return. Inside a :func:`deferred` block it returns: the block's end raises it (an
+    atomic write inside one, such as a checkpoint saved with its training state as a pair, completes)."""
+    if _requested is not None and _deferred == 0:
         raise _exception(_requested)
 
 

@@ -130,7 +130,7 @@ REPO_DEMO = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" /
 @pytest.mark.parametrize("argv, msg", [
     (["--handles", "0"], "--handles must be an integer in [1, 64], got 0"),
     (["--handles", "65"], "--handles must be an integer in [1, 64], got 65"),
-    (["--handles", "32", "--skinning", "network"], "the network's checkpoint fixes its handles (16)"),
+    (["--handles", "32", "--skinning", "network"], "the shipped network has 16 handles (its training fixed them)"),
 ])
 def test_bad_handles_are_refused_before_any_work(capsys, tmp_path, argv, msg):
     from physskin_gs.cli import main

@@ -145,3 +145,40 @@ def test_evaluate_names_options_its_mode_does_not_use(tmp_path, capsys):
     text = cap.err + cap.out
     assert "--transforms, --sigma: not used by --reference fem" in text
     assert "nodes for --nodes 400" in text
+
+
+def test_handles_are_checked_against_the_checkpoints_own(tmp_path, torus, tiny_ckpt, capsys):
+    """A fresh user's 8-handle checkpoint: ``--handles 8`` was refused ("fixes its handles (16)") and ``--handles
+    16`` accepted, giving 9 columns. The count is now the checkpoint's own; the .npz records the checkpoint only
+    where the network made the weights."""
+    out = tmp_path / "w.npz"
+    assert main(["skin", str(torus), "-o", str(out), "--skinning", "network", "--checkpoint", str(tiny_ckpt),
+                 "--handles", "6"]) == 0
+    assert np.load(out)["weights"].shape[1] == 7
+    capsys.readouterr()
+    assert main(["skin", str(torus), "-o", str(tmp_path / "x.npz"), "--skinning", "network", "--checkpoint",
+                 str(tiny_ckpt), "--handles", "16"]) == 2
+    assert "has 6 handles" in capsys.readouterr().err and not (tmp_path / "x.npz").exists()
+    other = tmp_path / "m.npz"
+    assert main(["skin", str(torus), "-o", str(other), "--skinning", "eigen", "--checkpoint", str(tiny_ckpt)]) == 0
+    assert json.loads(str(np.load(other)["metrics"]))["checkpoint"] is None
+    assert json.loads(str(np.load(out)["metrics"]))["checkpoint"] == str(tiny_ckpt)
+
+
+def test_fem_evaluation_checks_every_input_and_the_fit_budget_before_any_work(tmp_path, torus, capsys, monkeypatch):
+    """A bad file at the end of the list failed after the shapes before it had been evaluated (their results lost,
+    no JSON), and ``--bases fit --fit-seconds 0`` failed after the first reference was built: both are refused
+    before any reference is built now."""
+    import physskin_gs.cli.evaluate_fem as ev
+
+    built = []
+    monkeypatch.setattr(ev, "evaluate_shape", lambda *a, **k: built.append(a[0]) or {})
+    bad = tmp_path / "bad.obj"
+    bad.write_text("this is not an obj file\nv 1 2\nf 1 2 3\n")
+    js = tmp_path / "r.json"
+    assert main(["evaluate", "--reference", "fem", "--data", str(torus), str(bad), "--bases", "rbf",
+                 "--fit-seconds", "0", "--json", str(js)]) == 2
+    assert "bad.obj" in capsys.readouterr().err and built == [] and not js.exists()
+    assert main(["evaluate", "--reference", "fem", "--data", str(torus), "--bases", "fit,rbf",
+                 "--fit-seconds", "0"]) == 2
+    assert "--bases fit needs --fit-seconds > 0" in capsys.readouterr().err and built == []

@@ -12,6 +12,7 @@ import torch
 
 from physskin_gs.cli import main
 from physskin_gs.model import load_checkpoint
+from physskin_gs.model.checkpoint import checkpoint_metadata
 from physskin_gs.model.data import synthetic_shape
 from physskin_gs.model.losses import elastic_loss, network_fields, orthogonality_loss, sample_transforms
 from physskin_gs.model.network import NetConfig, PhysSkinNet
@@ -234,3 +235,93 @@ def test_train_caches_its_shapes_in_the_user_cache_not_the_working_folder(tmp_pa
                  "--include-held-out", *tiny]) == 0
     assert list(work.iterdir()) == []
     assert list((tmp_path / "cache" / "shapes").glob("*.safetensors"))
+
+
+def test_resume_keeps_the_runs_own_schedule_and_refuses_what_it_cannot_do(tmp_path, capsys):
+    """A fresh user's pass: ``--resume`` without ``--steps`` lengthened a 30-step run to 4000 steps (the learning
+    rate schedule and the loss blend follow the step count); ``--steps`` below the run's step reported success and
+    rewrote config.json; a finished run resumed says there is nothing to do; a run stopped before its first
+    checkpoint names --force; --data given on resume is named as ignored; the recorded time carries on from the
+    training state, not from the last metrics line."""
+    run = tmp_path / "run"
+    assert main(["train", "--synthetic", "--out", str(run), "--steps", "6", "--stop-after", "2", *TINY]) == 0
+    capsys.readouterr()
+    assert main(["train", "--out", str(run), "--resume", "--stop-after", "2", *TINY]) == 0
+    out = capsys.readouterr().out
+    assert "steps 2 -> 6" in out, out
+    assert json.loads((run / "config.json").read_text())["train"]["steps"] == 6
+    state = checkpoint_metadata(run / "model.safetensors")["metrics"]
+    assert state["step"] == 4
+    # the recorded time is the state's own: it never goes back
+    from physskin_gs.model.checkpoint import read_checkpoint
+
+    extra = json.loads(read_checkpoint(run / "train_state.safetensors")[1]["extra"])
+    assert extra["elapsed_s"] == pytest.approx(state["elapsed_s"])
+    from physskin_gs.model.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match="a training state .* use model.safetensors beside it"):
+        load_checkpoint(run / "train_state.safetensors")
+    cfg_before = (run / "config.json").read_text()
+    assert main(["train", "--out", str(run), "--resume", "--steps", "3", *TINY]) == 2
+    assert "already at step 4" in capsys.readouterr().err
+    assert (run / "config.json").read_text() == cfg_before
+    assert main(["train", "--out", str(run), "--resume", "--data", str(tmp_path), *TINY]) == 0
+    cap = capsys.readouterr()
+    assert "--data ignored" in cap.err and "--synthetic" in cap.err
+    assert "steps 4 -> 6" in cap.out
+    assert main(["train", "--out", str(run), "--resume", *TINY]) == 0
+    assert "nothing to do: the run" in capsys.readouterr().out
+    # a run whose first checkpoint never came (killed before it): --resume says to use --force
+    (tmp_path / "k").mkdir()
+    (tmp_path / "k" / "config.json").write_text(cfg_before)
+    assert main(["train", "--out", str(tmp_path / "k"), "--resume", *TINY]) == 2
+    assert "stopped before its first checkpoint" in capsys.readouterr().err
+
+
+def test_resume_refuses_a_model_and_state_of_different_steps(tmp_path, capsys):
+    """The model and its training state are one pair: a save cut short by a second Ctrl-C left a step-36 model
+    beside a step-31 state, and --resume trained on from the mismatch; now such a pair is refused, naming both
+    steps and the way out (--init)."""
+    import shutil
+
+    run = tmp_path / "run"
+    assert main(["train", "--synthetic", "--out", str(run), "--steps", "6", "--stop-after", "2", *TINY]) == 0
+    older = tmp_path / "state_at_2.safetensors"
+    shutil.copy(run / "train_state.safetensors", older)
+    assert main(["train", "--out", str(run), "--resume", "--stop-after", "1", *TINY]) == 0
+    shutil.copy(older, run / "train_state.safetensors")  # model at step 3, state at step 2
+    capsys.readouterr()
+    assert main(["train", "--out", str(run), "--resume", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert "model.safetensors is at step 3 but train_state.safetensors at step 2" in err and "--init" in err
+
+
+def test_a_saved_pair_survives_a_second_interrupt(tmp_path, monkeypatch):
+    """A Ctrl-C while the pair is saved waits until both files are written: here one lands right after the model's
+    write of a regular checkpoint, and a second one right after the model's write of the checkpoint the first one's
+    handler saves (before, the second left a model one step ahead of its training state)."""
+    import signal
+
+    from physskin_gs.model import checkpoint as ck
+    from physskin_gs.model.checkpoint import read_checkpoint
+
+    real = ck.save_checkpoint
+    calls = []
+
+    def save_then_interrupt(model, path, *a, **k):
+        out = real(model, path, *a, **k)
+        if Path(path).name == "model.safetensors":
+            calls.append(path)
+            if len(calls) in (3, 4):
+                os.kill(os.getpid(), signal.SIGINT)  # between the model's and the state's writes
+        return out
+
+    monkeypatch.setattr(ck, "save_checkpoint", save_then_interrupt)
+    run = tmp_path / "run"
+    try:
+        code = main(["train", "--out", str(run), "--steps", "8", "--ckpt-every", "1e-9", *TINY])
+    except KeyboardInterrupt:
+        code = 130
+    assert code == 130 and len(calls) == 4
+    m = checkpoint_metadata(run / "model.safetensors")["metrics"]["step"]
+    assert int(read_checkpoint(run / "train_state.safetensors")[1]["step"]) == m

@@ -152,6 +152,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         release_all()
         keep_created_folders()
         restore()
+        interrupts.reset()  # handled (exit 130 / 143): a caller that goes on (main(argv) from Python) starts clean
         if argv is None:  # the process ends now: a late second signal must not turn exit 130 into a signal death
             _ignore_signals()
     return int(code or 0)

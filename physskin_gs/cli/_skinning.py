@@ -25,7 +25,7 @@ HANDLES_HELP = ("handles m of the skinning basis besides the constant one, 1-64 
                 "the eigen and modes bases may keep up to 4 fewer or more so as not to split a cluster of nearly "
                 "equal eigenvalues or modes). "
                 "More handles follow a shape's motion more closely (32: about a tenth lower frequency ratio) and "
-                "cost a slower step; the network's checkpoint fixes its own (16)")
+                "cost a slower step; a network checkpoint fixes its own (the shipped one: 16)")
 MAX_HANDLES = 64
 
 
@@ -52,13 +52,28 @@ def check_handles(args) -> None:
     m = getattr(args, "num_handles", 16)
     check_int("--handles", m, 1, MAX_HANDLES)
     basis = str(getattr(args, "skinning", "") or "").lower()
-    if int(m) != 16 and basis in ("network", "pretrained"):
-        raise OptionError(f"--handles {m} with --skinning network: the network's checkpoint fixes its handles (16); "
-                          "use --skinning modes, eigen or tet for another count")
+    if basis in ("network", "pretrained"):
+        own = checkpoint_handles(getattr(args, "checkpoint", None))
+        given = getattr(args, "num_handles_given", int(m) != 16)
+        if own is not None and given and int(m) != own:
+            which = f"--checkpoint {args.checkpoint}" if getattr(args, "checkpoint", None) else "the shipped network"
+            raise OptionError(f"--handles {m} with --skinning network: {which} has {own} handles (its training fixed "
+                              "them); leave --handles out, or use --skinning modes, eigen or tet for another count")
     if getattr(args, "checkpoint", None) and basis not in ("", "auto", "network", "pretrained"):
         import sys  # a named basis that never reads a checkpoint: the option was ignored without a word
 
         print(f"note: --checkpoint: not used by --skinning {basis} (it is the network's)", file=sys.stderr)
+
+
+def checkpoint_handles(path=None):
+    """The learned handle count m of a network checkpoint (``path``; None: the shipped one), from its metadata, or
+    None when it cannot be read (a missing or damaged file fails later, where it is loaded, with its own error)."""
+    from physskin_gs.model.checkpoint import checkpoint_metadata, default_checkpoint_path
+
+    try:
+        return int(checkpoint_metadata(path if path else default_checkpoint_path())["config"]["num_handles"])
+    except Exception:  # noqa: BLE001 - see the docstring
+        return None
 
 
 def add_skinning_arguments(p, default: str = "auto") -> None:

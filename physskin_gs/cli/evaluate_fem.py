@@ -283,6 +283,24 @@ def _say(line: str) -> None:
     interrupts.check()
 
 
+def _check_inputs(paths: List[Path]) -> None:
+    """Every input loads (mesh or splat) before the first reference is built: a bad file at the end of a list failed
+    after the shapes before it had been evaluated, and their results were lost. Raises what the loaders raise
+    (FileNotFoundError, SceneFormatError, ...), naming the file."""
+    from physskin_gs.io import detect_format, load_scene
+    from physskin_gs.io.mesh import load_mesh
+
+    for path in paths:
+        if not Path(path).exists():
+            raise FileNotFoundError(f"{path}: input file not found")
+        with warnings.catch_warnings():  # (the evaluation itself says what it has to say about the file)
+            warnings.simplefilter("ignore")
+            if detect_format(str(path)) in ("mesh", "mesh-ply"):
+                load_mesh(str(path))
+            else:
+                load_scene(str(path))
+
+
 def run_fem(args, paths: List[Path]) -> Dict:
     """The whole FEM evaluation over ``paths``; prints the table and returns the JSON-ready result."""
     from physskin_gs.model.bases import resolve_skinning
@@ -293,6 +311,9 @@ def run_fem(args, paths: List[Path]) -> Dict:
     bases = list(dict.fromkeys(bases))
     if args.nodes < 100:
         raise OptionError(f"--nodes must be >= 100, got {args.nodes}")
+    if "fit" in bases and not args.fit_seconds > 0:  # before any reference is built (it was after the first one)
+        raise OptionError(f"--bases fit needs --fit-seconds > 0 (its time budget), got {args.fit_seconds:g}")
+    _check_inputs(paths)
     if "tet" in bases:  # it meshes a mesh's own surface: refused for a splat before any basis runs
         from physskin_gs.io import detect_format
 

@@ -383,7 +383,9 @@ def run(args) -> int:
         "kind": obj.kind,
         "method": resolve_skinning(args.skinning),
         "source": source,
-        "checkpoint": str(args.checkpoint) if args.checkpoint else "default",
+        # the network's checkpoint, only where the network made the weights (--checkpoint is not read otherwise)
+        "checkpoint": ((str(args.checkpoint) if args.checkpoint else "default")
+                       if str(source).startswith("network") else None),
         "sample_seconds": round(t1 - t0, 3),
         "skinning_seconds": round(t2 - t1, 3),
     }

@@ -21,6 +21,10 @@ from physskin_gs.cli._skinning import shared_data_dir
 from physskin_gs.errors import OptionError
 
 
+#: the schedule length of a new run without --steps
+DEFAULT_STEPS = 4000
+
+
 def held_out_names():
     """File stems of :data:`physskin_gs.geometry.dataset.HELD_OUT_MESHES` (kept out of training), a tuple of str."""
     from physskin_gs.geometry.dataset import HELD_OUT_MESHES
@@ -50,7 +54,8 @@ def register(sub) -> None:
                    help="write the training shapes (after sampling) to DIR as *.safetensors and exit")
     p.add_argument("--out", default=None,
                    help="output folder (checkpoints, config.json, metrics.jsonl); not needed with --export-samples")
-    p.add_argument("--steps", type=int, default=4000, help="schedule length T (steps)")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"schedule length T (steps; default {DEFAULT_STEPS}, or with --resume the run's own)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/model.safetensors + train_state")
     p.add_argument("--force", action="store_true", help="start a new run in an --out folder that holds one (replaces it)")
     p.add_argument("--init", metavar="CKPT", default=None,
@@ -105,20 +110,29 @@ def register(sub) -> None:
     remember_defaults(p)
 
 
-def _val_shapes(args, names):
+def _val_shapes(args, names, log=print):
+    """The held-out meshes (``names``) from the shared data's ``meshes/`` folder, for the ``"val"`` records; [] with
+    a note through ``log`` when there are none to load (``--synthetic``, ``--include-held-out``, no shared data, a
+    mesh that fails to load): the run then has no held-out evaluation, and says so."""
     from physskin_gs.model.data import load_shapes
 
     if args.synthetic or not names:
+        why = "--synthetic" if args.synthetic else "--include-held-out trains on them"
+        log(f"note: no held-out evaluation ({why}): metrics.jsonl gets no \"val\" records")
         return []
     from physskin_gs.model.data import _stem
 
     root = shared_data_dir() / "meshes"
     files = [q for q in root.iterdir() if _stem(q.name) in names] if root.is_dir() else []
     if not files:
+        log(f"note: no held-out evaluation: none of the held-out meshes ({', '.join(names)}) is in {root} "
+            "(set PHYSSKIN_SHARED_DATA): metrics.jsonl gets no \"val\" records")
         return []
     try:
         return load_shapes([str(f) for f in files], seed=1, log=lambda *_: None)
-    except Exception:  # noqa: BLE001
+    except Exception as exc:  # noqa: BLE001 - the run goes on without them, and says so
+        log(f"note: no held-out evaluation: the held-out meshes in {root} did not load ({exc}): metrics.jsonl gets "
+            "no \"val\" records")
         return []
 
 
@@ -265,7 +279,8 @@ def _check_options(args) -> None:
     """Every numeric option in its range, before any folder is made or any work starts. Raises OptionError."""
     from physskin_gs.cli._common import check_int, check_number
 
-    check_int("--steps", args.steps, 1)
+    if args.steps is not None:
+        check_int("--steps", args.steps, 1)
     check_int("--procedural", args.procedural, 0)
     if args.threads is not None:
         check_int("--threads", args.threads, 1, 1024)
@@ -324,6 +339,35 @@ def _resume_ignored(args, tcfg, ncfg, saved: dict) -> list:
     return out
 
 
+def _resume_data_ignored(args, saved: dict) -> list:
+    """Lines naming ``--data`` / ``--synthetic`` / ``--samples`` given with ``--resume`` that differ from the run's
+    own training shapes (``config.json``): a resumed run trains on its own shapes."""
+    out = []
+    for opt, key in (("--data", "data"), ("--synthetic", "synthetic"), ("--samples", "samples")):
+        mine, theirs = getattr(args, key, None), saved.get(key)
+        if mine and mine != theirs:
+            own = {"data": f"--data {' '.join(map(str, theirs))}" if theirs else None,
+                   "synthetic": "--synthetic" if saved.get("synthetic") else None,
+                   "samples": f"--samples {saved.get('samples')}" if saved.get("samples") else None}
+            what = next((v for v in own.values() if v), "the shared data")
+            out.append(f"--resume trains on the run's own shapes ({what}): {opt} ignored (start a new run from it "
+                       f"with --init {args.out}/model.safetensors to train on others)")
+    return out
+
+
+def _check_resume_pair(model_path: Path, state_path: Path) -> None:
+    """The model and the training state in a run's folder are of the same step (they are saved as a pair; files of
+    an earlier version, or copied by hand, may not be). Raises OptionError naming both steps."""
+    from physskin_gs.model.checkpoint import checkpoint_metadata, read_checkpoint
+
+    model_step = (checkpoint_metadata(model_path).get("metrics") or {}).get("step")
+    state_step = read_checkpoint(state_path)[1].get("step")
+    if model_step is not None and state_step is not None and int(model_step) != int(state_step):
+        raise OptionError(f"--resume: {model_path.name} is at step {model_step} but {state_path.name} at step "
+                          f"{state_step} (a save was cut short): the run cannot continue exactly; start a new run "
+                          f"from the weights with --init {model_path} --out NEW_FOLDER")
+
+
 def run(args) -> int:
     import torch
     import torch.distributed as dist
@@ -373,7 +417,7 @@ def run(args) -> int:
     log = print if is_main else (lambda *a, **k: None)
 
     tcfg = TrainConfig(
-        steps=args.steps, lr=args.lr, lr_min=args.lr_min, cubature=args.cubature, transforms=args.transforms,
+        steps=args.steps if args.steps is not None else DEFAULT_STEPS, lr=args.lr, lr_min=args.lr_min, cubature=args.cubature, transforms=args.transforms,
         sigma=args.sigma, surface_points=args.surface_points, smooth=not args.no_smooth,
         orth_only_frac=args.orth_only_frac, combine=args.combine, fd_scheme=args.fd_scheme, w_orth=args.w_orth, c_orth=args.c_orth, c_smooth=args.c_smooth, w_smooth=args.w_smooth, augment=not args.no_augment, seed=args.seed,
         w_pot=args.w_pot, w_sub=args.w_sub, c_sub=args.c_sub,
@@ -395,15 +439,22 @@ def run(args) -> int:
                      and any((out / n).exists() for n in RUN_FILES))
     if args.resume:
         if not (model_path.is_file() and state_path.is_file()):
-            raise OptionError(f"--resume: no checkpoint to resume in {out}")
+            started = (out / "config.json").is_file() or (out / "metrics.jsonl").is_file()
+            raise OptionError(f"--resume: no checkpoint to resume in {out}" + (
+                " (the run there stopped before its first checkpoint, --ckpt-every: use --force to start it over)"
+                if started else ""))
+        _check_resume_pair(model_path, state_path)
         saved = json.loads((out / "config.json").read_text())
         if is_main:
             for line in _resume_ignored(args, tcfg, ncfg, saved):
                 print(f"note: {line}", file=sys.stderr)
         ncfg = NetConfig.from_dict(saved["model"])
-        keep_steps = tcfg.steps
         tcfg = TrainConfig.from_dict(saved["train"])
-        tcfg.steps = keep_steps  # the schedule length may be changed on resume
+        if args.steps is not None:
+            tcfg.steps = args.steps  # the schedule length may be changed on resume (else the run's own)
+        if is_main:
+            for line in _resume_data_ignored(args, saved):
+                print(f"note: {line}", file=sys.stderr)
         args.data = saved.get("data", args.data)
         args.synthetic = saved.get("synthetic", args.synthetic)
         args.samples = saved.get("samples", args.samples)
@@ -432,7 +483,7 @@ def run(args) -> int:
         export_samples(shapes, args.export_samples)
         log(f"wrote {len(shapes)} training shapes to {args.export_samples}")
         return 0
-    val = _val_shapes(args, held) if (is_main and args.val_every > 0) else []
+    val = _val_shapes(args, held, log) if (is_main and args.val_every > 0) else []
     if tcfg.w_sub > 0:
         shapes = [attach_eigen_target(s, ncfg.num_handles, log=log) for s in shapes]
     shapes = [_to_device(s, device) for s in shapes]
@@ -445,9 +496,16 @@ def run(args) -> int:
     if args.resume:
         tensors, _ = read_checkpoint(model_path)
         model.load_state_dict({k: v.to(device) for k, v in tensors.items()})
-        start, _ = load_train_state(state_path, opt, gen)  # Adam state is identical on every rank
+        start, extra = load_train_state(state_path, opt, gen)  # Adam state is identical on every rank
         if rank:
             gen.manual_seed(tcfg.seed * 1000 + rank + 7919 * start)
+        if start >= tcfg.steps:
+            if args.steps is not None and start > tcfg.steps:
+                raise OptionError(f"--steps {args.steps}: the run in {out} is already at step {start}; give more steps "
+                                  "to train on (or --init it into a new run)")
+            log(f"nothing to do: the run in {out} is at step {start} of its {tcfg.steps} (--steps N with N > {start} "
+                "trains on)")
+            return 0
     from physskin_gs.io._shared import write_text_atomic
 
     def write_config():
@@ -460,7 +518,8 @@ def run(args) -> int:
     if is_main:
         if not replacing:
             write_config()
-        log(f"training on {len(shapes)} shapes ({', '.join(s.name for s in shapes)}); held out: {', '.join(held)}")
+        log(f"training on {len(shapes)} shape{'s' if len(shapes) != 1 else ''} ({', '.join(s.name for s in shapes)}); "
+            f"held out: {', '.join(held) if held else 'none'}")
         log(f"model: {sum(p.numel() for p in model.parameters())} parameters; steps {start} -> {tcfg.steps}")
 
     def save(step):
@@ -468,8 +527,10 @@ def run(args) -> int:
         if not is_main:
             return
         meta = {"step": step, "elapsed_s": elapsed_total()}
-        save_checkpoint(model, model_path, {"train": tcfg.to_dict(), "data": args.data}, meta)
-        save_train_state(state_path, opt, gen, step, {"elapsed_s": elapsed_total()})
+        with interrupts.deferred():  # the model and its training state are saved as a pair (a second Ctrl-C during
+            # the save left a step-36 model beside a step-31 state, and --resume trained on from the mismatch)
+            save_checkpoint(model, model_path, {"train": tcfg.to_dict(), "data": args.data}, meta)
+            save_train_state(state_path, opt, gen, step, {"elapsed_s": meta["elapsed_s"]})
         if replacing:  # this run's first checkpoint: the earlier run's config, metrics and snapshots go now
             write_config()
             metrics_f.close()
@@ -481,8 +542,8 @@ def run(args) -> int:
         if step % args.snapshot_every == 0 or step == tcfg.steps:
             save_checkpoint(model, out / "snapshots" / f"step_{step:06d}.safetensors", {"train": tcfg.to_dict()}, meta)
 
-    prev_elapsed = 0.0
-    if args.resume and (out / "metrics.jsonl").is_file():
+    prev_elapsed = float(extra.get("elapsed_s", 0.0)) if args.resume else 0.0  # the state's own (saved with it)
+    if args.resume and not prev_elapsed and (out / "metrics.jsonl").is_file():  # (a state written before it was)
         for line in (out / "metrics.jsonl").read_text().splitlines():
             try:
                 prev_elapsed = max(prev_elapsed, float(json.loads(line).get("elapsed_s", 0.0)))

@@ -90,6 +90,9 @@ def load_checkpoint(path) -> PhysSkinNet:
     format version, or its tensors do not match the stored configuration or are not finite.
     """
     tensors, meta = read_checkpoint(path)
+    if meta.get(MAGIC_KEY) == "TrainState":
+        raise CheckpointError(f"{path}: a training state (the optimiser and random state for train --resume), not a "
+                              "model: use model.safetensors beside it")
     if meta.get(MAGIC_KEY) != MAGIC_VALUE:
         raise CheckpointError(f"{path}: not a physskin_gs PhysSkinNet checkpoint (metadata key {MAGIC_KEY!r} missing)")
     if meta.get("format_version") != FORMAT_VERSION:
