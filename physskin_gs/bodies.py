@@ -51,7 +51,9 @@ __all__ = ["SceneBodies", "prepare_bodies", "body_masks", "body_lines", "box_mas
 
 #: static rows within this many body sizes of the bodies' rest boxes join the point collider
 COLLIDER_REACH = 1.5
-#: the support holds a point no deeper than this fraction of the smallest body's height below it
+#: a body less tall than this fraction of its width gets a note (a sheet: a box that caught one face of an object?)
+SHEET = 0.02
+#: the support holds a point no deeper than this fraction of a body's height below it (each body its own)
 SUPPORT_DEPTH = 0.1
 #: with nothing captured under the support, the ground lies this many (largest) body heights below it
 GROUND_DROP = 2.0
@@ -67,7 +69,18 @@ def body_lines(anim) -> List[str]:
                    f"{b['height_m']:.3g} m tall ({b['height_m'] / scale:.3g} scene units), centre "
                    f"[{', '.join(f'{v:.3g}' for v in b['center_scene'])}] (scene units)"
                    + (f", pinned {b['pin']}" if b.get("pin") else ""))
+        width = b.get("width_m")
+        if width and b["height_m"] < SHEET * width:  # a box catching one face of an object made a 1e-4 m body
+            out[-1] += (f"; note: a sheet {100 * b['height_m'] / width:.2g} % of its width tall: if a box caught only a face "
+                        "of an object, draw it around the whole object")
     return out
+
+
+def _width(anim, up: np.ndarray) -> float:
+    """The largest extent across ``up`` (3,) of a body's moving rows (scene units)."""
+    p = anim.scene.means[anim.moving_index].double().numpy()  # [M, 3]
+    flat = p - np.outer(p @ up, up)
+    return float(np.ptp(flat, axis=0).max()) if p.shape[0] else 0.0
 
 
 def body_masks(scene: GaussianScene, analysis) -> List[torch.Tensor]:
@@ -116,7 +129,11 @@ def box_masks(scene: GaussianScene, boxes, analysis) -> Tuple[List[torch.Tensor]
     keep = finite.copy()
     below = np.zeros_like(keep)
     if analysis.plane is not None:
-        below = analysis.support | (analysis.plane.signed_distance(means) < -analysis.plane.band)
+        # the support, anything under its slab, and what lies under its plane within the slab unless the analysis
+        # gave it to an object (its base): a box reaching past the table's edge took 212 rows of its rim, and the
+        # ball it was drawn around sank through the table with them
+        sd = analysis.plane.signed_distance(means)
+        below = analysis.support | (sd < -analysis.plane.band) | ((sd < 0) & ~_object_rows(analysis, means.shape[0]))
         keep &= ~below
     taken = np.zeros(scene.num_gaussians, dtype=bool)
     out = []
@@ -155,6 +172,15 @@ def box_masks(scene: GaussianScene, boxes, analysis) -> Tuple[List[torch.Tensor]
                              f"[{', '.join(f'{v:.3g}' for v in c)}] (scene units): the rest of it stays static or "
                              "moves as another box's body, so the part is cut in two; draw the box around all of it")
     return out, notes
+
+
+def _object_rows(analysis, n: int) -> np.ndarray:
+    """(n,) bool: the rows of every object the scene analysis found (the heaviest, its transparent rows, and each
+    other body's rows and transparent rows)."""
+    rows = np.asarray(analysis.object, bool) | np.asarray(analysis.transparent_in_object, bool)
+    for part, tr in getattr(analysis, "other_bodies", []):
+        rows[np.concatenate([part, tr]).astype(np.int64)] = True
+    return rows
 
 
 def _under_box(points: np.ndarray, lo: np.ndarray, hi: np.ndarray, up: np.ndarray) -> np.ndarray:
@@ -445,9 +471,12 @@ class SceneBodies:
             span = float(np.ptp(pts - np.outer(pts @ up_np, up_np), axis=0).max())
             cell = max(min(radii), span / 1024)
             region = floor_region_from_points(pts, up_np, cell=cell, depth=depth, ground=ground)
-            for b in bodies:
-                b.sim.set_floor(b.sim.floor_height, replace(region, ground=ground))
-            collider.update(support_region={"cells": int(region.mask.sum()), "cell_m": cell, "depth_m": depth},
+            depths = [SUPPORT_DEPTH * h for h in heights]  # [B] each body's own: a sliver body (a box catching one
+            # face, 1e-4 m tall) set one depth of 1e-5 m for all, and a ball dropped on the table fell through it
+            for b, d in zip(bodies, depths):
+                b.sim.set_floor(b.sim.floor_height, replace(region, ground=ground, depth=d))
+            collider.update(support_region={"cells": int(region.mask.sum()), "cell_m": cell, "depth_m": depth,
+                                            "depth_m_per_body": depths},
                             ground_m=ground, ground=ground_src)
         # static point collider: static rows near the bodies, above the ground, thinned, not touching a body at rest
         r_s = 0.5 * min(radii)
@@ -484,7 +513,8 @@ class SceneBodies:
             other_bodies_rows=(int(sum(len(r) for r, _ in analysis.other_bodies)),
                                int(sum(len(t) for _, t in analysis.other_bodies))),
             bodies=[{"rows": b.info["num_moving"], "handles": b.num_handles, "cubature_points": b.info["num_cubature"],
-                     "height_m": h, "contact_radius_m": r, "skinning": b.skinning_source,
+                     "height_m": h, "width_m": _width(b, up_np) * s, "contact_radius_m": r,
+                     "skinning": b.skinning_source,
                      "center_scene": [float(v) for v in b.scene.means[b.moving_index].double().mean(0)]}
                     for b, h, r in zip(bodies, heights, radii)])
         out = cls(scene, bodies, system, info)

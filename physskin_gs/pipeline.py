@@ -581,6 +581,8 @@ def scene_analysis_facts(analysis) -> Dict:
             "up_candidates": list(getattr(analysis, "up_candidates", [])),
             "far_parts": [{"mass_ratio": float(r), "lo": [float(v) for v in lo], "hi": [float(v) for v in hi]}
                           for r, lo, hi in getattr(analysis, "far_parts", [])],
+            "hovering_parts": [{"mass_ratio": float(r), "lo": [float(v) for v in lo], "hi": [float(v) for v in hi]}
+                               for r, lo, hi in getattr(analysis, "hovering_parts", [])],
             "support_plane": plane, "counts": analysis.counts,
             "moving_transparent": int(analysis.transparent_in_object.sum()),
             "robust_center": [float(v) for v in analysis.center], "robust_size": [float(v) for v in analysis.size],

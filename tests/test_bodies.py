@@ -972,3 +972,84 @@ def test_several_bodies_report_their_energy(table_capture):
     assert e["total"] == pytest.approx(sum(v for k, v in e.items() if k != "total"), rel=1e-12)
     assert e["total"] == pytest.approx(sum(o["total"] for o in own) + e["contact"], rel=1e-9, abs=1e-12)
     assert e0["kinetic"] > 0.0 and all(np.isfinite(v) for v in e.values())
+
+
+def test_an_object_held_above_the_support_is_named_with_the_boxes_that_drop_it(table_capture):
+    """A fresh user's drop set-up: the ball lifted 0.3 units above the table (not touching it) stayed in the air
+    with no word while the cow and the crate moved. The scene analysis lists it as a part hovering over the support
+    and the summary names one --select box per body and one for it; with those boxes it falls onto the table. The
+    table capture as made (everything standing) lists none."""
+    from physskin_gs.bodies import prepare_bodies
+    from physskin_gs.cli._common import scene_summary
+    from physskin_gs.pipeline import AnimationConfig, analyze_for_animation, parse_selection_spec
+    from physskin_gs.scene import GaussianScene
+
+    scene, truth = table_capture
+    n = scene.num_gaussians
+    assert analyze_for_animation(scene).hovering_parts == []
+    ball = _rows(truth, "object2", n)
+    means = scene.means.clone()
+    means[torch.from_numpy(ball), 1] -= 0.3  # up is -y
+    high = GaussianScene(means=means, quats=scene.quats, log_scales=scene.log_scales,
+                         opacity_logits=scene.opacity_logits, sh_dc=scene.sh_dc, sh_rest=scene.sh_rest,
+                         format=scene.format)
+    a = analyze_for_animation(high)
+    assert len(a.hovering_parts) == 1
+    ratio, lo, hi = a.hovering_parts[0]
+    bp = means.numpy()[ball]
+    assert np.allclose(lo, bp.min(0), atol=0.02) and np.allclose(hi, bp.max(0), atol=0.02) and ratio > 0.25
+    anim = prepare_bodies(high, AnimationConfig(num_cubature=128))
+    assert not anim.moving.numpy()[ball].any()  # it stays static ...
+    notes = [x for x in scene_summary(anim, AnimationConfig()) if "above the support without standing on it" in x]
+    assert len(notes) == 1, notes  # ... and is said, with the boxes
+    given = [t.split("=", 1)[1] for t in notes[0].split() if t.startswith("--select=")]
+    kind, boxes = parse_selection_spec(";".join(given))
+    assert kind == "boxes" and len(boxes) == anim.num_bodies + 1
+    dropped = prepare_bodies(high, AnimationConfig(num_cubature=128, select=";".join(given)))
+    m = dropped.bodies[-1].moving.numpy()
+    assert m[ball].mean() > 0.97
+    dropped.step(25)
+    y = dropped.deformed_gaussians().means.numpy()[ball, 1]
+    top = float(scene.means.numpy()[_rows(truth, "table", n), 1].min())  # the table top's y (up is -y)
+    assert abs(float(y.max()) - float(scene.means.numpy()[ball, 1].max())) < 0.03  # back where it stood
+    assert float(y.max()) <= top + 0.03
+
+
+def test_a_box_reaching_under_the_table_top_takes_none_of_the_table(table_capture):
+    """A fresh user's box around the ball at the table's edge reached 0.1 units under the table top: it took 212
+    rows of the table's rim (under the support's plane, within its slab, not support rows), and the ball sank
+    through the table with them. Rows under the plane move only when the analysis gave them to an object."""
+    from physskin_gs.bodies import box_masks, prepare_bodies
+    from physskin_gs.pipeline import AnimationConfig, analyze_for_animation
+
+    scene, truth = table_capture
+    n = scene.num_gaussians
+    box = (np.array([0.85, -0.5, -0.6]), np.array([1.6, 0.1, 0.1]))
+    (mask,), _ = box_masks(scene, [box], analyze_for_animation(scene))
+    m = mask.numpy()
+    table, ball = _rows(truth, "table", n), _rows(truth, "object2", n)
+    assert not (m & table).any() and m[ball].all()
+    anim = prepare_bodies(scene, AnimationConfig(num_cubature=128, select=",".join(map(str, [*box[0], *box[1]]))))
+    assert anim.support_height is not None  # the floor is the support, not a quarter of the height under it
+
+
+def test_each_body_has_its_own_support_depth(table_capture):
+    """The support holds a point no deeper than a tenth of its own body's height: a box that caught only the crate's
+    lid (a body 1e-4 m tall) set one depth of 1e-5 m for every body, and the ball dropped next to it fell through
+    the table. A body that thin is named as a sheet."""
+    from physskin_gs.bodies import SUPPORT_DEPTH, body_lines, prepare_bodies
+    from physskin_gs.pipeline import AnimationConfig
+
+    scene, truth = table_capture
+    n = scene.num_gaussians
+    crate = scene.means.numpy()[_rows(truth, "object1", n)]
+    top = crate[:, 1].min()  # up is -y: the lid
+    lid = [crate[:, 0].min() + 0.03, top - 0.01, crate[:, 2].min() + 0.03,  # inside its walls: the lid alone
+           crate[:, 0].max() - 0.03, top + 0.004, crate[:, 2].max() - 0.03]
+    ball = _object_box(scene, truth, 2)
+    anim = prepare_bodies(scene, AnimationConfig(num_cubature=128, select=f"{ball};{','.join(map(str, lid))}"))
+    info = anim.info["collider"]["support_region"]
+    heights = [b["height_m"] for b in anim.info["bodies"]]
+    assert info["depth_m_per_body"] == pytest.approx([SUPPORT_DEPTH * h for h in heights])
+    assert [b.sim.floor_region.depth for b in anim.bodies] == pytest.approx(info["depth_m_per_body"])
+    assert "a sheet" in body_lines(anim)[1] and "a sheet" not in body_lines(anim)[0]

@@ -238,23 +238,44 @@ def scene_summary(anim, config) -> List[str]:
                      "with the object; if the object stands on it (a table, the ground), pick the object with --select "
                      "(a box, see docs/usage.md) so that it stays")
     parts = [fp for fp in sa.get("far_parts") or [] if fp["mass_ratio"] >= FAR_PART_NOTE]
-    if parts and auto_select and anim.info["num_moving"] and not hasattr(anim, "bodies"):
-        # (a fresh user's two equal columns side by side: one fell, its twin hung in the air as "floaters")
-        P = anim.scene.means[anim.moving].double()
-        boxes = [(P.min(0).values.tolist(), P.max(0).values.tolist())] + [(fp["lo"], fp["hi"]) for fp in parts]
-        pad = 0.02 * max(max(h - l for l, h in zip(lo, hi)) for lo, hi in boxes)
-        sel = " ".join("--select=" + ",".join(f"{v:.4g}" for v in [x - pad for x in lo] + [x + pad for x in hi])
-                       for lo, hi in boxes)
-        heavy = " and ".join(f"{fp['mass_ratio']:.0%}" for fp in parts)
-        what = "a part" if len(parts) == 1 else f"{len(parts)} parts"
-        lines.append(f"note: {what} of the capture apart from the object, {heavy} as heavy as it, "
-                     f"stay{'s' if len(parts) == 1 else ''} static as floaters (only the heaviest part moves); to move "
-                     f"{'both' if len(parts) == 1 else 'them all'}, each a body of its own: {sel}")
+    hovering = list(sa.get("hovering_parts") or [])
+    if hovering and auto_select and anim.info["num_moving"]:
+        lines.append(_parts_note(anim, hovering, "above the support without standing on it"))
+    if parts and auto_select and anim.info["num_moving"]:
+        lines.append(_parts_note(anim, parts, "apart from"))
     k = int(sa.get("other_objects") or 0)
     if k and str(config.select).strip().lower() == "largest":
         lines.append(f"note: {k} more object{'s stand' if k > 1 else ' stands'} on the support and "
                      f"stay{'s' if k == 1 else ''} static (--select largest); pass --select auto to move every object")
     return lines
+
+
+def _parts_note(anim, parts, where: str) -> str:
+    """The note on parts of a capture that stay static although they look like objects (``parts``: the scene
+    analysis' ``far_parts`` or ``hovering_parts`` records; ``where``: "apart from" or how they lie), with one
+    ``--select`` box per moving body and per part that moves them all."""
+    # (a fresh user's two equal columns side by side: one fell, its twin hung in the air as "floaters"; a ball
+    # held above the crate among several bodies stayed in the air with no word)
+    boxes = []
+    for b in getattr(anim, "bodies", None) or [anim]:
+        P = b.scene.means[b.moving].double()
+        boxes.append((P.min(0).values.tolist(), P.max(0).values.tolist()))
+    moving = "the object" if len(boxes) == 1 else f"the {len(boxes)} objects"
+    boxes += [(fp["lo"], fp["hi"]) for fp in parts]
+    pad = 0.02 * max(max(h - l for l, h in zip(lo, hi)) for lo, hi in boxes)
+    sel = " ".join("--select=" + ",".join(f"{v:.4g}" for v in [x - pad for x in lo] + [x + pad for x in hi])
+                   for lo, hi in boxes)
+    heavy = " and ".join(f"{fp['mass_ratio']:.0%}" for fp in parts)
+    what = "a part" if len(parts) == 1 else f"{len(parts)} parts"
+    one = len(boxes) == len(parts) + 1
+    if where == "apart from":
+        how = f"apart from {moving}, {heavy} as heavy as {'it' if one else 'the heaviest'}, " \
+              f"stay{'s' if len(parts) == 1 else ''} static as floaters"
+    else:
+        how = f"{heavy} as heavy as {'the object' if one else 'the heaviest object'}, " \
+              f"{'lies' if len(parts) == 1 else 'lie'} {where} and stay{'s' if len(parts) == 1 else ''} static"
+    return (f"note: {what} of the capture {how} (only {moving} move{'s' if one else ''}); to move "
+            f"{'both' if len(boxes) == 2 else 'them all'}, each a body of its own: {sel}")
 
 
 def scene_up(scene) -> List[float]:

@@ -206,6 +206,11 @@ class SceneAnalysis:
     #: floaters for their distance from the main one, heaviest first (at most :data:`FAR_PARTS_LISTED`): (their
     #: opacity mass over the main component's, lo (3,), hi (3,) scene units) (a second object beside the first)
     far_parts: List[Tuple[float, np.ndarray, np.ndarray]] = field(default_factory=list)
+    #: with a support: connected parts over the support's captured extent that do not stand on it (nothing of them
+    #: within the clearance above it), at least :data:`OTHER_OBJECT_MASS` of the object's opacity mass, heaviest
+    #: first (at most :data:`FAR_PARTS_LISTED`): (mass over the object's, lo (3,), hi (3,) scene units). They stay
+    #: static (background): an object held above another in a drop set-up, a lamp hanging over a table
+    hovering_parts: List[Tuple[float, np.ndarray, np.ndarray]] = field(default_factory=list)
     #: the file's axes ("-z", "+x", ...) the object stands on (stability margin > 0, most stable first) other than
     #: the up used, when the stable-base test ran: what an unsure analysis offers in place of its up
     up_candidates: List[str] = field(default_factory=list)
@@ -713,6 +718,7 @@ def analyze_scene(
     obj = np.zeros(n, dtype=bool)
     in_object = np.zeros(n, dtype=bool)
     more_bodies: List[Tuple[np.ndarray, np.ndarray]] = []  # (object rows, transparent rows) of the other objects
+    hovering: List[Tuple[float, np.ndarray, np.ndarray]] = []  # SceneAnalysis.hovering_parts
     if above_idx.shape[0] > 0:
         flat_ab = flat_all[above_idx]
         olabels, omass, ok_ = _components(grid, flat_ab, op[above_idx], 1)
@@ -823,6 +829,10 @@ def analyze_scene(
                 taken |= m | t_in
                 more_bodies.append((np.flatnonzero(m), np.flatnonzero(t_in)))
             others = len(more_bodies)
+            if plane is not None and plane["parts"] and not small:
+                hovering = _hovering_parts(pts, above_idx, ab_lab, omass, {best, *others_lab},
+                                           float(omass[best]), pts[np.flatnonzero(support)],
+                                           plane["normal"], sd, max(object_clearance * scale, band))
     support &= ~obj  # (the base an object claimed out of the slab is its own, and the other bodies' theirs)
     for rows, _ in more_bodies:
         support[rows] = False
@@ -870,12 +880,45 @@ def analyze_scene(
         other_bodies=more_bodies,
         flat_part=float(flat_part if plane is None else 0.0),
         far_parts=far_parts,
+        hovering_parts=hovering,
         up_candidates=[] if base is None else [
             k for k in sorted(base.margins, key=lambda k: -base.margins[k])
             if ((base.margins[k] > 0.0 and float(AXES[k] @ np.asarray(up, dtype=np.float64)) < cos30)
                 # a slab lying on its face: the axes of its edges, whatever their margins
                 or (flat_slab and abs(float(AXES[k] @ np.asarray(up, dtype=np.float64))) < 0.5))],
     )
+
+
+def _hovering_parts(pts: np.ndarray, above_idx: np.ndarray, ab_lab: np.ndarray, omass: np.ndarray, objects: set,
+                    m0: float, support_pts: np.ndarray, normal: np.ndarray, sd: np.ndarray, clear: float):
+    """:attr:`SceneAnalysis.hovering_parts`: the components (labels ``ab_lab`` (A,) of the rows ``above_idx`` (A,)
+    above the clearance, masses ``omass`` (K+1,)) that are not the objects (``objects``, labels), hold at least
+    :data:`OTHER_OBJECT_MASS` of ``m0`` (the object's opacity mass), lie wholly over the support's captured extent
+    (their footprint inside the 1-99 % box of ``support_pts`` (S, 3) across ``normal``; a wall behind the table
+    reaches past it) and have nothing within ``clear`` above the support (``sd`` (N,) signed distances; scene
+    units): they do not stand on it."""
+    if support_pts.shape[0] < 16 or m0 <= 0:
+        return []
+    n = np.asarray(normal, dtype=np.float64)
+    from physskin_gs.geometry.support import plane_axes
+
+    B = plane_axes(n)  # [2, 3]
+    s2 = support_pts @ B.T  # [S, 2]
+    lo2, hi2 = np.quantile(s2, 0.01, axis=0), np.quantile(s2, 0.99, axis=0)
+    out = []
+    for lab in np.flatnonzero(omass >= OTHER_OBJECT_MASS * m0):
+        if lab == 0 or int(lab) in objects:
+            continue
+        rows = above_idx[ab_lab == lab]
+        if rows.shape[0] < 16 or float(np.quantile(sd[rows], 0.01)) <= 2.0 * clear:
+            continue
+        p2 = pts[rows] @ B.T
+        if np.any(p2.min(0) < lo2) or np.any(p2.max(0) > hi2):
+            continue
+        P = np.asarray(pts[rows], dtype=np.float64)
+        out.append((float(omass[lab] / m0), P.min(0), P.max(0)))
+    out.sort(key=lambda t: -t[0])
+    return out[:FAR_PARTS_LISTED]
 
 
 def _voxels_of(rows: np.ndarray, flat_all: np.ndarray, shape) -> np.ndarray:
