@@ -866,3 +866,22 @@ def test_train_refuses_what_would_destroy_its_samples_or_checkpoint(inputs, tmp_
     sha = _sha(ck)
     code, _, err = _run([*run, "--out", str(tmp_path / "r"), "--resume", "--init", str(ck)], capsys)
     assert code == 2 and "--init and --resume" in _one_line_error(err) and _sha(ck) == sha
+
+
+@pytest.mark.parametrize("fmt, pattern", [("compressed-ply", "frame0002.compressed.ply"), ("usd", "animation.usdc")])
+def test_animate_exports_sh_degree_4_as_convert_does(fmt, pattern, tmp_path, capsys):
+    """A fresh user's SH-4 scene: convert refuses degree 4 for compressed PLY and USD, but ``animate --export-format``
+    wrote compressed PLYs with 72 SH bytes a row (no reader takes them) and USD at degree 4. The frames now hold
+    degree 3, with a note."""
+    if fmt == "usd":
+        pytest.importorskip("pxr")
+    from physskin_gs.io import load_scene
+
+    src = _sh4_file(tmp_path / "sh4.ply")
+    out = tmp_path / "seq"
+    code, _, err = _run(["animate", src, "--headless", "--frames", "2", "--cubature", "32", "--export", out,
+                         "--export-format", fmt, "--select", "all"], capsys)
+    assert code == 0, err
+    assert "SH degree 4 -> 3 in the " + fmt + " frames" in err
+    back = load_scene(str(out / pattern))
+    assert back.sh_degree == 3 and back.num_gaussians == 64

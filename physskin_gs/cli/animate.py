@@ -1271,6 +1271,8 @@ def run_headless(args) -> int:
                 else:
                     if exporter is None:
                         exporter = open_sequence_exporter(anim, export, fmt, fps)
+                        for note in exporter.notes:
+                            bar.write(f"[physskin-gs] note: {note}", file=sys.stderr)
                     exporter.add(f, anim.deformed_rows())
             if video is not None:
                 t_v = time.perf_counter()

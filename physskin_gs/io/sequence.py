@@ -175,6 +175,11 @@ class _CompressedFrames:
         return [str(path)]
 
 
+#: the highest SH degree compressed-PLY and USD frames store (compressed PLY holds no more; USD as convert writes
+#: it, and renderers evaluate no more); a degree-4 scene's band 4 is zero in the exported frames anyway
+SEQUENCE_MAX_SH_DEGREE = 3
+
+
 class SequenceExporter:
     """Writes an animation, frame by frame, in a background thread (module docstring).
 
@@ -203,6 +208,17 @@ class SequenceExporter:
     def __init__(self, folder, fmt: str, rest_scene: GaussianScene, index, *, fps: float,
                  up=(0.0, 0.0, 1.0), max_pending: int = 1, meters_per_unit: Optional[float] = None) -> None:
         self.format = check_export_format(fmt)
+        #: what the exporter changed, one line each (SH degree 4 written as degree 3 in compressed PLY and USD)
+        self.notes: List[str] = []
+        self._sh_keep = None  # (K,) SH coefficients kept per row when the format holds fewer bands than the scene
+        if self.format in ("compressed-ply", "usd") and rest_scene.sh_degree > SEQUENCE_MAX_SH_DEGREE:
+            d = rest_scene.sh_degree
+            rest_scene = rest_scene.with_sh_degree(SEQUENCE_MAX_SH_DEGREE)
+            self._sh_keep = (SEQUENCE_MAX_SH_DEGREE + 1) ** 2 - 1
+            self.notes.append(f"SH degree {d} -> {SEQUENCE_MAX_SH_DEGREE} in the {self.format} frames (the format "
+                              f"stores up to degree {SEQUENCE_MAX_SH_DEGREE}, as convert does; the moving rows' band "
+                              f"{d} is zero in every exported frame anyway, only bands 1-3 are rotated); "
+                              "--export-format ply keeps every band of the static rows")
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         self.index = np.asarray(index.cpu().numpy() if isinstance(index, torch.Tensor) else index, dtype=np.int64)
@@ -270,6 +286,8 @@ class SequenceExporter:
             raise OutputError("the sequence exporter is closed")
         keep = ("means", "quats", "log_scales", "sh_rest") + (("normals",) if self.format == "ply" else ())
         data = {k: as_float32(v) for k, v in rows.items() if k in keep}
+        if self._sh_keep is not None and "sh_rest" in data:
+            data["sh_rest"] = data["sh_rest"][:, : self._sh_keep]
         m = self.index.size
         for k, v in data.items():
             if v.shape[0] != m:
@@ -303,7 +321,8 @@ class SequenceExporter:
         self._raise_if_failed()
         size = sum(os.path.getsize(f) for f in self.files if os.path.exists(f))
         return {"format": self.format, "pattern": self.pattern, "frames": self.frames, "files": list(self.files),
-                "bytes": int(size), "write_seconds": self.write_seconds, "wait_seconds": self.wait_seconds}
+                "bytes": int(size), "write_seconds": self.write_seconds, "wait_seconds": self.wait_seconds,
+                "notes": list(self.notes)}
 
     def abort(self) -> None:
         """Stop the writer thread without finishing the USD file (its temporary file is removed; PLY frames
