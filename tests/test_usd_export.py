@@ -454,3 +454,56 @@ def test_a_stages_units_carry_over_to_info_and_convert(tmp_path, capsys):
             w.write_frame(k, fr)
     assert main(["info", str(tmp_path / "anim.usdc")]) == 0
     assert "frames:        1-3" in capsys.readouterr().out
+
+
+def test_transforms_added_in_a_dcc_tool_move_the_gaussians_read_back(tmp_path):
+    """A fresh user moved our exported splats in a DCC tool (``xformOp:translate`` on /Splats) and read the file
+    back: the positions came back unchanged, without a word. Now every transform but our own up rotation is applied:
+    the untouched file reads back exactly; with a translation, a uniform scale or a rotation added, each Gaussian
+    is where the stage shows it (the prim's local-to-world transform, undone by our orientation only), covariances
+    follow (A Sigma A^T) and view-dependent colour turns with the rotation; a foreign stage's /World transform
+    applies too; a mirror is refused."""
+    from physskin_gs.errors import SceneFormatError
+    from physskin_gs.sh import eval_sh
+
+    sc = random_scene(40, k=8)
+    path = save_usd(sc, tmp_path / "s.usda", up=(0.0, -1.0, 0.0))
+    base = load_usd(path)
+    assert_scene_close(base, sc)  # our own export: its only transform is the up rotation
+    stage = Usd.Stage.Open(str(path))
+    root = UsdGeom.Xformable(stage.GetPrimAtPath("/Splats"))
+    root.AddTranslateOp().Set(Gf.Vec3d(10.0, 0.0, 0.0))
+    root.AddRotateZOp().Set(30.0)
+    root.AddScaleOp().Set(Gf.Vec3f(2.0, 2.0, 2.0))
+    stage.GetRootLayer().Save()
+    moved = load_usd(path)
+    prim = stage.GetPrimAtPath("/Splats/Gaussians")
+    M = np.array(UsdGeom.Xformable(prim).ComputeLocalToWorldTransform(Usd.TimeCode.Default()))  # row vectors
+    O = np.array(UsdGeom.Xformable(stage.GetPrimAtPath("/Splats")).GetOrderedXformOps()[0].GetOpTransform(
+        Usd.TimeCode.Default()))
+    D = M @ np.linalg.inv(O)
+    want = np.c_[sc.means.double().numpy(), np.ones(40)] @ D
+    np.testing.assert_allclose(moved.means.double().numpy(), want[:, :3], atol=1e-4)
+    A = torch.from_numpy(D[:3, :3].T)  # column vectors
+    cov = A @ sc.covariances().double() @ A.T
+    np.testing.assert_allclose(moved.covariances().double().numpy(), cov.numpy(), rtol=1e-4, atol=1e-9)
+    R = A / 2.0  # the rotation part (uniform scale 2)
+    d = torch.nn.functional.normalize(torch.randn(40, 3, dtype=torch.float64), dim=1)
+    got = eval_sh(moved.sh.double(), (R @ d.T).T)  # seen from the turned direction ...
+    np.testing.assert_allclose(got.numpy(), eval_sh(sc.sh.double(), d).numpy(), atol=1e-4)  # ... as before
+    assert moved.up_hint == base.up_hint
+    # a foreign stage: a /World transform (no orientation of ours) moves the Gaussians
+    other = Usd.Stage.CreateNew(str(tmp_path / "f.usda"))
+    UsdGeom.SetStageUpAxis(other, UsdGeom.Tokens.z)
+    world = UsdGeom.Xform.Define(other, "/World")
+    world.AddTranslateOp().Set(Gf.Vec3d(0.0, 0.0, 100.0))
+    gs = UsdVol.ParticleField3DGaussianSplat.Define(other, "/World/G")
+    gs.CreatePositionsAttr(Vt.Vec3fArray([Gf.Vec3f(1.0, 2.0, 3.0)]))
+    other.SetDefaultPrim(world.GetPrim())
+    other.GetRootLayer().Save()
+    f = load_usd(tmp_path / "f.usda")
+    np.testing.assert_allclose(f.means.numpy(), [[1.0, 2.0, 103.0]], atol=1e-5)
+    world.AddScaleOp().Set(Gf.Vec3f(-1.0, 1.0, 1.0))
+    other.GetRootLayer().Save()
+    with pytest.raises(SceneFormatError, match="mirrors"):
+        load_usd(tmp_path / "f.usda")

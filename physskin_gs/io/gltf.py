@@ -619,7 +619,7 @@ def _apply_node(p: Dict[str, np.ndarray], M: np.ndarray, path: str) -> Dict[str,
     """Bake a node world matrix (rotation x positive scales + translation) into one primitive's arrays."""
     if np.array_equal(M, np.eye(4)):
         return p
-    A, t = M[:3, :3], M[:3, 3]
+    A = M[:3, :3]
     cols = np.linalg.norm(A, axis=0)
     if not (np.isfinite(M).all() and (cols > 0).all()):
         raise SceneFormatError(f"{path}: node transform is not decomposable (zero or non-finite scale)")
@@ -627,22 +627,46 @@ def _apply_node(p: Dict[str, np.ndarray], M: np.ndarray, path: str) -> Dict[str,
     if np.abs(Rn.T @ Rn - np.eye(3)).max() > 1e-4 or np.linalg.det(Rn) < 0:
         raise SceneFormatError(f"{path}: node transform is not a rotation times positive scales "
                                "(splat rendering is undefined for it)")
-    Rn = torch.from_numpy(Rn)
-    q = torch.from_numpy(p["rot"][:, [3, 0, 1, 2]].copy())  # wxyz
-    out = dict(p)
-    out["means"] = p["means"] @ A.T + t
-    if cols.max() - cols.min() <= 1e-9 * cols.max():  # rotation x uniform scale: exact quaternion product
-        out["rot"] = _quat_mul(rotmat_to_quat(Rn).expand_as(q), normalize_quats(q)).numpy()[:, [1, 2, 3, 0]]
-        out["scales"] = p["scales"] * cols[0]
-    else:  # non-uniform: refactor M R(q) diag(s) = U diag(s') V^T
-        from physskin_gs.deform import covariance_factor_svd
+    means, quats, scales, sh_rest = bake_affine(p["means"], p["rot"][:, [3, 0, 1, 2]], p["scales"], p["sh_dc"],
+                                                p["sh_rest"], M, path)
+    return dict(p, means=means, rot=quats[:, [1, 2, 3, 0]], scales=scales, sh_rest=sh_rest)
 
-        L = torch.from_numpy(A) @ quat_to_rotmat(q) * torch.from_numpy(p["scales"])[:, None, :]
+
+def bake_affine(means: np.ndarray, quats_wxyz: np.ndarray, scales: np.ndarray, sh_dc: np.ndarray,
+                sh_rest: np.ndarray, M: np.ndarray, path: str = "<arrays>") -> Tuple[np.ndarray, ...]:
+    """Gaussians moved by the affine map ``x -> A x + t`` (``M`` (4, 4): A = M[:3, :3], t = M[:3, 3], column
+    vectors; A invertible): means (N, 3) -> A means + t; covariances ``A Sigma A^T`` refactored as rotation x
+    scales (rotation x uniform scale: the exact quaternion product; otherwise the SVD of ``A R(q) diag(s)``); SH
+    bands rotated by A's polar rotation (``colour'(R d) == colour(d)``). ``quats_wxyz`` (N, 4) any norm,
+    ``scales`` (N, 3) linear, ``sh_dc`` (N, 3), ``sh_rest`` (N, K, 3). Returns (means, unit quats wxyz, scales,
+    sh_rest) as float64 arrays. Raises SceneFormatError (naming ``path``) for a non-finite or singular A."""
+    M = np.asarray(M, dtype=np.float64)
+    A, t = M[:3, :3], M[:3, 3]
+    if not np.isfinite(M).all() or abs(np.linalg.det(A)) <= 1e-12 * max(np.abs(A).max(), 1e-300) ** 3:
+        raise SceneFormatError(f"{path}: the transform is singular or not finite")
+    if np.linalg.det(A) < 0:
+        raise SceneFormatError(f"{path}: the transform mirrors the scene (negative determinant); splat "
+                               "orientations cannot follow a mirror")
+    q = torch.from_numpy(np.asarray(quats_wxyz, dtype=np.float64).copy())
+    At = torch.from_numpy(A)
+    cols = np.linalg.norm(A, axis=0)
+    Rn = A / cols[None, :]
+    rigid = np.abs(Rn.T @ Rn - np.eye(3)).max() <= 1e-9 and cols.max() - cols.min() <= 1e-9 * cols.max()
+    s = np.asarray(scales, dtype=np.float64)
+    if rigid:  # rotation x uniform scale: exact quaternion product
+        R = torch.from_numpy(Rn)
+        quats = _quat_mul(rotmat_to_quat(R).expand_as(q), normalize_quats(q)).numpy()
+        scales = s * cols[0]
+    else:  # refactor A R(q) diag(s) = U diag(s') V^T
+        from physskin_gs.deform import covariance_factor_svd, polar_rotation
+
+        L = At @ quat_to_rotmat(q) * torch.from_numpy(s)[:, None, :]
         U, sv = covariance_factor_svd(L)
-        out["rot"] = rotmat_to_quat(U).numpy()[:, [1, 2, 3, 0]]
-        out["scales"] = sv.numpy()
-    out["sh_rest"] = _rotate_sh_rest(torch.from_numpy(p["sh_dc"]), torch.from_numpy(p["sh_rest"]), Rn).numpy()
-    return out
+        quats, scales = rotmat_to_quat(U).numpy(), sv.numpy()
+        R = polar_rotation(At)
+    sh = _rotate_sh_rest(torch.from_numpy(np.asarray(sh_dc, np.float64)),
+                         torch.from_numpy(np.asarray(sh_rest, np.float64)), R.to(torch.float64)).numpy()
+    return np.asarray(means, np.float64) @ A.T + t, quats, scales, sh
 
 
 def load_gltf(path, *, source_frame: bool = False) -> GaussianScene:

@@ -65,7 +65,8 @@ float versions are written; :func:`load_usd` falls back to the half ones when th
 * **Up direction**: particle values are always written in scene space. With ``up=`` (a scene-space 3-vector,
   e.g. -Y for COLMAP-style scenes) the root ``/Splats`` gets one ``xformOp:orient`` (quatd) with the smallest
   rotation taking ``up`` onto the stage's +``upAxis``, so viewers show the scene upright. :func:`load_usd`
-  ignores prim transforms and returns the local (scene-space) values.
+  returns values in the frame of that orientation (scene space for our files) and applies every other transform
+  (a translation added in a DCC tool moves the Gaussians read back).
 
 Prim layout written here
 ------------------------
@@ -721,17 +722,49 @@ def _read_prim(px, gs, time, path: str) -> dict:
     return dict(means=p, quats=quats, log_scales=log_scales, logits=logits, sh=sh, idx=idx)
 
 
-def _stage_up_local(px, stage, time) -> Optional[tuple]:
-    """The stage's authored up axis (``upAxis`` metadata: +Y or +Z) in the splat prims' local frame, the frame
-    :func:`load_usd` returns (the inverse of the first prim's local-to-world rotation applied to it: our exports
-    put a -y scene on a Y-up stage under one orientation on /Splats), as a unit 3-tuple; None when the stage
-    authors no up axis or the transform is singular."""
+def _root_orient(px, stage, time) -> np.ndarray:
+    """(4, 4) row-vector matrix of the default prim's ``xformOp:orient`` (the up rotation our writers put on
+    ``/Splats``), the identity when it has none: :func:`load_usd` returns values in the frame that op turns
+    upright, so our own files read back exactly, and any other transform of the stage (a translation a user
+    added in a DCC tool, a foreign stage's ``/World`` transform) is applied."""
+    prim = stage.GetDefaultPrim()
+    if prim and prim.IsA(px.UsdGeom.Xformable):
+        for op in px.UsdGeom.Xformable(prim).GetOrderedXformOps():
+            if op.GetOpType() == px.UsdGeom.XformOp.TypeOrient and op.GetName() == "xformOp:orient":
+                return np.array(op.GetOpTransform(time), dtype=np.float64)
+    return np.eye(4)
+
+
+def _placed(px, prim, part: dict, frame: np.ndarray, time, path: str) -> dict:
+    """``part`` (:func:`_read_prim`) moved by the prim's local-to-world transform except ``frame``
+    (:func:`_root_orient`): nothing for our own exports (their only transform is that orientation), else the
+    Gaussians follow the transform (:func:`physskin_gs.io.gltf.bake_affine`; a mirroring or singular transform
+    raises SceneFormatError)."""
+    M = np.array(px.UsdGeom.Xformable(prim).ComputeLocalToWorldTransform(time), dtype=np.float64)  # row vectors
+    D = M @ np.linalg.inv(frame)  # world = local @ M = (local @ D) @ frame
+    if np.allclose(D, np.eye(4), rtol=0.0, atol=1e-12 * max(1.0, float(np.abs(D).max()))) or not part["means"].size:
+        return part
+    from physskin_gs.io.gltf import bake_affine
+
+    sh = part["sh"].astype(np.float64)
+    means, quats, scales, sh_rest = bake_affine(part["means"], part["quats"], np.exp(part["log_scales"]),
+                                                sh[:, 0], sh[:, 1:], D.T, path)  # (column vectors: D^T)
+    out = dict(part, means=means.astype(np.float32), quats=quats.astype(np.float32),
+               log_scales=log_scales64(scales).astype(np.float32))
+    out["sh"] = np.concatenate([part["sh"][:, :1], sh_rest.astype(np.float32)], axis=1)
+    return out
+
+
+def _stage_up_local(px, stage, frame: np.ndarray) -> Optional[tuple]:
+    """The stage's authored up axis (``upAxis`` metadata: +Y or +Z) in the frame :func:`load_usd` returns (the
+    inverse of ``frame``, :func:`_root_orient`, applied to it: our exports put a -y scene on a Y-up stage under
+    one orientation on /Splats), as a unit 3-tuple; None when the stage authors no up axis or the transform is
+    singular."""
     if not stage.HasAuthoredMetadata("upAxis"):
         return None
     world = np.array([0.0, 1.0, 0.0]) if px.UsdGeom.GetStageUpAxis(stage) == px.UsdGeom.Tokens.y else \
         np.array([0.0, 0.0, 1.0])
-    prim = next((p for p in stage.Traverse() if p.IsA(px.UsdVol.ParticleField3DGaussianSplat)), None)
-    M = np.array(px.UsdGeom.Xformable(prim).ComputeLocalToWorldTransform(time), dtype=np.float64)[:3, :3]
+    M = np.asarray(frame, dtype=np.float64)[:3, :3]
     try:
         v = np.linalg.solve(M.T, world)  # USD matrices act on row vectors: world = local @ M
     except np.linalg.LinAlgError:
@@ -787,7 +820,11 @@ def load_usd(path, time: Optional[float] = None) -> GaussianScene:
 
     Prims are read in stage traversal order (the writer's order: Static, then Moving). When the prims carry
     ``physskin_gs:rowIndices`` (sequences written by :class:`UsdSequenceWriter`) the rows are put back in the
-    original order; otherwise they are concatenated. Prim transforms are ignored (local-space values).
+    original order; otherwise they are concatenated. Values are returned in the frame of the default prim's
+    ``xformOp:orient`` (the up rotation our writers author on ``/Splats``): every other transform on the way to
+    the world (a translation or scale added in a DCC tool, a foreign stage's ``/World`` transform) is applied to
+    the Gaussians (means, covariances, SH), so our own files read back exactly and an edited one reads back where
+    the stage shows it.
     Missing or too-short per-particle attributes take the schema defaults (identity rotation, unit scale,
     opacity 1, SH DC grey); prims with different SH degrees are zero-padded to the highest.
 
@@ -811,8 +848,9 @@ def load_usd(path, time: Optional[float] = None) -> GaussianScene:
     px = _pxr()
     path, stage = _open_stage(px, path)
     tc = px.Usd.TimeCode.Default() if time is None else px.Usd.TimeCode(float(time))
-    parts = [_read_prim(px, px.UsdVol.ParticleField3DGaussianSplat(p), tc, path) for p in stage.Traverse()
-             if p.IsA(px.UsdVol.ParticleField3DGaussianSplat)]
+    frame = _root_orient(px, stage, tc)  # [4, 4] the frame the values are returned in (module docstring)
+    parts = [_placed(px, p, _read_prim(px, px.UsdVol.ParticleField3DGaussianSplat(p), tc, path), frame, tc, path)
+             for p in stage.Traverse() if p.IsA(px.UsdVol.ParticleField3DGaussianSplat)]
     if not parts:
         raise SceneFormatError(f"{path}: no ParticleField3DGaussianSplat prim in this OpenUSD file")
     per = max(p["sh"].shape[1] for p in parts)
@@ -836,7 +874,7 @@ def load_usd(path, time: Optional[float] = None) -> GaussianScene:
         cat = {k: np.ascontiguousarray(v[order]) for k, v in cat.items()}
     sh = cat["sh"]
     return GaussianScene(
-        up_hint=_stage_up_local(px, stage, tc),
+        up_hint=_stage_up_local(px, stage, frame),
         means=torch.from_numpy(cat["means"]),
         quats=torch.from_numpy(np.ascontiguousarray(cat["quats"])),
         log_scales=torch.from_numpy(cat["log_scales"]),
