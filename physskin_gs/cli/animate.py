@@ -1689,8 +1689,11 @@ def _write_video(path: str, frames, fps: float) -> Path:
     if str(path).lower().endswith(".gif"):
         import imageio.v2 as iio
 
+        # imageio's GIF duration is in milliseconds (1 / fps wrote 0 ms delays, played at about 10 fps), and a GIF
+        # stores whole centiseconds: the nearest one (30 ms at 33.3 fps), at least 20 ms (browsers slow shorter ones)
+        delay = max(20.0, 10.0 * round(100.0 / fps))
         try:
-            iio.mimsave(path, frames, duration=1.0 / fps)
+            iio.mimsave(path, frames, duration=delay, loop=0)
         except (OSError, RuntimeError, ValueError) as exc:
             raise OutputError(f"could not write video {path}: {exc}") from None
         verify_written(path, "video")

@@ -89,7 +89,7 @@ def write_video(
     fps: float = 30.0,
     quality: int = 8,
 ) -> Path:
-    """Write (H, W, 3) uint8 frames to ``path`` (mp4 via imageio-ffmpeg).
+    """Write (H, W, 3) uint8 frames to ``path`` (mp4, mov or mkv as H.264, webm as VP9, via imageio-ffmpeg).
 
     Frames are consumed lazily (an iterator/generator works). All frames must share one size; sides
     that are not multiples of 16 are padded by edge replication (never silently resized).
@@ -153,10 +153,8 @@ def write_video(
                     if ph or pw:
                         f = np.pad(f, ((0, ph), (0, pw), (0, 0)), mode="edge")
                     if writer is None:
-                        writer = imageio.get_writer(
-                            str(partial), fps=fps, codec="libx264", quality=quality, macro_block_size=16,
-                            pixelformat="yuv420p",
-                        )
+                        writer = imageio.get_writer(str(partial), fps=fps, macro_block_size=16, pixelformat="yuv420p",
+                                                    **_codec_options(path, quality))
                         # the first frame starts ffmpeg: a Ctrl-C in the middle of that fork (or in its post-fork
                         # hooks) would leave an ffmpeg the writer does not know of, writing an empty partial file
                         # after we have gone; it is raised once the writer holds the process (and then closes it)
@@ -200,6 +198,16 @@ def write_video(
         if missing:
             raise PhysSkinError(f"could not write frame {missing[0]} of {count} to {target}")
     return target
+
+
+def _codec_options(path: Path, quality: int) -> dict:
+    """imageio-ffmpeg writer options for ``path``'s container: VP9 at a constant quality for ``.webm`` (which
+    holds no H.264: ffmpeg refused every frame, and the run ended with a misleading "held 0 of N frames"), H.264
+    at ``quality`` (0-10) otherwise (.mp4, .mov, .mkv)."""
+    if path.suffix.lower() == ".webm":
+        crf = int(round(50 - 3 * min(max(quality, 0), 10)))  # quality 8 -> crf 26; 10 -> 20 (lower is better)
+        return {"codec": "libvpx-vp9", "quality": None, "output_params": ["-crf", str(crf), "-b:v", "0"]}
+    return {"codec": "libx264", "quality": quality}
 
 
 def _unlink(p: Optional[Path]) -> None:
