@@ -206,8 +206,8 @@ def test_licence_clean_rotated_capture(rotate_seed):
 
 
 def test_every_loading_command_warns_about_activated_values_and_floaters(tmp_path, spot_scene, capsys):
-    """render, animate and skin (not only info) say when opacities look already activated and when a floater
-    dominates the bounding box."""
+    """render, animate, skin and convert (not only info) say when opacities look already activated and when a
+    floater dominates the bounding box (convert wrote such a file into a .glb without a word)."""
     from dataclasses import replace
 
     from physskin_gs.io import save_scene
@@ -220,7 +220,8 @@ def test_every_loading_command_warns_about_activated_values_and_floaters(tmp_pat
     runs = [["render", str(src), "-o", str(tmp_path / "r.png"), "--width", "32", "--height", "32"],
             ["skin", str(src), "-o", str(tmp_path / "w.npz"), "--skinning", "rbf"],
             ["animate", str(src), "--headless", "--frames", "1", "--export", str(tmp_path / "a"), "--skinning", "rbf",
-             "--cubature", "64", "--up", "-y"]]
+             "--cubature", "64", "--up", "-y"],
+            ["convert", str(src), str(tmp_path / "c.glb"), "--up", "-y"]]
     for argv in runs:
         assert main(argv) == 0, argv
         err = capsys.readouterr().err

@@ -144,6 +144,11 @@ def run(args) -> int:
         scene = load_scene_or_mesh(args.input, args.quat_order, mesh_gaussians, frame=frame)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
+    if getattr(scene, "mesh", None) is None:  # what info, render and animate say of a splat file (activated
+        # opacities, exponentiated scales, extreme log-scales, floaters dominating the box): convert was silent
+        from physskin_gs.cli._common import warn_scene
+
+        warn_scene(scene, args.input)
     if mpu is None and fmt in ("glb", "usd") and getattr(scene, "format", None) == "openusd":
         from physskin_gs.io.usd import usd_meters_per_unit
 
