@@ -554,6 +554,21 @@ def test_export_folder_of_another_run_needs_overwrite(capsys, blob, tmp_path):
     assert json.loads((seq / "sequence.json").read_text())["frames"] == 2
 
 
+def test_frame_files_no_run_describes_are_not_called_another_runs(capsys, blob, tmp_path):
+    """A user's own frame0002.ply in the export folder (no sequence.json): the refusal said "the files of another
+    run", and --overwrite "the earlier run's 1 file gave way"; both now say what is known, and other files stay."""
+    seq = tmp_path / "user"
+    seq.mkdir()
+    (seq / "frame0002.ply").write_bytes(b"my scan")
+    (seq / "notes.txt").write_text("mine")
+    code, _, err = _run(capsys, ["animate", blob, "--headless", "--frames", 2, "--export", seq, *FAST])
+    assert code == 2 and "frame files that no sequence.json describes (a killed run's, or files of your own) " \
+        "(frame0002.ply)" in _last_error(err)
+    code, _, err = _run(capsys, ["animate", blob, "--headless", "--frames", 2, "--export", seq, "--overwrite", *FAST])
+    assert code == 0 and "1 earlier frame file in" in err and "other files there were kept" in err
+    assert (seq / "notes.txt").read_text() == "mine"
+
+
 def test_existing_video_and_png_frames_need_overwrite(capsys, blob, tmp_path):
     video = tmp_path / "v.mp4"
     video.write_bytes(b"an older video")

@@ -893,12 +893,15 @@ def check_outputs(args, src: str) -> None:
                 continue
             d = Path(folder)
             old = _existing_frames(d, pattern)
-            if option == "--export" and (d / "sequence.json").exists():
+            recorded = option == "--export" and (d / "sequence.json").exists()
+            if recorded:
                 old.append(d / "sequence.json")
             if old and not overwrite:
                 names = ", ".join(p.name for p in old[:3]) + (f" ... ({len(old)} files)" if len(old) > 3 else "")
-                raise OptionError(f"{option} {d} already holds the files of another run ({names}); use --overwrite "
-                                  "to replace them, or choose an empty folder")
+                whose = ("the files of another run" if recorded or option == "--png" else
+                         "frame files that no sequence.json describes (a killed run's, or files of your own)")
+                raise OptionError(f"{option} {d} already holds {whose} ({names}); use --overwrite to replace them, "
+                                  "or choose an empty folder")
 
     refuse_other_runs()  # before the lock: a refused run makes no folder
     claim_outputs(outputs, inputs)
@@ -1414,8 +1417,8 @@ def run_headless(args) -> int:
     with interrupts.deferred():  # the swap is a few renames: a Ctrl-C waits for it, never leaves it half done
         replaced = [(final, _commit_stage(stage, final, kinds)) for stage, final, kinds in stages.values()]
     for final, removed in replaced:
-        print(f"[physskin-gs] --overwrite: the earlier run's {removed} file{'s' if removed != 1 else ''} in {final}/ "
-              "gave way to this run's", file=sys.stderr)
+        print(f"[physskin-gs] --overwrite: {removed} earlier frame file{'s' if removed != 1 else ''} in {final}/ "
+              f"gave way to this run's (other files there were kept)", file=sys.stderr)
     export, png_dir = final_export, final_png
     same = export is not None and png_dir is not None and export.resolve() == png_dir.resolve()
     for folder, pattern, what, option in ((export, _PNG_FILE, "PNG frames", "--png"),
