@@ -1053,3 +1053,20 @@ def test_each_body_has_its_own_support_depth(table_capture):
     assert info["depth_m_per_body"] == pytest.approx([SUPPORT_DEPTH * h for h in heights])
     assert [b.sim.floor_region.depth for b in anim.bodies] == pytest.approx(info["depth_m_per_body"])
     assert "a sheet" in body_lines(anim)[1] and "a sheet" not in body_lines(anim)[0]
+
+
+def test_the_headless_video_draws_the_floor_of_bodies_without_a_support(table_capture):
+    """Several bodies with no support plane share an endless floor at the lowest body's base: the headless video
+    draws it as the checker, as for one object (a fresh user's two boxes on a capture without a support showed the
+    bodies over nothing); on a captured support, which is finite, no endless checker is drawn."""
+    from physskin_gs.bodies import SceneBodies, prepare_bodies
+    from physskin_gs.cli.animate import OrbitVideo
+    from physskin_gs.pipeline import AnimationConfig
+
+    two = prepare_bodies(_freestanding_block(), AnimationConfig(num_cubature=64, up="z",
+                                                                 select="-1,-1,0,0,1,2;0,-1,0,1,1,2"))
+    assert isinstance(two, SceneBodies) and two.support_height is None
+    assert OrbitVideo(two, 64, 64, 2, 0.0).floor is not None
+    scene, _ = table_capture
+    on_table = prepare_bodies(scene, AnimationConfig(num_cubature=64))
+    assert isinstance(on_table, SceneBodies) and OrbitVideo(on_table, 64, 64, 2, 0.0).floor is None

@@ -597,8 +597,9 @@ class OrbitVideo:
         floor_h = None
         counts = (getattr(anim, "info", None) or {}).get("scene_analysis", {}).get("counts", {})
         captured = counts.get("support", 0) > 0 and not bool(anim.moving.all())  # the support is in the picture
-        if anim.floor_scene is not None and not hasattr(anim, "bodies"):  # (several bodies: the captured support
-            # is finite, an endless checker floor at its height would hide a body falling past its edge)
+        if anim.floor_scene is not None and (not hasattr(anim, "bodies") or anim.support_height is None):
+            # (several bodies on a captured support: it is finite, and an endless checker floor at its height would
+            # hide a body falling past its edge; without a support their floor is endless, and drawn)
             floor_h = anim.floor_scene
             # frame the object where it starts and where it lands: a mesh starts a quarter of its height above the
             # floor, and framing the start alone cut its bottom off once it fell (a fresh user's find)
