@@ -538,6 +538,11 @@ def _candidates(p: np.ndarray, rng: np.random.Generator, band: float, hypotheses
     return planes
 
 
+#: a support carries at least this share of the opacity mass above it (the parts standing on it, not walls and
+#: shelves beside them): below it the plane runs through a body
+MIN_STANDING_FRACTION = 0.25
+
+
 def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band: float, voxel: float,
                  hypotheses: int = 1024, max_planes: int = 10, min_beyond: float = 0.05,
                  min_share: float = 1.0, unsure_ratio: float = 0.7, prior: Optional[np.ndarray] = None,
@@ -635,6 +640,12 @@ def find_support(p: np.ndarray, w: np.ndarray, rng: np.random.Generator, *, band
             # capture is framed on
             cand.why = (f"what stands on it is {cand.standing_mass / max(w_total, 1e-30):.0%} of the capture: not "
                         "what it was framed on")
+            continue
+        if cand.standing_fraction < MIN_STANDING_FRACTION:  # a plane through a body (a drone's frame plate)
+            # carries a small part of what lies above it; a support carries most of it (real captures 90-100 %,
+            # generated ones with walls and shelves 45 % and more; the yellow drone's plate 15 %)
+            cand.why = (f"what stands on it is {cand.standing_fraction:.0%} of the mass above it: a plane through "
+                        "a body, not under it")
             continue
         if cand.standing_mass < min_share * far:  # a chip cut off a body (an ear, a leaf) is not what a
             # capture shows standing on its support
