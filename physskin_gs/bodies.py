@@ -71,8 +71,8 @@ def body_lines(anim) -> List[str]:
                    + (f", pinned {b['pin']}" if b.get("pin") else ""))
         width = b.get("width_m")
         if width and b["height_m"] < SHEET * width:  # a box catching one face of an object made a 1e-4 m body
-            out[-1] += (f"; note: a sheet {100 * b['height_m'] / width:.2g} % of its width tall: if a box caught only a face "
-                        "of an object, draw it around the whole object")
+            out[-1] += (f"; note: a sheet {100 * b['height_m'] / width:.2g} % of its width tall: if a box caught "
+                        "only a face of an object, draw it around the whole object")
     return out
 
 

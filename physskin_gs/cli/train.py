@@ -417,7 +417,8 @@ def run(args) -> int:
     log = print if is_main else (lambda *a, **k: None)
 
     tcfg = TrainConfig(
-        steps=args.steps if args.steps is not None else DEFAULT_STEPS, lr=args.lr, lr_min=args.lr_min, cubature=args.cubature, transforms=args.transforms,
+        steps=args.steps if args.steps is not None else DEFAULT_STEPS, lr=args.lr, lr_min=args.lr_min,
+        cubature=args.cubature, transforms=args.transforms,
         sigma=args.sigma, surface_points=args.surface_points, smooth=not args.no_smooth,
         orth_only_frac=args.orth_only_frac, combine=args.combine, fd_scheme=args.fd_scheme, w_orth=args.w_orth, c_orth=args.c_orth, c_smooth=args.c_smooth, w_smooth=args.w_smooth, augment=not args.no_augment, seed=args.seed,
         w_pot=args.w_pot, w_sub=args.w_sub, c_sub=args.c_sub,
