@@ -486,3 +486,19 @@ def test_animate_gif_plays_at_its_frame_rate(tmp_path, capsys):
                  "--height", "64", "--video", str(out)]) == 0
     im = Image.open(out)
     assert im.n_frames == 3 and im.info["duration"] == 30 and im.info["loop"] == 0
+
+
+def test_render_turntable_writes_a_gif(tmp_path):
+    """``render --turntable -o x.gif`` was refused although ``animate --video x.gif`` wrote one: both go through
+    write_video now (a looping GIF at whole centiseconds per frame)."""
+    from PIL import Image
+
+    from physskin_gs.cli import main
+
+    demo = __import__("pathlib").Path(__file__).resolve().parents[1] / "data" / "spot_mesh2splat_10k.splat"
+    out = tmp_path / "t.gif"
+    assert main(["render", str(demo), "--turntable", "4", "--fps", "25", "--width", "32", "--height", "32",
+                 "-o", str(out)]) == 0
+    im = Image.open(out)
+    assert im.n_frames == 4 and im.info["duration"] == 40 and im.info["loop"] == 0
+    assert not [p for p in tmp_path.iterdir() if p.name != "t.gif"]  # no temporary file left

@@ -1688,20 +1688,9 @@ def _check_sequence_folder(folder: Path, written: List[Path], frames: int) -> No
 
 
 def _write_video(path: str, frames, fps: float) -> Path:
-    """mp4 (or other container) via the render package's writer (checked after writing); GIF via imageio.
-    Returns the path written. Raises PhysSkinError when the video could not be written."""
-    if str(path).lower().endswith(".gif"):
-        import imageio.v2 as iio
-
-        # imageio's GIF duration is in milliseconds (1 / fps wrote 0 ms delays, played at about 10 fps), and a GIF
-        # stores whole centiseconds: the nearest one (30 ms at 33.3 fps), at least 20 ms (browsers slow shorter ones)
-        delay = max(20.0, 10.0 * round(100.0 / fps))
-        try:
-            iio.mimsave(path, frames, duration=delay, loop=0)
-        except (OSError, RuntimeError, ValueError) as exc:
-            raise OutputError(f"could not write video {path}: {exc}") from None
-        verify_written(path, "video")
-        return Path(path)
+    """The video via the render package's writer (:func:`physskin_gs.render.write_video`: mp4 and other containers
+    checked after writing, GIF through imageio). Returns the path written. Raises PhysSkinError when the video could
+    not be written."""
     from physskin_gs.render import write_video
 
     return Path(write_video(frames, path, fps=fps))

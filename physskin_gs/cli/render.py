@@ -22,7 +22,7 @@ from physskin_gs.cli._outputs import Output, claim_outputs, refuse_inputs
 from physskin_gs.errors import OptionError
 
 _IMAGE_EXT = {".png", ".jpg", ".jpeg"}
-_VIDEO_EXT = {".mp4", ".mov", ".mkv", ".webm"}
+_VIDEO_EXT = {".mp4", ".mov", ".mkv", ".webm", ".gif"}
 
 
 def register(sub) -> None:

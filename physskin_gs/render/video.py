@@ -89,7 +89,8 @@ def write_video(
     fps: float = 30.0,
     quality: int = 8,
 ) -> Path:
-    """Write (H, W, 3) uint8 frames to ``path`` (mp4, mov or mkv as H.264, webm as VP9, via imageio-ffmpeg).
+    """Write (H, W, 3) uint8 frames to ``path`` (mp4, mov or mkv as H.264, webm as VP9, via imageio-ffmpeg; gif
+    through imageio, looping).
 
     Frames are consumed lazily (an iterator/generator works). All frames must share one size; sides
     that are not multiples of 16 are padded by edge replication (never silently resized).
@@ -110,6 +111,8 @@ def write_video(
     path = Path(path)
     if not fps > 0 or not np.isfinite(fps):
         raise OptionError(f"fps must be a positive finite number, got {fps}")
+    if path.suffix.lower() == ".gif":
+        return _write_gif(frames, path, fps)
     if path.parent and not path.parent.exists():
         raise FileNotFoundError(f"output folder does not exist: {path.parent}")
     if path.parent and not path.parent.is_dir():
@@ -198,6 +201,32 @@ def write_video(
         if missing:
             raise PhysSkinError(f"could not write frame {missing[0]} of {count} to {target}")
     return target
+
+
+def _write_gif(frames, path: Path, fps: float) -> Path:
+    """An animated, looping GIF of ``frames`` at ``fps`` (imageio; whole in memory), written to a temporary name
+    beside ``path`` and renamed. A GIF stores whole centiseconds per frame: the nearest one, at least 20 ms
+    (browsers slow shorter ones); imageio takes milliseconds (``1 / fps`` wrote 0 ms delays, played at about 10
+    fps). Raises OptionError (no frames, a bad frame), PhysSkinError (the file could not be written)."""
+    import imageio.v2 as imageio
+
+    from physskin_gs.io._shared import atomic_output
+
+    data = []
+    for f in frames:
+        f = f.detach().cpu().numpy() if isinstance(f, torch.Tensor) else np.asarray(f)
+        if f.dtype != np.uint8 or f.ndim != 3 or f.shape[2] != 3 or (data and f.shape != data[0].shape):
+            raise OptionError(f"video frame {len(data)} must be (H, W, 3) uint8 like frame 0, got {f.shape} {f.dtype}")
+        data.append(f)
+    if not data:
+        raise OptionError(f"no frames to write to {path}")
+    delay = max(20.0, 10.0 * round(100.0 / fps))
+    try:
+        with atomic_output(path) as tmp:
+            imageio.mimsave(tmp, data, duration=delay, loop=0)
+    except (OSError, RuntimeError, ValueError) as exc:
+        raise PhysSkinError(f"could not write video {path}: {exc}") from None
+    return path
 
 
 def _codec_options(path: Path, quality: int) -> dict:
