@@ -180,3 +180,19 @@ def test_output_piped_into_a_reader_that_stops_early_ends_without_a_traceback():
             f"sys.exit(main(['info', {splat!r}]))")
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert p.returncode == 1 and "Traceback" not in p.stderr, p.stderr
+
+
+def test_info_on_a_mesh_names_its_welded_and_its_file_vertex_counts(capsys, tmp_path):
+    """A cube written with a vertex per face corner (24 in the file, as UV seams and flat normals split them):
+    ``info`` gave 8 without a word and a user compared it with the file's 24. Both counts are given now."""
+    import trimesh
+
+    box = trimesh.creation.box(extents=(1.0, 1.0, 1.0))
+    split = trimesh.Trimesh(box.vertices[box.faces].reshape(-1, 3), np.arange(36).reshape(12, 3), process=False)
+    path = tmp_path / "cube.obj"
+    split.export(str(path))
+    assert main(["info", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "vertices:      8 (welded" in out and "the file lists 36" in out
+    info = _info(capsys, path)
+    assert info["num_vertices"] == 8 and info["num_vertices_in_file"] == 36

@@ -99,9 +99,13 @@ def _mesh_info(path: str, fmt: str) -> dict:
         raise SceneFormatError(f"{path}: cannot read mesh: {exc}") from None
     v, f = mesh.vertices, mesh.faces  # [V, 3] float32, [F, 3] int64
     warn = ["this is a mesh, not a Gaussian scene: commands that accept meshes sample Gaussians from it"]
+    try:  # the file's own count (UV seams and flat normals split vertices; the commands work on the welded ones)
+        in_file = int(load_mesh(path, weld=False).vertices.shape[0])
+    except Exception:  # noqa: BLE001 - the welded count stands alone
+        in_file = int(v.shape[0])
     return {
         "path": path, "format": "mesh" if fmt == "mesh" else "mesh-ply", "num_gaussians": 0, "sh_degree": None,
-        "num_vertices": int(v.shape[0]), "num_faces": int(f.shape[0]),
+        "num_vertices": int(v.shape[0]), "num_vertices_in_file": in_file, "num_faces": int(f.shape[0]),
         "bbox_min": v.min(0).tolist() if len(v) else None, "bbox_max": v.max(0).tolist() if len(v) else None,
         "warnings": warn,
     }
@@ -142,7 +146,9 @@ def run(args) -> int:
     print(f"file:          {info['path']}")
     print(f"format:        {info['format']}")
     if info["format"] in ("mesh", "mesh-ply"):
-        print(f"vertices:      {info['num_vertices']}")
+        nv, raw = info["num_vertices"], info.get("num_vertices_in_file", info["num_vertices"])
+        print(f"vertices:      {nv}" + (f" (welded: vertices at one position are one; the file lists {raw}, split "
+                                         "at UV seams or normals)" if raw != nv else ""))
         print(f"faces:         {info['num_faces']}")
     else:
         print(f"gaussians:     {info['num_gaussians']}")
