@@ -325,3 +325,17 @@ def test_a_saved_pair_survives_a_second_interrupt(tmp_path, monkeypatch):
     assert code == 130 and len(calls) == 4
     m = checkpoint_metadata(run / "model.safetensors")["metrics"]["step"]
     assert int(read_checkpoint(run / "train_state.safetensors")[1]["step"]) == m
+
+
+def test_init_names_the_model_options_its_checkpoint_fixes(tmp_path, capsys):
+    """``--init CKPT --handles 8 --width 64`` trained the checkpoint's own network without a word; the options it
+    fixes are named now, as --resume names them."""
+    a = tmp_path / "a"
+    assert main(["train", "--out", str(a), "--steps", "1", *TINY]) == 0
+    capsys.readouterr()
+    tiny = [v if v != "6" else "8" for v in TINY]  # --handles 8
+    assert main(["train", "--out", str(tmp_path / "b"), "--steps", "1", "--init", str(a / "model.safetensors"),
+                 *tiny]) == 0
+    err = capsys.readouterr().err
+    assert "--init takes the checkpoint's network: --handles ignored (it has num_handles = 6)" in err
+    assert load_checkpoint(tmp_path / "b" / "model.safetensors").config.num_handles == 6

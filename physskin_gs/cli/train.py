@@ -460,9 +460,23 @@ def run(args) -> int:
         args.synthetic = saved.get("synthetic", args.synthetic)
         args.samples = saved.get("samples", args.samples)
     elif args.init:
+        from dataclasses import asdict
+
+        from physskin_gs.cli._common import given_options
         from physskin_gs.model.checkpoint import checkpoint_metadata
 
-        ncfg = NetConfig.from_dict(checkpoint_metadata(args.init)["config"])
+        own = NetConfig.from_dict(checkpoint_metadata(args.init)["config"])
+        dest_of = {"num_handles": "handles", "oni": "no_oni"}
+        mine, theirs = asdict(ncfg), asdict(own)
+        given = set(given_options(args, [dest_of.get(k, k) for k in mine]))
+        for key in sorted(mine):  # model options the checkpoint's weights fix (they were ignored without a word)
+            if dest_of.get(key, key) in given and mine[key] != theirs[key] and is_main:
+                print(f"note: --init takes the checkpoint's network: --{dest_of.get(key, key).replace('_', '-')} "
+                      f"ignored (it has {key} = {theirs[key]})", file=sys.stderr)
+        ncfg = own
+    if args.resume and args.force and is_main:
+        print("note: --force is not needed with --resume (it continues the run in --out; --force without --resume "
+              "starts it over)", file=sys.stderr)
 
     torch.manual_seed(tcfg.seed)
     model = PhysSkinNet(ncfg).to(device)
