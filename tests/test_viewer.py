@@ -178,6 +178,38 @@ def test_sim_worker_survives_step_exception_and_reports_it():
         w.stop()
 
 
+def test_sim_worker_restarts_from_rest_when_the_solver_is_stuck():
+    """A fresh user's cow flattened at E 100 Pa and then given 240000 Pa stayed flat: every step failed (the state
+    kept, the velocity zeroed) at 3-5 steps/s until a Reset. After STUCK_STEPS failed steps in a row the worker
+    restarts from rest and says so; steps that fail now and then do not trigger it."""
+    anim = FakeAnimatedScene(make_blob_scene(200), num_handles=2)
+    pattern = []  # the next steps' "failed" flags (empty: 0)
+    real_step = anim.step
+
+    def step(n=1):
+        st = real_step(n)
+        st["failed"] = pattern.pop(0) if pattern else 0
+        return st
+
+    anim.step = step
+    resets, notices = [], []
+    real_reset = anim.reset
+    anim.reset = lambda: (resets.append(anim.frame), real_reset())
+    w = SimWorker(anim, realtime=False, on_notice=lambda title, text: notices.append((title, text))).start()
+    try:
+        pattern.extend([1] * (SimWorker.STUCK_STEPS - 1) + [0] + [1] * (SimWorker.STUCK_STEPS - 1) + [0])
+        w.step_once(2 * SimWorker.STUCK_STEPS)
+        assert wait_until(lambda: not pattern, 5)
+        time.sleep(0.1)
+        assert resets == [] and notices == []  # interrupted runs of failures: nothing
+        pattern.extend([1] * SimWorker.STUCK_STEPS)
+        w.step_once(SimWorker.STUCK_STEPS)
+        assert wait_until(lambda: len(resets) == 1 and notices, 5)
+        assert notices[0][0] == "restarted from rest" and "could not take" in notices[0][1]
+    finally:
+        w.stop()
+
+
 # ------------------------------------------------------------------------------------------- live app over websocket
 @pytest.fixture
 def live_app():
@@ -917,3 +949,12 @@ def test_a_second_ctrl_c_while_stopping_does_not_cut_the_recording_short():
 
     _stop_shielded(SimpleNamespace(stop=stop, recording=SimpleNamespace(active=False)))
     assert done == ["sequence.json written"]
+
+
+def test_a_notice_reaches_the_status_line_and_is_no_error(live_app):
+    """The worker's notices (a restart from rest) are said in the status line and kept apart from errors."""
+    app, anim, clients = live_app
+    app.report_notice("restarted from rest", "the solver could not take 6 steps in a row")
+    assert app.notices == ["restarted from rest: the solver could not take 6 steps in a row"]
+    assert app.error_log == [] and "Restarted from rest" in app.gui["status"].content
+    assert app.live.worker.on_notice == app.report_notice

@@ -360,6 +360,7 @@ class ViewerApp:
         self._t_start: Optional[float] = None
         self._preview_camera: Optional[Tuple[np.ndarray, np.ndarray]] = None  # (position, look_at) it set
         self.error_log: List[str] = []
+        self.notices: List[str] = []  # what the simulation did on its own (report_notice), newest last
         import torch
 
         # preparation (field evaluation, fitting) keeps the process's thread count; the live threads set their own
@@ -526,6 +527,19 @@ class ViewerApp:
                 self._last_notify = now
                 for client in self.server.get_clients().values():
                     client.add_notification(f"Error in {where}", msg, color="red", auto_close_seconds=8.0)
+        except Exception:  # noqa: BLE001 - reporting must never fail
+            traceback.print_exc()
+
+    def report_notice(self, title: str, text: str) -> None:
+        """Say something the simulation did on its own (not an error: it goes on) in the terminal, as a notification
+        in every tab and in the panel's status line; never raises."""
+        print(f"[physskin-gs] {title}: {text}", file=sys.stderr)
+        self.notices.append(f"{title}: {text}")
+        try:
+            self.panel.set_status(f"**{title[:1].upper() + title[1:]}:** {text}", None)
+            if self.server is not None:
+                for client in self.server.get_clients().values():
+                    client.add_notification(title[:1].upper() + title[1:], text, color="blue", auto_close_seconds=10.0)
         except Exception:  # noqa: BLE001 - reporting must never fail
             traceback.print_exc()
 
@@ -721,7 +735,8 @@ class ViewerApp:
         base_rgb = sh_dc_to_rgb(to_numpy(scene.sh_dc))
         opac = to_numpy(scene.opacities).reshape(-1)
 
-        worker = SimWorker(anim, realtime=self.realtime, on_error=self.report_error, split=self.split)
+        worker = SimWorker(anim, realtime=self.realtime, on_error=self.report_error, on_notice=self.report_notice,
+                           split=self.split)
         live = LiveState(
             anim=anim,
             worker=worker,

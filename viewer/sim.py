@@ -365,6 +365,10 @@ class SimWorker:
     #: capture's crate into the cow (0.97 units in 3 s) stepped at 1.5-3 s a step with 100-160 Newton iterations as
     #: each slow step saw a longer jump, a feedback loop (2026-12-07)
     REPLAY_TAU = 0.5
+    #: this many steps in a row that the solver could not take (the state kept, the velocity zeroed: stats
+    #: ``failed``) restart the simulation from rest, with a notice: a cow flattened at E 100 Pa and then given
+    #: 240000 Pa stayed flat, stepping at 3-5 steps/s with 80-166 Newton iterations, until a Reset
+    STUCK_STEPS = 6
 
     def __init__(
         self,
@@ -372,6 +376,7 @@ class SimWorker:
         *,
         realtime: bool = True,
         on_error: Optional[Callable[[str, BaseException, str], None]] = None,
+        on_notice: Optional[Callable[[str, str], None]] = None,
         on_step: Optional[Callable[[Any, Dict[str, float]], None]] = None,
         split: Optional[bool] = None,
         threads: Optional[int] = None,
@@ -387,7 +392,9 @@ class SimWorker:
         self._vr_kw = _takes_view_rotations(anim)
         self.realtime = realtime
         self.on_error = on_error
+        self.on_notice = on_notice
         self.on_step = on_step
+        self._failed_run = 0  # steps in a row the solver could not take (STUCK_STEPS)
         self.slot = LatestSlot()
         self.playing = False
         self._lock = threading.Lock()
@@ -544,6 +551,22 @@ class SimWorker:
         return len(self._drag_ids)
 
     # ------------------------------------------------------------------ worker thread
+    def _watch_failures(self, stats: Dict[str, Any]) -> None:
+        """Sim thread: after :data:`STUCK_STEPS` steps in a row that failed (``stats["failed"]``), restart from rest
+        (drags ended, as :meth:`reset`) and say so through ``on_notice(title, text)``."""
+        self._failed_run = self._failed_run + 1 if stats.get("failed") else 0
+        if self._failed_run < self.STUCK_STEPS:
+            return
+        self._failed_run = 0
+        self.reset()
+        if self.on_notice is not None:
+            try:
+                self.on_notice("restarted from rest", f"the solver could not take {self.STUCK_STEPS} steps in a row "
+                               "from the object's state (a much stiffer material after a large deformation, or an "
+                               "extreme setting), so the simulation restarted from rest with the current settings")
+            except Exception:  # noqa: BLE001 - the notice must never kill the loop
+                traceback.print_exc()
+
     def _report(self, where: str, exc: BaseException) -> None:
         self.errors += 1
         tb = traceback.format_exc()
@@ -676,6 +699,7 @@ class SimWorker:
                     span = self._step_times[-1] - self._step_times[0]
                     stats["steps_per_s"] = (len(self._step_times) - 1) / span if span > 0 else 0.0
                 self.last_stats = stats
+                self._watch_failures(stats)
                 if self.realtime and self.playing:
                     self._advance_replay(float(getattr(self.anim, "dt", 0.03) or 0.03))
                 if self.on_step is not None:

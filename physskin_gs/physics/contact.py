@@ -159,6 +159,7 @@ class ContactStats:
     substeps: int = 0
     hessians: int = 0
     max_overlap: float = 0.0
+    failed: int = 0  # steps that could not be taken even as half steps: positions kept, velocities zeroed
     body_ms: list = field(default_factory=list)
     solved_together: list = field(default_factory=list)
 
@@ -173,7 +174,7 @@ class ContactStats:
         ``body_ms``, ``solved_together`` (lists of body indices), ...)."""
         return {"ms": self.ms, "newton_iters": self.newton_iters, "contacts_body": self.pairs_body,
                 "contacts_static": self.pairs_static, "substeps": self.substeps, "hessians": self.hessians,
-                "max_overlap_m": self.max_overlap, "body_ms": [float(v) for v in self.body_ms],
+                "max_overlap_m": self.max_overlap, "failed": self.failed, "body_ms": [float(v) for v in self.body_ms],
                 "solved_together": [list(g) for g in self.solved_together]}
 
 
@@ -1187,6 +1188,7 @@ class BodyContactSystem:
                 for b, (q, qd) in zip(self.bodies, saved):
                     b.q, b.qdot = q, torch.zeros_like(qd)
                 self.time += self.dt
+                stats.failed += 1
 
     def max_overlap(self, x: Optional[np.ndarray] = None) -> float:
         """Deepest overlap (m) of two contact spheres of different bodies or of a body and the collider, now (or at

@@ -131,7 +131,8 @@ def orthonormal_handle_basis(W: torch.Tensor, mass: torch.Tensor, rel_tol: float
 @dataclass
 class StepStats:
     """Statistics of one :meth:`SubspaceSimulator.step` call (wall-clock ms, Newton iterations summed over
-    substeps, final objective gradient norm, number of rejected (sub)steps, energies in J)."""
+    substeps, final objective gradient norm, number of rejected (sub)steps, ``failed``: steps that could not be
+    taken even as eighth steps, where the state was kept and the velocity zeroed, energies in J)."""
 
     ms: float = 0.0
     newton_iters: int = 0
@@ -139,11 +140,13 @@ class StepStats:
     substeps: int = 1
     rejected: int = 0
     hessians: int = 0
+    failed: int = 0
     energy: Dict[str, float] = field(default_factory=dict)
 
     def as_dict(self) -> dict:
         return {"ms": self.ms, "newton_iters": self.newton_iters, "grad_norm": self.grad_norm,
-                "substeps": self.substeps, "rejected": self.rejected, "hessians": self.hessians, "energy": dict(self.energy)}
+                "substeps": self.substeps, "rejected": self.rejected, "hessians": self.hessians,
+                "failed": self.failed, "energy": dict(self.energy)}
 
 
 @dataclass
@@ -1353,6 +1356,7 @@ class SubspaceSimulator:
                 if not self._advance(self.dt, 0, stats):
                     self.q, self.qdot = q_save, torch.zeros_like(qd_save)
                     self.time += self.dt
+                    stats.failed += 1
         stats.ms = (time.perf_counter() - t0) * 1e3
         return stats
 
