@@ -958,3 +958,28 @@ def test_a_notice_reaches_the_status_line_and_is_no_error(live_app):
     assert app.notices == ["restarted from rest: the solver could not take 6 steps in a row"]
     assert app.error_log == [] and "Restarted from rest" in app.gui["status"].content
     assert app.live.worker.on_notice == app.report_notice
+
+
+def test_the_floor_height_field_is_brought_into_its_range(live_app):
+    """A fresh user's floor heights: 1e9 ran at 7 steps/s with energy 1.75e25 J, NaN gave energy nan, -1e9 let the
+    object fall for ever and 0 afterwards catapulted it. The field now takes heights from ten object heights under
+    the lowest point to 2 % of a height above it (and the scene's own default), says so, and applies the bound."""
+    from types import SimpleNamespace
+
+    from physskin_gs_viewer.panel import floor_range
+
+    assert floor_range(SimpleNamespace(lowest_scene=1.0, height_scene=2.0)) == (-19.0, pytest.approx(1.04))
+    assert floor_range(SimpleNamespace(lowest_scene=1.0, height_scene=2.0), default=1.5)[1] == 1.5
+    assert floor_range(SimpleNamespace()) == (None, None)
+    app, anim, clients = live_app
+    anim.lowest_scene, anim.height_scene = 0.0, 1.0
+    applied = []
+    real = anim.set_floor
+    anim.set_floor = lambda on, height=None: (applied.append(height), real(on, height=height))
+    app.gui["floor_height"].value = 1e9
+    assert app.gui["floor_height"].value == pytest.approx(0.02)
+    assert "floor height 1000000000.0: outside" in app.gui["scene_note"].content
+    app.gui["floor_height"].value = -1e9
+    assert app.gui["floor_height"].value == pytest.approx(-10.0)
+    assert wait_until(lambda: applied and applied[-1] == pytest.approx(-10.0), 5)
+    assert not any(abs(h) > 10.0 + 1e-9 for h in applied if h is not None)

@@ -601,8 +601,7 @@ class ControlPanel:
                         v, lo, hi = raw, getattr(g[name], "min", None), getattr(g[name], "max", None)
                     fixed = field_value(v, lo, hi, self.applied.get(name))
                     if not (fixed == v):  # (NaN: an unreadable entry)
-                        span = f"{lo if lo is not None else '-inf':g}..{hi if hi is not None else 'inf':g}"
-                        self.field_note(name, f"{name} {raw}: not a number in {span}; set to {fixed:g}")
+                        self.field_note(name, f"{name} {raw}: {_outside(v, lo, hi)}; set to {fixed:g}")
                         g[name].value = f"{fixed:.8g}" if name == "E" else fixed  # (its callback applies it)
                     else:
                         self.applied[name] = float(v)
@@ -673,9 +672,19 @@ class ControlPanel:
         g["gravity_dir"].on_update(self._apply_gravity)
 
         def apply_floor(_e=None) -> None:
-            on, h = bool(g["floor"].value), float(g["floor_height"].value)
-            self._submit("set floor", lambda a: a.set_floor(on, height=h))
-            self.update_floor_grid(on, h)
+            raw = g["floor_height"].value
+            live_ = app.live
+            lo, hi = floor_range(live_.anim if live_ is not None else None,
+                                 default_floor_height(live_.anim, app.config, live_.up) if live_ is not None else None)
+            h = field_value(raw, lo, hi, self.applied.get("floor_height"))
+            if not (h == raw):  # typed outside the range (1e9 ran at 7 steps/s, NaN gave energy nan): brought in
+                self.field_note("floor height", f"floor height {raw}: {_outside(raw, lo, hi)}; set to {h:.4g}")
+                g["floor_height"].value = float(h)  # (its callback applies it)
+                return
+            self.applied["floor_height"] = float(h)
+            on = bool(g["floor"].value)
+            self._submit("set floor", lambda a: a.set_floor(on, height=float(h)))
+            self.update_floor_grid(on, float(h))
 
         g["floor"].on_update(apply_floor)
         g["floor_height"].on_update(apply_floor)
@@ -754,6 +763,38 @@ def young_modulus_of(text) -> float:
         return float(parse_pressure(text))
     except (TypeError, ValueError):
         return float("nan")
+
+
+def _outside(v, lo, hi) -> str:
+    """What is wrong with a typed value ``v`` for the range [lo, hi] (None: unbounded): "outside 100..1e+12", or
+    "not a number" (1e30 was "not a number in 100..1e+12")."""
+    span = f"{lo if lo is not None else '-inf':g}..{hi if hi is not None else 'inf':g}"
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        x = float("nan")
+    return f"outside {span}" if math.isfinite(x) else f"not a number (the range is {span})"
+
+
+#: the floor-height field's range, in object heights below / above the moving rows' lowest point: far enough
+#: below to drop the object a long way, and no higher than animate's --floor takes (FLOOR_INSIDE)
+FLOOR_BELOW_HEIGHTS = 10.0
+
+
+def floor_range(anim, default=None):
+    """(lo, hi) scene units along up for the floor-height field: from :data:`FLOOR_BELOW_HEIGHTS` object heights
+    under the moving rows' lowest point to :data:`physskin_gs.cli.animate.FLOOR_INSIDE` of a height above it (a
+    floor above the object catapulted it once lowered again), widened to hold ``default`` (the floor the scene
+    starts with: a support plane can lie a little above the lowest row); (None, None) without an object's extent."""
+    from physskin_gs.cli.animate import FLOOR_INSIDE
+
+    low, height = getattr(anim, "lowest_scene", None), getattr(anim, "height_scene", None)
+    if low is None or height is None or not (math.isfinite(float(low)) and float(height) > 0):
+        return None, None
+    lo, hi = float(low) - FLOOR_BELOW_HEIGHTS * float(height), float(low) + FLOOR_INSIDE * float(height)
+    if default is not None and math.isfinite(float(default)):
+        lo, hi = min(lo, float(default)), max(hi, float(default))
+    return lo, hi
 
 
 def field_value(v, lo, hi, last=None) -> float:
