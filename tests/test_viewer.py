@@ -470,9 +470,11 @@ def test_record_folder_steps_per_frame_field(live_app, tmp_path):
     meta = json.loads((out / "sequence.json").read_text())
     assert meta["steps_per_frame"] == 4 and meta["fps"] == pytest.approx(1.0 / (4 * anim.dt))
     assert meta["frames"] == len(list(out.glob("frame*.ply"))) == (rec.steps + 3) // 4
-    for typed, got in ((0, 1), (3.0, 3), (5000, 1000)):
+    for typed, got in ((0, 1), (3.0, 3), (5000, 1000), (-3, 1)):
         app.gui["record_every"].value = typed
         assert app.recording.steps_per_frame() == got, typed
+        assert app.gui["record_every"].value == got  # the field shows what is used (it kept 0, -3, 1e9)
+    assert "set to 1" in app.gui["record_status"].content
 
 
 def test_record_button_flow_writes_reloadable_frames(live_app, tmp_path, monkeypatch):
@@ -983,3 +985,56 @@ def test_the_floor_height_field_is_brought_into_its_range(live_app):
     assert app.gui["floor_height"].value == pytest.approx(-10.0)
     assert wait_until(lambda: applied and applied[-1] == pytest.approx(-10.0), 5)
     assert not any(abs(h) > 10.0 + 1e-9 for h in applied if h is not None)
+
+
+def test_a_recording_that_cannot_be_finished_leaves_the_button_to_start_one(live_app, tmp_path):
+    """A fresh user removed a recording's folder while it ran: stopping raised in a thread (a traceback in the
+    terminal), the button stayed "Stop recording", and the next click started a new recording. Now the problem is
+    said and the button starts one again."""
+    import shutil
+
+    app, anim, clients = live_app
+    out = app.start_recording(out_dir=tmp_path / "gone")
+    assert wait_until(lambda: app._recorder is not None and app._recorder.written >= 2, 10)
+    app.live.worker.set_playing(False)
+    time.sleep(0.2)
+    shutil.rmtree(out)
+    assert app.stop_recording() is None
+    assert app.gui["record"].label == "Start recording" and app.recording.recorder is None
+    assert "stopped with a problem" in app.gui["record_status"].content
+    assert any(e.startswith("stop recording:") for e in app.error_log)
+
+
+def test_a_recording_writes_the_material_as_numbers(live_app, tmp_path):
+    """sequence.json of a recording gave E as the field's text ("100kPa", "240000") and no material name; it gives
+    numbers and the name, as the headless export does."""
+    app, anim, clients = live_app
+    app.gui["E"].value = "100kPa"
+    meta = app.recording.sequence_meta(tmp_path)
+    assert meta["material"]["E"] == pytest.approx(1e5) and isinstance(meta["material"]["nu"], float)
+    assert meta["material"]["name"] == app.gui["material"].value
+
+
+def test_the_stats_line_names_every_part_of_the_energy(live_app):
+    """The total is the sum of its parts, so each non-zero part is named (gravity from the rest pose dominated a
+    total shown with kinetic and elastic only: -53.1 J beside kinetic 2e-12 and elastic 0.19)."""
+    from physskin_gs_viewer.sim import Frame
+
+    app, anim, clients = live_app
+    app.live.worker.set_playing(False)
+    st = {"ms": 5.0, "newton_iters": 2, "energy": {"kinetic": 2.27e-12, "elastic": 0.194, "gravity": -53.96,
+                                                   "drag": 0.0, "total": -53.77}}
+    app.display.update_stats(app.live, Frame(1, 1, None, None, None, st), paused=True)
+    md = app.gui["stats"].content
+    assert "gravity -54" in md and "elastic 0.194" in md and "kinetic" in md and "drag" not in md
+
+
+def test_a_fields_note_goes_when_a_good_value_is_typed(live_app):
+    """"dt 1000000000.0: ... set to 0.2" stayed under the scene facts after dt was typed back to 0.03."""
+    app, anim, clients = live_app
+    c = connect(app, clients)
+    g = app.gui
+    c.gui_set(g["dt"], 1e9)
+    assert wait_until(lambda: g["scene_note"].content.startswith("dt 1000000000"), 5)
+    c.gui_set(g["dt"], 0.03)
+    assert wait_until(lambda: g["scene_note"].content == "" and not g["scene_note"].visible, 5)

@@ -350,9 +350,11 @@ class DisplayLoop:
             return
         st = frame.stats
         energy = st.get("energy")
-        if isinstance(energy, dict):  # the pipeline reports components (J)
-            e_txt = f"energy **{_fmt(energy.get('total'))}** J (kinetic {_fmt(energy.get('kinetic'))}, " \
-                    f"elastic {_fmt(energy.get('elastic'))})"
+        if isinstance(energy, dict):  # the pipeline reports components (J): every one the total holds (gravity,
+            # from the rest pose, dominated a total shown with kinetic and elastic only)
+            parts = [f"{k} {_fmt(v)}" for k, v in energy.items() if k != "total" and (k in ("kinetic", "elastic")
+                                                                                    or abs(float(v or 0.0)) > 0.0)]
+            e_txt = f"energy **{_fmt(energy.get('total'))}** J ({', '.join(parts)})"
         else:
             e_txt = f"energy **{_fmt(energy)}**"
         lines = [

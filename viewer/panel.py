@@ -528,6 +528,10 @@ class ControlPanel:
                 md.visible = bool(message)
         elif message:
             self.set_note(message)
+        else:  # a good value now: a note on this field's earlier value goes ("dt 1000000000.0: ..." stayed up)
+            md = self.gui.get("scene_note")
+            if md is not None and md.content.startswith(f"{name} "):
+                self.set_note("")
 
     def _material_is_custom(self) -> None:
         """The material dropdown shows "custom" when E, nu and density are no longer its preset's values."""
@@ -623,7 +627,13 @@ class ControlPanel:
 
         def set_regions(regions) -> None:
             def fn(a) -> None:
-                a.set_regions(regions)  # at once, on the running simulation (OptionError: nothing changes)
+                try:
+                    a.set_regions(regions)  # at once, on the running simulation (OptionError: nothing changes)
+                except OptionError as exc:  # a typo in the region field: said under it, the simulation goes on
+                    # (it paused with "Error in set regions" and a traceback in the terminal, and named --region)
+                    g["regions"].content = (f"**region not added:** {str(exc).replace('--region ', 'region ')}  \n"
+                                            + regions_markdown(getattr(a, "regions", [])))
+                    return
                 g["regions"].content = regions_markdown(a.regions)
                 # the default basis (modes) is built for the body's materials, as `animate --region` builds it:
                 # re-prepared in the background with the regions (the running simulation goes on until it is ready)
@@ -734,6 +744,15 @@ class ControlPanel:
         @g["click"].on_update
         def _(_e) -> None:
             app.interaction.click_enabled = bool(g["click"].value)
+
+        @g["record_every"].on_update
+        def _(_e) -> None:
+            raw = g["record_every"].value  # shown as typed (0, -3, 1e9) while the recorder used 1 or 1000
+            fixed = int(round(field_value(raw, 1, STEPS_PER_FRAME_MAX, 1)))
+            if fixed != raw:
+                g["record_status"].content = f"steps per frame {raw}: a whole number in 1..{STEPS_PER_FRAME_MAX}; " \
+                                             f"set to {fixed}"
+                g["record_every"].value = fixed
 
         @g["record"].on_click
         def _(event) -> None:

@@ -27,6 +27,21 @@ from .render_server import cuda_available, render_frame
 from .sim import Frame, snapshot_tensor
 
 
+def _number(v, parse: bool = False):
+    """A panel field's value as a float (``parse``: a pressure text such as "100kPa", as ``--E`` reads it), or
+    None when it is empty or unreadable."""
+    if v is None:
+        return None
+    try:
+        if parse:
+            from physskin_gs.materials import parse_pressure
+
+            return float(parse_pressure(str(v)))
+        return float(v)
+    except (TypeError, ValueError, OptionError):
+        return None
+
+
 class RecordingControl:
     """Start / stop recordings of the live simulation (one at a time).
 
@@ -144,7 +159,17 @@ class RecordingControl:
             live.worker.submit("stop recording", detach)
             done.wait(10.0)
         self.recorder = None
-        out = rec.stop()
+        gui = self.app.gui
+        try:
+            out = rec.stop()
+        except Exception as exc:  # noqa: BLE001 - the folder went away, the disk filled: said, and the button
+            # is "Start recording" again (it stayed "Stop recording", and the next click started a new recording)
+            if "record" in gui:
+                gui["record"].label = "Start recording"
+                gui["record_status"].content = (f"**the recording stopped with a problem:** {type(exc).__name__}: "
+                                                f"{exc} ({rec.written} frames were written to `{rec.out_dir}`)")
+            self.app.report_error("stop recording", exc)
+            return None
         if rec.empty:
             msg = ("nothing recorded: the simulation did not step while recording (it was paused; press Play, then "
                    "record)")
@@ -153,7 +178,7 @@ class RecordingControl:
                 gui["record"].label = "Start recording"
                 gui["record_status"].content = msg
             return None
-        msg = f"wrote {rec.written} frames to `{out}`"
+        msg = f"wrote {rec.written} frame{'' if rec.written == 1 else 's'} to `{out}`"
         if rec.video_path is not None:
             msg += f" and `{rec.video_path.name}`"
         if rec.error:
@@ -194,7 +219,9 @@ class RecordingControl:
             "cubature": {"points": info.get("num_cubature"), "rule": info.get("cubature")},
             "num_gaussians": int(live.base_rgb.shape[0]),
             "num_moving": int(info.get("num_moving", int(live.moving.sum()))),
-            "material": {"E": val("E"), "nu": val("nu"), "density": val("density")},
+            # numbers, as the headless export writes them (E was the field's text: "100kPa"), and the preset's name
+            "material": {"name": val("material"), "E": _number(val("E"), parse=True), "nu": _number(val("nu")),
+                         "density": _number(val("density"))},
             "gravity": (float(getattr(cfg, "gravity", 9.8) or 9.8) if val("gravity", True) else 0.0),
             "gravity_direction": [float(v) for v in app.panel.gravity_direction()] if "gravity_dir" in g else None,
             "damping": val("damping"),
