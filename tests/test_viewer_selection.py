@@ -206,6 +206,23 @@ def test_box_gizmo_drag_sets_the_box(app_and_client):
     assert app.live.anim.info["num_moving"] == rows_in_box(app, app.config.select)
 
 
+def test_box_fields_show_the_box_that_is_used(app_and_client):
+    """A fresh user's reversed min (1, 1, 1) / max (-1, -1, -1) was used as -1..1 while the fields kept it as typed;
+    a NaN corner reached --select's parser and was named as the command line's option. The fields now show the box
+    used, and a NaN corner leaves the box as it was; the note under the scene facts says which."""
+    app, c = app_and_client
+    g = app.gui
+    g["select"].value = "box"
+    assert wait_until(lambda: app.selection.gizmo is not None, 5)
+    c.gui_set(g["box_min"], (1.0, 1.0, 1.0))
+    c.gui_set(g["box_max"], (-1.0, -1.0, -1.0))
+    assert wait_until(lambda: np.allclose(g["box_min"].value, -1.0) and np.allclose(g["box_max"].value, 1.0), 5)
+    assert np.allclose(app.selection.gizmo.lo, -1.0) and "swapped" in g["scene_note"].content
+    app.gui["box_min"].value = (float("nan"), 0.0, 0.0)
+    assert np.allclose(g["box_min"].value, -1.0) and "not a number" in g["scene_note"].content
+    assert "nan" not in app.selection.spec()
+
+
 @pytest.mark.parametrize("choice, up, moving", [("-y", [0.0, -1.0, 0.0], N_OBJECT + N_SUPPORT),
                                                 ("+z", [0.0, 0.0, 1.0], N_OBJECT)])
 def test_up_axis_dropdown_reprepares_with_that_up_vector(app_and_client, choice, up, moving):

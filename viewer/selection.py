@@ -353,7 +353,15 @@ class SelectionControl:
             if getattr(self._syncing, "on", False) or self.gizmo is None:
                 return
             a, b = np.asarray(g["box_min"].value, float), np.asarray(g["box_max"].value, float)
-            self.gizmo.set(np.minimum(a, b), np.maximum(a, b))
+            if not (np.isfinite(a).all() and np.isfinite(b).all()):  # (a NaN reached --select's parser, named)
+                self._show_box(self.gizmo.lo, self.gizmo.hi)
+                self.app.panel.set_note("box: a corner was not a number; the box stays as it was")
+                return
+            lo, hi = np.minimum(a, b), np.maximum(a, b)
+            self.gizmo.set(lo, hi)
+            if (a > b).any():  # the fields show the box that is used (they kept a reversed min / max as typed)
+                self._show_box(lo, hi)
+                self.app.panel.set_note("box: min and max swapped where min was larger")
 
         g["box_min"].on_update(inputs_changed)
         g["box_max"].on_update(inputs_changed)
