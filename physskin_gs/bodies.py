@@ -42,6 +42,7 @@ import torch
 
 from physskin_gs.errors import OptionError
 from physskin_gs.physics.contact import BodyContactSystem, default_contact_radius
+from physskin_gs.geometry.support import plane_axes
 from physskin_gs.physics.floor_region import floor_region_from_points
 from physskin_gs import pipeline as _pipeline
 from physskin_gs.pipeline import UP_AGREES_DEG, USABLE_OPACITY, AnimatedScene, AnimationConfig, analyze_for_animation
@@ -234,9 +235,7 @@ def captured_base_cover(points: np.ndarray, moving: np.ndarray, static: np.ndarr
     lowest, height = float(h[mov].min()), float(np.ptp(h[mov]))
     if not sta.any() or height <= 0:
         return 0.0, lowest, height
-    a = np.cross(u, [1.0, 0.0, 0.0] if abs(u[0]) < 0.9 else [0.0, 1.0, 0.0])
-    a /= np.linalg.norm(a)
-    b = np.cross(u, a)
+    a, b = plane_axes(u)  # (3,) each: the grid's axes across up
     cell = BASE_CELL * height
     base = mov & (h <= lowest + BASE_BAND_BELOW * height)
     under = sta & (h >= lowest - BASE_BAND_BELOW * height) & (h <= lowest + BASE_BAND_ABOVE * height)

@@ -44,7 +44,7 @@ import re
 import time
 import warnings
 from dataclasses import dataclass, replace
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -564,6 +564,12 @@ def analyze_for_animation(scene: GaussianScene, up: Optional[np.ndarray] = None)
     return a
 
 
+def _parts_facts(parts) -> List[Dict]:
+    """JSON-ready records of the scene analysis' ``far_parts`` / ``hovering_parts``: (mass ratio, lo (3,), hi (3,)
+    scene units) -> {"mass_ratio", "lo", "hi"}."""
+    return [{"mass_ratio": float(r), "lo": [float(v) for v in lo], "hi": [float(v) for v in hi]} for r, lo, hi in parts]
+
+
 def scene_analysis_facts(analysis) -> Dict:
     """JSON-ready facts of a scene analysis (up vector in scene coordinates, its source and reason, whether it is
     unsure, the support
@@ -579,10 +585,8 @@ def scene_analysis_facts(analysis) -> Dict:
             "other_objects": int(getattr(analysis, "other_objects", 0)),
             "flat_part": float(getattr(analysis, "flat_part", 0.0)),
             "up_candidates": list(getattr(analysis, "up_candidates", [])),
-            "far_parts": [{"mass_ratio": float(r), "lo": [float(v) for v in lo], "hi": [float(v) for v in hi]}
-                          for r, lo, hi in getattr(analysis, "far_parts", [])],
-            "hovering_parts": [{"mass_ratio": float(r), "lo": [float(v) for v in lo], "hi": [float(v) for v in hi]}
-                               for r, lo, hi in getattr(analysis, "hovering_parts", [])],
+            "far_parts": _parts_facts(getattr(analysis, "far_parts", [])),
+            "hovering_parts": _parts_facts(getattr(analysis, "hovering_parts", [])),
             "support_plane": plane, "counts": analysis.counts,
             "moving_transparent": int(analysis.transparent_in_object.sum()),
             "robust_center": [float(v) for v in analysis.center], "robust_size": [float(v) for v in analysis.size],

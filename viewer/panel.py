@@ -748,7 +748,7 @@ class ControlPanel:
         @g["record_every"].on_update
         def _(_e) -> None:
             raw = g["record_every"].value  # shown as typed (0, -3, 1e9) while the recorder used 1 or 1000
-            fixed = int(round(field_value(raw, 1, STEPS_PER_FRAME_MAX, 1)))
+            fixed = app.recording.steps_per_frame()
             if fixed != raw:
                 g["record_status"].content = f"steps per frame {raw}: a whole number in 1..{STEPS_PER_FRAME_MAX}; " \
                                              f"set to {fixed}"

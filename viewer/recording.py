@@ -10,6 +10,7 @@ the app through a small surface only: ``live`` (the current :class:`~physskin_gs
 from __future__ import annotations
 
 import ipaddress
+import math
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -28,18 +29,15 @@ from .sim import Frame, snapshot_tensor
 
 
 def _number(v, parse: bool = False):
-    """A panel field's value as a float (``parse``: a pressure text such as "100kPa", as ``--E`` reads it), or
-    None when it is empty or unreadable."""
-    if v is None:
-        return None
-    try:
-        if parse:
-            from physskin_gs.materials import parse_pressure
+    """A panel field's value as a float (``parse``: a pressure text such as "100kPa", as ``--E`` reads it:
+    :func:`~physskin_gs_viewer.panel.young_modulus_of`), or None when it is empty or unreadable."""
+    from .panel import young_modulus_of
 
-            return float(parse_pressure(str(v)))
-        return float(v)
-    except (TypeError, ValueError, OptionError):
+    try:
+        x = young_modulus_of(v) if parse else float(v)
+    except (TypeError, ValueError):
         return None
+    return x if math.isfinite(x) else None
 
 
 class RecordingControl:
@@ -113,15 +111,11 @@ class RecordingControl:
         """The Record folder's "steps per frame" field (the app's ``steps_per_frame``, from ``--steps-per-frame``,
         before the panel is built), brought into 1 .. :data:`~physskin_gs_viewer.recorder.STEPS_PER_FRAME_MAX`
         and rounded (a browser number field can send any value)."""
+        from .panel import field_value
+
         gui = self.app.gui
         v = gui["record_every"].value if "record_every" in gui else getattr(self.app, "steps_per_frame", 1)
-        try:
-            v = float(v)
-        except (TypeError, ValueError):
-            return 1
-        if v != v:  # NaN
-            return 1
-        return int(min(max(round(v), 1), STEPS_PER_FRAME_MAX))
+        return int(round(field_value(v, 1, STEPS_PER_FRAME_MAX, 1)))
 
     def _parent(self, text: str) -> Path:
         """The Record field's folder. When the viewer is reachable from other machines (``--host`` not a loopback

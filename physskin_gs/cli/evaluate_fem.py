@@ -283,22 +283,26 @@ def _say(line: str) -> None:
     interrupts.check()
 
 
-def _check_inputs(paths: List[Path]) -> None:
+def _check_inputs(paths: List[Path]) -> List[str]:
     """Every input loads (mesh or splat) before the first reference is built: a bad file at the end of a list failed
-    after the shapes before it had been evaluated, and their results were lost. Raises what the loaders raise
-    (FileNotFoundError, SceneFormatError, ...), naming the file."""
+    after the shapes before it had been evaluated, and their results were lost. Returns each input's format
+    (:func:`physskin_gs.io.detect_format`). Raises what the loaders raise (FileNotFoundError, SceneFormatError,
+    ...), naming the file."""
     from physskin_gs.io import detect_format, load_scene
     from physskin_gs.io.mesh import load_mesh
 
+    formats = []
     for path in paths:
         if not Path(path).exists():
             raise FileNotFoundError(f"{path}: input file not found")
+        formats.append(detect_format(str(path)))
         with warnings.catch_warnings():  # (the evaluation itself says what it has to say about the file)
             warnings.simplefilter("ignore")
-            if detect_format(str(path)) in ("mesh", "mesh-ply"):
+            if formats[-1] in ("mesh", "mesh-ply"):
                 load_mesh(str(path))
             else:
                 load_scene(str(path))
+    return formats
 
 
 def run_fem(args, paths: List[Path]) -> Dict:
@@ -313,11 +317,9 @@ def run_fem(args, paths: List[Path]) -> Dict:
         raise OptionError(f"--nodes must be >= 100, got {args.nodes}")
     if "fit" in bases and not args.fit_seconds > 0:  # before any reference is built (it was after the first one)
         raise OptionError(f"--bases fit needs --fit-seconds > 0 (its time budget), got {args.fit_seconds:g}")
-    _check_inputs(paths)
+    formats = _check_inputs(paths)
     if "tet" in bases:  # it meshes a mesh's own surface: refused for a splat before any basis runs
-        from physskin_gs.io import detect_format
-
-        splats = [p.name for p in paths if detect_format(str(p)) not in ("mesh", "mesh-ply")]
+        splats = [p.name for p, f in zip(paths, formats) if f not in ("mesh", "mesh-ply")]
         if splats:
             raise OptionError(f"--bases tet needs mesh inputs (it tetrahedralises the surface); {', '.join(splats)} "
                               "is a splat: use voxel (the Laplacian of the splat's voxel mesh) there")

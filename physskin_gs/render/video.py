@@ -90,7 +90,7 @@ def write_video(
     quality: int = 8,
 ) -> Path:
     """Write (H, W, 3) uint8 frames to ``path`` (mp4, mov or mkv as H.264, webm as VP9, via imageio-ffmpeg; gif
-    through imageio, looping).
+    through imageio, looping, held in memory and written atomically, without ffmpeg: :func:`_write_gif`).
 
     Frames are consumed lazily (an iterator/generator works). All frames must share one size; sides
     that are not multiples of 16 are padded by edge replication (never silently resized).
@@ -111,12 +111,12 @@ def write_video(
     path = Path(path)
     if not fps > 0 or not np.isfinite(fps):
         raise OptionError(f"fps must be a positive finite number, got {fps}")
-    if path.suffix.lower() == ".gif":
-        return _write_gif(frames, path, fps)
     if path.parent and not path.parent.exists():
         raise FileNotFoundError(f"output folder does not exist: {path.parent}")
     if path.parent and not path.parent.is_dir():
         raise PhysSkinError(f"could not write video {path}: {path.parent} is not a folder")
+    if path.suffix.lower() == ".gif":
+        return _write_gif(frames, path, fps)
     import imageio.v2 as imageio
 
     it = iter(frames)
@@ -142,13 +142,8 @@ def write_video(
     ok = False
     try:
         for frame in it:
-            f = frame.detach().cpu().numpy() if isinstance(frame, torch.Tensor) else np.asarray(frame)
-            if f.dtype != np.uint8 or f.ndim != 3 or f.shape[2] != 3:
-                raise OptionError(f"video frame {count} must be (H, W, 3) uint8, got {f.shape} {f.dtype}")
-            if shape is None:
-                shape = f.shape
-            elif f.shape != shape:
-                raise OptionError(f"video frame {count} has size {f.shape}, expected {shape} like frame 0")
+            f = _frame_array(frame, count, shape)
+            shape = f.shape
             count += 1
             try:
                 if use_ffmpeg:
@@ -203,6 +198,17 @@ def write_video(
     return target
 
 
+def _frame_array(frame, index: int, shape) -> np.ndarray:
+    """Video frame ``index`` as an (H, W, 3) uint8 numpy array (from a tensor or an array). Raises OptionError for
+    another dtype or layout, or a size other than ``shape`` (frame 0's; None: any)."""
+    f = frame.detach().cpu().numpy() if isinstance(frame, torch.Tensor) else np.asarray(frame)
+    if f.dtype != np.uint8 or f.ndim != 3 or f.shape[2] != 3:
+        raise OptionError(f"video frame {index} must be (H, W, 3) uint8, got {f.shape} {f.dtype}")
+    if shape is not None and f.shape != shape:
+        raise OptionError(f"video frame {index} has size {f.shape}, expected {shape} like frame 0")
+    return f
+
+
 def _write_gif(frames, path: Path, fps: float) -> Path:
     """An animated, looping GIF of ``frames`` at ``fps`` (imageio; whole in memory), written to a temporary name
     beside ``path`` and renamed. A GIF stores whole centiseconds per frame: the nearest one, at least 20 ms
@@ -214,10 +220,7 @@ def _write_gif(frames, path: Path, fps: float) -> Path:
 
     data = []
     for f in frames:
-        f = f.detach().cpu().numpy() if isinstance(f, torch.Tensor) else np.asarray(f)
-        if f.dtype != np.uint8 or f.ndim != 3 or f.shape[2] != 3 or (data and f.shape != data[0].shape):
-            raise OptionError(f"video frame {len(data)} must be (H, W, 3) uint8 like frame 0, got {f.shape} {f.dtype}")
-        data.append(f)
+        data.append(_frame_array(f, len(data), data[0].shape if data else None))
     if not data:
         raise OptionError(f"no frames to write to {path}")
     delay = max(20.0, 10.0 * round(100.0 / fps))
